@@ -1,0 +1,252 @@
+"""Checkpoints: a Hugging Face model directory plus dbert's diffusion settings.
+
+    ckpt/
+      config.json, model.safetensors        BertForMaskedLM.from_pretrained(ckpt) reads these
+      tokenizer.json, vocab.txt, ...        AutoTokenizer.from_pretrained(ckpt) reads these
+      dbert.json                            schedule, T, lambda, time conditioning, provenance
+      dbert_tokens.safetensors              corpus token counts (the spindle schedule's table)
+      dbert_time.safetensors                time-embedding weights (prefix/layerwise only)
+      trainer_state/                        optimizer, RNG and data position (for --resume)
+
+A save writes a complete new directory beside the old one and swaps it in with two renames;
+a crash at any moment leaves either the old or the new checkpoint, and `load` finishes an
+interrupted swap. Nothing is ever unpickled: tensors come from safetensors and the optimizer
+state is read with torch.load(weights_only=True).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .errors import DbertError
+from .model import DiffusionBert, count_parameters, quiet_transformers
+from .schedule import Schedule, make_schedule
+
+FORMAT = 1
+META = "dbert.json"
+TOKENS = "dbert_tokens.safetensors"
+TIME = "dbert_time.safetensors"
+STATE = "trainer_state"
+REQUIRED = ("config.json", "model.safetensors", META, TOKENS)
+
+
+@dataclass
+class DBert:
+    """A loaded diffusion LM: everything sampling and evaluation need."""
+
+    model: DiffusionBert
+    tokenizer: object
+    schedule: Schedule
+    counts: torch.Tensor
+    meta: dict = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def decode(self, ids) -> str:
+        """Token ids -> text; inner [SEP]s (packed training) become line-free spaces."""
+        toks = [int(i) for i in ids]
+        text = self.tokenizer.decode(toks, skip_special_tokens=False, clean_up_tokenization_spaces=True)
+        for special in (self.tokenizer.sep_token, self.tokenizer.pad_token, self.tokenizer.cls_token):
+            text = text.replace(special, " ")
+        return " ".join(text.split())
+
+
+def special_forbidden(tokenizer) -> tuple[int, ...]:
+    """Ids the denoiser may never predict for a content position."""
+    return tuple(sorted({tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.mask_token_id}))
+
+
+def assemble(mlm, tokenizer, schedule_name: str, T: int, counts: torch.Tensor, lam: float = 0.3,
+             time: str = "none", meta: dict | None = None) -> DBert:
+    """A DBert from its parts (used by training and by load)."""
+    schedule = make_schedule(schedule_name, T, counts, lam)
+    model = DiffusionBert(mlm, time=time, T=T, mask_id=tokenizer.mask_token_id,
+                          forbidden=special_forbidden(tokenizer))
+    meta = dict(meta or {})
+    meta.update(schedule.config(), time=time, schedule=schedule_name, T=T, format=FORMAT)
+    meta.setdefault("lambda", lam)
+    return DBert(model, tokenizer, schedule, counts.to(torch.long), meta)
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                os.fsync(f.fileno())
+    _fsync_dir(root)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def recover(path: Path) -> None:
+    """Finish a swap a crash interrupted: put the previous checkpoint back if needed."""
+    path = Path(path)
+    old = path.with_name(path.name + ".old")
+    if not path.exists() and old.is_dir():
+        os.rename(old, path)
+    elif path.exists() and old.is_dir():
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype | None = None,
+         extra_files: dict[str, str] | None = None) -> Path:
+    """Write db (and optionally trainer state) to path atomically; returns the path.
+
+    trainer_state: {"optimizer": state_dict, "rng": {name: tensor}, "state": json-able dict}.
+    dtype: store the weights in this dtype (e.g. float16 for shipping).
+    """
+    from safetensors.torch import save_file
+
+    quiet_transformers()
+    path = Path(path).absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    recover(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    os.chmod(tmp, 0o755)
+    try:
+        mlm = db.model.mlm
+        state_dict = None
+        if dtype is not None:
+            state_dict = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in mlm.state_dict().items()}
+        mlm.save_pretrained(tmp, state_dict=state_dict)
+        db.tokenizer.save_pretrained(tmp)
+        save_file({"counts": db.counts.cpu().contiguous()}, str(tmp / TOKENS))
+        tsd = db.model.time_state_dict()
+        if tsd:
+            save_file({k: v.detach().cpu().contiguous() for k, v in tsd.items()}, str(tmp / TIME))
+        meta = dict(db.meta)
+        meta.setdefault("created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+        meta["saved"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        meta["parameters"] = count_parameters(db.model)
+        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text)
+        if trainer_state is not None:
+            sdir = tmp / STATE
+            sdir.mkdir()
+            torch.save(trainer_state["optimizer"], sdir / "optimizer.pt")
+            torch.save(trainer_state["rng"], sdir / "rng.pt")
+            (sdir / "state.json").write_text(json.dumps(trainer_state["state"], indent=2) + "\n")
+        _fsync_tree(tmp)
+        old = path.with_name(path.name + ".old")
+        if path.exists():
+            os.rename(path, old)
+        os.rename(tmp, path)
+        _fsync_dir(path.parent)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    db.path = path
+    db.meta = json.loads((path / META).read_text())
+    return path
+
+
+def read_meta(path) -> dict:
+    path = Path(path)
+    try:
+        meta = json.loads((path / META).read_text())
+    except FileNotFoundError:
+        raise DbertError(f"not a dbert checkpoint (no {META}): {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise DbertError(f"checkpoint {path}: {META} is not valid JSON") from None
+    if not isinstance(meta, dict) or "schedule" not in meta or "T" not in meta:
+        raise DbertError(f"checkpoint {path}: {META} lacks the schedule settings")
+    return meta
+
+
+def _check_files(path: Path) -> None:
+    from safetensors import safe_open
+
+    if not path.is_dir():
+        raise DbertError(f"checkpoint directory not found: {path}")
+    missing = [f for f in REQUIRED if not (path / f).is_file()]
+    if not ((path / "tokenizer.json").is_file() or (path / "vocab.txt").is_file()):
+        missing.append("tokenizer.json or vocab.txt")
+    if missing:
+        raise DbertError(f"checkpoint {path} is missing {', '.join(missing)}")
+    for name in ("model.safetensors", TOKENS, TIME):
+        f = path / name
+        if not f.is_file():
+            continue
+        try:
+            with safe_open(str(f), framework="pt") as st:
+                for key in st.keys():
+                    st.get_slice(key)
+            size = f.stat().st_size
+            with open(f, "rb") as fh:
+                header = int.from_bytes(fh.read(8), "little")
+            if header + 8 > size:
+                raise ValueError("truncated")
+        except Exception as e:  # noqa: BLE001 - any parse failure means a corrupt file
+            raise DbertError(f"checkpoint {path}: {name} is corrupt ({str(e).splitlines()[0][:80]})") from None
+
+
+def load(path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> DBert:
+    """Load a checkpoint directory for sampling/evaluation (weights in dtype, float32 by default)."""
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer, BertForMaskedLM
+
+    path = Path(path)
+    recover(path)
+    _check_files(path)
+    meta = read_meta(path)
+    quiet_transformers()
+    try:
+        mlm = BertForMaskedLM.from_pretrained(path, dtype=dtype or torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        counts = load_file(str(path / TOKENS))["counts"]
+    except DbertError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise DbertError(f"checkpoint {path} cannot be loaded: {str(e).splitlines()[0][:120]}") from None
+    try:
+        db = assemble(mlm, tokenizer, meta["schedule"], int(meta["T"]), counts, float(meta.get("lambda", 0.3)),
+                      meta.get("time", "none"), meta)
+    except ValueError as e:
+        raise DbertError(f"checkpoint {path}: {e}") from None
+    if db.model.time_embed is not None:
+        if not (path / TIME).is_file():
+            raise DbertError(f"checkpoint {path} is missing {TIME}")
+        tsd = load_file(str(path / TIME))
+        db.model.time_embed.load_state_dict({k.removeprefix("time_embed."): v for k, v in tsd.items()})
+        db.model.time_embed.to(mlm.dtype)
+    db.path = path
+    db.model.to(device).eval()
+    return db
+
+
+def load_trainer_state(path) -> dict | None:
+    """The optimizer/RNG/data-position state saved beside the weights, or None."""
+    sdir = Path(path) / STATE
+    if not (sdir / "state.json").is_file():
+        return None
+    return {
+        "optimizer": torch.load(sdir / "optimizer.pt", map_location="cpu", weights_only=True),
+        "rng": torch.load(sdir / "rng.pt", map_location="cpu", weights_only=True),
+        "state": json.loads((sdir / "state.json").read_text()),
+    }

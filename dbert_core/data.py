@@ -1,0 +1,163 @@
+"""Text files -> token examples -> padded batches.
+
+An example is a line of a file (or, with unit="sentence", a sentence of it), tokenized
+without special tokens and cut to seq_len. A batch is [CLS] x_1..x_n [SEP] [PAD]... padded
+to its longest member; only x_1..x_n are noised and scored ("noisable"). With pack=True
+consecutive examples are joined by [SEP] into full seq_len streams: no padding at all.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass
+
+import torch
+
+from .errors import DbertError
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+
+
+def expand_paths(patterns: list[str]) -> list[str]:
+    """Files named by paths or globs, in order; one clear error for anything missing."""
+    paths: list[str] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(os.path.expanduser(pattern)))
+        if not matches:
+            raise DbertError(f"data file not found: {pattern}")
+        for m in matches:
+            if os.path.isdir(m):
+                raise DbertError(f"data path is a directory, not a text file: {m}")
+        paths.extend(matches)
+    return paths
+
+
+def read_lines(patterns: list[str]) -> list[str]:
+    """Non-empty stripped lines of UTF-8 text files."""
+    lines: list[str] = []
+    for path in expand_paths(patterns):
+        try:
+            with open(path, encoding="utf-8") as f:
+                got = [ln.strip() for ln in f]
+        except UnicodeDecodeError as e:
+            raise DbertError(f"data file is not UTF-8 text: {path} (byte {e.start})") from None
+        except OSError as e:
+            raise DbertError(f"cannot read data file {path}: {e.strerror}") from None
+        got = [ln for ln in got if ln]
+        if not got:
+            raise DbertError(f"data file is empty: {path}")
+        lines.extend(got)
+    return lines
+
+
+def split_sentences(text: str) -> list[str]:
+    """A light rule-based splitter: after . ! ? when a capital or digit follows."""
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def read_examples(patterns: list[str], unit: str = "line") -> list[str]:
+    lines = read_lines(patterns)
+    if unit == "line":
+        return lines
+    if unit == "sentence":
+        return [s for ln in lines for s in split_sentences(ln)]
+    raise DbertError(f"unknown example unit {unit!r}; choose line or sentence")
+
+
+def encode(texts: list[str], tokenizer, chunk: int = 4096) -> list[list[int]]:
+    """Token ids of each text, aligned with texts (no special tokens, no truncation).
+
+    Literal special-token strings in the data (a "[MASK]" in the text) become [UNK]: the
+    diffusion must never see a real [MASK] in x_0.
+    """
+    bad = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id, tokenizer.mask_token_id}
+    unk = tokenizer.unk_token_id
+    out: list[list[int]] = []
+    for i in range(0, len(texts), chunk):
+        enc = tokenizer(texts[i:i + chunk], add_special_tokens=False, truncation=False)["input_ids"]
+        out.extend([unk if x in bad else x for x in ids] for ids in enc)
+    return out
+
+
+def tokenize(texts: list[str], tokenizer, seq_len: int) -> list[list[int]]:
+    """Training examples: token ids cut to seq_len; texts that give no tokens are dropped."""
+    return [ids[:seq_len] for ids in encode(texts, tokenizer) if ids]
+
+
+def pack(examples: list[list[int]], seq_len: int, sep_id: int) -> list[list[int]]:
+    """Join examples with [SEP] and cut the stream into full seq_len pieces (last one dropped)."""
+    stream: list[int] = []
+    for ids in examples:
+        stream.extend(ids)
+        stream.append(sep_id)
+    return [stream[i:i + seq_len] for i in range(0, len(stream) - seq_len + 1, seq_len)]
+
+
+@dataclass
+class Special:
+    cls: int
+    sep: int
+    pad: int
+    mask: int
+
+    @classmethod
+    def of(cls, tokenizer):
+        return cls(tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id, tokenizer.mask_token_id)
+
+
+def collate(examples: list[list[int]], special: Special, device="cpu"):
+    """(ids, attention, noisable), each (B, 2 + longest): [CLS] x [SEP] then padding."""
+    n = max(len(e) for e in examples)
+    B = len(examples)
+    ids = torch.full((B, n + 2), special.pad, dtype=torch.long)
+    noisable = torch.zeros((B, n + 2), dtype=torch.bool)
+    for b, e in enumerate(examples):
+        ids[b, 0] = special.cls
+        ids[b, 1:1 + len(e)] = torch.tensor(e, dtype=torch.long)
+        ids[b, 1 + len(e)] = special.sep
+        noisable[b, 1:1 + len(e)] = True
+    attention = ids != special.pad
+    attention[:, 0] = True
+    return ids.to(device), attention.to(device), noisable.to(device)
+
+
+def epoch_batches(n_examples: int, batch_size: int, epoch: int, seed: int,
+                  lengths: list[int] | None = None, bucket: int = 50) -> list[list[int]]:
+    """The batches (lists of example indices) of one epoch, a pure function of (seed, epoch).
+
+    With lengths, examples are sorted by length inside windows of `bucket` batches before
+    batching (less padding), then the batches are shuffled. The tail that does not fill a
+    batch is dropped.
+    """
+    g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    order = torch.randperm(n_examples, generator=g).tolist()
+    if lengths is not None and bucket > 1:
+        w = batch_size * bucket
+        order = [i for s in range(0, len(order), w) for i in sorted(order[s:s + w], key=lambda j: lengths[j])]
+    batches = [order[i:i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]
+    perm = torch.randperm(len(batches), generator=g).tolist()
+    return [batches[i] for i in perm]
+
+
+def token_counts(examples: list[list[int]], vocab_size: int) -> torch.Tensor:
+    """How often each vocabulary id occurs in the examples: (V,) int64."""
+    flat = torch.tensor([x for e in examples for x in e], dtype=torch.long)
+    return torch.bincount(flat, minlength=vocab_size)[:vocab_size]
+
+
+def count_words(text: str) -> int:
+    return len(text.split())
+
+
+def train_tokenizer(texts: list[str], vocab_size: int):
+    """An uncased WordPiece tokenizer learnt from the training texts (for presets without --init)."""
+    from tokenizers import BertWordPieceTokenizer
+    from transformers import BertTokenizerFast
+
+    wp = BertWordPieceTokenizer(lowercase=True, strip_accents=True, clean_text=True)
+    wp.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, show_progress=False,
+                           special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    return BertTokenizerFast(tokenizer_object=wp._tokenizer, do_lower_case=True, unk_token="[UNK]",
+                             sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")

@@ -1,0 +1,94 @@
+"""The forward process and the variational bound (METHOD.md sections 1, 2 and 4).
+
+Notation: x_0 are the clean tokens, x_t has some of them replaced by [MASK]. A position that
+is masked at step t and whose clean token is x is visible at an earlier step s with
+probability r(x) = (a_s(x) - a_t(x)) / (1 - a_t(x)). The model predicts p(v) = p(x_0 = v | x_t)
+and reveals v with probability p(v) r(v). The KL between the true and the model's reverse
+step at one masked position is
+
+    -r(x) log p(x) + (1 - r(x)) log[(1 - r(x)) / (1 - sum_v p(v) r(v))].
+
+Summed over the S steps of a budget it gives the ELBO: a true upper bound on -log p(x_0).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .schedule import Schedule, step_grid
+
+
+def corrupt(ids, noisable, t, schedule: Schedule, gen: torch.Generator | None = None):
+    """Sample x_t ~ q(x_t | x_0): each noisable position is [MASK] with probability 1 - a_t(x).
+
+    ids (B, N), noisable (B, N) bool, t (B,) steps. Returns the mask (B, N) bool.
+    """
+    a = schedule.alpha(t.view(-1, 1).float(), ids)
+    u = torch.rand(ids.shape, generator=gen, device="cpu").to(ids.device)
+    return noisable & (u >= a)
+
+
+def step_kl(logits, targets, rows, t, s, schedule: Schedule) -> torch.Tensor:
+    """KL(q(x_s | x_t, x_0) || p(x_s | x_t)) at M masked positions, in nats: (M,).
+
+    logits (M, V) from the model; targets (M,) clean tokens; rows (M,) the example each
+    position belongs to; t, s (B,) steps per example with s < t.
+    """
+    logp = F.log_softmax(logits.float(), dim=-1)
+    lp_x = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    r_x = schedule.reveal_prob(t[rows], s[rows], tokens=targets)
+    r_v = schedule.reveal_prob(t.cpu(), s.cpu()).to(logits.device)  # (B, V), or (B, 1) if token-free
+    if r_v.shape[-1] == 1:  # token-free schedule: the stay-masked terms cancel exactly
+        R = r_v[rows, 0]
+    else:  # sum_v p(v) r(v): one (M, V) x (V, B) product, then each row's own example
+        R = (logp.exp() @ r_v.T).gather(1, rows.unsqueeze(1)).squeeze(1)
+    stay = 1.0 - r_x
+    stay_term = stay * (torch.log(stay.clamp_min(1e-30)) - torch.log((1.0 - R).clamp_min(1e-30)))
+    stay_term = torch.where(stay > 0, stay_term, torch.zeros_like(stay_term))
+    return -r_x * lp_x + stay_term
+
+
+def draw_steps(B: int, steps: int, gen: torch.Generator | None, stratified: bool = True) -> torch.Tensor:
+    """B step indices k in 1..steps; stratified (one per stratum of [0, 1)) to cut variance."""
+    u = torch.rand(B, generator=gen, dtype=torch.float64)
+    if stratified:
+        u = (torch.randperm(B, generator=gen).double() + u) / B
+    return (u * steps).floor().long().clamp(0, steps - 1) + 1
+
+
+def masked_kl(model, ids, attention, noisable, k, steps, schedule, gen, return_ce=False):
+    """Per-example sum of step-k KL terms (B,) for the budget `steps` (k (B,) in 1..steps)."""
+    grid = torch.tensor(step_grid(schedule.T, steps)[::-1], device=ids.device)  # t_0 = 0 ... t_S = T
+    t, s = grid[k.to(ids.device)], grid[k.to(ids.device) - 1]
+    mask = corrupt(ids, noisable, t, schedule, gen)
+    x_t = ids.masked_fill(mask, getattr(model, "module", model).mask_id)  # DDP wraps the model
+    logits = model(x_t, attention, mask, t=t)  # (M, V)
+    rows = mask.nonzero(as_tuple=True)[0]
+    targets = ids[mask]
+    kl = step_kl(logits, targets, rows, t, s, schedule)
+    per_example = torch.zeros(ids.shape[0], device=ids.device).index_add_(0, rows, kl)
+    if return_ce:
+        ce = F.cross_entropy(logits.float(), targets, reduction="sum")
+        return per_example, ce, mask.sum()
+    return per_example
+
+
+def elbo(model, ids, attention, noisable, schedule, steps: int, gen=None,
+         exact: bool = False, mc: int = 1) -> torch.Tensor:
+    """Upper bound on -log p(x_0) in nats per example (B,) with an S-step reverse process.
+
+    exact=True sums all S terms (one draw of x_t each); otherwise an unbiased Monte-Carlo
+    estimate from `mc` uniformly drawn steps, each weighted by S.
+    """
+    B = ids.shape[0]
+    total = torch.zeros(B, dtype=torch.float64, device=ids.device)
+    if exact:
+        for k in range(1, steps + 1):
+            kk = torch.full((B,), k, dtype=torch.long)
+            total += masked_kl(model, ids, attention, noisable, kk, steps, schedule, gen).double()
+        return total
+    for _ in range(mc):
+        k = draw_steps(B, steps, gen, stratified=False)
+        total += steps * masked_kl(model, ids, attention, noisable, k, steps, schedule, gen).double()
+    return total / mc

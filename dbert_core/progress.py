@@ -1,0 +1,72 @@
+"""Training progress on stderr: a live bar on a terminal, plain periodic lines otherwise."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from .train import Callback
+
+
+def _fmt_time(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class TrainProgress(Callback):
+    def __init__(self, every: int = 10, stream=None):
+        self.every = max(1, every)
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
+        self.progress = None
+
+    def _line(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.console.print(text, highlight=False)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def on_start(self, trainer):
+        self.start = time.perf_counter()
+        self.first_step = trainer.step
+        db, cfg = trainer.db, trainer.cfg
+        from .model import count_parameters
+
+        if trainer.is_main:
+            self._line(f"training {count_parameters(db.model) / 1e6:.1f}M parameters on {trainer.device} "
+                       f"x{trainer.world}: {len(trainer.train_examples)} examples, schedule {cfg.schedule}, "
+                       f"time {cfg.time}, from step {trainer.step} to {cfg.max_steps}")
+        if self.live and trainer.is_main:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.progress = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                                     TimeRemainingColumn(), console=Console(file=self.stream), redirect_stdout=False,
+                                     redirect_stderr=False, transient=False)
+            self.progress.start()
+            self.task = self.progress.add_task("train", total=cfg.max_steps, completed=trainer.step, info="")
+
+    def on_step(self, trainer, m):
+        if not trainer.is_main:
+            return
+        info = f"loss {m['loss_elbo']:.3f} ce {m['loss_ce']:.3f} lr {m['lr']:.2e} {m['tokens_per_s']:.0f} tok/s"
+        if self.progress is not None:
+            self.progress.update(self.task, completed=m["step"], info=info)
+        elif m["step"] % self.every == 0 or m["step"] == m["max_steps"]:
+            done = m["step"] - self.first_step
+            eta = (time.perf_counter() - self.start) / max(1, done) * (m["max_steps"] - m["step"])
+            self._line(f"step {m['step']}/{m['max_steps']} {info} eta {_fmt_time(eta)}")
+
+    def on_eval(self, trainer, m):
+        self._line(f"eval step {m['step']}: val ELBO {m['val_nats_per_token']:.4f} nats/token, "
+                   f"ppl {m['val_ppl_token']:.2f} ({m['eval_steps']}-step bound)")
+
+    def on_checkpoint(self, trainer, path):
+        self._line(f"checkpoint step {trainer.step}: {path}")
+
+    def on_end(self, trainer, m):
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
