@@ -244,6 +244,85 @@ def checkpoints_list(as_json: Annotated[bool, typer.Option("--json", help="One J
     say(f"store: {store_dir()}")
 
 
+class _FetchProgress:
+    """Download progress on stderr: a live bar on a terminal, a few plain lines otherwise."""
+
+    def __init__(self):
+        self.live = sys.stderr.isatty()
+        self.last = -1
+
+    def __call__(self, done: int, total: int | None, what: str) -> None:
+        pct = int(100 * done / total) if total else None
+        if self.live:
+            shown = f"{pct:3d}%" if pct is not None else ""
+            sys.stderr.write(f"\r{what} {_size(done):>9} {shown}")
+            sys.stderr.flush()
+        elif pct is not None and pct // 25 != self.last:
+            self.last = pct // 25
+            say(f"{what} {_size(done)} ({pct}%)")
+
+    def close(self) -> None:
+        if self.live:
+            sys.stderr.write("\n")
+
+
+@checkpoints_app.command("fetch")
+def checkpoints_fetch(
+    source: Annotated[str, typer.Argument(metavar="REPO_ID_OR_URL", help="Hub repo id (user/model) or an https URL to a .tar.gz/.zip.")],
+    revision: Annotated[Optional[str], typer.Option(help="Hub branch, tag or commit to pin.")] = None,
+    name: Annotated[Optional[str], typer.Option(help="Store name (default: the repo's or archive's name).")] = None,
+):
+    """Download a checkpoint into the store; prints its path on stdout."""
+    from .hub import fetch
+
+    bar = _FetchProgress()
+    try:
+        path = fetch(source, revision=revision, name=name, progress=bar)
+    finally:
+        bar.close()
+    print(path)
+
+
+@checkpoints_app.command("import")
+def checkpoints_import(
+    directory: Annotated[str, typer.Argument(metavar="DIR", help="A checkpoint directory to copy into the store.")],
+    name: Annotated[Optional[str], typer.Option(help="Store name (default: the directory's name).")] = None,
+):
+    """Copy a local checkpoint into the store; prints its path on stdout."""
+    from .hub import import_dir
+
+    print(import_dir(directory, name=name))
+
+
+@checkpoints_app.command("remove")
+def checkpoints_remove(
+    name: Annotated[str, typer.Argument(help="Store name of the checkpoint to delete.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+):
+    """Delete a checkpoint from the store (asks first unless --yes)."""
+    from .hub import remove
+    from .store import resolve
+
+    resolve(name)  # a clear error for an unknown name before asking anything
+    if not yes:
+        if not sys.stdin.isatty():
+            raise DbertError(f"refusing to remove {name!r} without confirmation; pass --yes")
+        if not typer.confirm(f"Remove checkpoint {name!r} from the store?", err=True):
+            raise typer.Exit(1)
+    path = remove(name)
+    say(f"removed {path}")
+
+
+@app.command()
+def tui(
+    checkpoint: Annotated[Optional[str], typer.Option(help="Store name or directory to start with.")] = None,
+):
+    """Open the interactive terminal app (same as `dbert-tui`)."""
+    from dbert_tui.app import run
+
+    raise typer.Exit(run(checkpoint=checkpoint))
+
+
 def main() -> None:
     """Entry point: run the app; expected failures become one line on stderr."""
     try:

@@ -1,0 +1,383 @@
+"""Store operations: fetch a checkpoint (Hugging Face Hub repo or archive URL), import, remove.
+
+Every operation builds the new entry in a hidden temporary directory beside it in the store
+(`.<name>.fetch-XXXX`, which `store.entries` never lists), validates it with
+`checkpoint.load`, and only then renames it into place: a failed, offline or cancelled
+fetch leaves nothing half-written behind.
+
+Archives (.tar.gz, .tgz, .tar, .zip) are unpacked by hand, member by member: absolute paths,
+`..`, links and device files are refused, and so is any pickle file (*.bin, *.pt, *.pth,
+*.ckpt, *.pkl): only safetensors weights are accepted. A `trainer_state/` folder (optimizer
+state, which is pickled) is skipped, never unpacked. Downloads are capped at `max_bytes`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path, PurePosixPath
+from typing import Callable, Optional
+
+from .errors import DbertError
+
+MAX_BYTES = 4 * 1024**3  # 4 GiB, downloaded or unpacked
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "tokenizer*", "*.model"]
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
+SKIP_DIRS = ("trainer_state",)
+CHUNK = 1 << 16
+
+# progress(done_bytes, total_bytes or None, what) is called from the fetching thread.
+Progress = Optional[Callable[[int, Optional[int], str], None]]
+Cancel = Optional[Callable[[], bool]]
+
+
+def _store_dir() -> Path:
+    from .store import store_dir
+
+    return store_dir()
+
+
+def _target(name: str) -> Path:
+    from .store import DEFAULT_NAME, is_name
+
+    if not is_name(name) or name.endswith(".old") or name == DEFAULT_NAME:
+        raise DbertError(f"invalid checkpoint name {name!r} (a plain name, not 'default', no '/', not hidden)")
+    path = _store_dir() / name
+    if path.exists() or path.with_name(name + ".old").exists():
+        raise DbertError(f"a checkpoint named {name!r} already exists in the store; choose another --name "
+                         "or remove it first")
+    return path
+
+
+def _is_url(source: str) -> bool:
+    return source.startswith(("http://", "https://"))
+
+
+def default_name(source: str) -> str:
+    """The store name a fetch uses without --name: the repo's or the archive's base name."""
+    if _is_url(source):
+        from urllib.parse import urlparse
+
+        base = PurePosixPath(urlparse(source).path).name
+        for suffix in ARCHIVE_SUFFIXES:
+            if base.lower().endswith(suffix):
+                return base[: -len(suffix)] or "checkpoint"
+        return base or "checkpoint"
+    return source.rstrip("/").split("/")[-1]
+
+
+def _validate(path: Path) -> None:
+    """Raise DbertError unless path holds a loadable checkpoint with safetensors weights only."""
+    from .checkpoint import load
+
+    for f in path.rglob("*"):
+        if f.is_symlink():
+            raise DbertError(f"refusing {f.relative_to(path)}: links are not allowed in a checkpoint")
+        if f.is_file() and f.name.lower().endswith(PICKLE_SUFFIXES) and not _skipped(f.relative_to(path).parts):
+            raise DbertError(f"refusing {f.relative_to(path)}: pickle weights are not accepted (safetensors only)")
+    load(path)
+
+
+def _skipped(parts) -> bool:
+    return any(p in SKIP_DIRS for p in parts)
+
+
+def _commit(tmp_root: Path, ckpt_dir: Path, target: Path) -> Path:
+    _validate(ckpt_dir)
+    if target.exists():
+        raise DbertError(f"a checkpoint named {target.name!r} appeared in the store meanwhile")
+    os.rename(ckpt_dir, target)
+    return target
+
+
+def _workspace(target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}.fetch-", dir=target.parent))
+
+
+# ------------------------------------------------------------------------------ public API
+def fetch(source: str, revision: str | None = None, name: str | None = None, progress: Progress = None,
+          max_bytes: int = MAX_BYTES, cancel: Cancel = None) -> Path:
+    """Fetch a checkpoint into the store; returns its directory.
+
+    source: a Hugging Face Hub repo id ("user/model") or an http(s) URL to an archive.
+    revision: a branch, tag or commit of a hub repo (pinned download).
+    cancel: polled while downloading; when it returns True the fetch stops with DbertError.
+    """
+    source = source.strip()
+    if not source:
+        raise DbertError("nothing to fetch: give a hub repo id (user/model) or an https URL")
+    target = _target(name or default_name(source))
+    tmp = _workspace(target)
+    try:
+        if _is_url(source):
+            if revision is not None:
+                raise DbertError("--revision applies to hub repos, not to URLs")
+            ckpt_dir = _fetch_url(source, tmp, progress, max_bytes, cancel)
+        else:
+            ckpt_dir = _fetch_hub(source, revision, tmp, progress, max_bytes, cancel)
+        return _commit(tmp, ckpt_dir, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def import_dir(path, name: str | None = None) -> Path:
+    """Copy a local checkpoint directory into the store (validated first); returns the entry."""
+    src = Path(path).expanduser()
+    if not src.is_dir():
+        raise DbertError(f"not a directory: {src}")
+    from .checkpoint import load
+
+    load(src)  # a clear error before copying anything
+    target = _target(name or src.resolve().name)
+    tmp = _workspace(target)
+    try:
+        dest = tmp / "ckpt"
+        shutil.copytree(src, dest, symlinks=False)
+        return _commit(tmp, dest, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove(name: str) -> Path:
+    """Delete a store entry by name (the shipped default cannot be removed); returns its old path."""
+    from .store import DEFAULT_NAME, is_name
+
+    if name == DEFAULT_NAME:
+        raise DbertError("the shipped default checkpoint cannot be removed")
+    if not is_name(name):
+        raise DbertError(f"not a store name: {name!r} (remove only deletes store entries, not paths)")
+    path = _store_dir() / name
+    old = path.with_name(name + ".old")
+    if not path.is_dir() and not old.is_dir():
+        raise DbertError(f"no checkpoint named {name!r} in {_store_dir()}")
+    for p in (path, old):
+        if p.is_dir():
+            # rename first, so the entry disappears at once even if deleting takes a while
+            gone = Path(tempfile.mkdtemp(prefix=f".{name}.removing-", dir=p.parent))
+            os.rename(p, gone / "x")
+            shutil.rmtree(gone, ignore_errors=True)
+    return path
+
+
+# ------------------------------------------------------------------------------ URL archives
+def _archive_kind(url: str, content_type: str | None) -> str:
+    from urllib.parse import urlparse
+
+    path = urlparse(url).path.lower()
+    if path.endswith(".zip") or (content_type or "").endswith("zip"):
+        return "zip"
+    if path.endswith((".tar.gz", ".tgz", ".tar")) or "tar" in (content_type or "") or "gzip" in (content_type or ""):
+        return "tar"
+    raise DbertError(f"{url} is not a .tar.gz, .tgz, .tar or .zip archive")
+
+
+def _fetch_url(url: str, tmp: Path, progress: Progress, max_bytes: int, cancel: Cancel) -> Path:
+    import urllib.error
+    import urllib.request
+
+    if os.environ.get("DBERT_OFFLINE") == "1":
+        raise DbertError(f"cannot fetch {url}: DBERT_OFFLINE=1 is set")
+    archive = tmp / "download"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            kind = _archive_kind(url, response.headers.get("Content-Type"))
+            total = response.headers.get("Content-Length")
+            total = int(total) if total and total.isdigit() else None
+            if total is not None and total > max_bytes:
+                raise DbertError(f"{url} is {total / 1e6:.1f} MB, over the {max_bytes / 1e6:.1f} MB limit")
+            done = 0
+            with open(archive, "wb") as out:
+                while chunk := response.read(CHUNK):
+                    if cancel is not None and cancel():
+                        raise DbertError("download cancelled")
+                    done += len(chunk)
+                    if done > max_bytes:
+                        raise DbertError(f"{url} is over the {max_bytes / 1e6:.1f} MB limit")
+                    out.write(chunk)
+                    if progress is not None:
+                        progress(done, total, "download")
+            if total is not None and done != total:
+                raise DbertError(f"{url}: the download stopped early ({done} of {total} bytes)")
+    except urllib.error.HTTPError as e:
+        raise DbertError(f"cannot fetch {url}: HTTP {e.code} {e.reason}") from None
+    except urllib.error.URLError as e:
+        raise DbertError(f"cannot fetch {url}: {e.reason} (offline?)") from None
+    except (TimeoutError, ConnectionError, OSError) as e:
+        if isinstance(e, DbertError):
+            raise
+        raise DbertError(f"cannot fetch {url}: {e}") from None
+    dest = tmp / "unpacked"
+    dest.mkdir()
+    if progress is not None:
+        progress(done, total, "unpack")
+    if kind == "zip":
+        _unzip(archive, dest, max_bytes)
+    else:
+        _untar(archive, dest, max_bytes)
+    archive.unlink()
+    return _checkpoint_root(dest, url)
+
+
+def _member_path(dest: Path, name: str) -> Path | None:
+    """dest/name for a safe relative member name; None for a skipped member; raises otherwise."""
+    pure = PurePosixPath(name.replace("\\", "/"))
+    if pure.is_absolute() or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        raise DbertError(f"refusing archive member {name!r}: absolute path")
+    parts = [p for p in pure.parts if p not in ("", ".")]
+    if ".." in parts:
+        raise DbertError(f"refusing archive member {name!r}: it points outside the target folder")
+    if not parts or _skipped(parts) or parts[-1] in ("__MACOSX", ".DS_Store") or "__MACOSX" in parts:
+        return None
+    if parts[-1].lower().endswith(PICKLE_SUFFIXES):
+        raise DbertError(f"refusing archive member {name!r}: pickle weights are not accepted (safetensors only)")
+    return dest.joinpath(*parts)
+
+
+def _untar(archive: Path, dest: Path, max_bytes: int) -> None:
+    try:
+        tf = tarfile.open(archive, "r:*")
+    except (tarfile.TarError, OSError) as e:
+        raise DbertError(f"the download is not a readable tar archive ({e})") from None
+    with tf:
+        total = 0
+        try:
+            for m in tf:
+                if m.issym() or m.islnk():
+                    raise DbertError(f"refusing archive member {m.name!r}: links are not allowed")
+                if not (m.isfile() or m.isdir()):
+                    raise DbertError(f"refusing archive member {m.name!r}: not a regular file")
+                out = _member_path(dest, m.name)
+                if out is None:
+                    continue
+                if m.isdir():
+                    out.mkdir(parents=True, exist_ok=True)
+                    continue
+                total += m.size
+                if total > max_bytes:
+                    raise DbertError(f"the archive unpacks to more than {max_bytes / 1e6:.1f} MB")
+                out.parent.mkdir(parents=True, exist_ok=True)
+                src = tf.extractfile(m)
+                with src, open(out, "wb") as f:
+                    shutil.copyfileobj(src, f, CHUNK)
+        except (tarfile.TarError, EOFError, OSError) as e:
+            raise DbertError(f"the tar archive is corrupt ({e})") from None
+
+
+def _unzip(archive: Path, dest: Path, max_bytes: int) -> None:
+    try:
+        zf = zipfile.ZipFile(archive)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise DbertError(f"the download is not a readable zip archive ({e})") from None
+    with zf:
+        infos = zf.infolist()
+        if sum(i.file_size for i in infos) > max_bytes:
+            raise DbertError(f"the archive unpacks to more than {max_bytes / 1e6:.1f} MB")
+        try:
+            for info in infos:
+                mode = info.external_attr >> 16
+                if stat.S_ISLNK(mode):
+                    raise DbertError(f"refusing archive member {info.filename!r}: links are not allowed")
+                out = _member_path(dest, info.filename)
+                if out is None:
+                    continue
+                if info.is_dir():
+                    out.mkdir(parents=True, exist_ok=True)
+                    continue
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(out, "wb") as f:
+                    shutil.copyfileobj(src, f, CHUNK)
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            raise DbertError(f"the zip archive is corrupt ({e})") from None
+
+
+def _checkpoint_root(dest: Path, source: str) -> Path:
+    """The unpacked checkpoint folder: dest itself or its single subfolder holding dbert.json."""
+    if (dest / "dbert.json").is_file():
+        return dest
+    subdirs = [p for p in dest.iterdir() if p.is_dir()]
+    files = [p for p in dest.iterdir() if p.is_file()]
+    if len(subdirs) == 1 and not files and (subdirs[0] / "dbert.json").is_file():
+        return subdirs[0]
+    raise DbertError(f"{source} does not hold a dbert checkpoint (no dbert.json at its top level)")
+
+
+# ------------------------------------------------------------------------------ Hugging Face Hub
+def _progress_class(progress: Progress, cancel: Cancel, max_bytes: int):
+    """A duck-typed tqdm for snapshot_download's tqdm_class: forwards byte counts to progress."""
+
+    class _Bar:
+        def __init__(self, *args, **kwargs):
+            self.total = kwargs.get("total") or 0
+            self.n = kwargs.get("initial") or 0
+            self.desc = str(kwargs.get("desc") or "")
+            self.bytes = kwargs.get("unit") == "B" and not self.desc.startswith("Downloading")
+            self.format_dict = {"rate": None}
+
+        def update(self, n=1):
+            if cancel is not None and cancel():
+                raise DbertError("download cancelled")
+            self.n += n or 0
+            if self.bytes and max(self.total or 0, self.n) > max_bytes:
+                raise DbertError(f"the download is over the {max_bytes / 1e6:.1f} MB limit")
+            if self.bytes and progress is not None:
+                progress(int(self.n), int(self.total) or None, "download")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def __getattr__(self, name):  # refresh, close, set_description, set_postfix_str, ...
+            return lambda *a, **k: None
+
+    return _Bar
+
+
+def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress, max_bytes: int,
+               cancel: Cancel) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
+                                        OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError)
+
+    if repo_id.count("/") > 1 or repo_id.startswith((".", "/")) or " " in repo_id:
+        raise DbertError(f"{repo_id!r} is neither a hub repo id (user/model) nor an http(s) URL")
+    where = f"{repo_id}@{revision}" if revision else repo_id
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise DbertError(f"cannot fetch {where}: offline (HF_HUB_OFFLINE=1 is set)")
+    download = tmp / "hub"
+    try:
+        snapshot_download(repo_id, revision=revision, local_dir=download, cache_dir=tmp / "cache",
+                          endpoint=os.environ.get("HF_ENDPOINT") or None,
+                          allow_patterns=ALLOW_PATTERNS, ignore_patterns=[f"{d}/*" for d in SKIP_DIRS],
+                          max_workers=2,
+                          tqdm_class=_progress_class(progress, cancel, max_bytes))
+    except DbertError:
+        raise
+    except (LocalEntryNotFoundError, OfflineModeIsEnabled):
+        raise DbertError(f"cannot fetch {where}: the Hugging Face Hub is not reachable (offline, or "
+                         "HF_HUB_OFFLINE=1 is set)") from None
+    except RevisionNotFoundError:
+        raise DbertError(f"cannot fetch {where}: no such revision") from None
+    except GatedRepoError:
+        raise DbertError(f"cannot fetch {repo_id}: the repo is gated; log in with `hf auth login` first") from None
+    except RepositoryNotFoundError:
+        raise DbertError(f"cannot fetch {repo_id}: no such repo on the hub (or it is private)") from None
+    except (EntryNotFoundError, HfHubHTTPError) as e:
+        raise DbertError(f"cannot fetch {where}: {str(e).splitlines()[0][:160]}") from None
+    except Exception as e:  # noqa: BLE001 - network stacks raise many kinds; one line for the user
+        raise DbertError(f"cannot fetch {where}: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}") from None
+    for leftover in (".cache", *SKIP_DIRS):
+        shutil.rmtree(download / leftover, ignore_errors=True)
+    size = sum(f.stat().st_size for f in download.rglob("*") if f.is_file())
+    if size > max_bytes:
+        raise DbertError(f"{repo_id} is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.1f} MB limit")
+    if not (download / "dbert.json").is_file():
+        raise DbertError(f"{where} is not a dbert checkpoint (no dbert.json in the repo)")
+    return download
