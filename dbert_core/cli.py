@@ -323,6 +323,146 @@ def tui(
     raise typer.Exit(run(checkpoint=checkpoint))
 
 
+class _FetchProgress:
+    """Download progress on stderr: a live bar on a terminal, a few plain lines otherwise."""
+
+    def __init__(self):
+        self.live = sys.stderr.isatty()
+        self.last = -1
+
+    def __call__(self, done: int, total: int | None, what: str) -> None:
+        pct = int(100 * done / total) if total else None
+        if self.live:
+            shown = f"{pct:3d}%" if pct is not None else ""
+            sys.stderr.write(f"\r{what} {_size(done):>9} {shown}")
+            sys.stderr.flush()
+        elif pct is not None and pct // 25 != self.last:
+            self.last = pct // 25
+            say(f"{what} {_size(done)} ({pct}%)")
+
+    def close(self) -> None:
+        if self.live:
+            sys.stderr.write("\n")
+
+
+@checkpoints_app.command("fetch")
+def checkpoints_fetch(
+    source: Annotated[str, typer.Argument(metavar="REPO_ID_OR_URL", help="Hub repo id (user/model) or an https URL to a .tar.gz/.zip.")],
+    revision: Annotated[Optional[str], typer.Option(help="Hub branch, tag or commit to pin.")] = None,
+    name: Annotated[Optional[str], typer.Option(help="Store name (default: the repo's or archive's name).")] = None,
+):
+    """Download a checkpoint into the store; prints its path on stdout."""
+    from .hub import fetch
+
+    bar = _FetchProgress()
+    try:
+        path = fetch(source, revision=revision, name=name, progress=bar)
+    finally:
+        bar.close()
+    print(path)
+
+
+@checkpoints_app.command("import")
+def checkpoints_import(
+    directory: Annotated[str, typer.Argument(metavar="DIR", help="A checkpoint directory to copy into the store.")],
+    name: Annotated[Optional[str], typer.Option(help="Store name (default: the directory's name).")] = None,
+):
+    """Copy a local checkpoint into the store; prints its path on stdout."""
+    from .hub import import_dir
+
+    print(import_dir(directory, name=name))
+
+
+@checkpoints_app.command("remove")
+def checkpoints_remove(
+    name: Annotated[str, typer.Argument(help="Store name of the checkpoint to delete.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+):
+    """Delete a checkpoint from the store (asks first unless --yes)."""
+    from .hub import remove
+    from .store import resolve
+
+    resolve(name)  # a clear error for an unknown name before asking anything
+    if not yes:
+        if not sys.stdin.isatty():
+            raise DbertError(f"refusing to remove {name!r} without confirmation; pass --yes")
+        if not typer.confirm(f"Remove checkpoint {name!r} from the store?", err=True):
+            raise typer.Exit(1)
+    path = remove(name)
+    say(f"removed {path}")
+
+
+@app.command()
+def tui(
+    checkpoint: Annotated[Optional[str], typer.Option(help="Store name or directory to start with.")] = None,
+):
+    """Open the interactive terminal app (same as `dbert-tui`)."""
+    from dbert_tui.app import run
+
+    if checkpoint is not None:
+        from .store import resolve
+
+        resolve(checkpoint)  # a bad name is one line and exit 2, before the screen opens
+    raise typer.Exit(run(checkpoint=checkpoint))
+
+
+# ---------------------------------------------------------------------------------- bench
+def _int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise DbertError(f"{option} takes comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise DbertError(f"{option} takes positive integers, got {text!r}")
+    return values
+
+
+@app.command()
+def bench(
+    checkpoint: Annotated[Optional[str], typer.Option(help="Store name or directory (default: the shipped model).")] = None,
+    out: Annotated[str, typer.Option(help="Directory for bench.json and bench.md.")] = "bench",
+    quick: Annotated[bool, typer.Option("--quick", help="Steps 16,128 only, fewer repetitions (minutes, not an hour).")] = False,
+    steps: Annotated[Optional[str], typer.Option(help="Step budgets, comma-separated (default 16,128,512,2048).")] = None,
+    batch: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "1,32",
+    samplers: Annotated[str, typer.Option(help="Samplers, comma-separated.")] = "ancestral,cached,first-hitting",
+    length: Annotated[int, typer.Option(help="Tokens per sample.")] = 64,
+    measure_train: Annotated[bool, typer.Option("--train/--no-train", help="Measure training tokens/s.")] = True,
+    bf16: Annotated[bool, typer.Option(help="Also time the forward pass in bfloat16.")] = True,
+    use_compile: Annotated[bool, typer.Option("--compile", help="Also time the forward pass under torch.compile.")] = False,
+    threads: Annotated[Optional[int], typer.Option(help="torch threads (default: torch's choice); the forward is also timed with 1..cores.")] = None,
+    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
+):
+    """Measure sampling speed, training tokens/s and forward efficiency on this machine (Markdown on stdout)."""
+    import os
+    import time
+
+    import torch
+
+    from .bench import markdown, run
+    from .sample import SAMPLERS
+
+    step_list = _int_list(steps, "--steps") if steps else ([16, 128] if quick else [16, 128, 512, 2048])
+    batches = _int_list(batch, "--batch")
+    chosen = [s.strip() for s in samplers.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in SAMPLERS]
+    if unknown or not chosen:
+        raise DbertError(f"--samplers: choose from {', '.join(SAMPLERS)}, got {samplers!r}")
+    if threads is not None:
+        if threads < 1:
+            raise DbertError("--threads must be >= 1")
+        torch.set_num_threads(threads)
+    start = time.perf_counter()
+    db = _load(checkpoint, device.value)
+    load_seconds = time.perf_counter() - start
+    if db.model.time != "none":
+        chosen = [s for s in chosen if s != "cached"]
+    say(f"bench: {db.path}, steps {step_list}, batch {batches}, samplers {chosen}; results in {out}/")
+    result = run(db, Path(out), load_seconds, chosen, step_list, batches, length=length, quick=quick, train=measure_train,
+                 bf16=bf16, compiled=use_compile, threads=range(1, (os.cpu_count() or 1) + 1))
+    sys.stdout.write(markdown(result))
+    sys.stdout.flush()
+
+
 def main() -> None:
     """Entry point: run the app; expected failures become one line on stderr."""
     try:

@@ -1,0 +1,194 @@
+"""The dbert-tui app: three modes (Generate, Checkpoints, Train) over one loaded checkpoint.
+
+`create_app` is the factory: tests inject a loader (e.g. one returning a tiny model already in
+memory), default sampling settings and training data, and `deterministic=True` to hide timings
+and stop cursor blinking for snapshots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Iterable
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState
+
+from .messages import CheckpointLoaded, StoreChanged
+from .render import Settings, read_state, remember
+from .screens.checkpoints import CheckpointsScreen
+from .screens.generate import GenerateScreen
+from .screens.train import TrainScreen
+from .workers import one_line
+
+
+def initial_checkpoint(requested: str | None) -> Path | None:
+    """--checkpoint, else the last one used, else the shipped default, else the newest store entry."""
+    from dbert_core.errors import DbertError
+    from dbert_core.store import entries, resolve
+
+    if requested:
+        return resolve(requested)  # a clear DbertError for a bad name
+    last = read_state().get("checkpoint")
+    if last and (Path(last) / "dbert.json").is_file():
+        return Path(last)
+    try:
+        return resolve(None)
+    except DbertError:
+        pass
+    rows = entries()
+    if not rows:
+        return None
+    return max(rows, key=lambda e: e.created or "").path
+
+
+class DbertApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "dbert"
+    BINDINGS = [
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("f1,1", "mode('generate')", "Generate"),
+        Binding("f2,2", "mode('checkpoints')", "Checkpoints"),
+        Binding("f3,3", "mode('train')", "Train"),
+    ]
+
+    def __init__(self, checkpoint: str | Path | None = None, loader: Callable | None = None,
+                 settings: Settings | None = None, train_data: list[str] | None = None,
+                 deterministic: bool = False) -> None:
+        super().__init__()
+        self.requested = str(checkpoint) if checkpoint is not None else None
+        self.loader = loader
+        self.deterministic = deterministic
+        if deterministic:
+            self.animation_level = "none"
+        self.db = None
+        self.generate_screen = GenerateScreen(settings)
+        self.checkpoints_screen = CheckpointsScreen()
+        self.train_screen = TrainScreen(train_data)
+        self.add_mode("generate", lambda: self.generate_screen)
+        self.add_mode("checkpoints", lambda: self.checkpoints_screen)
+        self.add_mode("train", lambda: self.train_screen)
+
+    # ------------------------------------------------------------------ start-up
+    def on_mount(self) -> None:
+        from dbert_core.errors import DbertError
+
+        try:
+            path = initial_checkpoint(self.requested)
+        except DbertError as e:
+            self.switch_mode("checkpoints")
+            self.notify(str(e), severity="error", timeout=10)
+            return
+        if path is None:
+            self.switch_mode("checkpoints")
+            return
+        self.switch_mode("generate")
+        self.use_checkpoint(path)
+
+    def use_checkpoint(self, path) -> None:
+        """Load a checkpoint in a worker, then show it on the Generate screen."""
+        self.notify(f"loading {Path(path).name} …", timeout=2)
+        self.load(Path(path))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="load")
+    def load(self, path: Path) -> None:
+        if self.loader is not None:
+            db = self.loader(path)
+        else:
+            from dbert_core.checkpoint import load
+
+            db = load(path)
+        self.post_message(CheckpointLoaded(db, path))
+
+    def on_checkpoint_loaded(self, message: CheckpointLoaded) -> None:
+        self.db = message.db
+        self.checkpoints_screen.error_notice = ""
+        remember(checkpoint=str(Path(message.path).resolve()))
+        self.switch_mode("generate")
+        self.generate_screen.use_db(message.db)
+        if self.checkpoints_screen.is_mounted:
+            self.checkpoints_screen.refresh_store()
+
+    def on_store_changed(self, message: StoreChanged) -> None:
+        if self.checkpoints_screen.is_mounted:
+            self.checkpoints_screen.refresh_store(select=message.path)
+
+    # ------------------------------------------------------------------ errors
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        self.report_worker(event.worker, event.state)
+
+    def report_worker(self, worker: Worker, state: WorkerState) -> None:
+        """Every worker failure ends here: one line in a notification, never a crash."""
+        if state != WorkerState.ERROR or worker.error is None:
+            return
+        message = one_line(worker.error)
+        self.log.error(f"worker {worker.name!r} failed: {worker.error!r}")
+        self.notify(message, title=f"{worker.name} failed", severity="error", timeout=10)
+        if worker.group == "load":
+            self.checkpoints_screen.error_notice = f"could not load that checkpoint: {message}"
+            self.switch_mode("checkpoints")
+            if self.checkpoints_screen.is_mounted:
+                self.checkpoints_screen.refresh_store()
+
+    # ------------------------------------------------------------------ navigation and palette
+    def action_mode(self, mode: str) -> None:
+        if self.current_mode != mode:
+            self.switch_mode(mode)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        g = self.generate_screen
+        yield SystemCommand("Generate screen", "Watch reverse diffusion (1)", lambda: self.action_mode("generate"))
+        yield SystemCommand("Checkpoints screen", "List, choose, fetch, import, delete (2)",
+                            lambda: self.action_mode("checkpoints"))
+        yield SystemCommand("Train screen", "Train a model on your text files (3)", lambda: self.action_mode("train"))
+        yield SystemCommand("Restart sampling", "A new run with the same settings (r)", g.action_restart)
+        yield SystemCommand("New seed", "Restart with another seed (n)", g.action_new_seed)
+        yield SystemCommand("Sampling settings", "Steps, temperature, top-k/p, length, seed, sampler (e)", g.action_edit)
+        yield SystemCommand("Prompt / infill template", "Text with [MASK] slots (p)", g.action_prompt)
+        yield SystemCommand("Save texts", "Write the generated text(s) to a file (s)", g.action_save)
+        yield SystemCommand("Export trajectory", "Every frame of the run as JSON (x)", g.action_export)
+        yield SystemCommand("Toggle colouring", "Reveal order / confidence (v)", g.action_toggle_colour)
+        yield SystemCommand("Fetch a checkpoint", "From the Hugging Face Hub or an https URL",
+                            lambda: (self.action_mode("checkpoints"), self.call_later(self.checkpoints_screen.action_fetch)))
+
+
+def create_app(**kwargs) -> DbertApp:
+    """The app with injected dependencies (see DbertApp.__init__)."""
+    return DbertApp(**kwargs)
+
+
+def run(checkpoint: str | None = None, settings: Settings | None = None) -> int:
+    """Run the app in this terminal; returns the exit status."""
+    app = create_app(checkpoint=checkpoint, settings=settings)
+    app.run()
+    return app.return_code or 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="dbert-tui", description="Watch DiffusionBERT generate; fetch or train checkpoints.")
+    parser.add_argument("--checkpoint", help="store name or checkpoint directory to start with")
+    parser.add_argument("--steps", type=int, default=64, help="reverse steps of the first run (default 64)")
+    parser.add_argument("--length", type=int, default=48, help="tokens per sample (default 48)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first run (default 0)")
+    parser.add_argument("--pace-ms", type=int, default=40, help="ms per shown step while playing (default 40)")
+    args = parser.parse_args(argv)
+    if args.checkpoint:
+        from dbert_core.errors import DbertError
+        from dbert_core.store import resolve
+
+        try:
+            resolve(args.checkpoint)
+        except DbertError as e:
+            print(f"dbert-tui: error: {e}", file=sys.stderr)
+            sys.exit(2)
+    settings = Settings(steps=args.steps, length=args.length, seed=args.seed, pace_ms=max(0, args.pace_ms))
+    sys.exit(run(args.checkpoint, settings))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,266 @@
+"""Pure helpers the screens use: runs and their recorded frames, token colouring, the noise
+schedule curve, trajectory export, and small atomic JSON/text writes. No Textual in here."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.color import Color
+from rich.text import Text
+
+MASK_GLYPH = "░░░"
+EARLY, MID, LATE = (95, 135, 255), (95, 215, 135), (255, 95, 95)
+LOW, HIGH = (255, 95, 95), (95, 215, 135)
+
+
+# ------------------------------------------------------------------------------ settings and runs
+@dataclass
+class Settings:
+    """What a sampling run uses; the Generate screen's controls edit these."""
+
+    steps: int = 64
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    length: int = 48
+    seed: int = 0
+    sampler: str = "ancestral"
+    n: int = 1
+    prompt: str = ""
+    pace_ms: int = 40  # minimum time per shown step while playing (0: as fast as the model goes)
+
+
+@dataclass
+class Recorded:
+    frame: object          # dbert_core.sample.Frame
+    order: object          # (B, L) int tensor: step at which each position was revealed (0: given/masked)
+    seconds: float         # model time spent so far in this run
+
+
+@dataclass
+class Run:
+    """One sampling run: its settings and every frame recorded so far (appended by the worker)."""
+
+    id: int
+    settings: Settings
+    frames: list[Recorded] = field(default_factory=list)
+    finished: bool = False
+    playing: bool = True
+    step_budget: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def wait_turn(self, is_cancelled, pace_s: float) -> bool:
+        """Block the worker until the next step may be computed; False when cancelled."""
+        deadline = time.monotonic() + pace_s
+        while True:
+            if is_cancelled():
+                return False
+            with self.lock:
+                if self.step_budget > 0:
+                    self.step_budget -= 1
+                    return True
+                if self.playing and time.monotonic() >= deadline:
+                    return True
+            time.sleep(0.01)
+
+
+# ------------------------------------------------------------------------------ colours
+def _blend(a, b, x: float):
+    return tuple(round(a[i] + (b[i] - a[i]) * x) for i in range(3))
+
+
+def order_colour(step: int, steps: int) -> Color:
+    """Early reveals blue, middle green, late red."""
+    x = 0.0 if steps <= 1 else (step - 1) / (steps - 1)
+    rgb = _blend(EARLY, MID, x * 2) if x < 0.5 else _blend(MID, LATE, (x - 0.5) * 2)
+    return Color.from_rgb(*rgb)
+
+
+def confidence_colour(p: float) -> Color:
+    return Color.from_rgb(*_blend(LOW, HIGH, max(0.0, min(1.0, p))))
+
+
+def token_pieces(tokenizer, ids) -> list[str]:
+    return tokenizer.convert_ids_to_tokens([int(i) for i in ids])
+
+
+def render_tokens(db, rec: Recorded, mode: str = "order") -> Text:
+    """The batch as flowing text: masks as a placeholder, new tokens highlighted, every
+    revealed token coloured by when it was revealed (mode 'order') or by its confidence."""
+    f = rec.frame
+    tok = db.tokenizer
+    specials = {tok.sep_token: "¶", tok.pad_token: "·", tok.cls_token: "·"}
+    out = Text()
+    B = f.ids.shape[0]
+    for b in range(B):
+        if B > 1:
+            out.append(f"{'' if b == 0 else chr(10)}sample {b + 1}\n", style="bold dim")
+        pieces = token_pieces(tok, f.ids[b])
+        for pos, piece in enumerate(pieces):
+            if bool(f.masked[b, pos]):
+                if pos:
+                    out.append(" ")
+                out.append(MASK_GLYPH, style="grey42")
+                continue
+            glue = piece.startswith("##")
+            shown = specials.get(piece, piece[2:] if glue else piece)
+            if pos and not glue:
+                out.append(" ")
+            step = int(rec.order[b, pos])
+            if bool(f.revealed[b, pos]):
+                style = "bold black on yellow"
+            elif step == 0:
+                style = "bold underline"  # given by the prompt
+            elif mode == "confidence":
+                c = float(f.confidence[b, pos])
+                style = f"{confidence_colour(c).name if not math.isnan(c) else 'white'}"
+            else:
+                style = order_colour(step, f.steps).name
+            out.append(shown, style=style)
+    return out
+
+
+def legend(mode: str) -> Text:
+    t = Text()
+    if mode == "confidence":
+        t.append("low ", style="dim")
+        for x in (0.0, 0.25, 0.5, 0.75, 1.0):
+            t.append("■", style=confidence_colour(x).name)
+        t.append(" high confidence  ", style="dim")
+    else:
+        t.append("early ", style="dim")
+        for k in range(1, 6):
+            t.append("■", style=order_colour(k, 5).name)
+        t.append(" late  ", style="dim")
+    t.append("new", style="bold black on yellow")
+    t.append("  ")
+    t.append(MASK_GLYPH, style="grey42")
+    t.append(" masked  ", style="dim")
+    t.append("prompt", style="bold underline")
+    return t
+
+
+def texts_of(db, rec: Recorded) -> list[str]:
+    return [db.decode(row) for row in rec.frame.ids]
+
+
+# ------------------------------------------------------------------------------ noise schedule
+def expected_masked(db, steps: int) -> list[float]:
+    """Expected masked fraction after k reverse steps, k = 0..steps (1.0 at k=0, 0.0 at the end),
+    weighting each token's a_t(v) by its corpus frequency."""
+    import torch
+
+    from dbert_core.schedule import step_grid
+
+    grid = torch.tensor(step_grid(db.schedule.T, steps), dtype=torch.float32)  # T ... 0
+    counts = db.counts.to(torch.float64)
+    alpha = db.schedule.alpha_vocab(grid).to(torch.float64)  # (K, V) or (K, 1)
+    visible = (alpha * counts).sum(-1) / counts.sum() if alpha.shape[-1] > 1 else alpha[:, 0]
+    return [float(1.0 - v) for v in visible]
+
+
+def schedule_chart(curve: list[float], width: int, height: int, step: int | None = None,
+                   actual: float | None = None) -> Text:
+    """A small plot of masked fraction (y, 1 at the top) over reverse steps (x):
+    '•' the schedule's expectation, '·' the linear schedule, '│' the current step, '■' the run."""
+    width, height = max(8, width), max(3, height)
+    steps = len(curve) - 1
+    grid = [[" "] * width for _ in range(height)]
+    styles = [[""] * width for _ in range(height)]
+
+    def put(x, y, ch, style):
+        row = height - 1 - min(height - 1, max(0, round(y * (height - 1))))
+        grid[row][x] = ch
+        styles[row][x] = style
+
+    xcol = None
+    if step is not None and steps:
+        xcol = min(width - 1, round(step / steps * (width - 1)))
+        for r in range(height):
+            grid[r][xcol], styles[r][xcol] = "│", "grey50"
+    for x in range(width):
+        k = round(x / (width - 1) * steps) if steps else 0
+        put(x, 1.0 - k / steps if steps else 0.0, "·", "grey42")
+        put(x, curve[k], "•", "cyan")
+    if xcol is not None and actual is not None:
+        put(xcol, actual, "■", "bold yellow")
+    text = Text()
+    for r in range(height):
+        for c in range(width):
+            text.append(grid[r][c], style=styles[r][c] or None)
+        if r < height - 1:
+            text.append("\n")
+    return text
+
+
+# ------------------------------------------------------------------------------ files
+def atomic_write(path, data: str) -> Path:
+    """Write text to path via a temp file in the same directory and os.replace."""
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def trajectory(db, run: Run) -> dict:
+    """Every recorded frame of a run as plain JSON-able data."""
+    frames = []
+    for rec in run.frames:
+        f = rec.frame
+        conf = [[None if math.isnan(c) else round(c, 6) for c in row] for row in f.confidence.tolist()]
+        frames.append({"step": f.step, "steps": f.steps, "t": f.t, "nfe": f.nfe,
+                       "ids": f.ids.tolist(), "masked": f.masked.tolist(), "revealed": f.revealed.tolist(),
+                       "confidence": conf})
+    last = run.frames[-1] if run.frames else None
+    return {
+        "format": "dbert-trajectory/1",
+        "checkpoint": str(db.path) if db.path else None,
+        "schedule": db.schedule.name, "T": db.schedule.T,
+        "settings": asdict(run.settings),
+        "mask_id": db.model.mask_id,
+        "texts": texts_of(db, last) if last else [],
+        "tokens": [token_pieces(db.tokenizer, row) for row in last.frame.ids] if last else [],
+        "reveal_step": last.order.tolist() if last else [],
+        "frames": frames,
+    }
+
+
+def state_file() -> Path:
+    from dbert_core.store import home
+
+    return home() / "tui.json"
+
+
+def read_state() -> dict:
+    try:
+        data = json.loads(state_file().read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def remember(**values) -> None:
+    """Merge values into the app's small state file (last checkpoint used), atomically."""
+    data = read_state()
+    data.update(values)
+    try:
+        atomic_write(state_file(), json.dumps(data, indent=2) + "\n")
+    except OSError:
+        pass  # remembering is a convenience; never fail the app for it

@@ -1,0 +1,1 @@
+"""The app's screens: Generate (main), Checkpoints, Train, and small dialogs."""

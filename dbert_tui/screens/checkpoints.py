@@ -1,0 +1,216 @@
+"""The Checkpoints screen: the store (default first), choose one, fetch, import, delete."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
+from textual.worker import get_current_worker
+
+from ..messages import FetchProgress, StoreChanged
+from ..workers import ReportWorkerErrors
+from .dialogs import ConfirmDialog, FormDialog
+
+
+def human_size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+class CheckpointsScreen(ReportWorkerErrors, Screen):
+    BINDINGS = [
+        Binding("enter", "use", "Use", priority=False),
+        Binding("f", "fetch", "Fetch"),
+        Binding("i", "import_dir", "Import"),
+        Binding("d,delete", "delete", "Delete"),
+        Binding("r", "refresh", "Refresh", show=False),
+        Binding("escape", "cancel_fetch", "Cancel fetch", show=False),
+    ]
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.rows: list = []
+        self.message = ""
+        self.error_notice = ""  # why the last load failed; shown until a checkpoint loads
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="ck-message")
+        yield DataTable(id="ck-table", cursor_type="row", zebra_stripes=True)
+        yield ProgressBar(id="ck-progress", show_eta=False)
+        yield Static("", id="ck-status")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.sub_title = "Checkpoints"
+        table = self.query_one(DataTable)
+        table.add_columns("NAME", "SIZE", "PARAMS", "SCHEDULE", "TIME", "CREATED")
+        self.query_one(ProgressBar).display = False
+        self.refresh_store()
+        table.focus()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_store()
+
+    def say(self, text: str, style: str = "") -> None:
+        self.message = text
+        self.query_one("#ck-message", Static).update(Text(text, style=style))
+
+    def refresh_store(self, select: Path | None = None) -> None:
+        from dbert_core.store import entries, store_dir
+
+        table = self.query_one(DataTable)
+        table.clear()
+        self.rows = entries()
+        current = Path(self.app.db.path).resolve() if self.app.db is not None and self.app.db.path else None
+        for e in self.rows:
+            mark = "● " if current is not None and Path(e.path).resolve() == current else "  "
+            params = f"{e.parameters / 1e6:.2f}M" if e.parameters else "?"
+            created = (e.created or "?")[:16].replace("T", " ")
+            table.add_row(mark + e.name, human_size(e.size), params, e.schedule, e.time, created, key=str(e.path))
+        if select is not None:
+            for i, e in enumerate(self.rows):
+                if Path(e.path) == Path(select):
+                    table.move_cursor(row=i)
+        if self.error_notice:
+            hint = "" if self.rows else " · fetch (f), import (i) or train (3) one"
+            self.say(self.error_notice + hint, "bold red")
+        elif not self.rows:
+            self.say("No checkpoint yet: fetch one (f), import a folder (i), or train one (3: Train). "
+                     f"Store: {store_dir()}", "bold yellow")
+        elif not self.message or self.message.startswith("No checkpoint"):
+            self.say(f"{len(self.rows)} checkpoint(s) · Enter uses the selected one · store: {store_dir()}", "dim")
+
+    def selected(self):
+        table = self.query_one(DataTable)
+        if not self.rows or table.cursor_row is None or not 0 <= table.cursor_row < len(self.rows):
+            return None
+        return self.rows[table.cursor_row]
+
+    # ------------------------------------------------------------------ actions
+    def action_use(self) -> None:
+        entry = self.selected()
+        if entry is None:
+            self.app.notify("no checkpoint selected", severity="warning")
+            return
+        self.app.use_checkpoint(entry.path)
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_use()
+
+    def action_refresh(self) -> None:
+        self.refresh_store()
+
+    def action_fetch(self) -> None:
+        self.app.push_screen(FormDialog("Fetch a checkpoint into the store", [
+            ("source", "Hugging Face Hub repo id or https URL (.tar.gz / .zip)", "", "user/model  or  https://…/ckpt.tar.gz"),
+            ("revision", "revision (hub: branch, tag or commit; optional)", "", "main"),
+            ("name", "store name (optional)", "", ""),
+        ], "Fetch"), self._fetch_answer)
+
+    def _fetch_answer(self, values: dict | None) -> None:
+        if not values or not values["source"]:
+            return
+        self.start_fetch(values["source"], values["revision"] or None, values["name"] or None)
+
+    def start_fetch(self, source: str, revision: str | None = None, name: str | None = None) -> None:
+        bar = self.query_one(ProgressBar)
+        bar.display = True
+        bar.update(total=None, progress=0)
+        self.query_one("#ck-status", Static).update(Text(f"fetching {source} … (Esc cancels)", style="cyan"))
+        self.fetch(source, revision, name)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="fetch", name="fetch")
+    def fetch(self, source: str, revision: str | None, name: str | None) -> None:
+        from dbert_core import hub
+
+        worker = get_current_worker()
+        try:
+            path = hub.fetch(source, revision=revision, name=name,
+                             progress=lambda d, t, w: self.post_message(FetchProgress(d, t, w)),
+                             cancel=lambda: worker.is_cancelled)
+        finally:
+            self.app.call_from_thread(self._fetch_over)
+        self.post_message(StoreChanged(path, "fetched"))
+
+    def _fetch_over(self) -> None:
+        self.query_one(ProgressBar).display = False
+        self.query_one("#ck-status", Static).update("")
+
+    @on(FetchProgress)
+    def _progress(self, message: FetchProgress) -> None:
+        bar = self.query_one(ProgressBar)
+        bar.update(total=message.total, progress=message.done)
+        total = f" of {human_size(message.total)}" if message.total else ""
+        self.query_one("#ck-status", Static).update(
+            Text(f"{message.what}: {human_size(message.done)}{total} (Esc cancels)", style="cyan"))
+
+    @on(StoreChanged)
+    def _store_changed(self, message: StoreChanged) -> None:
+        self.say(f"{message.verb} {message.path.name} into the store · Enter uses it", "bold green")
+        self.app.notify(f"{message.verb} {message.path.name}")
+        self.refresh_store(select=message.path)
+
+    def action_cancel_fetch(self) -> None:
+        for worker in self.workers:
+            if worker.group == "fetch" and worker.is_running:
+                worker.cancel()
+                self.app.notify("cancelling the download…")
+
+    def action_import_dir(self) -> None:
+        self.app.push_screen(FormDialog("Import a local checkpoint folder (it is copied into the store)", [
+            ("path", "directory", "", "/path/to/checkpoint"),
+            ("name", "store name (optional)", "", ""),
+        ], "Import"), self._import_answer)
+
+    def _import_answer(self, values: dict | None) -> None:
+        if values and values["path"]:
+            self.query_one("#ck-status", Static).update(Text(f"importing {values['path']} …", style="cyan"))
+            self.import_dir(values["path"], values["name"] or None)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="import", name="import")
+    def import_dir(self, path: str, name: str | None) -> None:
+        from dbert_core import hub
+
+        try:
+            new = hub.import_dir(path, name=name)
+        finally:
+            self.app.call_from_thread(self._fetch_over)
+        self.post_message(StoreChanged(new, "imported"))
+
+    def action_delete(self) -> None:
+        entry = self.selected()
+        if entry is None:
+            return
+        if entry.name == "default":
+            self.app.notify("the shipped default checkpoint cannot be deleted", severity="warning")
+            return
+        self.app.push_screen(ConfirmDialog(f"Delete checkpoint {entry.name!r} ({human_size(entry.size)}) from the store?"),
+                             lambda yes: self._delete(entry, yes))
+
+    def _delete(self, entry, yes: bool | None) -> None:
+        if not yes:
+            return
+        from dbert_core import hub
+        from dbert_core.errors import DbertError
+
+        if self.app.db is not None and self.app.db.path and Path(self.app.db.path).resolve() == Path(entry.path).resolve():
+            self.app.notify(f"{entry.name} is in use; choose another checkpoint first", severity="warning")
+            return
+        try:
+            hub.remove(entry.name)
+        except (DbertError, OSError) as e:
+            self.app.notify(str(e), severity="error")
+            return
+        self.say(f"deleted {entry.name}", "yellow")
+        self.app.notify(f"deleted {entry.name}")
+        self.refresh_store()

@@ -1,0 +1,76 @@
+"""Small modal dialogs: a confirmation and a form of labelled text fields."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label
+
+
+class ConfirmDialog(ModalScreen[bool]):
+    """Yes / no; dismisses with True only on an explicit yes."""
+
+    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.question, classes="dialog-title")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Yes (y)", id="yes", variant="error")
+                yield Button("No (n)", id="no", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+class FormDialog(ModalScreen[dict | None]):
+    """Labelled inputs; Enter (or OK) dismisses with {key: text}, Escape with None."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, fields: list[tuple[str, str, str, str]], ok: str = "OK") -> None:
+        """fields: (key, label, initial value, placeholder)."""
+        super().__init__()
+        self.title_text = title
+        self.fields = fields
+        self.ok = ok
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.title_text, classes="dialog-title")
+            for key, label, value, placeholder in self.fields:
+                yield Label(label, classes="field-label")
+                yield Input(value=value, placeholder=placeholder, id=f"field-{key}")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button(self.ok, id="ok", variant="primary")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        for inp in self.query(Input):
+            inp.cursor_blink = self.app.cursor_blink if hasattr(self.app, "cursor_blink") else True
+        self.query(Input).first().focus()
+
+    def values(self) -> dict:
+        return {key: self.query_one(f"#field-{key}", Input).value.strip() for key, *_ in self.fields}
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.dismiss(self.values())
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(self.values() if event.button.id == "ok" else None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,1 @@
+"""Self-contained widgets: the token view and the noise-schedule panel."""

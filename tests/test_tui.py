@@ -1,0 +1,356 @@
+"""dbert-tui with Pilot: Generate, Checkpoints and Train screens driven like a user would, plus
+SVG snapshots of each screen from the seeded tiny model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import TINYSTORIES
+from dbert_core import store
+from dbert_core.errors import DbertError
+from dbert_tui.app import create_app
+from dbert_tui.messages import FrameReady
+from dbert_tui.render import MASK_GLYPH, Settings
+from dbert_tui.screens.dialogs import FormDialog
+from test_hub import HubServer, online, tar_bytes
+
+SIZE = (80, 24)
+pytestmark = pytest.mark.anyio  # async tests run on asyncio through anyio's pytest plugin
+
+
+async def wait_for(pilot, condition, timeout: float = 60.0, what: str = "condition"):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not condition():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def finished(app):
+    g = app.generate_screen
+    return lambda: g.run is not None and g.run.finished and g.drawn is g.run.frames[-1]
+
+
+def make_app(db, **settings):
+    base = dict(steps=16, length=20, pace_ms=0, seed=0)
+    base.update(settings)
+    return create_app(checkpoint=db.path, loader=lambda path: db, settings=Settings(**base), deterministic=True)
+
+
+async def fill_dialog(pilot, values: dict):
+    dialog = pilot.app.screen
+    assert isinstance(dialog, FormDialog)
+    for key, value in values.items():
+        dialog.query_one(f"#field-{key}").value = value
+    await pilot.press("enter")
+    await pilot.pause()
+
+
+# ------------------------------------------------------------------------------ Generate
+async def test_frames_arrive_and_final_text_has_no_masks(tiny_db):
+    seen = []
+    app = make_app(tiny_db)
+    async with app.run_test(size=SIZE, message_hook=lambda m: seen.append(m) if isinstance(m, FrameReady) else None) as pilot:
+        await wait_for(pilot, finished(app), what="the run to finish")
+        await pilot.pause()
+        g = app.generate_screen
+        assert len(g.run.frames) == 16 and g.run.frames[-1].frame.done
+        assert g.run.id == 1, "one checkpoint load starts exactly one run"
+        indices = [m.index for m in seen]  # the messages delivered: bursts coalesce into the newest
+        assert indices == sorted(set(indices)) and indices[-1] == 15 and len(indices) <= 16
+        assert g.frames_drawn == len(indices)
+        assert not g.run.frames[-1].frame.masked.any()
+        text = g.shown_text()
+        assert text and MASK_GLYPH not in text
+        status = str(g.query_one("#gen-status").render())
+        assert "step 16/16" in status and "masked 0/20" in status and "done" in status
+        masked_counts = [int(r.frame.masked.sum()) for r in g.run.frames]
+        assert masked_counts == sorted(masked_counts, reverse=True)  # carry-over: masks only go away
+        # the last checkpoint used is remembered, atomically, in the store's home
+        state = json.loads((store.home() / "tui.json").read_text())
+        assert Path(state["checkpoint"]) == Path(tiny_db.path).resolve()
+
+
+async def test_changing_steps_or_temperature_restarts(tiny_db):
+    app = make_app(tiny_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        g = app.generate_screen
+        first = g.run
+        await pilot.press("right_square_bracket")  # double the steps
+        await wait_for(pilot, finished(app))
+        assert g.run is not first and g.run.settings.steps == 32 and len(g.run.frames) == 32
+        second = g.run
+        await pilot.press("equals_sign")  # temperature up
+        await wait_for(pilot, finished(app))
+        assert g.run is not second and g.run.settings.temperature > 1.0 and g.run.settings.steps == 32
+        await pilot.press("left_square_bracket", "left_square_bracket", "left_square_bracket")
+        await wait_for(pilot, lambda: g.run.settings.steps == 4 and g.run.finished)
+        assert len(g.run.frames) == 4
+        # the settings dialog applies several controls with one restart
+        third = g.run
+        await pilot.press("e")
+        await fill_dialog(pilot, {"steps": "8", "length": "12", "top_k": "5", "seed": "7"})
+        await wait_for(pilot, finished(app))
+        assert g.run is not third and g.run.id == third.id + 1
+        s = g.run.settings
+        assert (s.steps, s.length, s.top_k, s.seed) == (8, 12, 5, 7)
+        assert g.run.frames[-1].frame.ids.shape == (1, 12)
+        # a bad value is a notification, not a crash, and keeps the run
+        await pilot.press("e")
+        await fill_dialog(pilot, {"steps": "100000"})
+        await pilot.pause(0.2)
+        assert g.run.settings.steps == 8
+        assert any("steps" in n.message for n in app._notifications)
+
+
+async def test_scrub_shows_earlier_frames(tiny_db):
+    app = make_app(tiny_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        g = app.generate_screen
+        final = g.shown_text()
+        await pilot.press("left", "left", "left")
+        assert g.view == 12 and g.shown() is g.run.frames[12]
+        assert "scrub 13/16" in str(g.query_one("#gen-status").render())
+        await pilot.press("home")
+        assert g.view == 0
+        early = g.shown_text()
+        assert early.count(MASK_GLYPH) == int(g.run.frames[0].frame.masked.sum()) > 0
+        await pilot.press("full_stop")  # while scrubbing, '.' steps forward through the record
+        assert g.view == 1
+        await pilot.press("end")
+        assert g.view is None and g.shown_text() == final
+
+
+async def test_pause_and_single_step(tiny_db):
+    app = make_app(tiny_db, steps=64, pace_ms=150)
+    async with app.run_test(size=SIZE) as pilot:
+        g = app.generate_screen
+        await wait_for(pilot, lambda: g.run is not None and len(g.run.frames) >= 2)
+        await pilot.press("space")
+        await pilot.pause(0.3)
+        paused_at = len(g.run.frames)
+        await pilot.pause(0.5)
+        assert len(g.run.frames) == paused_at and not g.run.playing
+        assert "paused" in str(g.query_one("#gen-status").render())
+        await pilot.press("full_stop", "full_stop")
+        await wait_for(pilot, lambda: len(g.run.frames) == paused_at + 2, what="two single steps")
+        await pilot.pause(0.3)
+        assert len(g.run.frames) == paused_at + 2
+
+
+async def test_prompt_infill_keeps_given_tokens(tiny_db):
+    app = make_app(tiny_db, prompt="once upon a [MASK] there was a")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        g = app.generate_screen
+        text = g.shown_text()
+        assert text.startswith("once upon a") and "there was a" in text and MASK_GLYPH not in text
+        from dbert_core.sample import parse_prompt
+
+        given = parse_prompt(tiny_db, "once upon a [MASK] there was a", 20) != tiny_db.model.mask_id
+        order = g.run.frames[-1].order[0]
+        assert ((order == 0) == given).all()  # given tokens stay, every slot was generated
+
+
+async def test_save_texts_and_export_trajectory(tiny_db, tmp_path):
+    app = make_app(tiny_db, n=2)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        g = app.generate_screen
+        await pilot.press("s")
+        await fill_dialog(pilot, {"path": str(tmp_path / "out" / "texts.txt")})
+        lines = (tmp_path / "out" / "texts.txt").read_text().splitlines()
+        assert len(lines) == 2 and all(lines) and "[MASK]" not in "".join(lines)
+        await pilot.press("x")
+        await fill_dialog(pilot, {"path": str(tmp_path / "out" / "run.json")})
+        data = json.loads((tmp_path / "out" / "run.json").read_text())
+        assert len(data["frames"]) == 16 and data["texts"] == lines
+        assert data["frames"][0]["masked"][0].count(True) >= data["frames"][-1]["masked"][0].count(True) == 0
+        assert data["settings"]["steps"] == 16 and len(data["reveal_step"]) == 2
+        assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["run.json", "texts.txt"]  # no temp files
+        assert g.run.finished
+
+
+async def test_worker_errors_become_messages():
+    def broken(path):
+        raise DbertError(f"checkpoint {path}: model.safetensors is corrupt (truncated)")
+
+    app = create_app(checkpoint=TINYSTORIES.parent, loader=broken, deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.current_mode == "checkpoints", what="the checkpoints screen")
+        await pilot.pause(0.2)
+        messages = [n.message for n in app._notifications]
+        assert any("model.safetensors is corrupt" in m for m in messages)
+        assert "could not load" in app.checkpoints_screen.message
+    assert app.return_code in (0, None)
+
+    def oom(path):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    app = create_app(checkpoint=TINYSTORIES.parent, loader=oom, deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: any("out of memory" in n.message for n in app._notifications))
+
+
+async def test_quit_stops_a_running_sampler(tiny_db):
+    app = make_app(tiny_db, steps=200, length=40, pace_ms=200)
+    async with app.run_test(size=SIZE) as pilot:
+        g = app.generate_screen
+        await wait_for(pilot, lambda: g.run is not None and len(g.run.frames) >= 1)
+        await pilot.press("ctrl+q")
+    assert app.return_code == 0
+    assert not g.run.finished
+
+
+# ------------------------------------------------------------------------------ Checkpoints
+async def test_checkpoints_fetch_use_and_delete(tiny_db, tiny_checkpoint, monkeypatch):
+    with HubServer() as server:
+        server.files["fromurl.tar.gz"] = tar_bytes(tiny_checkpoint)
+        server.repos["acme/tiny-dbert"] = tiny_checkpoint
+        app = create_app(loader=lambda path: tiny_db, deterministic=True)
+        async with app.run_test(size=SIZE) as pilot:
+            # an empty store: the app opens on Checkpoints with a clear message
+            await wait_for(pilot, lambda: app.current_mode == "checkpoints")
+            ck = app.checkpoints_screen
+            assert "No checkpoint yet" in ck.message
+            # fetch from a URL through the dialog
+            await pilot.press("f")
+            await fill_dialog(pilot, {"source": f"{server.url}/files/fromurl.tar.gz"})
+            await wait_for(pilot, lambda: "fromurl" in [e.name for e in ck.rows], what="the URL fetch")
+            # a failed fetch: one-line message, nothing half-written
+            ck.start_fetch(f"{server.url}/files/missing.tar.gz")
+            await wait_for(pilot, lambda: any("HTTP 404" in n.message for n in app._notifications))
+            # the hub path, with HF_ENDPOINT pointing at the local server
+            online(monkeypatch, server)
+            ck.start_fetch("acme/tiny-dbert", "main", "hubbed")
+            await wait_for(pilot, lambda: "hubbed" in [e.name for e in ck.rows], what="the hub fetch")
+            assert [p.name for p in store.store_dir().iterdir() if p.name.startswith(".")] == []
+            assert [e.name for e in ck.rows] == ["fromurl", "hubbed"]
+            # use the selected one: it loads and the Generate screen runs
+            ck.query_one("#ck-table").move_cursor(row=1)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.current_mode == "generate" and finished(app)())
+            # delete with confirmation: 'n' keeps it, 'y' removes it
+            await pilot.press("2")
+            await wait_for(pilot, lambda: app.current_mode == "checkpoints")
+            ck.query_one("#ck-table").move_cursor(row=0)
+            await pilot.press("d")
+            await pilot.press("n")
+            assert (store.store_dir() / "fromurl").is_dir()
+            await pilot.press("d")
+            await pilot.press("y")
+            await pilot.pause()
+            assert not (store.store_dir() / "fromurl").exists()
+            assert [e.name for e in ck.rows] == ["hubbed"]
+
+
+# ------------------------------------------------------------------------------ Train
+async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
+    app = create_app(checkpoint=tiny_db.path, loader=lambda p: tiny_db, train_data=[str(TINYSTORIES)],
+                     settings=Settings(pace_ms=0, steps=8, length=12), deterministic=True)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_for(pilot, finished(app))
+        await pilot.press("3")
+        await wait_for(pilot, lambda: app.current_mode == "train")
+        tr = app.train_screen
+        for wid, value in {"tr-out": "tuitrain", "tr-steps": "400", "tr-batch": "8", "tr-seq": "16",
+                           "tr-T": "64", "tr-eval": "5", "tr-sample": "5"}.items():
+            tr.query_one(f"#{wid}").value = value
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: len(tr.losses) >= 6 and len(tr.vals) >= 1, what="training steps")
+        await pilot.press("f6")  # stop: saves a checkpoint that can be resumed
+        await wait_for(pilot, lambda: tr.trainer is None and "stopped at step" in str(tr.query_one("#tr-stats").render()),
+                       what="the stop")
+        out = store.store_dir() / "tuitrain"
+        from dbert_core.checkpoint import read_meta
+
+        stopped_at = read_meta(out)["step"]
+        assert 6 <= stopped_at < 400
+        assert "tuitrain" in [e.name for e in store.entries()]
+        assert "[step 5]" in str(tr.query_one("#tr-preview").render())
+        tr.query_one("#tr-steps").value = str(stopped_at + 4)
+        await pilot.press("f7")
+        await wait_for(pilot, lambda: tr.trainer is None and "finished at step" in str(tr.query_one("#tr-stats").render()),
+                       what="the resumed run")
+        assert read_meta(out)["step"] == stopped_at + 4
+        # a bad setting is a message, not a crash
+        tr.query_one("#tr-data").value = "/no/such/file.txt"
+        await pilot.press("f5")
+        await pilot.pause(0.2)
+        assert any("no such data file" in n.message for n in app._notifications)
+
+
+# ------------------------------------------------------------------------------ snapshots
+def _snapshot_app(tiny_db):
+    return make_app(tiny_db, steps=24, length=40, seed=3)
+
+
+async def _settle(pilot):
+    app = pilot.app
+    await wait_for(pilot, finished(app))
+    await pilot.pause(0.2)
+    app.clear_notifications()
+    await pilot.pause()
+
+
+def test_snapshot_generate(snap_compare, tiny_db):
+    assert snap_compare(_snapshot_app(tiny_db), terminal_size=SIZE, run_before=_settle)
+
+
+def test_snapshot_generate_scrubbed_confidence(snap_compare, tiny_db):
+    async def before(pilot):
+        await _settle(pilot)
+        await pilot.press("v", "left", "left", "left", "left", "left", "left", "left", "left")
+
+    assert snap_compare(_snapshot_app(tiny_db), terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_checkpoints(snap_compare, tiny_db, tiny_checkpoint):
+    entry = store.store_dir() / "tiny"
+    shutil.copytree(tiny_checkpoint, entry)
+    meta = json.loads((entry / "dbert.json").read_text())
+    meta["created"] = "2026-01-02T03:04:05+00:00"  # a fixed date for a stable picture
+    (entry / "dbert.json").write_text(json.dumps(meta))
+
+    async def before(pilot):
+        await _settle(pilot)
+        await pilot.press("2")
+        await pilot.pause(0.2)
+        pilot.app.clear_notifications()
+        pilot.app.checkpoints_screen.say("1 checkpoint(s) · Enter uses the selected one", "dim")
+        await pilot.pause()
+
+    app = create_app(checkpoint="tiny", loader=lambda p: tiny_db, settings=Settings(pace_ms=0, steps=8, length=8),
+                     deterministic=True)
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_train(snap_compare, tiny_db):
+    async def before(pilot):
+        await _settle(pilot)
+        await pilot.press("3")
+        await pilot.pause(0.2)
+        pilot.app.clear_notifications()
+        await pilot.pause()
+
+    app = create_app(checkpoint=tiny_db.path, loader=lambda p: tiny_db, train_data=["corpus.txt"],
+                     settings=Settings(pace_ms=0, steps=8, length=8), deterministic=True)
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+# ------------------------------------------------------------------------------ boundaries
+def test_core_never_imports_textual():
+    code = ("import sys, dbert_core.cli, dbert_core.hub, dbert_core.sample, dbert_core.train, dbert_core.store; "
+            "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')]; "
+            "sys.exit(1 if bad else 0)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
