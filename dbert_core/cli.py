@@ -43,6 +43,7 @@ class Device(str, Enum):
 class Sampler(str, Enum):
     ancestral = "ancestral"
     cached = "cached"
+    first_hitting = "first-hitting"
 
 
 class Unit(str, Enum):
@@ -88,6 +89,7 @@ def train(
     out: Annotated[str, typer.Option(help="Output checkpoint: a directory, or a bare NAME for the store.")],
     preset: Annotated[str, typer.Option(help="Model size for a random init: tiny, mini, small, base.")] = "tiny",
     init: Annotated[Optional[str], typer.Option(help="Start from a pretrained BERT (path or hub id).")] = None,
+    from_scratch: Annotated[bool, typer.Option("--from-scratch", help="With --init: its architecture and tokenizer, random weights.")] = False,
     max_steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 1000,
     batch_size: Annotated[int, typer.Option(help="Examples per optimizer step (all processes).")] = 32,
     grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step.")] = 1,
@@ -125,7 +127,7 @@ def train(
     if dtype not in ("auto", "fp32", "bf16"):
         raise DbertError(f"--dtype must be auto, fp32 or bf16, got {dtype!r}")
     cfg = TrainConfig(
-        data=data, out=str(out_path(out)), preset=None if init else preset, init=init, vocab_size=vocab_size,
+        data=data, out=str(out_path(out)), preset=None if init else preset, init=init, from_scratch=from_scratch, vocab_size=vocab_size,
         unit=unit.value, pack=pack, seq_len=seq_len, batch_size=batch_size, grad_accum=grad_accum,
         max_steps=max_steps, lr=lr, warmup=warmup, decay=decay, schedule=schedule.value, lam=spindle_lambda, T=T,
         time=time.value, loss=loss, val_data=val_data, eval_every=eval_every, eval_steps=eval_steps,
@@ -152,7 +154,7 @@ def sample(
     batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = 32,
     seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same output).")] = None,
     prompt: Annotated[Optional[str], typer.Option(help="Template with [MASK] slots; masks are appended up to --length.")] = None,
-    sampler: Annotated[Sampler, typer.Option(help="ancestral, or cached (skips calls when nothing changed).")] = Sampler.cached,
+    sampler: Annotated[Sampler, typer.Option(help="ancestral; cached (skips calls when nothing changed); first-hitting (one call per reveal).")] = Sampler.cached,
     stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, seconds, samples, steps} as JSON on stderr.")] = False,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
 ):
@@ -242,85 +244,6 @@ def checkpoints_list(as_json: Annotated[bool, typer.Option("--json", help="One J
         params = f"{e.parameters / 1e6:.1f}M" if e.parameters else "?"
         print(f"{e.name:<20} {_size(e.size):>9} {params:>8} {e.schedule:<13} {e.time:<9} {e.created:<25} {e.path}")
     say(f"store: {store_dir()}")
-
-
-class _FetchProgress:
-    """Download progress on stderr: a live bar on a terminal, a few plain lines otherwise."""
-
-    def __init__(self):
-        self.live = sys.stderr.isatty()
-        self.last = -1
-
-    def __call__(self, done: int, total: int | None, what: str) -> None:
-        pct = int(100 * done / total) if total else None
-        if self.live:
-            shown = f"{pct:3d}%" if pct is not None else ""
-            sys.stderr.write(f"\r{what} {_size(done):>9} {shown}")
-            sys.stderr.flush()
-        elif pct is not None and pct // 25 != self.last:
-            self.last = pct // 25
-            say(f"{what} {_size(done)} ({pct}%)")
-
-    def close(self) -> None:
-        if self.live:
-            sys.stderr.write("\n")
-
-
-@checkpoints_app.command("fetch")
-def checkpoints_fetch(
-    source: Annotated[str, typer.Argument(metavar="REPO_ID_OR_URL", help="Hub repo id (user/model) or an https URL to a .tar.gz/.zip.")],
-    revision: Annotated[Optional[str], typer.Option(help="Hub branch, tag or commit to pin.")] = None,
-    name: Annotated[Optional[str], typer.Option(help="Store name (default: the repo's or archive's name).")] = None,
-):
-    """Download a checkpoint into the store; prints its path on stdout."""
-    from .hub import fetch
-
-    bar = _FetchProgress()
-    try:
-        path = fetch(source, revision=revision, name=name, progress=bar)
-    finally:
-        bar.close()
-    print(path)
-
-
-@checkpoints_app.command("import")
-def checkpoints_import(
-    directory: Annotated[str, typer.Argument(metavar="DIR", help="A checkpoint directory to copy into the store.")],
-    name: Annotated[Optional[str], typer.Option(help="Store name (default: the directory's name).")] = None,
-):
-    """Copy a local checkpoint into the store; prints its path on stdout."""
-    from .hub import import_dir
-
-    print(import_dir(directory, name=name))
-
-
-@checkpoints_app.command("remove")
-def checkpoints_remove(
-    name: Annotated[str, typer.Argument(help="Store name of the checkpoint to delete.")],
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
-):
-    """Delete a checkpoint from the store (asks first unless --yes)."""
-    from .hub import remove
-    from .store import resolve
-
-    resolve(name)  # a clear error for an unknown name before asking anything
-    if not yes:
-        if not sys.stdin.isatty():
-            raise DbertError(f"refusing to remove {name!r} without confirmation; pass --yes")
-        if not typer.confirm(f"Remove checkpoint {name!r} from the store?", err=True):
-            raise typer.Exit(1)
-    path = remove(name)
-    say(f"removed {path}")
-
-
-@app.command()
-def tui(
-    checkpoint: Annotated[Optional[str], typer.Option(help="Store name or directory to start with.")] = None,
-):
-    """Open the interactive terminal app (same as `dbert-tui`)."""
-    from dbert_tui.app import run
-
-    raise typer.Exit(run(checkpoint=checkpoint))
 
 
 class _FetchProgress:
