@@ -43,7 +43,6 @@ class Device(str, Enum):
 class Sampler(str, Enum):
     ancestral = "ancestral"
     cached = "cached"
-    first_hitting = "first-hitting"
 
 
 class Unit(str, Enum):
@@ -89,7 +88,6 @@ def train(
     out: Annotated[str, typer.Option(help="Output checkpoint: a directory, or a bare NAME for the store.")],
     preset: Annotated[str, typer.Option(help="Model size for a random init: tiny, mini, small, base.")] = "tiny",
     init: Annotated[Optional[str], typer.Option(help="Start from a pretrained BERT (path or hub id).")] = None,
-    from_scratch: Annotated[bool, typer.Option("--from-scratch", help="With --init: its architecture and tokenizer, random weights.")] = False,
     max_steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 1000,
     batch_size: Annotated[int, typer.Option(help="Examples per optimizer step (all processes).")] = 32,
     grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step.")] = 1,
@@ -127,7 +125,7 @@ def train(
     if dtype not in ("auto", "fp32", "bf16"):
         raise DbertError(f"--dtype must be auto, fp32 or bf16, got {dtype!r}")
     cfg = TrainConfig(
-        data=data, out=str(out_path(out)), preset=None if init else preset, init=init, from_scratch=from_scratch, vocab_size=vocab_size,
+        data=data, out=str(out_path(out)), preset=None if init else preset, init=init, vocab_size=vocab_size,
         unit=unit.value, pack=pack, seq_len=seq_len, batch_size=batch_size, grad_accum=grad_accum,
         max_steps=max_steps, lr=lr, warmup=warmup, decay=decay, schedule=schedule.value, lam=spindle_lambda, T=T,
         time=time.value, loss=loss, val_data=val_data, eval_every=eval_every, eval_steps=eval_steps,
@@ -154,7 +152,7 @@ def sample(
     batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = 32,
     seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same output).")] = None,
     prompt: Annotated[Optional[str], typer.Option(help="Template with [MASK] slots; masks are appended up to --length.")] = None,
-    sampler: Annotated[Sampler, typer.Option(help="ancestral; cached (skips calls when nothing changed); first-hitting (one call per reveal).")] = Sampler.cached,
+    sampler: Annotated[Sampler, typer.Option(help="ancestral, or cached (skips calls when nothing changed).")] = Sampler.cached,
     stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, seconds, samples, steps} as JSON on stderr.")] = False,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
 ):
