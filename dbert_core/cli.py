@@ -43,6 +43,7 @@ class Device(str, Enum):
 class Sampler(str, Enum):
     ancestral = "ancestral"
     cached = "cached"
+    first_hitting = "first-hitting"
 
 
 class Unit(str, Enum):
@@ -152,7 +153,7 @@ def sample(
     batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = 32,
     seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same output).")] = None,
     prompt: Annotated[Optional[str], typer.Option(help="Template with [MASK] slots; masks are appended up to --length.")] = None,
-    sampler: Annotated[Sampler, typer.Option(help="ancestral, or cached (skips calls when nothing changed).")] = Sampler.cached,
+    sampler: Annotated[Sampler, typer.Option(help="ancestral; cached (skips calls when nothing changed); first-hitting (one call per reveal).")] = Sampler.cached,
     stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, seconds, samples, steps} as JSON on stderr.")] = False,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
 ):

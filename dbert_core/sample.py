@@ -1,22 +1,48 @@
-"""Reverse diffusion: fill [MASK]s in, one frame per reverse step.
+"""Reverse diffusion: fill [MASK]s in, one frame per reverse step (or per reveal event).
 
 The reverse step (METHOD.md section 2), for a masked position at step t jumping to s < t:
-    reveal token v with probability p(v) r(v),  stay masked with 1 - sum_v p(v) r(v),
+    reveal token v with probability p(v) r(v),  stay masked with 1 - R,  R = sum_v p(v) r(v),
     r(v) = (a_s(v) - a_t(v)) / (1 - a_t(v)),  p = p_theta(x_0 | x_t).
 Revealed tokens are never masked again ("carry-over"). Temperature, top-k and top-p reshape
 the token choice only: whether a position is revealed is decided from the model's raw p, and
-which token from the reshaped p' weighted by r. Categorical draws use float64.
+which token from the reshaped p' weighted by r. Categorical draws use float64. At the last
+step (s = 0) a_0 = 1, so r = 1: every position still masked is revealed.
 
-Samplers:
-    ancestral  one network call per step.
-    cached     a time-agnostic model's prediction depends on x_t only, so when no token was
-               revealed since the last call the previous prediction is reused; for a schedule
-               whose r does not depend on the token, the network is not even called until a
-               reveal happens. Same random draws, same samples as ancestral, fewer calls.
+r(v) depends on v only through the schedule's per-token constant (spindle: the centred
+information f(v) - fbar), so the vocabulary splits into C classes of equal r and
+R = sum_c P(c) r(c) with P(c) the mass p puts on class c: a (M, C) x (C,) product per step
+instead of a vocabulary-wide one (C = 1 for the linear schedule).
+
+Samplers (S = the step budget, grid t_0 = T > t_1 > ... > t_S = 0):
+    ancestral      one network call per step, on the whole batch.
+    cached         a time-agnostic model's prediction depends on x_t only, so a row's logits
+                   are recomputed only when that row changed since they were computed, and for
+                   a schedule whose r does not depend on the token (linear) only when the row
+                   reveals something at this step. Same random draws and, because rows of a
+                   batch are computed independently, the same samples as ancestral.
+    first-hitting  (Zheng et al. 2024) draws, for each row, the step of its next reveal event
+                   directly and jumps there: one network call per event, all rows of a batch
+                   advancing one event per call, so a sample of L tokens costs at most L calls
+                   whatever S is. Exact in distribution for the S-step ancestral sampler:
+                   a row with masked positions i at step k has not revealed anything by step
+                   m with probability  prod_{j=k..m-1} prod_i (1 - R_i(j)),  R_i(j) = P_i . r_j
+                   (p_i is fixed while x does not change: time-agnostic model). The event step
+                   is drawn by inversion of that survival function (an Exp(1) threshold on the
+                   cumulative hazard, scanned over windows of steps); given the event step m,
+                   the positions revealed at m are independent Bernoulli(R_i(m)) conditioned
+                   on at least one, and their tokens are drawn from p'(v) r_m(v) as in ancestral.
+                   Linear schedule: the survival is (t_m / t_k)^n, i.e. the next reveal time is
+                   t_k u^(1/n) snapped to the grid; then the logits are needed only at the
+                   revealed positions, and any time conditioning works (the model is called at
+                   the event's t). Several positions can share a step (always at the last one,
+                   where r = 1), so an event may reveal more than one token; for S >> L that is
+                   rare and the call count approaches L.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import time as _time
 from dataclasses import dataclass
 from typing import Iterator
@@ -26,21 +52,24 @@ import torch
 from .errors import DbertError
 from .schedule import step_grid
 
-SAMPLERS = ("ancestral", "cached")
+SAMPLERS = ("ancestral", "cached", "first-hitting")
 
 
 @dataclass
 class Frame:
-    """The state after one reverse step of a batch of samples.
+    """The state after one reverse step (first-hitting: one reveal event) of a batch of samples.
 
     ids         (B, L) content token ids; [MASK] where still masked
     masked      (B, L) bool, still masked after this step
     revealed    (B, L) bool, revealed at this step
     confidence  (B, L) float, p'(chosen token) when it was revealed (nan if masked or given)
-    step        1..steps, the number of reverse steps done
+    step        1..steps, the number of reverse steps done (first-hitting: by the slowest row)
     steps       the step budget S
-    t           the diffusion time reached (T ... 0)
+    t           the diffusion time reached (T ... 0), t = grid[step]
     nfe         network calls so far
+    rows        rows the network evaluated so far (a call on k rows adds k)
+    row_steps   (B,) the step each row's state belongs to (first-hitting: rows run apart, and a
+                finished row stays at the step of its last reveal)
     """
 
     ids: torch.Tensor
@@ -51,6 +80,8 @@ class Frame:
     steps: int
     t: int
     nfe: int
+    rows: int = 0
+    row_steps: torch.Tensor | None = None
 
     @property
     def done(self) -> bool:
@@ -77,7 +108,7 @@ def categorical(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draw from rows of p (M, V) with uniforms u (M,), in float64."""
     cdf = p.double().cumsum(-1)
     x = (u.double() * cdf[:, -1]).unsqueeze(-1)
-    return torch.searchsorted(cdf, x).squeeze(-1).clamp_max(p.shape[-1] - 1)
+    return torch.searchsorted(cdf, x, right=True).squeeze(-1).clamp_max(p.shape[-1] - 1)
 
 
 def validate(db, steps: int, temperature: float, top_k: int, top_p: float, length: int, sampler: str) -> None:
@@ -96,6 +127,9 @@ def validate(db, steps: int, temperature: float, top_k: int, top_p: float, lengt
         raise DbertError(f"unknown sampler {sampler!r}; choose one of: {', '.join(SAMPLERS)}")
     if sampler == "cached" and db.model.time != "none":
         raise DbertError(f"the cached sampler needs a time-agnostic model; this one uses time={db.model.time!r}")
+    if sampler == "first-hitting" and db.model.time != "none" and not _token_free(db.schedule):
+        raise DbertError("the first-hitting sampler needs a time-agnostic model with the "
+                         f"{db.schedule.name} schedule; this one uses time={db.model.time!r}")
 
 
 def parse_prompt(db, template: str, length: int) -> torch.Tensor:
@@ -109,82 +143,278 @@ def parse_prompt(db, template: str, length: int) -> torch.Tensor:
     return torch.tensor(ids + [tok.mask_token_id] * (length - len(ids)), dtype=torch.long)
 
 
+# ---------------------------------------------------------------------------------- kernel
+def _token_free(schedule) -> bool:
+    """True when r(v) is the same for every token (the linear schedule)."""
+    return schedule.alpha_vocab(torch.tensor(0.0)).shape[-1] == 1
+
+
+@dataclass
+class Kernel:
+    """The reveal probabilities of an S-step budget, per class of tokens with equal r.
+
+    grid      the S+1 times T = grid[0] > ... > grid[S] = 0
+    r         (S, C) float64: r at step k (grid[k] -> grid[k+1]) for each class
+    inverse   (V,) class of each vocabulary id, or None for a token-free schedule (C = 1)
+    """
+
+    grid: list[int]
+    r: torch.Tensor
+    inverse: torch.Tensor | None
+
+    @property
+    def classes(self) -> int:
+        return self.r.shape[1]
+
+    def r_vocab(self, k: torch.Tensor) -> torch.Tensor | None:
+        """r over the vocabulary at steps k (K,): (K, V) float64, or None if token-free."""
+        return None if self.inverse is None else self.r[k][:, self.inverse]
+
+    def class_mass(self, logits: torch.Tensor) -> torch.Tensor:
+        """P (M, C) float64: the mass softmax(logits) puts on each class."""
+        if self.inverse is None:
+            return torch.ones(logits.shape[0], 1, dtype=torch.float64)
+        p = torch.softmax(logits.float(), dim=-1)
+        mass = torch.zeros(p.shape[0], self.classes, dtype=p.dtype).index_add_(1, self.inverse, p)
+        return mass.double()
+
+
+@functools.lru_cache(maxsize=8)
+def kernel(schedule, steps: int) -> Kernel:
+    """The Kernel of a schedule and a step budget (cached: it is the same for every batch)."""
+    grid = step_grid(schedule.T, steps)
+    t = torch.tensor(grid[:-1], dtype=torch.float32).unsqueeze(-1)  # (S, 1)
+    s = torch.tensor(grid[1:], dtype=torch.float32).unsqueeze(-1)
+    if _token_free(schedule):
+        r = schedule.reveal_prob(t, s).double().reshape(steps, 1)  # (S, 1)
+        inverse = None
+    else:
+        _, inverse = torch.unique(schedule.centered, return_inverse=True)  # classes of equal a_t(v)
+        C = int(inverse.max()) + 1
+        rep = torch.empty(C, dtype=torch.long).scatter_(0, inverse, torch.arange(len(inverse)))
+        r = schedule.reveal_prob(t, s, tokens=rep).double()  # (S, C)
+    r[-1] = 1.0  # s = 0: a_0 = 1, everything still masked is revealed
+    return Kernel(grid, r.contiguous(), inverse)
+
+
+class _Net:
+    """Calls the denoiser on some rows of the batch; counts calls and rows."""
+
+    def __init__(self, db):
+        self.model, self.device = db.model, db.device
+        self.cls, self.sep = db.tokenizer.cls_token_id, db.tokenizer.sep_token_id
+        self.nfe = 0
+        self.rows = 0
+
+    def __call__(self, x: torch.Tensor, select: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Logits (M, V) float32 at the select (R, L) positions of rows x (R, L), row-major."""
+        R = x.shape[0]
+        edge = torch.zeros(R, 1, dtype=torch.bool)
+        inp = torch.cat([torch.full((R, 1), self.cls), x, torch.full((R, 1), self.sep)], dim=1)
+        sel = torch.cat([edge, select, edge], dim=1)
+        attention = torch.ones(inp.shape, dtype=torch.bool, device=self.device)
+        self.nfe += 1
+        self.rows += R
+        out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device))
+        return out.float().cpu()
+
+
+def _draw(logits, r_v, no_draw, shaping, u):
+    """Tokens for revealed positions: from p'(v) r(v); returns (chosen (K,), p'(chosen) (K,))."""
+    logits = logits.clone()
+    logits[:, no_draw] = float("-inf")
+    p = shape_probs(logits, *shaping)
+    weights = p if r_v is None else p * r_v
+    if r_v is not None:
+        r_v = r_v.expand_as(p)  # top-k/top-p can leave no token that can appear now: fall back to p r
+        empty = weights.sum(-1) <= 0
+        if empty.any():
+            raw = torch.softmax(logits[empty].double(), dim=-1) * r_v[empty]
+            weights[empty] = torch.where(raw.sum(-1, keepdim=True) > 0, raw, p[empty])
+    chosen = categorical(weights, u)
+    return chosen, p.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+
+
+# ---------------------------------------------------------------------------------- frames
 @torch.inference_mode()
 def frames(db, n: int = 1, length: int = 64, steps: int = 128, temperature: float = 1.0, top_k: int = 0,
            top_p: float = 1.0, sampler: str = "ancestral", generator: torch.Generator | None = None,
            prompt: torch.Tensor | None = None) -> Iterator[Frame]:
-    """Run the reverse process for n samples in one batch, yielding a Frame per step."""
+    """Run the reverse process for n samples in one batch, yielding a Frame per step (event)."""
     validate(db, steps, temperature, top_k, top_p, length, sampler)
-    model, schedule, device = db.model, db.schedule, db.device
     gen = generator or torch.Generator().manual_seed(torch.seed() % 2**63)
-    tok = db.tokenizer
-    mask_id = model.mask_id
-    no_draw = sorted(set(model.forbidden) | {tok.unk_token_id})  # never sampled (prompt may hold them)
-
+    mask_id = db.model.mask_id
     template = prompt if prompt is not None else torch.full((length,), mask_id, dtype=torch.long)
     x = template.unsqueeze(0).repeat(n, 1)  # (B, L)
-    masked = x == mask_id
-    confidence = torch.full(x.shape, float("nan"), dtype=torch.float64)
-    B, L = x.shape
-    cls = torch.full((B, 1), tok.cls_token_id, dtype=torch.long)
-    sep = torch.full((B, 1), tok.sep_token_id, dtype=torch.long)
-    attention = torch.ones((B, L + 2), dtype=torch.bool, device=device)
-    token_free = schedule.alpha_vocab(torch.tensor(0.0)).shape[-1] == 1  # r(v) the same for all v
+    state = dict(
+        x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
+        kern=kernel(db.schedule, steps), net=_Net(db), gen=gen, shaping=(temperature, top_k, top_p),
+        no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id}),  # never sampled
+    )
+    if sampler == "first-hitting":
+        yield from _first_hitting(**state)
+    else:
+        yield from _stepwise(cached=sampler == "cached", **state)
 
-    grid = step_grid(schedule.T, steps)
-    nfe = 0
-    cache = None  # logits (M, V) for the current masked set, valid while x is unchanged
-    for k in range(steps):
-        t, s = grid[k], grid[k + 1]
+
+def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, cached: bool) -> Iterator[Frame]:
+    """ancestral and cached: one frame per step, the same random draws in both."""
+    B, L = x.shape
+    S = len(kern.grid) - 1
+    token_free = kern.inverse is None
+    stale = torch.ones(B, dtype=torch.bool)  # cached: the row changed since its logits were made
+    buf = mass = None  # cached: (B, L, V) logits and (B, L, C) class mass at masked positions
+
+    def refresh(rows: torch.Tensor, t: int) -> None:
+        nonlocal buf, mass
+        idx = rows.nonzero().squeeze(1)
+        logits = net(x[idx], masked[idx], torch.full((len(idx),), t))
+        where = torch.zeros_like(masked)
+        where[idx] = masked[idx]
+        if buf is None:
+            buf = torch.empty(B, L, logits.shape[-1])
+            mass = torch.empty(B, L, kern.classes, dtype=torch.float64)
+        buf[where] = logits
+        if not token_free:
+            mass[where] = kern.class_mass(logits)
+        stale[idx] = False
+
+    for k in range(S):
+        t = kern.grid[k]
         u_reveal = torch.rand(x.shape, generator=gen, dtype=torch.float64)
         u_token = torch.rand(x.shape, generator=gen, dtype=torch.float64)
-        rows_masked = masked.nonzero(as_tuple=True)  # the row-major order of cached logits
+        revealed = torch.zeros_like(masked)
+        if masked.any():
+            logits = None
+            if not cached:
+                logits = net(x, masked, torch.full((B,), t))
+            elif not token_free and (stale & masked.any(1)).any():
+                refresh(stale & masked.any(1), t)
+            if k == S - 1:
+                revealed = masked.clone()
+            elif token_free:
+                revealed = masked & (u_reveal < kern.r[k, 0])
+            else:
+                P = kern.class_mass(logits) if logits is not None else mass[masked]
+                revealed[masked] = u_reveal[masked] < P @ kern.r[k]
+            if revealed.any():
+                if cached:
+                    if (stale & revealed.any(1)).any():
+                        refresh(stale & revealed.any(1), t)
+                    chosen_logits = buf[revealed]
+                else:
+                    chosen_logits = logits[revealed[masked]]
+                r_v = kern.r_vocab(torch.tensor([k]))
+                chosen, conf = _draw(chosen_logits, r_v, no_draw, shaping, u_token[revealed])
+                x[revealed] = chosen
+                confidence[revealed] = conf
+                masked &= ~revealed
+                stale |= revealed.any(1)
+        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
+                    step=k + 1, steps=S, t=kern.grid[k + 1], nfe=net.nfe, rows=net.rows,
+                    row_steps=torch.full((B,), k + 1))
 
-        def predict():
-            nonlocal nfe
-            inp = torch.cat([cls, x, sep], dim=1).to(device)
-            select = torch.cat([torch.zeros_like(cls, dtype=torch.bool), masked,
-                                torch.zeros_like(sep, dtype=torch.bool)], dim=1).to(device)
-            tt = torch.full((B,), t, device=device)
-            nfe += 1
-            return model(inp, attention, select, t=tt).float().cpu()
 
-        if not masked.any():  # a prompt without slots, or everything revealed early
-            yield Frame(ids=x.clone(), masked=masked.clone(), revealed=torch.zeros_like(masked),
-                        confidence=confidence.clone(), step=k + 1, steps=steps, t=s, nfe=nfe)
-            continue
-        r_v = schedule.reveal_prob(torch.tensor(float(t)), torch.tensor(float(s)))  # (V,) or (1,)
-        if sampler == "ancestral" or cache is None and not token_free:
-            cache = predict()
+def _next_event(P: torch.Tensor, mk: torch.Tensor, k: torch.Tensor, r: torch.Tensor,
+                u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The step of each row's next reveal event and each position's reveal chance there.
+
+    P (A, L, C) class mass of each position (0 where not masked), mk (A, L) masked, k (A,)
+    the next step each row simulates, r (S, C), u (A,) uniforms in (0, 1]. A row reveals
+    nothing in steps k..m with probability exp(-H(m)), H(m) = -sum_{j=k..m} sum_i
+    log(1 - R_i(j)); the event step is the first m with H(m) > -log u (inversion).
+    Returns (m (A,), R at m (A, L)).
+    """
+    A, L, _ = P.shape
+    S = r.shape[0]
+    target = -torch.log(u)
+    n = mk.sum(-1)  # masked positions per row
+    W = int(((2 * (S - k)) / (n + 1)).ceil().max().item()) + 1  # about twice the mean gap
+    acc = torch.zeros(A, dtype=torch.float64)
+    start = k.clone()
+    m = torch.full((A,), -1, dtype=torch.long)
+    R_at = torch.zeros(A, L, dtype=torch.float64)
+    pending = torch.ones(A, dtype=torch.bool)
+    while pending.any():
+        rows = pending.nonzero().squeeze(1)
+        W = max(1, min(W, S - int(start[rows].min())))
+        j = start[rows].unsqueeze(1) + torch.arange(W)  # (a, W) steps scanned
+        R = torch.bmm(P[rows], r[j.clamp_max(S - 1)].transpose(1, 2)).clamp_(0.0, 1.0)  # (a, L, W)
+        last = (j == S - 1).unsqueeze(1) & mk[rows].unsqueeze(2)
+        R = torch.where(last, torch.ones_like(R), R)  # the last step reveals all (p sums to 1 - eps)
+        h = -torch.log1p(-R).sum(1)  # (a, W) hazard of each step, +inf where a reveal is certain
+        h = torch.where(j < S, h, torch.zeros_like(h))
+        H = acc[rows].unsqueeze(1) + h.cumsum(1)
+        hit = H > target[rows].unsqueeze(1)
+        found = hit.any(1)
+        w = hit.to(torch.int8).argmax(1)
+        done_rows = rows[found]
+        m[done_rows] = j[found, w[found]]
+        R_at[done_rows] = R[found, :, w[found]]
+        acc[rows] = H[:, -1]
+        start[rows] += W
+        pending[done_rows] = False
+        W *= 2
+    return m, R_at
+
+
+def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw) -> Iterator[Frame]:
+    """One network call per reveal event; each row jumps straight to its next event."""
+    B, L = x.shape
+    S = len(kern.grid) - 1
+    token_free = kern.inverse is None
+    grid = torch.tensor(kern.grid)
+    k = torch.zeros(B, dtype=torch.long)  # the next step each row simulates
+    pos = torch.arange(L)
+    while masked.any():
+        active = masked.any(1).nonzero().squeeze(1)
+        A = len(active)
+        mk = masked[active]  # (A, L)
+        u_time = 1.0 - torch.rand(A, generator=gen, dtype=torch.float64)  # (0, 1]
+        u_first = torch.rand(A, generator=gen, dtype=torch.float64)
+        u_more = torch.rand(A, L, generator=gen, dtype=torch.float64)
+        u_token = torch.rand(A, L, generator=gen, dtype=torch.float64)
+        if token_free:  # r is the same for every token: the event needs no prediction
+            m, R = _next_event(mk.double().unsqueeze(-1), mk, k[active], kern.r, u_time)
+        else:  # time-agnostic model: p is fixed until this row's x changes
+            logits = net(x[active], mk, grid[k[active]])
+            P = torch.zeros(A, L, kern.classes, dtype=torch.float64)
+            P[mk] = kern.class_mass(logits)
+            m, R = _next_event(P, mk, k[active], kern.r, u_time)
+        # which positions: independent Bernoulli(R_i) given at least one; first the lowest one
+        log_stay = torch.log1p(-R.clamp(0.0, 1.0))
+        at_least_one = -torch.expm1(log_stay.cumsum(1))  # (A, L) P(some position <= i revealed)
+        total = at_least_one[:, -1:]
+        first = torch.searchsorted(at_least_one, u_first.unsqueeze(1) * total, right=True).clamp_max(L - 1)
+        more = (pos > first) & (u_more < R)
+        rev = mk & ((pos == first) | more)
         if token_free:
-            reveal = masked & (u_reveal < r_v.double().item())
+            logits = net(x[active], rev, grid[m])  # only the revealed positions are projected
         else:
-            p = torch.softmax(cache, dim=-1)
-            R = (p * r_v).sum(-1).double()  # probability each masked position is revealed
-            reveal = torch.zeros_like(masked)
-            reveal[rows_masked] = u_reveal[rows_masked] < R
-        if reveal.any():
-            if cache is None:
-                cache = predict()
-            sel = reveal[rows_masked]  # which cached rows are revealed now
-            logits = cache[sel]
-            logits[:, no_draw] = float("-inf")
-            p_shaped = shape_probs(logits, temperature, top_k, top_p)
-            weights = p_shaped if token_free else p_shaped * r_v.double()
-            chosen = categorical(weights, u_token[reveal])
-            x[reveal] = chosen
-            confidence[reveal] = p_shaped.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
-            masked = masked & ~reveal
-            cache = None
-        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=reveal, confidence=confidence.clone(),
-                    step=k + 1, steps=steps, t=s, nfe=nfe)
+            logits = logits[rev[mk]]
+        row_of = rev.nonzero()[:, 0]
+        chosen, conf = _draw(logits, kern.r_vocab(m[row_of]), no_draw, shaping, u_token[rev])
+        revealed = torch.zeros_like(masked)
+        revealed[active] = rev
+        x[revealed] = chosen
+        confidence[revealed] = conf
+        masked &= ~revealed
+        k[active] = m + 1
+        left = masked.any(1)
+        step = int(k[left].min()) if left.any() else S
+        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
+                    step=step, steps=S, t=kern.grid[step], nfe=net.nfe, rows=net.rows, row_steps=k.clone())
+    if net.nfe == 0:  # nothing to fill in
+        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=torch.zeros_like(masked),
+                    confidence=confidence.clone(), step=S, steps=S, t=0, nfe=0, rows=0,
+                    row_steps=torch.full((B,), S))
 
 
 def generate(db, n: int = 1, batch_size: int = 32, seed: int | None = None, on_frame=None, **kwargs) -> tuple[list[str], dict]:
-    """n texts (keeps each batch's last frame) and stats {nfe, seconds, samples, steps}."""
+    """n texts (keeps each batch's last frame) and stats {nfe, rows, seconds, samples, steps}."""
     gen = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % 2**63)
     texts: list[str] = []
-    nfe = 0
+    nfe = rows = 0
     start = _time.perf_counter()
     for lo in range(0, n, batch_size):
         last = None
@@ -192,8 +422,10 @@ def generate(db, n: int = 1, batch_size: int = 32, seed: int | None = None, on_f
             if on_frame is not None:
                 on_frame(last)
         nfe += last.nfe
+        rows += last.rows
         texts.extend(db.decode(row) for row in last.ids)
-    stats = {"nfe": nfe, "seconds": round(time_since(start), 3), "samples": n, "steps": kwargs.get("steps", 128)}
+    stats = {"nfe": nfe, "rows": rows, "seconds": round(time_since(start), 3), "samples": n,
+             "steps": kwargs.get("steps", 128)}
     return texts, stats
 
 

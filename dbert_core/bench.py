@@ -1,0 +1,336 @@
+"""`dbert bench`: sampling speed, training throughput and forward-pass efficiency, in one run.
+
+Every figure comes from this machine in this run, so the ratios between rows are what to
+compare (a shared or busy machine moves absolute times, much less their ratios):
+    matmul peak      best GFLOP/s of a large square torch.mm, per dtype
+    forward          one denoiser call at batch B x length L with every position projected to
+                     the vocabulary: achieved GFLOP/s (counted from the architecture) vs peak
+    threads, bf16    the same forward with 1..cores threads, and in bfloat16
+    compile          optional: the forward under torch.compile (first call = compile time)
+    sampling         per sampler x steps x batch: seconds, samples/s, network calls per batch,
+                     rows evaluated per sample, and the speed-up over ancestral
+    train            optimizer steps on a copy of the model: tokens/s (masked-only logits)
+
+Results go to OUT/bench.json and OUT/bench.md (each rewritten atomically after every
+measurement, so an interrupted run keeps what it measured); the Markdown is printed on stdout.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+SAMPLER_ORDER = ("ancestral", "cached", "first-hitting")
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine(device: torch.device) -> dict:
+    info = {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "python": platform.python_version(), "device": str(device)}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    try:
+        info["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    return info
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_time(fn, device, reps: int, warmup: int = 1) -> float:
+    """Fastest of `reps` timed calls (after `warmup` untimed ones), in seconds."""
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: int = 5) -> float:
+    """GFLOP/s of the best n x n x n matrix product."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=g).to(device, dtype)
+    b = torch.randn(n, n, generator=g).to(device, dtype)
+    with torch.inference_mode():
+        sec = best_time(lambda: torch.mm(a, b), device, reps)
+    return 2 * n**3 / sec / 1e9
+
+
+def forward_flops(config, B: int, N: int, M: int) -> float:
+    """Multiply-add FLOPs (x2) of a BERT forward on (B, N) tokens projecting M positions."""
+    H, I, V, layers = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_hidden_layers
+    per_layer = 2 * B * N * (4 * H * H + 2 * H * I) + 2 * 2 * B * N * N * H  # projections, FFN; QK^T and AV
+    head = 2 * M * (H * H + H * V)  # transform + decoder
+    return layers * per_layer + head
+
+
+def _inputs(db, B: int, L: int, device):
+    tok = db.tokenizer
+    ids = torch.full((B, L + 2), db.model.mask_id, dtype=torch.long)
+    ids[:, 0], ids[:, -1] = tok.cls_token_id, tok.sep_token_id
+    select = torch.zeros_like(ids, dtype=torch.bool)
+    select[:, 1:-1] = True
+    attention = torch.ones_like(ids, dtype=torch.bool)
+    t = torch.full((B,), db.schedule.T)
+    return ids.to(device), attention.to(device), select.to(device), t.to(device)
+
+
+def time_forward(model, db, B: int, L: int, device, reps: int) -> float:
+    ids, attention, select, t = _inputs(db, B, L, device)
+    with torch.inference_mode():
+        return best_time(lambda: model(ids, attention, select, t=t), device, reps)
+
+
+class Bench:
+    """Runs the measurements and keeps the report up to date on disk."""
+
+    def __init__(self, db, out: Path, length: int, quick: bool, reps: int):
+        self.db, self.out, self.length, self.quick, self.reps = db, Path(out), length, quick, reps
+        self.device = db.device
+        self.result: dict = {
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "checkpoint": str(db.path) if db.path else None,
+            "model": {"schedule": db.schedule.name, "T": db.schedule.T, "time": db.model.time,
+                      "hidden": db.model.config.hidden_size, "layers": db.model.config.num_hidden_layers,
+                      "vocab": db.model.config.vocab_size,
+                      "attention": getattr(db.model.config, "_attn_implementation", None),
+                      "dtype": str(next(db.model.parameters()).dtype).removeprefix("torch.")},
+            "machine": machine(self.device), "length": length,
+            "peak": {}, "forward": [], "sampling": [], "train": None, "cli_defaults": None,
+        }
+
+    # ------------------------------------------------------------------ output
+    def save(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        _atomic_write(self.out / "bench.json", json.dumps(self.result, indent=2) + "\n")
+        _atomic_write(self.out / "bench.md", markdown(self.result))
+
+    # ------------------------------------------------------------------ parts
+    def peak(self, dtypes) -> None:
+        for dtype in dtypes:
+            name = str(dtype).removeprefix("torch.")
+            self.result["peak"][name] = round(matmul_peak(dtype, self.device, reps=self.reps), 2)
+            say(f"matmul peak {name}: {self.result['peak'][name]:.1f} GFLOP/s")
+        self.save()
+
+    def forward(self, B: int, threads=(), bf16: bool = False, compiled: bool = False) -> None:
+        """Forward at batch B, all positions projected; vs the same dtype's matmul peak."""
+        db, L = self.db, self.length
+        cfg = db.model.config
+        flops = forward_flops(cfg, B, L + 2, B * L)
+        base_threads = torch.get_num_threads()
+        variants = [("fp32", db.model, base_threads)]
+        variants += [("fp32", db.model, n) for n in threads if n != base_threads]
+        if bf16:
+            variants.append(("bf16", copy.deepcopy(db.model).to(torch.bfloat16), base_threads))
+        if compiled:
+            variants.append(("fp32+compile", _compiled(db.model), base_threads))
+        for name, model, n in variants:
+            torch.set_num_threads(n)
+            try:
+                t_first = time.perf_counter()
+                if name.endswith("compile"):  # the first call compiles
+                    time_forward(model, db, B, L, self.device, reps=1)
+                t_first = time.perf_counter() - t_first
+                sec = time_forward(model, db, B, L, self.device, reps=self.reps)
+                dt = "bfloat16" if name == "bf16" else "float32"
+                if dt not in self.result["peak"]:
+                    self.result["peak"][dt] = round(matmul_peak(getattr(torch, dt), self.device, reps=self.reps), 2)
+                peak = self.result["peak"][dt]
+                row = {"variant": name, "batch": B, "length": L, "threads": n, "seconds": round(sec, 4),
+                       "gflops": round(flops / 1e9, 2), "gflop_per_s": round(flops / sec / 1e9, 2),
+                       "peak_gflop_per_s": peak, "percent_of_peak": round(100 * flops / sec / 1e9 / peak, 1)}
+                if name.endswith("compile"):
+                    row["compile_seconds"] = round(t_first, 1)
+            except Exception as e:  # noqa: BLE001 - a variant that fails is reported, not fatal
+                row = {"variant": name, "batch": B, "length": L, "threads": n, "error": str(e).splitlines()[0][:200]}
+            finally:
+                torch.set_num_threads(base_threads)
+            self.result["forward"].append(row)
+            say(f"forward {name} batch {B} threads {n}: " +
+                (f"{row['seconds']:.3f} s, {row['percent_of_peak']}% of peak" if "seconds" in row else row["error"]))
+            self.save()
+
+    def sampling(self, samplers, steps_list, batches, seed: int = 0, top_k: int = 30) -> None:
+        from .sample import generate
+
+        for batch in batches:
+            for steps in steps_list:
+                if steps > self.db.schedule.T:
+                    say(f"skipping steps {steps} > T={self.db.schedule.T}")
+                    continue
+                base = None
+                for sampler in samplers:
+                    _, st = generate(self.db, n=batch, batch_size=batch, seed=seed, length=self.length,
+                                     steps=steps, top_k=top_k, sampler=sampler)
+                    sec = st["seconds"]
+                    row = {"sampler": sampler, "steps": steps, "batch": batch, "seconds": sec,
+                           "samples_per_s": round(batch / sec, 4), "calls_per_batch": st["nfe"],
+                           "rows_per_sample": round(st["rows"] / batch, 2)}
+                    if sampler == "ancestral":
+                        base = sec
+                    if base is not None:
+                        row["speedup_vs_ancestral"] = round(base / sec, 2)
+                    self.result["sampling"].append(row)
+                    say(f"{sampler:>13} steps {steps:>4} batch {batch:>2}: {sec:8.2f} s, "
+                        f"{row['calls_per_batch']} calls, {row['rows_per_sample']} rows/sample")
+                    self.save()
+
+    def cli_defaults(self, load_seconds: float) -> None:
+        """What `dbert sample --n 10` does after loading: 10 samples, 128 steps, length 32."""
+        from .sample import generate
+
+        sampler = "cached" if self.db.model.time == "none" else "ancestral"
+        _, st = generate(self.db, n=10, batch_size=32, seed=0, length=32, steps=128, top_k=30, sampler=sampler)
+        self.result["cli_defaults"] = {"sampler": sampler, "load_seconds": round(load_seconds, 2),
+                                       "sample_seconds": st["seconds"], "calls": st["nfe"]}
+        say(f"sample --n 10 defaults: load {load_seconds:.2f} s + sampling {st['seconds']:.2f} s")
+        self.save()
+
+    def train(self, batch: int = 32, seq_len: int = 64, steps: int = 3) -> None:
+        """Optimizer steps on a copy of the model: tokens/s as `dbert train` counts them."""
+        from .diffusion import draw_steps, masked_kl
+
+        db = self.db
+        model = copy.deepcopy(db.model).float().train()
+        params = [p for p in {id(p): p for p in model.parameters()}.values()]
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.01},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        extra = {"fused": True} if self.device.type == "cuda" else {}
+        opt = torch.optim.AdamW(groups, lr=1e-5, betas=(0.9, 0.98), eps=1e-6, **extra)
+        gen = torch.Generator().manual_seed(0)
+        ids, attention, _, _ = _inputs(db, batch, seq_len, self.device)
+        content = torch.randint(1000, db.model.config.vocab_size, (batch, seq_len), generator=gen)
+        ids[:, 1:-1] = content.to(self.device)
+        noisable = torch.zeros_like(attention)
+        noisable[:, 1:-1] = True
+        T = db.schedule.T
+
+        def step():
+            k = draw_steps(batch, T, gen)
+            kl, ce, n_masked = masked_kl(model, ids, attention, noisable, k, T, db.schedule, gen, return_ce=True)
+            loss = T * kl.sum() / noisable.sum() + 0.01 * ce / n_masked.clamp_min(1)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        step()  # warm-up (allocates the optimizer state)
+        _sync(self.device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        _sync(self.device)
+        sec = (time.perf_counter() - t0) / steps
+        self.result["train"] = {"batch": batch, "seq_len": seq_len, "steps": steps, "seconds_per_step": round(sec, 3),
+                                "tokens_per_s": round(batch * seq_len / sec, 1)}
+        say(f"train: {sec:.2f} s/step, {batch * seq_len / sec:.0f} tokens/s")
+        self.save()
+
+
+def _compiled(model):
+    """A copy of the denoiser with its encoder under torch.compile (CPU: inductor, needs a C compiler)."""
+    m = copy.deepcopy(model)
+    m.mlm.bert = torch.compile(m.mlm.bert, dynamic=False)
+    return m
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def markdown(r: dict) -> str:
+    """The report as Markdown tables."""
+    m, mod = r["machine"], r["model"]
+    lines = [f"### dbert bench, {r['date']}", "",
+             f"Machine: {m['cpu']}, {m['cores']} cores, {m['threads']} torch threads, {m['cpu_capability']}, "
+             f"torch {m['torch']}" + (f", GPU {m['gpu']}" if m.get("gpu") else "") +
+             (f"; load average at start {m['load_average'][0]}" if m.get("load_average") else "") + ".",
+             f"Model: {r['checkpoint']} ({mod['layers']} layers, hidden {mod['hidden']}, vocab {mod['vocab']}, "
+             f"{mod['schedule']} T={mod['T']}, time {mod['time']}, attention {mod['attention']}, {mod['dtype']}); "
+             f"length {r['length']}.", ""]
+    if r["sampling"]:
+        lines += ["| sampler | steps | batch | seconds | samples/s | calls/batch | rows/sample | vs ancestral |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for s in r["sampling"]:
+            sp = s.get("speedup_vs_ancestral")
+            lines.append(f"| {s['sampler']} | {s['steps']} | {s['batch']} | {s['seconds']:.2f} | "
+                         f"{s['samples_per_s']:.3f} | {s['calls_per_batch']} | {s['rows_per_sample']} | "
+                         f"{'' if sp is None else f'{sp:.1f}x'} |")
+        lines.append("")
+    if r["forward"]:
+        lines += ["| forward | batch | threads | seconds | GFLOP | GFLOP/s | matmul peak | % of peak |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for f in r["forward"]:
+            if "error" in f:
+                lines.append(f"| {f['variant']} | {f['batch']} | {f['threads']} | failed: {f['error']} | | | | |")
+                continue
+            extra = f" (compile {f['compile_seconds']} s)" if "compile_seconds" in f else ""
+            lines.append(f"| {f['variant']}{extra} | {f['batch']} | {f['threads']} | {f['seconds']:.3f} | "
+                         f"{f['gflops']:.1f} | {f['gflop_per_s']:.1f} | {f['peak_gflop_per_s']:.1f} | "
+                         f"{f['percent_of_peak']:.0f}% |")
+        lines.append("")
+    if r["train"]:
+        t = r["train"]
+        lines.append(f"Training: {t['tokens_per_s']:.0f} tokens/s ({t['seconds_per_step']:.2f} s per step of "
+                     f"{t['batch']} x {t['seq_len']} tokens, fp32, AdamW).")
+    if r["cli_defaults"]:
+        c = r["cli_defaults"]
+        lines.append(f"`dbert sample --n 10` defaults ({c['sampler']}): load {c['load_seconds']:.2f} s + "
+                     f"sampling {c['sample_seconds']:.2f} s, {c['calls']} calls.")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def run(db, out, load_seconds: float, samplers, steps_list, batches, length: int = 64, quick: bool = False,
+        train: bool = True, bf16: bool = True, compiled: bool = False, threads=()) -> dict:
+    """The whole suite; returns the result dict (also in out/bench.json)."""
+    reps = 2 if quick else 4
+    bench = Bench(db, out, length, quick, reps)
+    bench.peak([torch.float32])
+    bench.forward(32, threads=threads, bf16=bf16, compiled=compiled)
+    bench.cli_defaults(load_seconds)
+    if train:
+        bench.train(steps=2 if quick else 3)
+    bench.sampling(samplers, steps_list, batches)
+    return bench.result
