@@ -54,6 +54,7 @@ class DbertApp(App):
         Binding("f1,1", "mode('generate')", "Generate"),
         Binding("f2,2", "mode('checkpoints')", "Checkpoints"),
         Binding("f3,3", "mode('train')", "Train"),
+        Binding("question_mark", "toggle_keys", "Keys", key_display="?"),
     ]
 
     def __init__(self, checkpoint: str | Path | None = None, loader: Callable | None = None,
@@ -135,6 +136,13 @@ class DbertApp(App):
                 self.checkpoints_screen.refresh_store()
 
     # ------------------------------------------------------------------ navigation and palette
+    def action_toggle_keys(self) -> None:
+        """Show (or hide) the panel listing every key of the current screen."""
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
+
     def action_mode(self, mode: str) -> None:
         if self.current_mode != mode:
             self.switch_mode(mode)

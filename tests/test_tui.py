@@ -8,9 +8,11 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from textual import events
 
 from conftest import TINYSTORIES
 from dbert_core import store
@@ -212,6 +214,31 @@ async def test_quit_stops_a_running_sampler(tiny_db):
     assert not g.run.finished
 
 
+async def test_command_palette_offers_the_main_actions(tiny_db, tmp_path):
+    app = make_app(tiny_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for title in ("Restart sampling", "Sampling settings", "Save texts", "Export trajectory",
+                      "Checkpoints screen", "Train screen", "Fetch a checkpoint"):
+            assert title in titles
+        await pilot.press("question_mark")  # every key of the screen, with its description
+        await pilot.pause(0.2)
+        panel = app.screen.query_one("HelpPanel")
+        assert panel is not None
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+        assert not app.screen.query("HelpPanel")
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.2)
+        await pilot.press(*"Export trajectory")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, FormDialog), timeout=10, what="the export dialog")
+        await fill_dialog(pilot, {"path": str(tmp_path / "p.json")})
+        assert len(json.loads((tmp_path / "p.json").read_text())["frames"]) == 16
+
+
 # ------------------------------------------------------------------------------ Checkpoints
 async def test_checkpoints_fetch_use_and_delete(tiny_db, tiny_checkpoint, monkeypatch):
     with HubServer() as server:
@@ -288,6 +315,35 @@ async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
         await pilot.press("f5")
         await pilot.pause(0.2)
         assert any("no such data file" in n.message for n in app._notifications)
+        # keys respond while training runs; ctrl+q stops the run, which saves a checkpoint
+        tr.query_one("#tr-data").value = str(TINYSTORIES)
+        tr.query_one("#tr-out").value = "quitter"
+        tr.query_one("#tr-steps").value = "100000"
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: len(tr.losses) >= 3, what="the second run")
+        trainer = tr.trainer
+        await pilot.press("1")
+        await wait_for(pilot, lambda: app.current_mode == "generate", timeout=10)
+        g = app.generate_screen
+        latencies = []
+        for _ in range(4):  # a key posted as the terminal would, timed until the screen reacts
+            before = g.colour
+            start = time.perf_counter()
+            app.post_message(events.Key("v", "v"))
+            while g.colour == before:
+                await asyncio.sleep(0.002)
+            latencies.append(time.perf_counter() - start)
+        assert trainer.step > 3 and tr.trainer is trainer  # still training meanwhile
+        assert sorted(latencies)[1] < 0.25, f"key latencies while training: {latencies}"
+        await pilot.press("ctrl+q")
+    assert app.return_code == 0
+    for _ in range(300):  # the worker thread finishes its step and saves
+        if trainer.step and (store.store_dir() / "quitter" / "dbert.json").is_file():
+            break
+        await asyncio.sleep(0.1)
+    from dbert_core.checkpoint import read_meta
+
+    assert 3 <= read_meta(store.store_dir() / "quitter")["step"] < 100000
 
 
 # ------------------------------------------------------------------------------ snapshots

@@ -47,7 +47,7 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
         yield DataTable(id="ck-table", cursor_type="row", zebra_stripes=True)
         yield ProgressBar(id="ck-progress", show_eta=False)
         yield Static("", id="ck-status")
-        yield Footer(compact=True)
+        yield Footer()
 
     def on_mount(self) -> None:
         self.sub_title = "Checkpoints"

@@ -33,25 +33,25 @@ class TokenScroll(VerticalScroll, can_focus=False):
 class GenerateScreen(ReportWorkerErrors, Screen):
     """Live reverse diffusion. Changing a control restarts the run with the new settings."""
 
-    BINDINGS = [
+    BINDINGS = [  # footer order: the most used first (the rest: ctrl+p, or `dbert-tui` docs)
         Binding("space", "toggle_play", "Play/Pause"),
         Binding("full_stop", "step", "Step", key_display="."),
         Binding("left", "scrub(-1)", "Back", key_display="←"),
         Binding("right", "scrub(1)", "Fwd", key_display="→"),
+        Binding("e", "edit", "Settings"),
+        Binding("r", "restart", "Restart"),
+        Binding("s", "save", "Save"),
+        Binding("x", "export", "Export"),
+        Binding("v", "toggle_colour", "Colour"),
+        Binding("p", "prompt", "Prompt"),
+        Binding("n", "new_seed", "Seed"),
         Binding("home", "scrub_to(0)", "First", show=False),
         Binding("end", "live", "Live", show=False),
-        Binding("r", "restart", "Restart"),
-        Binding("n", "new_seed", "Seed"),
         Binding("left_square_bracket", "steps(0.5)", "Steps-", key_display="[", show=False),
         Binding("right_square_bracket", "steps(2)", "Steps+", key_display="]", show=False),
         Binding("minus", "temperature(-1)", "Temp-", key_display="-", show=False),
         Binding("equals_sign,plus", "temperature(1)", "Temp+", key_display="+", show=False),
         Binding("m", "cycle_sampler", "Sampler", show=False),
-        Binding("e", "edit", "Settings"),
-        Binding("p", "prompt", "Prompt", show=False),
-        Binding("v", "toggle_colour", "Colour"),
-        Binding("s", "save", "Save"),
-        Binding("x", "export", "Export"),
     ]
 
     steps = reactive(64)
@@ -82,7 +82,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             yield SchedulePanel(id="gen-schedule")
         yield Static(legend("order"), id="gen-legend")
         yield Static("", id="gen-settings")
-        yield Footer(compact=True)
+        yield Footer()
 
     def on_mount(self) -> None:
         self.sub_title = "Generate"

@@ -92,6 +92,9 @@ class TrainScreen(ReportWorkerErrors, Screen):
         self.vals: list[float] = []
         self.trainer = None
         self.out: Path | None = None
+        self._latest: dict | None = None
+        self._drawn_at = 0.0
+        self._redraw_pending = False
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -135,7 +138,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
                 yield Static("", id="tr-valtext")
                 yield Label("sample preview", classes="tr-chart-label")
                 yield Static(Text("—", style="dim"), id="tr-preview")
-        yield Footer(compact=True)
+        yield Footer()
 
     def on_mount(self) -> None:
         self.sub_title = "Train"
@@ -244,7 +247,21 @@ class TrainScreen(ReportWorkerErrors, Screen):
 
     @on(TrainProgress)
     def _progress(self, message: TrainProgress) -> None:
-        m = message.metrics
+        """Redraw at most ~10 times a second: tiny models step far faster than anyone reads."""
+        self._latest = message.metrics
+        now = time.monotonic()
+        if now - self._drawn_at >= 0.1:
+            self._draw_progress()
+        elif not self._redraw_pending:
+            self._redraw_pending = True
+            self.set_timer(0.1, self._draw_progress)
+
+    def _draw_progress(self) -> None:
+        self._redraw_pending = False
+        self._drawn_at = time.monotonic()
+        m = self._latest
+        if m is None:
+            return
         text = Text()
         text.append(f"step {m['step']}/{m['max_steps']}", style="bold")
         if "loss_elbo" in m:
@@ -271,6 +288,8 @@ class TrainScreen(ReportWorkerErrors, Screen):
 
     @on(TrainFinished)
     def _finished(self, message: TrainFinished) -> None:
+        self._draw_progress()
+        self._latest = None  # a pending redraw must not cover the final line
         verb = "stopped at" if message.stopped else "finished at"
         self.query_one("#tr-stats", Static).update(
             Text(f"{verb} step {message.step}; saved as {message.path.name} in the store"
