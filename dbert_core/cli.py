@@ -89,6 +89,7 @@ def train(
     out: Annotated[str, typer.Option(help="Output checkpoint: a directory, or a bare NAME for the store.")],
     preset: Annotated[str, typer.Option(help="Model size for a random init: tiny, mini, small, base.")] = "tiny",
     init: Annotated[Optional[str], typer.Option(help="Start from a pretrained BERT (path or hub id).")] = None,
+    from_scratch: Annotated[bool, typer.Option("--from-scratch", help="With --init: its architecture and tokenizer, random weights.")] = False,
     max_steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 1000,
     batch_size: Annotated[int, typer.Option(help="Examples per optimizer step (all processes).")] = 32,
     grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step.")] = 1,
@@ -107,7 +108,7 @@ def train(
     dropout: Annotated[Optional[float], typer.Option(help="Override the model's dropout rates.")] = None,
     val_data: Annotated[Optional[list[str]], typer.Option(help="Held-out files (default: a slice of --data).")] = None,
     eval_every: Annotated[int, typer.Option(help="Validation ELBO every N steps (0: never).")] = 200,
-    eval_steps: Annotated[int, typer.Option(help="Step budget of the validation ELBO.")] = 128,
+    eval_steps: Annotated[Optional[int], typer.Option(help="Step budget of the validation ELBO [default: min(128, T)].")] = None,
     save_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 500,
     log_every: Annotated[int, typer.Option(help="Progress line every N steps (non-terminal stderr).")] = 10,
     gpu: Annotated[bool, typer.Option("--gpu", help="Train on CUDA; an error if there is none.")] = False,
@@ -126,7 +127,7 @@ def train(
     if dtype not in ("auto", "fp32", "bf16"):
         raise DbertError(f"--dtype must be auto, fp32 or bf16, got {dtype!r}")
     cfg = TrainConfig(
-        data=data, out=str(out_path(out)), preset=None if init else preset, init=init, vocab_size=vocab_size,
+        data=data, out=str(out_path(out)), preset=None if init else preset, init=init, from_scratch=from_scratch, vocab_size=vocab_size,
         unit=unit.value, pack=pack, seq_len=seq_len, batch_size=batch_size, grad_accum=grad_accum,
         max_steps=max_steps, lr=lr, warmup=warmup, decay=decay, schedule=schedule.value, lam=spindle_lambda, T=T,
         time=time.value, loss=loss, val_data=val_data, eval_every=eval_every, eval_steps=eval_steps,

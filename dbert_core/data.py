@@ -152,12 +152,26 @@ def count_words(text: str) -> int:
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
-    """An uncased WordPiece tokenizer learnt from the training texts (for presets without --init)."""
+    """An uncased WordPiece tokenizer learnt from the training texts (for presets without --init).
+
+    The trainer picks the same token set every time but numbers it in hash order, so the ids
+    are renumbered (special tokens first, then sorted): the same data gives the same tokenizer,
+    which exact resumption and reproducible runs need.
+    """
     from tokenizers import BertWordPieceTokenizer
+    from tokenizers.models import WordPiece
     from transformers import BertTokenizerFast
 
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     wp = BertWordPieceTokenizer(lowercase=True, strip_accents=True, clean_text=True)
     wp.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, show_progress=False,
-                           special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
-    return BertTokenizerFast(tokenizer_object=wp._tokenizer, do_lower_case=True, unk_token="[UNK]",
+                           special_tokens=specials)
+    rest = sorted(set(wp.get_vocab()) - set(specials))
+    vocab = {tok: i for i, tok in enumerate(specials + rest)}
+    inner = wp._tokenizer
+    inner.model = WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100)
+    from tokenizers.processors import BertProcessing
+
+    inner.post_processor = BertProcessing(("[SEP]", vocab["[SEP]"]), ("[CLS]", vocab["[CLS]"]))
+    return BertTokenizerFast(tokenizer_object=inner, do_lower_case=True, unk_token="[UNK]",
                              sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")

@@ -144,10 +144,22 @@ def quiet_transformers():
 
 
 def build_bert(preset: str | None = None, init: str | None = None, vocab_size: int | None = None,
-               special_ids: dict | None = None, dtype=None):
-    """A BertForMaskedLM from a preset's sizes (random init) or a pretrained path/hub id."""
+               special_ids: dict | None = None, dtype=None, from_scratch: bool = False):
+    """A BertForMaskedLM from a preset's sizes (random init) or a pretrained path/hub id.
+
+    from_scratch=True with init: the pretrained model's architecture, freshly initialised.
+    """
     from transformers import BertConfig, BertForMaskedLM
 
+    if init is not None and from_scratch:
+        quiet_transformers()
+        try:
+            config = BertConfig.from_pretrained(init)
+        except OSError as e:
+            from .errors import DbertError
+
+            raise DbertError(f"cannot load a BERT config from --init {init}: {str(e).splitlines()[0][:160]}") from None
+        return BertForMaskedLM(config)
     if init is not None:
         kwargs = {"dtype": dtype} if dtype is not None else {}
         quiet_transformers()  # the "MLM head newly initialised" report is expected

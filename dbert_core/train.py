@@ -37,6 +37,7 @@ class TrainConfig:
     out: str
     preset: str | None = "tiny"        # model sizes for a random init (tiny, mini, small, base)
     init: str | None = None            # or a pretrained BERT: local dir or hub id
+    from_scratch: bool = False         # with init: its architecture and tokenizer, random weights
     vocab_size: int | None = None      # WordPiece size learnt from the data (presets without init)
     unit: str = "line"                 # an example is a line or a sentence of the files
     pack: bool = False                 # join examples with [SEP] into full seq_len streams
@@ -59,7 +60,7 @@ class TrainConfig:
     val_data: list[str] | None = None  # held-out files; default: a slice of the training data
     val_examples: int = 256
     eval_every: int = 200
-    eval_steps: int = 128              # step budget of the validation ELBO
+    eval_steps: int | None = None      # step budget of the validation ELBO (default: min(128, T))
     save_every: int = 500
     log_every: int = 10
     device: str = "auto"               # auto, cpu, cuda, mps
@@ -154,9 +155,11 @@ class Trainer:
         if c.batch_size % (self.world * c.grad_accum):
             raise DbertError(f"--batch-size {c.batch_size} must divide by processes x --grad-accum "
                              f"({self.world} x {c.grad_accum})")
-        for name in ("max_steps", "seq_len", "batch_size", "T", "eval_steps"):
+        for name in ("max_steps", "seq_len", "batch_size", "T"):
             if getattr(c, name) < 1:
                 raise DbertError(f"--{name.replace('_', '-')} must be >= 1")
+        if c.eval_steps is None:
+            c.eval_steps = min(128, c.T)
         if not 1 <= c.eval_steps <= c.T:
             raise DbertError(f"--eval-steps must be between 1 and T={c.T}")
 
@@ -206,14 +209,15 @@ class Trainer:
 
             counts = token_counts(train, len(tokenizer))
             mlm = build_bert(c.preset, c.init, vocab_size=len(tokenizer), special_ids=dict(
-                pad_token_id=self.special.pad))
+                pad_token_id=self.special.pad), from_scratch=c.from_scratch)
             if mlm.config.vocab_size < len(tokenizer):
                 raise DbertError(f"the model's vocabulary ({mlm.config.vocab_size}) is smaller than the tokenizer's")
             counts = counts[: mlm.config.vocab_size] if len(counts) >= mlm.config.vocab_size else \
                 torch.nn.functional.pad(counts, (0, mlm.config.vocab_size - len(counts)))
             if c.seq_len + 2 + (c.time == "prefix") > mlm.config.max_position_embeddings:
                 raise DbertError(f"--seq-len {c.seq_len} exceeds the model's {mlm.config.max_position_embeddings} positions")
-            meta = {"preset": None if c.init else c.preset, "init": c.init, "seq_len": c.seq_len, "pack": c.pack,
+            meta = {"preset": None if c.init else c.preset, "init": c.init, "from_scratch": c.from_scratch,
+                    "seq_len": c.seq_len, "pack": c.pack,
                     "unit": c.unit, "data": [str(p) for p in c.data]}
             self.db = ckpt.assemble(mlm, tokenizer, c.schedule, c.T, counts, c.lam, c.time, meta)
         model = self.db.model.to(self.device)
@@ -251,9 +255,11 @@ class Trainer:
 
     def _split(self, texts):
         c = self.cfg
-        if c.val_data:
-            return texts, read_examples(c.val_data, c.unit)
         g = torch.Generator().manual_seed(c.seed + 99)
+        if c.val_data:
+            val = read_examples(c.val_data, c.unit)
+            keep = torch.randperm(len(val), generator=g)[:c.val_examples].sort().values.tolist()
+            return texts, [val[i] for i in keep]
         n_val = min(c.val_examples, max(1, len(texts) // 20))
         perm = torch.randperm(len(texts), generator=g)
         held = set(perm[:n_val].tolist())

@@ -1,0 +1,151 @@
+"""The dbert command: data on stdout only, one-line errors with a non-zero exit."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dbert_core.cli import main
+from conftest import TINYSTORIES, TINYSTORIES_VALID
+
+
+def run(args, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["dbert", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out, err = capsys.readouterr()
+    return exc.value.code or 0, out, err
+
+
+def test_sample_prints_exactly_n_lines(tiny_checkpoint, capsys, monkeypatch):
+    code, out, err = run(["sample", "--checkpoint", str(tiny_checkpoint), "--n", "5", "--length", "12",
+                          "--steps", "16", "--batch-size", "2", "--seed", "3", "--stats"], capsys, monkeypatch)
+    assert code == 0
+    lines = out.split("\n")
+    assert len(lines) == 6 and lines[-1] == "" and all(lines[:5])
+    stats = json.loads(err.strip().splitlines()[-1])
+    assert stats["samples"] == 5 and stats["steps"] == 16 and stats["nfe"] > 0 and stats["seconds"] > 0
+    code2, out2, _ = run(["sample", "--checkpoint", str(tiny_checkpoint), "--n", "5", "--length", "12",
+                          "--steps", "16", "--batch-size", "2", "--seed", "3"], capsys, monkeypatch)
+    assert out2 == out
+
+
+def test_store_names_train_and_list(capsys, monkeypatch):
+    code, out, err = run(["train", "--data", str(TINYSTORIES), "--out", "mytiny", "--max-steps", "3",
+                          "--batch-size", "8", "--seq-len", "16", "--T", "64", "--eval-steps", "8",
+                          "--eval-every", "0", "--device", "cpu"], capsys, monkeypatch)
+    assert code == 0 and out == ""
+    assert "checkpoint step 3" in err
+    code, out, _ = run(["checkpoints", "list"], capsys, monkeypatch)
+    row = [ln for ln in out.splitlines() if ln.startswith("mytiny")]
+    assert row and "spindle(0.3)" in row[0] and "none" in row[0]
+    code, out, _ = run(["sample", "--checkpoint", "mytiny", "--n", "2", "--length", "8", "--steps", "8"],
+                       capsys, monkeypatch)
+    assert code == 0 and len(out.splitlines()) == 2
+
+
+def test_eval_json(tiny_checkpoint, capsys, monkeypatch):
+    code, out, err = run(["eval", "--checkpoint", str(tiny_checkpoint), "--data", str(TINYSTORIES_VALID),
+                          "--unit", "sentence", "--steps", "16", "--limit", "40", "--mc-samples", "2",
+                          "--samples", "8", "--sample-steps", "8", "--sample-length", "16", "--json"],
+                         capsys, monkeypatch)
+    assert code == 0
+    result = json.loads(out)
+    assert result["examples"] == 40 and result["steps"] == 16
+    assert result["ppl_word"] > result["ppl_token"] > 1  # words are longer than WordPiece tokens
+    assert 0 <= result["bleu4"] <= 1 and 0 <= result["self_bleu4"] <= 1 and 0 < result["distinct2"] <= 1
+
+
+BAD = [
+    (["sample", "--checkpoint", "{ck}", "--steps", "0"], "--steps"),
+    (["sample", "--checkpoint", "{ck}", "--steps", "999999"], "--steps"),
+    (["sample", "--checkpoint", "{ck}", "--temperature", "0"], "--temperature"),
+    (["sample", "--checkpoint", "{ck}", "--temperature", "-1"], "--temperature"),
+    (["sample", "--checkpoint", "{ck}", "--top-p", "0"], "--top-p"),
+    (["sample", "--checkpoint", "{ck}", "--top-p", "1.5"], "--top-p"),
+    (["sample", "--checkpoint", "{ck}", "--top-k", "-3"], "--top-k"),
+    (["sample", "--checkpoint", "{ck}", "--length", "5000"], "--length"),
+    (["sample", "--checkpoint", "{ck}", "--length", "4", "--prompt", "once upon a time there was a cat"], "longer than"),
+    (["sample", "--checkpoint", "{ck}", "--sampler", "magic"], "magic"),
+    (["sample", "--checkpoint", "{tmp}/nowhere"], "not found"),
+    (["sample", "--checkpoint", "no-such-name"], "no checkpoint named"),
+    (["sample", "--checkpoint", "{tmp}/broken"], "corrupt"),
+    (["sample", "--checkpoint", "{tmp}/incomplete"], "missing"),
+    (["train", "--data", "{tmp}/missing.txt", "--out", "{tmp}/o"], "not found"),
+    (["train", "--data", "{tmp}/empty.txt", "--out", "{tmp}/o"], "empty"),
+    (["train", "--data", "{tmp}/latin1.txt", "--out", "{tmp}/o"], "not UTF-8"),
+    (["train", "--data", str(TINYSTORIES), "--out", "{tmp}/o", "--preset", "huge"], "unknown preset"),
+    (["train", "--data", str(TINYSTORIES), "--out", "{tmp}/o", "--schedule", "cosine"], "cosine"),
+    (["train", "--data", str(TINYSTORIES), "--out", "{tmp}/o", "--gpu"], "CUDA"),
+    (["eval", "--checkpoint", "{ck}", "--data", "{tmp}/missing.txt"], "not found"),
+    (["eval", "--checkpoint", "{ck}", "--data", str(TINYSTORIES_VALID), "--steps", "0"], "--steps"),
+]
+
+
+@pytest.fixture
+def bad_inputs(tmp_path, tiny_checkpoint):
+    import shutil
+
+    (tmp_path / "empty.txt").write_text("\n\n")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    shutil.copytree(tiny_checkpoint, tmp_path / "broken")
+    (tmp_path / "broken" / "model.safetensors").write_bytes(b"garbage")
+    shutil.copytree(tiny_checkpoint, tmp_path / "incomplete")
+    (tmp_path / "incomplete" / "config.json").unlink()
+    return tmp_path
+
+
+@pytest.mark.parametrize("args,needle", BAD, ids=[" ".join(a[:1] + a[-2:]) for a, _ in BAD])
+def test_bad_input_gives_one_line(args, needle, bad_inputs, tiny_checkpoint, capsys, monkeypatch):
+    args = [a.format(ck=tiny_checkpoint, tmp=bad_inputs) for a in args]
+    code, out, err = run(args, capsys, monkeypatch)
+    assert code != 0
+    assert out == ""
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert "Traceback" not in err
+    if lines and lines[0].startswith("dbert: error:"):
+        assert len(lines) == 1 and needle in lines[0], err
+    else:  # usage errors (an invalid enum choice) come from Typer as a short usage box
+        assert needle in err and code == 2
+
+
+def test_help_does_not_import_torch():
+    code = "import sys; import dbert_core.cli; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False False"
+
+
+def test_core_never_imports_textual():
+    mods = ["cli", "checkpoint", "data", "diffusion", "metrics", "model", "progress", "sample", "schedule",
+            "store", "train"]
+    code = "import sys\n" + "".join(f"import dbert_core.{m}\n" for m in mods) + "print('textual' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_and_resume_continues(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "dbert_core.cli", "train", "--data", str(TINYSTORIES), "--out", str(out),
+           "--max-steps", "100000", "--batch-size", "8", "--seq-len", "16", "--T", "64", "--eval-every", "0",
+           "--save-every", "0", "--log-every", "1", "--device", "cpu"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in proc.stderr:
+        if line.startswith("step 5/"):
+            break
+    proc.send_signal(signal.SIGINT)
+    stdout, rest = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and stdout == ""
+    assert "continue with --resume" in rest and "Traceback" not in rest
+    state = json.loads((out / "trainer_state" / "state.json").read_text())
+    assert state["step"] >= 5
+    resumed = subprocess.run(cmd[:cmd.index("--max-steps") + 1] + [str(state["step"] + 2)] +
+                             cmd[cmd.index("--max-steps") + 2:] + ["--resume"], capture_output=True, text=True,
+                             env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((out / "trainer_state" / "state.json").read_text())["step"] == state["step"] + 2

@@ -1,0 +1,65 @@
+"""BLEU-4 and Self-BLEU-4 equal NLTK's corpus_bleu computed the slow way; distinct-n; perplexity."""
+
+import math
+
+import pytest
+
+from dbert_core.metrics import bleu, distinct_n, perplexity, self_bleu, words
+from conftest import TINYSTORIES_VALID
+
+nltk_bleu = pytest.importorskip("nltk.translate.bleu_score")
+
+REFS = [
+    "the cat sat on the mat .",
+    "a dog ran in the park and the cat sat down .",
+    "there is a cat on the mat today .",
+    "the children played in the park all day long .",
+    "she said the cat was very happy .",
+]
+HYPS = [
+    "the cat sat on the mat today .",
+    "the dog played in the park .",
+    "a cat was on the mat and the dog ran .",
+    "children played all day .",
+    "completely unrelated words here",
+]
+
+
+def nltk_one(hyp, refs):
+    return nltk_bleu.corpus_bleu([[words(r) for r in refs]], [words(hyp)])
+
+
+def test_bleu_matches_nltk():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = sum(nltk_one(h, REFS) for h in HYPS) / len(HYPS)
+    assert bleu(HYPS, REFS) == pytest.approx(expected, abs=1e-9)
+    assert bleu([REFS[0]], REFS) == pytest.approx(1.0)
+
+
+def test_self_bleu_matches_nltk():
+    import warnings
+
+    samples = HYPS + REFS
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = sum(nltk_one(s, samples[:i] + samples[i + 1:]) for i, s in enumerate(samples)) / len(samples)
+    assert self_bleu(samples) == pytest.approx(expected, abs=1e-9)
+    assert self_bleu(["the same sentence here .", "the same sentence here ."]) == pytest.approx(1.0)
+
+
+def test_distinct_n():
+    assert distinct_n(["a b c", "a b d"], 1) == pytest.approx(4 / 6)
+    assert distinct_n(["a b c", "a b d"], 2) == pytest.approx(3 / 4)
+
+
+def test_perplexity_word_and_token(tiny_db):
+    r = perplexity(tiny_db, [str(TINYSTORIES_VALID)], steps=16, limit=30, unit="sentence", mc=2)
+    assert r["examples"] == 30 and r["tokens"] > r["words"] > 0
+    assert math.log(r["ppl_word"]) == pytest.approx(math.log(r["ppl_token"]) * r["tokens"] / r["words"])
+    assert r["nats_per_token_se"] > 0
+    exact = perplexity(tiny_db, [str(TINYSTORIES_VALID)], steps=16, limit=30, unit="sentence", exact=True)
+    # the MC estimate lies within a few standard errors of the full sum
+    assert abs(exact["nats_per_token"] - r["nats_per_token"]) < 5 * r["nats_per_token_se"] + 0.05

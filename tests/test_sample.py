@@ -1,0 +1,103 @@
+"""Reverse process: carry-over, prompts, seeds, the cached sampler, temperature vs reveals."""
+
+import pytest
+import torch
+
+from dbert_core import checkpoint
+from dbert_core.errors import DbertError
+from dbert_core.sample import frames, generate, parse_prompt, shape_probs
+
+
+def run(db, seed=0, **kw):
+    kw.setdefault("n", 4)
+    kw.setdefault("length", 16)
+    kw.setdefault("steps", 32)
+    return list(frames(db, generator=torch.Generator().manual_seed(seed), **kw))
+
+
+def test_no_mask_left_and_one_frame_per_step(tiny_db):
+    fs = run(tiny_db, steps=20)
+    assert len(fs) == 20 and fs[-1].done
+    assert not fs[-1].masked.any()
+    assert not (fs[-1].ids == tiny_db.model.mask_id).any()
+    # carry-over: once revealed, a position keeps its token
+    for a, b in zip(fs, fs[1:]):
+        keep = ~a.masked
+        assert torch.equal(a.ids[keep], b.ids[keep])
+        assert torch.equal(b.revealed, a.masked & ~b.masked)
+
+
+def test_special_tokens_never_sampled(tiny_db):
+    fs = run(tiny_db, n=16, length=24, steps=8, temperature=2.0)
+    tok = tiny_db.tokenizer
+    banned = {tok.pad_token_id, tok.cls_token_id, tok.mask_token_id, tok.unk_token_id}
+    assert not set(fs[-1].ids.flatten().tolist()) & banned
+
+
+def test_same_seed_same_output(tiny_db):
+    a, _ = generate(tiny_db, n=6, batch_size=3, seed=7, length=12, steps=16)
+    b, _ = generate(tiny_db, n=6, batch_size=3, seed=7, length=12, steps=16)
+    c, _ = generate(tiny_db, n=6, batch_size=3, seed=8, length=12, steps=16)
+    assert a == b and a != c
+
+
+def test_prompt_tokens_untouched(tiny_db):
+    template = parse_prompt(tiny_db, "once upon a time [MASK] [MASK] [MASK] little girl [MASK] [MASK] happy .", 20)
+    fixed = template != tiny_db.model.mask_id
+    fs = run(tiny_db, n=8, length=20, prompt=template, steps=10)
+    for f in fs:
+        assert torch.equal(f.ids[:, fixed], template[fixed].expand(8, -1))
+    assert not fs[-1].masked.any()
+    with pytest.raises(DbertError, match="longer than"):
+        parse_prompt(tiny_db, "once upon a time there was a girl", 3)
+
+
+@pytest.mark.parametrize("which", ["tiny_checkpoint", "tiny_linear_checkpoint"])
+def test_cached_equals_ancestral_with_fewer_calls(which, request):
+    db = checkpoint.load(request.getfixturevalue(which))
+    for steps in (8, 128):
+        anc = run(db, n=3, length=10, steps=steps, sampler="ancestral")
+        cac = run(db, n=3, length=10, steps=steps, sampler="cached")
+        assert torch.equal(anc[-1].ids, cac[-1].ids)
+        assert cac[-1].nfe <= anc[-1].nfe
+    assert cac[-1].nfe < anc[-1].nfe  # at 128 steps for 10 tokens most steps reveal nothing
+
+
+def test_temperature_changes_tokens_not_reveals(tiny_db, tiny_linear_checkpoint):
+    # linear schedule: which positions are revealed at each step does not depend on temperature at all
+    lin = checkpoint.load(tiny_linear_checkpoint)
+    cold = run(lin, n=8, length=16, steps=16, temperature=0.3)
+    hot = run(lin, n=8, length=16, steps=16, temperature=3.0)
+    assert [f.revealed.sum().item() for f in cold] == [f.revealed.sum().item() for f in hot]
+    assert not torch.equal(cold[-1].ids, hot[-1].ids)
+    # spindle: reveals are decided from the raw p, so the counts agree in expectation
+    counts = {}
+    for temp in (0.3, 3.0):
+        per_step = torch.zeros(16)
+        for seed in range(6):
+            fs = run(tiny_db, seed=seed, n=16, length=16, steps=16, temperature=temp)
+            per_step += torch.tensor([f.revealed.sum().item() for f in fs], dtype=torch.float)
+        counts[temp] = per_step
+    total = counts[0.3].sum()
+    assert ((counts[0.3] - counts[3.0]).abs().sum() / total) < 0.25
+
+
+def test_top_k_and_top_p_shape_the_distribution():
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0, -1.0]])
+    p = shape_probs(logits, top_k=2)
+    assert (p[0, 2:] == 0).all() and torch.isclose(p.sum(), torch.tensor(1.0, dtype=torch.float64))
+    full = shape_probs(logits)
+    q = shape_probs(logits, top_p=0.8)
+    kept = (q[0] > 0).sum().item()
+    assert full[0, :kept].sum() >= 0.8 and full[0, :kept - 1].sum() < 0.8
+    assert shape_probs(logits, temperature=0.1)[0, 0] > full[0, 0]
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(steps=0), "--steps"), (dict(steps=10**6), "--steps"), (dict(temperature=0.0), "--temperature"),
+    (dict(top_p=0.0), "--top-p"), (dict(top_p=1.5), "--top-p"), (dict(top_k=-1), "--top-k"),
+    (dict(length=10**4), "--length"), (dict(sampler="magic"), "unknown sampler"),
+])
+def test_bad_settings(tiny_db, kw, msg):
+    with pytest.raises(DbertError, match=msg):
+        run(tiny_db, **kw)
