@@ -150,7 +150,7 @@ def sample(
     temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (> 0).")] = 1.0,
     top_k: Annotated[int, typer.Option(help="Keep the k most likely tokens (0: off).")] = 30,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling mass in (0, 1].")] = 1.0,
-    length: Annotated[int, typer.Option(help="Tokens per sample.")] = 32,
+    length: Annotated[Optional[int], typer.Option(help="Tokens per sample [default: the length the checkpoint was trained on].")] = None,
     batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = 32,
     seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same output).")] = None,
     prompt: Annotated[Optional[str], typer.Option(help="Template with [MASK] slots; masks are appended up to --length.")] = None,
@@ -166,6 +166,8 @@ def sample(
     if batch_size < 1:
         raise DbertError("--batch-size must be >= 1")
     db = _load(checkpoint, device.value)
+    if length is None:
+        length = min(int(db.meta.get("seq_len", 64)), db.model.max_length)
     if sampler == Sampler.cached and db.model.time != "none":
         say(f"note: time={db.model.time} model; using the ancestral sampler")
         sampler = Sampler.ancestral
