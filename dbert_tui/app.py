@@ -67,6 +67,7 @@ class DbertApp(App):
         if deterministic:
             self.animation_level = "none"
         self.db = None
+        self._show_after_load = True
         self.generate_screen = GenerateScreen(settings)
         self.checkpoints_screen = CheckpointsScreen()
         self.train_screen = TrainScreen(train_data)
@@ -88,11 +89,12 @@ class DbertApp(App):
             self.switch_mode("checkpoints")
             return
         self.switch_mode("generate")
-        self.use_checkpoint(path)
+        self.use_checkpoint(path, show=False)
 
-    def use_checkpoint(self, path) -> None:
-        """Load a checkpoint in a worker, then show it on the Generate screen."""
+    def use_checkpoint(self, path, show: bool = True) -> None:
+        """Load a checkpoint in a worker; the Generate screen then runs it (and is shown if `show`)."""
         self.notify(f"loading {Path(path).name} …", timeout=2)
+        self._show_after_load = show
         self.load(Path(path))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="load")
@@ -109,7 +111,8 @@ class DbertApp(App):
         self.db = message.db
         self.checkpoints_screen.error_notice = ""
         remember(checkpoint=str(Path(message.path).resolve()))
-        self.switch_mode("generate")
+        if self._show_after_load:
+            self.switch_mode("generate")
         self.generate_screen.use_db(message.db)
         if self.checkpoints_screen.is_mounted:
             self.checkpoints_screen.refresh_store()

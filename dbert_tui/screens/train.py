@@ -22,6 +22,11 @@ from ..workers import ReportWorkerErrors
 PRESETS = ("tiny", "mini", "small", "base")
 
 
+def _mean(values) -> float:
+    """Sparkline buckets show the mean (the default, max, exaggerates a noisy loss)."""
+    return sum(values) / len(values)
+
+
 def _fmt_time(seconds: float) -> str:
     seconds = int(seconds)
     h, rem = divmod(seconds, 3600)
@@ -132,9 +137,9 @@ class TrainScreen(ReportWorkerErrors, Screen):
             with Vertical(id="tr-live"):
                 yield Static(Text("not training", style="dim"), id="tr-stats")
                 yield Label("loss (ELBO nats/token)", classes="tr-chart-label")
-                yield Sparkline([], id="tr-loss")
+                yield Sparkline([], id="tr-loss", summary_function=_mean)
                 yield Label("validation ELBO", classes="tr-chart-label")
-                yield Sparkline([], id="tr-val")
+                yield Sparkline([], id="tr-val", summary_function=_mean)
                 yield Static("", id="tr-valtext")
                 yield Label("sample preview", classes="tr-chart-label")
                 yield Static(Text("—", style="dim"), id="tr-preview")
@@ -267,7 +272,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
         if "loss_elbo" in m:
             text.append(f" · loss {m['loss_elbo']:.3f} · ce {m['loss_ce']:.3f} · lr {m['lr']:.1e}")
             if not self.app.deterministic:
-                text.append(f"\n{m['tokens_per_s']:.0f} tok/s · {m['tokens_seen']:,} tokens · "
+                text.append(f"\n{m['tokens_per_s']:.0f} tok/s · {int(m['tokens_seen']):,} tokens · "
                             f"elapsed {_fmt_time(m['elapsed'])} · ETA {_fmt_time(m['eta'])}")
         else:
             text.append(" · starting", style="dim")
@@ -279,7 +284,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
         m = message.metrics
         self.query_one("#tr-val", Sparkline).data = list(self.vals)
         self.query_one("#tr-valtext", Static).update(
-            Text(f"step {m['step']}: {m['val_nats_per_token']:.3f} nats/token · ppl ≤ {m['val_ppl_token']:.1f}",
+            Text(f"step {m['step']}: {m['val_nats_per_token']:.3f} nats/tok, ppl ≤ {m['val_ppl_token']:.0f}",
                  style="green"))
 
     @on(TrainPreview)
