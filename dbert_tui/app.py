@@ -16,7 +16,7 @@ from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker, WorkerState, get_current_worker
 
 from .messages import CheckpointLoaded, StoreChanged
 from .render import Settings, read_state, remember
@@ -105,7 +105,8 @@ class DbertApp(App):
             from dbert_core.checkpoint import load
 
             db = load(path)
-        self.post_message(CheckpointLoaded(db, path))
+        if not get_current_worker().is_cancelled:  # a newer choice replaced this load
+            self.post_message(CheckpointLoaded(db, path))
 
     def on_checkpoint_loaded(self, message: CheckpointLoaded) -> None:
         self.db = message.db

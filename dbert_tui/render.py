@@ -39,9 +39,22 @@ class Settings:
 
 @dataclass
 class Recorded:
-    frame: object          # dbert_core.sample.Frame
-    order: object          # (B, L) int tensor: step at which each position was revealed (0: given/masked)
+    """One recorded reverse step. `order` is shared by all frames of a run: a position's entry
+    is written once, when it is revealed, so for any frame it is exact wherever that frame
+    shows a token (positions revealed later are still masked there)."""
+
+    frame: object          # dbert_core.sample.Frame, stored compactly (int32 ids, float32 confidence)
+    order: object          # (B, L) int32: step at which each position was revealed (0: given / not yet)
     seconds: float         # model time spent so far in this run
+
+
+def compact(frame):
+    """A Frame with smaller dtypes: a long run keeps every step for scrubbing and export."""
+    import dataclasses
+
+    import torch
+
+    return dataclasses.replace(frame, ids=frame.ids.to(torch.int32), confidence=frame.confidence.to(torch.float32))
 
 
 @dataclass

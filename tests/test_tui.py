@@ -410,3 +410,11 @@ def test_core_never_imports_textual():
             "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')]; "
             "sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+@pytest.mark.parametrize("argv", [["-m", "dbert_tui.app"], ["-m", "dbert_core.cli", "tui"]])
+def test_a_bad_checkpoint_is_one_line_before_the_screen_opens(argv):
+    r = subprocess.run([sys.executable, *argv, "--checkpoint", "no-such-model"], capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "no checkpoint named 'no-such-model'" in r.stderr

@@ -59,7 +59,7 @@ class FormDialog(ModalScreen[dict | None]):
 
     def on_mount(self) -> None:
         for inp in self.query(Input):
-            inp.cursor_blink = self.app.cursor_blink if hasattr(self.app, "cursor_blink") else True
+            inp.cursor_blink = not getattr(self.app, "deterministic", False)
         self.query(Input).first().focus()
 
     def values(self) -> dict:

@@ -17,7 +17,7 @@ from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
 from ..messages import FrameReady, RunFinished
-from ..render import (Recorded, Run, Settings, atomic_write, expected_masked, legend, render_tokens, texts_of,
+from ..render import (Recorded, Run, compact, Settings, atomic_write, expected_masked, legend, render_tokens, texts_of,
                       trajectory)
 from ..widgets.schedule import SchedulePanel
 from ..workers import ReportWorkerErrors
@@ -198,7 +198,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             if frame is None:
                 break
             order[frame.revealed] = frame.step
-            run.frames.append(Recorded(frame, order.clone(), spent))
+            run.frames.append(Recorded(compact(frame), order, spent))
             self.post_message(FrameReady(run.id, len(run.frames) - 1))
             if frame.done:
                 break
