@@ -261,8 +261,12 @@ async def test_checkpoints_fetch_use_and_delete(tiny_db, tiny_checkpoint, monkey
             online(monkeypatch, server)
             ck.start_fetch("acme/tiny-dbert", "main", "hubbed")
             await wait_for(pilot, lambda: "hubbed" in [e.name for e in ck.rows], what="the hub fetch")
+            # import a local folder through the dialog
+            await pilot.press("i")
+            await fill_dialog(pilot, {"path": str(tiny_checkpoint), "name": "imported"})
+            await wait_for(pilot, lambda: "imported" in [e.name for e in ck.rows], what="the import")
             assert [p.name for p in store.store_dir().iterdir() if p.name.startswith(".")] == []
-            assert [e.name for e in ck.rows] == ["fromurl", "hubbed"]
+            assert [e.name for e in ck.rows] == ["fromurl", "hubbed", "imported"]
             # use the selected one: it loads and the Generate screen runs
             ck.query_one("#ck-table").move_cursor(row=1)
             await pilot.press("enter")
@@ -278,7 +282,7 @@ async def test_checkpoints_fetch_use_and_delete(tiny_db, tiny_checkpoint, monkey
             await pilot.press("y")
             await pilot.pause()
             assert not (store.store_dir() / "fromurl").exists()
-            assert [e.name for e in ck.rows] == ["hubbed"]
+            assert [e.name for e in ck.rows] == ["hubbed", "imported"]
 
 
 # ------------------------------------------------------------------------------ Train
@@ -290,6 +294,18 @@ async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
         await pilot.press("3")
         await wait_for(pilot, lambda: app.current_mode == "train")
         tr = app.train_screen
+        # ctrl+o picks a data file from a tree and appends it to the data field
+        tr.query_one("#tr-data").value = ""
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: app.screen.query("#file-tree"), what="the file dialog")
+        tree = app.screen.query_one("#file-tree")
+        await wait_for(pilot, lambda: any(str(getattr(n.data, "path", "")).endswith("train.txt")
+                                          for n in tree.root.children), what="the tree to list files")
+        node = next(n for n in tree.root.children if str(n.data.path).endswith("train.txt"))
+        tree.move_cursor(node)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is tr)
+        assert tr.query_one("#tr-data").value == str(TINYSTORIES)
         for wid, value in {"tr-out": "tuitrain", "tr-steps": "400", "tr-batch": "8", "tr-seq": "16",
                            "tr-T": "64", "tr-eval": "5", "tr-sample": "5"}.items():
             tr.query_one(f"#{wid}").value = value

@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label
+from textual.widgets import Button, DirectoryTree, Input, Label
 
 
 class ConfirmDialog(ModalScreen[bool]):
@@ -71,6 +71,32 @@ class FormDialog(ModalScreen[dict | None]):
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(self.values() if event.button.id == "ok" else None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class FileDialog(ModalScreen[str | None]):
+    """Pick a file from a directory tree; dismisses with its path (Enter / click) or None (Esc)."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, root: str = ".") -> None:
+        super().__init__()
+        self.title_text = title
+        self.root = root
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog file-dialog"):
+            yield Label(self.title_text, classes="dialog-title")
+            yield DirectoryTree(self.root, id="file-tree")
+
+    def on_mount(self) -> None:
+        self.query_one(DirectoryTree).focus()
+
+    def on_directory_tree_file_selected(self, event: DirectoryTree.FileSelected) -> None:
+        event.stop()
+        self.dismiss(str(event.path))
 
     def action_cancel(self) -> None:
         self.dismiss(None)

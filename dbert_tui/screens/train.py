@@ -18,6 +18,7 @@ from textual.worker import get_current_worker
 
 from ..messages import StoreChanged, TrainEval, TrainFinished, TrainPreview, TrainProgress
 from ..workers import ReportWorkerErrors
+from .dialogs import FileDialog
 
 PRESETS = ("tiny", "mini", "small", "base")
 
@@ -88,11 +89,13 @@ class TrainScreen(ReportWorkerErrors, Screen):
         Binding("f5", "start", "Start"),
         Binding("f6", "stop", "Stop"),
         Binding("f7", "resume", "Resume"),
+        Binding("ctrl+o", "browse", "Add file"),
     ]
 
     def __init__(self, data: list[str] | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.default_data = data or []
+        self.browse_root = str(Path(self.default_data[0]).parent) if self.default_data else "."
         self.losses: list[float] = []
         self.vals: list[float] = []
         self.trainer = None
@@ -209,6 +212,19 @@ class TrainScreen(ReportWorkerErrors, Screen):
         self._set_running(True)
         self.query_one("#tr-stats", Static).update(Text(f"preparing {self.out.name} …", style="cyan"))
         self.train(cfg, sample_every)
+
+    def action_browse(self) -> None:
+        """Pick a data file from a tree; it is appended to the data field."""
+        self.app.push_screen(FileDialog("Add a training text file (Enter picks, Esc cancels)", self.browse_root),
+                             self._add_file)
+
+    def _add_file(self, path: str | None) -> None:
+        if not path:
+            return
+        field = self.query_one("#tr-data", Input)
+        parts = [p.strip() for p in field.value.split(",") if p.strip()]
+        if path not in parts:
+            field.value = ", ".join([*parts, path])
 
     def action_resume(self) -> None:
         self.action_start(resume=True)
