@@ -74,10 +74,20 @@ def encode(texts: list[str], tokenizer, chunk: int = 4096) -> list[list[int]]:
     """
     bad = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id, tokenizer.mask_token_id}
     unk = tokenizer.unk_token_id
+    backend = getattr(tokenizer, "backend_tokenizer", None)  # Rust tokenizer: skip Python-side conversion
+    if backend is not None:
+        from tokenizers import Tokenizer
+
+        backend = Tokenizer.from_str(backend.to_str())  # a copy without tokenizer.json's padding/truncation
+        backend.no_padding()
+        backend.no_truncation()
     out: list[list[int]] = []
     for i in range(0, len(texts), chunk):
-        enc = tokenizer(texts[i:i + chunk], add_special_tokens=False, truncation=False)["input_ids"]
-        out.extend([unk if x in bad else x for x in ids] for ids in enc)
+        if backend is not None:
+            enc = [e.ids for e in backend.encode_batch(texts[i:i + chunk], add_special_tokens=False)]
+        else:
+            enc = tokenizer(texts[i:i + chunk], add_special_tokens=False, truncation=False)["input_ids"]
+        out.extend([unk if x in bad else x for x in ids] if bad.intersection(ids) else ids for ids in enc)
     return out
 
 

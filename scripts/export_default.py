@@ -1,0 +1,38 @@
+"""Export a trained checkpoint as the shipped default: half-precision weights, no trainer state.
+
+    python scripts/export_default.py runs/minilm-wiki assets/dbert-minilm-wiki [--card CARD.md]
+
+The weights are stored in float16 (loaded back as float32); the model card is copied in as
+MODEL_CARD.md. The export is atomic like every checkpoint save.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from dbert_core import checkpoint
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("src")
+    ap.add_argument("dst")
+    ap.add_argument("--card", help="Markdown model card to ship as MODEL_CARD.md")
+    args = ap.parse_args()
+    db = checkpoint.load(args.src)
+    for key in ("train_config",):  # keep the recipe, drop machine-local paths
+        cfg = db.meta.get(key, {})
+        cfg.pop("out", None)
+    extra = {"MODEL_CARD.md": Path(args.card).read_text()} if args.card else None
+    path = checkpoint.save(db, args.dst, dtype=torch.float16, extra_files=extra)
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    print(f"{path}: {size / 2**20:.1f} MiB", file=sys.stderr)
+    again = checkpoint.load(path)
+    assert again.model.mlm.dtype == torch.float32
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
