@@ -179,7 +179,10 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
     """The paper's protocol: n samples for BLEU-4 against the data, n more for Self-BLEU-4."""
     from .sample import generate
 
-    sampler = sampler or ("cached" if db.model.time == "none" else "ancestral")
+    from .sample import SAMPLERS
+
+    if sampler is None:  # the fastest exact sampler available for this model
+        sampler = "first-hitting" if "first-hitting" in SAMPLERS else "cached" if db.model.time == "none" else "ancestral"
     refs = read_examples(data, unit)
     first, st1 = generate(db, n=n, batch_size=batch_size, seed=seed, steps=steps, length=length, top_k=top_k,
                           sampler=sampler)
