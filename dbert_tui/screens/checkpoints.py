@@ -112,9 +112,9 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
 
     def action_fetch(self) -> None:
         self.app.push_screen(FormDialog("Fetch a checkpoint into the store", [
-            ("source", "Hugging Face Hub repo id or https URL (.tar.gz / .zip)", "", "user/model  or  https://…/ckpt.tar.gz"),
-            ("revision", "revision (hub: branch, tag or commit; optional)", "", "main"),
-            ("name", "store name (optional)", "", ""),
+            ("source", "hub repo id or URL", "", "user/model  or  https://…/ckpt.tar.gz (.zip)"),
+            ("revision", "revision (hub, optional)", "", "branch, tag or commit (default: main)"),
+            ("name", "store name (optional)", "", "default: the repo's or archive's name"),
         ], "Fetch"), self._fetch_answer)
 
     def _fetch_answer(self, values: dict | None) -> None:
@@ -169,7 +169,7 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
     def action_import_dir(self) -> None:
         self.app.push_screen(FormDialog("Import a local checkpoint folder (it is copied into the store)", [
             ("path", "directory", "", "/path/to/checkpoint"),
-            ("name", "store name (optional)", "", ""),
+            ("name", "store name (optional)", "", "default: the folder's name"),
         ], "Import"), self._import_answer)
 
     def _import_answer(self, values: dict | None) -> None:

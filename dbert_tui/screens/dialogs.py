@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, DirectoryTree, Input, Label
 
@@ -22,8 +22,8 @@ class ConfirmDialog(ModalScreen[bool]):
         with Vertical(classes="dialog"):
             yield Label(self.question, classes="dialog-title")
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Yes (y)", id="yes", variant="error")
-                yield Button("No (n)", id="no", variant="primary")
+                yield Button("Yes (y)", id="yes", variant="error", compact=True)
+                yield Button("No (n)", id="no", variant="primary", compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
@@ -50,12 +50,14 @@ class FormDialog(ModalScreen[dict | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(self.title_text, classes="dialog-title")
-            for key, label, value, placeholder in self.fields:
-                yield Label(label, classes="field-label")
-                yield Input(value=value, placeholder=placeholder, id=f"field-{key}")
+            with VerticalScroll(classes="dialog-fields"):
+                for key, label, value, placeholder in self.fields:  # one line per field: fits 80x24
+                    with Horizontal(classes="field-row"):
+                        yield Label(label, classes="field-label")
+                        yield Input(value=value, placeholder=placeholder, id=f"field-{key}", compact=True)
             with Horizontal(classes="dialog-buttons"):
-                yield Button(self.ok, id="ok", variant="primary")
-                yield Button("Cancel", id="cancel")
+                yield Button(self.ok, id="ok", variant="primary", compact=True)
+                yield Button("Cancel", id="cancel", compact=True)
 
     def on_mount(self) -> None:
         for inp in self.query(Input):

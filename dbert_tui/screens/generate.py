@@ -359,8 +359,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             ("length", "length (tokens)", str(s.length), ""),
             ("n", "samples", str(s.n), ""),
             ("seed", "seed", str(s.seed), ""),
-            ("sampler", f"sampler: {', '.join(SAMPLERS)}", s.sampler, ""),
-            ("pace_ms", "ms per step while playing (0: full speed)", str(s.pace_ms), ""),
+            ("sampler", "sampler", s.sampler, " | ".join(SAMPLERS)),
+            ("pace_ms", "ms per step (0: fastest)", str(s.pace_ms), ""),
         ]
         self.app.push_screen(FormDialog("Sampling settings (Enter applies and restarts)", fields, "Apply"),
                              self._apply_settings)
