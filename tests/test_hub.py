@@ -260,12 +260,17 @@ def test_cli_fetch_hub_and_remove(server, tmp_path):
     """The same operations through `dbert checkpoints`, in a fresh process whose env points at the server."""
     env = dict(os.environ, HF_ENDPOINT=server.url, HF_HUB_OFFLINE="0")
     run = lambda *args: subprocess.run([sys.executable, "-m", "dbert_core.cli", "checkpoints", *args],  # noqa: E731
-                                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+                                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
+                                       stdin=subprocess.DEVNULL)
     r = run("fetch", "acme/tiny-dbert", "--revision", "main", "--name", "fromhub")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(store.store_dir() / "fromhub")  # data on stdout: the new path
     r = run("fetch", "acme/nope")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such repo" in r.stderr
+    r = run("remove", "fromhub")  # no terminal to ask on: refuses without --yes
+    assert r.returncode == 2 and "--yes" in r.stderr and (store.store_dir() / "fromhub").is_dir()
     r = run("remove", "fromhub", "--yes")
     assert r.returncode == 0, r.stderr
     assert not (store.store_dir() / "fromhub").exists()
+    r = run("import", str(server.repos["acme/tiny-dbert"]), "--name", "local")
+    assert r.returncode == 0 and r.stdout.strip() == str(store.store_dir() / "local"), r.stderr
