@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -65,6 +66,19 @@ class HubServer:
             def _serve(self, head):
                 path = unquote(urlparse(self.path).path)
                 server.requests.append(f"{self.command} {path}")
+                if path.startswith("/slow/"):  # dribbles the file out, for cancelling mid-download
+                    data = server.files.get(path[len("/slow/"):], b"")
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    try:
+                        for i in range(0, len(data), 4096):
+                            self.wfile.write(data[i:i + 4096])
+                            self.wfile.flush()
+                            time.sleep(0.05)
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass
+                    return
                 if path.startswith("/files/"):
                     name = path[len("/files/"):]
                     if name not in server.files:

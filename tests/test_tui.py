@@ -257,6 +257,12 @@ async def test_checkpoints_fetch_use_and_delete(tiny_db, tiny_checkpoint, monkey
             # a failed fetch: one-line message, nothing half-written
             ck.start_fetch(f"{server.url}/files/missing.tar.gz")
             await wait_for(pilot, lambda: any("HTTP 404" in n.message for n in app._notifications))
+            # Esc cancels a download in progress: a message, and nothing written
+            ck.start_fetch(f"{server.url}/slow/fromurl.tar.gz", name="slowpoke")
+            await wait_for(pilot, lambda: "download:" in str(ck.query_one("#ck-status").render()), what="progress")
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: any("cancelled" in n.message for n in app._notifications), what="the cancel")
+            assert not (store.store_dir() / "slowpoke").exists()
             # the hub path, with HF_ENDPOINT pointing at the local server
             online(monkeypatch, server)
             ck.start_fetch("acme/tiny-dbert", "main", "hubbed")

@@ -133,11 +133,19 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
     def fetch(self, source: str, revision: str | None, name: str | None) -> None:
         from dbert_core import hub
 
+        from dbert_core.errors import DbertError
+
         worker = get_current_worker()
         try:
             path = hub.fetch(source, revision=revision, name=name,
                              progress=lambda d, t, w: self.post_message(FetchProgress(d, t, w)),
                              cancel=lambda: worker.is_cancelled)
+        except DbertError:
+            if worker.is_cancelled:  # Esc: a cancelled worker reports no error, so say it here
+                self.app.call_from_thread(self.app.notify, f"download of {source} cancelled; nothing was written",
+                                          severity="warning")
+                return
+            raise
         finally:
             self.app.call_from_thread(self._fetch_over)
         self.post_message(StoreChanged(path, "fetched"))
