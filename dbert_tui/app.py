@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="dbert-tui", description="Watch DiffusionBERT generate; fetch or train checkpoints.")
     parser.add_argument("--checkpoint", help="store name or checkpoint directory to start with")
     parser.add_argument("--steps", type=int, default=64, help="reverse steps of the first run (default 64)")
-    parser.add_argument("--length", type=int, default=48, help="tokens per sample (default 48)")
+    parser.add_argument("--length", type=int, default=None,
+                        help="tokens per sample (default: the checkpoint's training length)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first run (default 0)")
     parser.add_argument("--pace-ms", type=int, default=40, help="ms per shown step while playing (default 40)")
     args = parser.parse_args(argv)

@@ -29,7 +29,7 @@ class Settings:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
-    length: int = 48
+    length: int | None = None  # None: the checkpoint's training sequence length (as `dbert sample`)
     seed: int = 0
     sampler: str = "ancestral"
     n: int = 1

@@ -61,6 +61,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
     def __init__(self, settings: Settings | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.settings = settings or Settings()
+        self._auto_length = self.settings.length is None  # follow each checkpoint's seq_len
         self.set_reactive(GenerateScreen.steps, self.settings.steps)
         self.set_reactive(GenerateScreen.temperature, self.settings.temperature)
         self.db = None
@@ -108,11 +109,16 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         T, max_len = db.schedule.T, db.model.max_length
         s = self.settings
         s.steps = max(1, min(T, s.steps))
+        if self._auto_length or s.length is None:
+            s.length = int(db.meta.get("seq_len") or 64)
         s.length = max(1, min(max_len, s.length))
-        from dbert_core.sample import SAMPLERS
+        from dbert_core.errors import DbertError
+        from dbert_core.sample import validate
 
-        if s.sampler not in SAMPLERS or (s.sampler == "cached" and db.model.time != "none"):
-            s.sampler = "ancestral"
+        try:
+            validate(db, s.steps, s.temperature, s.top_k, s.top_p, s.length, s.sampler)
+        except DbertError:
+            s.sampler = "ancestral"  # e.g. `cached` on a time-conditioned model: the run still starts
         self.set_reactive(GenerateScreen.steps, s.steps)
         if self._ready:  # otherwise on_mount starts the run
             self.restart()
@@ -270,7 +276,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
     def _show_settings(self) -> None:
         s = self.settings
         line = (f"{s.sampler} · steps {s.steps} · temp {s.temperature:g} · top-k {s.top_k} · top-p {s.top_p:g}"
-                f" · len {s.length} · n {s.n} · seed {s.seed}")
+                f" · len {s.length if s.length is not None else 'auto'} · n {s.n} · seed {s.seed}")
         if s.prompt:
             line += f" · prompt {s.prompt[:40]!r}"
         self.query_one("#gen-settings", Static).update(Text(line, style="dim"))
@@ -356,7 +362,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             ("temperature", "temperature (> 0)", f"{s.temperature:g}", ""),
             ("top_k", "top-k (0: off)", str(s.top_k), ""),
             ("top_p", "top-p (0..1]", f"{s.top_p:g}", ""),
-            ("length", "length (tokens)", str(s.length), ""),
+            ("length", "length (tokens)", "" if s.length is None else str(s.length), "the checkpoint's"),
             ("n", "samples", str(s.n), ""),
             ("seed", "seed", str(s.seed), ""),
             ("sampler", "sampler", s.sampler, " | ".join(SAMPLERS)),
@@ -370,7 +376,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             return
         s = dataclasses.replace(self.settings)
         try:
-            s.steps, s.top_k, s.length = int(values["steps"]), int(values["top_k"]), int(values["length"])
+            s.steps, s.top_k = int(values["steps"]), int(values["top_k"])
+            s.length = int(values["length"]) if values["length"] else self.settings.length
             s.n, s.seed, s.pace_ms = int(values["n"]), int(values["seed"]), int(values["pace_ms"])
             s.temperature, s.top_p = float(values["temperature"]), float(values["top_p"])
         except ValueError as e:
@@ -380,6 +387,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if s.n > 16 or s.pace_ms < 0:
             self.app.notify("samples must be 1..16 and the pace >= 0 ms", title="settings", severity="error")
             return
+        if s.length != self.settings.length:
+            self._auto_length = False
         self.settings = s
         self.set_reactive(GenerateScreen.steps, s.steps)
         self.set_reactive(GenerateScreen.temperature, s.temperature)
