@@ -353,7 +353,6 @@ def bench(
     length: Annotated[int, typer.Option(help="Tokens per sample.")] = 64,
     measure_train: Annotated[bool, typer.Option("--train/--no-train", help="Measure training tokens/s.")] = True,
     bf16: Annotated[bool, typer.Option(help="Also time the forward pass in bfloat16.")] = True,
-    use_compile: Annotated[bool, typer.Option("--compile", help="Also time the forward pass under torch.compile.")] = False,
     threads: Annotated[Optional[int], typer.Option(help="torch threads (default: torch's choice); the forward is also timed with 1..cores.")] = None,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
 ):
@@ -383,7 +382,7 @@ def bench(
         chosen = [s for s in chosen if s != "cached"]
     say(f"bench: {db.path}, steps {step_list}, batch {batches}, samplers {chosen}; results in {out}/")
     result = run(db, Path(out), load_seconds, chosen, step_list, batches, length=length, quick=quick, train=measure_train,
-                 bf16=bf16, compiled=use_compile, threads=range(1, (os.cpu_count() or 1) + 1))
+                 bf16=bf16, threads=range(1, (os.cpu_count() or 1) + 1))
     sys.stdout.write(markdown(result))
     sys.stdout.flush()
 
