@@ -100,8 +100,20 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def readable(path: Path) -> Path:
+    """Where a checkpoint can be read now without touching the disk: the directory itself or,
+    in the moment between a save's two renames (or after a crash there), the previous one."""
+    path = Path(path)
+    old = path.with_name(path.name + ".old")
+    return old if not path.exists() and old.is_dir() else path
+
+
 def recover(path: Path) -> None:
-    """Finish a swap a crash interrupted: put the previous checkpoint back if needed."""
+    """Finish a swap a crash interrupted: put the previous checkpoint back if needed.
+
+    Only writers (save, training) call this; readers use `readable`, so loading a checkpoint
+    that a live trainer is saving never races with its renames.
+    """
     path = Path(path)
     old = path.with_name(path.name + ".old")
     if not path.exists() and old.is_dir():
@@ -212,14 +224,14 @@ def load(path, device: str | torch.device = "cpu", dtype: torch.dtype | None = N
     from transformers import AutoTokenizer, BertForMaskedLM
 
     path = Path(path)
-    recover(path)
-    _check_files(path)
-    meta = read_meta(path)
+    source = readable(path)
+    _check_files(source)
+    meta = read_meta(source)
     quiet_transformers()
     try:
-        mlm = BertForMaskedLM.from_pretrained(path, dtype=dtype or torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        counts = load_file(str(path / TOKENS))["counts"]
+        mlm = BertForMaskedLM.from_pretrained(source, dtype=dtype or torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        counts = load_file(str(source / TOKENS))["counts"]
     except DbertError:
         raise
     except Exception as e:  # noqa: BLE001
@@ -230,9 +242,9 @@ def load(path, device: str | torch.device = "cpu", dtype: torch.dtype | None = N
     except ValueError as e:
         raise DbertError(f"checkpoint {path}: {e}") from None
     if db.model.time_embed is not None:
-        if not (path / TIME).is_file():
+        if not (source / TIME).is_file():
             raise DbertError(f"checkpoint {path} is missing {TIME}")
-        tsd = load_file(str(path / TIME))
+        tsd = load_file(str(source / TIME))
         db.model.time_embed.load_state_dict({k.removeprefix("time_embed."): v for k, v in tsd.items()})
         db.model.time_embed.to(mlm.dtype)
     db.path = path
@@ -242,7 +254,7 @@ def load(path, device: str | torch.device = "cpu", dtype: torch.dtype | None = N
 
 def load_trainer_state(path) -> dict | None:
     """The optimizer/RNG/data-position state saved beside the weights, or None."""
-    sdir = Path(path) / STATE
+    sdir = readable(Path(path)) / STATE
     if not (sdir / "state.json").is_file():
         return None
     return {

@@ -131,7 +131,7 @@ class DiffusionBert(nn.Module):
         h = self.hidden(ids, attention, t)
         logits = self.mlm.cls(h[select])
         if self.forbidden:
-            logits = logits.index_fill(-1, torch.tensor(self.forbidden, device=logits.device), float("-inf"))
+            logits.index_fill_(-1, torch.tensor(self.forbidden, device=logits.device), float("-inf"))
         return logits
 
 

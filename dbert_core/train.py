@@ -396,8 +396,9 @@ class Trainer:
                     with ctx:
                         loss, m = self.loss(chunk)
                         (loss / c.grad_accum).backward()
-                    for key in sums:
-                        sums[key] += m[key] / (1 if key == "tokens" else c.grad_accum)
+                    sums["tokens"] += m["tokens"]
+                    for key in ("elbo", "ce"):
+                        sums[key] += m[key] / c.grad_accum
                 norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.clip)
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)

@@ -69,9 +69,12 @@ def test_interrupted_swap_is_recovered(tiny_db, tmp_path):
     # a crash between the two renames of the next save: only ck.old and a temp dir remain
     os.rename(path, path.with_name("ck.old"))
     (tmp_path / ".ck.tmp-crashed").mkdir()
-    again = checkpoint.load(path)
+    again = checkpoint.load(path)  # readers read the previous checkpoint and touch nothing
     assert torch.equal(logits_of(tiny_db), logits_of(again))
-    assert not (tmp_path / ".ck.tmp-crashed").exists() and not path.with_name("ck.old").exists()
+    assert path.with_name("ck.old").is_dir() and not path.exists()
+    checkpoint.save(again, path)  # the next writer finishes the swap and clears the debris
+    assert path.is_dir() and not path.with_name("ck.old").exists()
+    assert not (tmp_path / ".ck.tmp-crashed").exists()
 
 
 KILLER = r"""
