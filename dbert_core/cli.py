@@ -221,18 +221,10 @@ def evaluate(
 
 
 # ---------------------------------------------------------------------------------- checkpoints
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
 @checkpoints_app.command("list")
 def checkpoints_list(as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False):
     """Stored checkpoints (the shipped default first) and the store's location."""
-    from .store import entries, store_dir
+    from .store import entries, human_size, store_dir
 
     rows = entries()
     if as_json:
@@ -244,7 +236,7 @@ def checkpoints_list(as_json: Annotated[bool, typer.Option("--json", help="One J
     print(header)
     for e in rows:
         params = f"{e.parameters / 1e6:.1f}M" if e.parameters else "?"
-        print(f"{e.name:<20} {_size(e.size):>9} {params:>8} {e.schedule:<13} {e.time:<9} {e.created:<25} {e.path}")
+        print(f"{e.name:<20} {human_size(e.size):>9} {params:>8} {e.schedule:<13} {e.time:<9} {e.created:<25} {e.path}")
     say(f"store: {store_dir()}")
 
 
@@ -256,14 +248,16 @@ class _FetchProgress:
         self.last = -1
 
     def __call__(self, done: int, total: int | None, what: str) -> None:
+        from .store import human_size
+
         pct = int(100 * done / total) if total else None
         if self.live:
             shown = f"{pct:3d}%" if pct is not None else ""
-            sys.stderr.write(f"\r{what} {_size(done):>9} {shown}")
+            sys.stderr.write(f"\r{what} {human_size(done):>9} {shown}")
             sys.stderr.flush()
         elif pct is not None and pct // 25 != self.last:
             self.last = pct // 25
-            say(f"{what} {_size(done)} ({pct}%)")
+            say(f"{what} {human_size(done)} ({pct}%)")
 
     def close(self) -> None:
         if self.live:

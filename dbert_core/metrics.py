@@ -142,12 +142,16 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     texts = read_examples(data, unit)
     max_len = db.model.max_length
     kept, kept_words, skipped = [], [], 0
-    for text, ids in zip(texts, encode(texts, db.tokenizer)):
-        if not ids or len(ids) > max_len:
-            skipped += 1
-            continue
-        kept.append(ids)
-        kept_words.append(count_words(text))
+    chunk = 4096
+    for lo in range(0, len(texts), chunk):  # encode only as far as --limit needs
+        for text, ids in zip(texts[lo:lo + chunk], encode(texts[lo:lo + chunk], db.tokenizer)):
+            if not ids or len(ids) > max_len:
+                skipped += 1
+                continue
+            kept.append(ids)
+            kept_words.append(count_words(text))
+            if limit and len(kept) >= limit:
+                break
         if limit and len(kept) >= limit:
             break
     if not kept:

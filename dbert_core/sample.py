@@ -424,10 +424,6 @@ def generate(db, n: int = 1, batch_size: int = 32, seed: int | None = None, on_f
         nfe += last.nfe
         rows += last.rows
         texts.extend(db.decode(row) for row in last.ids)
-    stats = {"nfe": nfe, "rows": rows, "seconds": round(time_since(start), 3), "samples": n,
+    stats = {"nfe": nfe, "rows": rows, "seconds": round(_time.perf_counter() - start, 3), "samples": n,
              "steps": kwargs.get("steps", 128)}
     return texts, stats
-
-
-def time_since(start: float) -> float:
-    return _time.perf_counter() - start

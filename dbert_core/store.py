@@ -78,6 +78,15 @@ def resolve(name_or_path: str | None) -> Path:
     raise DbertError(f"checkpoint directory not found: {name_or_path}")
 
 
+def human_size(n: float) -> str:
+    """1536 -> '1.5 KB' (sizes in the checkpoint listings of the CLI and the TUI)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
 @dataclass
 class Entry:
     name: str

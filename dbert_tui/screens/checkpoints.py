@@ -12,17 +12,11 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
+from dbert_core.store import human_size
+
 from ..messages import FetchProgress, StoreChanged
 from ..workers import ReportWorkerErrors
 from .dialogs import ConfirmDialog, FormDialog
-
-
-def human_size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 class CheckpointsScreen(ReportWorkerErrors, Screen):
