@@ -142,8 +142,13 @@ def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype 
     try:
         mlm = db.model.mlm
         state_dict = None
-        if dtype is not None:
-            state_dict = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in mlm.state_dict().items()}
+        if dtype is not None:  # convert each storage once, so tied weights stay tied (saved once)
+            converted: dict[int, torch.Tensor] = {}
+            state_dict = {}
+            for k, v in mlm.state_dict().items():
+                if v.is_floating_point():
+                    v = converted.setdefault(v.data_ptr(), v.to(dtype))
+                state_dict[k] = v
         mlm.save_pretrained(tmp, state_dict=state_dict)
         db.tokenizer.save_pretrained(tmp)
         save_file({"counts": db.counts.cpu().contiguous()}, str(tmp / TOKENS))
@@ -163,6 +168,8 @@ def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype 
             torch.save(trainer_state["optimizer"], sdir / "optimizer.pt")
             torch.save(trainer_state["rng"], sdir / "rng.pt")
             (sdir / "state.json").write_text(json.dumps(trainer_state["state"], indent=2) + "\n")
+        for f in tmp.rglob("*"):  # readable by everyone, like any installed package data
+            os.chmod(f, 0o755 if f.is_dir() else 0o644)
         _fsync_tree(tmp)
         old = path.with_name(path.name + ".old")
         if path.exists():

@@ -1,0 +1,35 @@
+"""The shipped default checkpoint: found without configuration, listed first, samples offline."""
+
+import json
+import sys
+
+import pytest
+
+from dbert_core import checkpoint, store
+from dbert_core.cli import main
+
+
+def test_default_is_installed_and_loads():
+    path = store.default_checkpoint()
+    assert path is not None and (path / "MODEL_CARD.md").is_file()
+    assert store.resolve(None) == path == store.resolve("default")
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    assert size < 50 * 2**20
+    assert not (path / "trainer_state").exists()
+    db = checkpoint.load(path)
+    assert db.schedule.name == "spindle" and db.model.time == "none"
+    assert store.entries()[0].name == "default"
+
+
+@pytest.mark.slow
+def test_sample_without_checkpoint_uses_the_default(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["dbert", "sample", "--n", "3", "--steps", "16", "--seed", "0", "--stats"])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out, err = capsys.readouterr()
+    assert exc.value.code in (0, None)
+    lines = out.splitlines()
+    assert len(lines) == 3 and all(len(ln.split()) > 8 for ln in lines)
+    assert "[MASK]" not in out and "[UNK]" not in out
+    stats = json.loads(err.strip().splitlines()[-1])
+    assert stats["samples"] == 3 and stats["nfe"] <= 64  # first-hitting: at most one call per token
