@@ -23,6 +23,14 @@ from dbert_tui.render import MASK_GLYPH, Settings
 from dbert_tui.screens.dialogs import FormDialog
 from test_hub import HubServer, online, tar_bytes
 
+
+@pytest.fixture(autouse=True)
+def _without_shipped_default(monkeypatch):
+    """These tests count and draw the store's entries: keep the shipped default out of them."""
+    from dbert_core import store as _store
+
+    monkeypatch.setattr(_store, "default_checkpoint", lambda: None)
+
 SIZE = (80, 24)
 pytestmark = pytest.mark.anyio  # async tests run on asyncio through anyio's pytest plugin
 
