@@ -35,7 +35,14 @@ def test_hugging_face_loads_the_directory_as_is(tiny_checkpoint):
     assert not list(tiny_checkpoint.glob("*.bin")) and not list(tiny_checkpoint.glob("*.pt"))
 
 
-def test_save_load_identical_logits(tiny_db, tmp_path):
+@pytest.fixture
+def own_db(tiny_checkpoint):
+    """A private copy: save() records its new path and meta on the object it is given."""
+    return checkpoint.load(tiny_checkpoint)
+
+
+def test_save_load_identical_logits(own_db, tmp_path):
+    tiny_db = own_db
     path = checkpoint.save(tiny_db, tmp_path / "copy")
     again = checkpoint.load(path)
     assert torch.equal(logits_of(tiny_db), logits_of(again))
@@ -64,7 +71,8 @@ def test_missing_and_corrupt_files_are_clear_errors(tiny_checkpoint, tmp_path):
         checkpoint.load(tmp_path / "nowhere")
 
 
-def test_interrupted_swap_is_recovered(tiny_db, tmp_path):
+def test_interrupted_swap_is_recovered(own_db, tmp_path):
+    tiny_db = own_db
     path = checkpoint.save(tiny_db, tmp_path / "ck")
     # a crash between the two renames of the next save: only ck.old and a temp dir remain
     os.rename(path, path.with_name("ck.old"))
