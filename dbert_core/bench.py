@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from .model import forward_flops
+
 SAMPLER_ORDER = ("ancestral", "cached", "first-hitting")
 
 
@@ -86,14 +88,6 @@ def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: i
     with torch.inference_mode():
         sec = best_time(lambda: torch.nn.functional.linear(a, w), device, reps)
     return 2 * n**3 / sec / 1e9
-
-
-def forward_flops(config, B: int, N: int, M: int) -> float:
-    """Multiply-add FLOPs (x2) of a BERT forward on (B, N) tokens projecting M positions."""
-    H, I, V, layers = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_hidden_layers
-    per_layer = 2 * B * N * (4 * H * H + 2 * H * I) + 2 * 2 * B * N * N * H  # projections, FFN; QK^T and AV
-    head = 2 * M * (H * H + H * V)  # transform + decoder
-    return layers * per_layer + head
 
 
 def _inputs(db, B: int, L: int, device):
@@ -196,7 +190,7 @@ class Bench:
                     sec = st["seconds"]
                     row = {"sampler": sampler, "steps": steps, "batch": batch, "seconds": sec,
                            "samples_per_s": round(batch / sec, 4), "calls_per_batch": st["nfe"],
-                           "rows_per_sample": round(st["rows"] / batch, 2)}
+                           "rows_per_sample": round(st["rows"] / batch, 2), **self._compute(st)}
                     if sampler == "ancestral":
                         base = sec
                     if base is not None:
@@ -206,14 +200,23 @@ class Bench:
                         f"{row['calls_per_batch']} calls, {row['rows_per_sample']} rows/sample")
                     self.save()
 
-    def cli_defaults(self, load_seconds: float) -> None:
-        """What `dbert sample --n 10` does after loading: 10 samples, 128 steps, length 32."""
-        from .sample import generate
+    def _compute(self, st: dict) -> dict:
+        """The network's work in a sampling run and the time it needs at the measured matmul peak."""
+        peak = self.result["peak"].get("float32")
+        out = {"gflop": st["gflop"]}
+        if peak:
+            out["seconds_at_peak"] = float(f"{st['gflop'] / peak:.3g}")
+            out["percent_of_peak"] = round(100 * st["gflop"] / st["seconds"] / peak, 1) if st["seconds"] > 0 else None
+        return out
 
-        sampler = "cached" if self.db.model.time == "none" else "ancestral"
-        _, st = generate(self.db, n=10, batch_size=32, seed=0, length=32, steps=128, top_k=30, sampler=sampler)
-        self.result["cli_defaults"] = {"sampler": sampler, "load_seconds": round(load_seconds, 2),
-                                       "sample_seconds": st["seconds"], "calls": st["nfe"]}
+    def cli_defaults(self, load_seconds: float) -> None:
+        """What `dbert sample --n 10` does after loading, with the CLI's defaults."""
+        from .sample import default_length, default_sampler, generate
+
+        sampler, length = default_sampler(self.db), default_length(self.db)
+        _, st = generate(self.db, n=10, batch_size=32, seed=0, length=length, steps=128, top_k=30, sampler=sampler)
+        self.result["cli_defaults"] = {"sampler": sampler, "length": length, "load_seconds": round(load_seconds, 2),
+                                       "sample_seconds": st["seconds"], "calls": st["nfe"], **self._compute(st)}
         say(f"sample --n 10 defaults: load {load_seconds:.2f} s + sampling {st['seconds']:.2f} s")
         self.save()
 
@@ -282,13 +285,15 @@ def markdown(r: dict) -> str:
              f"{mod['schedule']} T={mod['T']}, time {mod['time']}, attention {mod['attention']}, {mod['dtype']}); "
              f"length {r['length']}.", ""]
     if r["sampling"]:
-        lines += ["| sampler | steps | batch | seconds | samples/s | calls/batch | rows/sample | vs ancestral |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += ["| sampler | steps | batch | seconds | samples/s | calls/batch | rows/sample | vs ancestral "
+                  "| GFLOP | s at peak |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for s in r["sampling"]:
             sp = s.get("speedup_vs_ancestral")
             lines.append(f"| {s['sampler']} | {s['steps']} | {s['batch']} | {s['seconds']:.2f} | "
                          f"{s['samples_per_s']:.3f} | {s['calls_per_batch']} | {s['rows_per_sample']} | "
-                         f"{'' if sp is None else f'{sp:.1f}x'} |")
+                         f"{'' if sp is None else f'{sp:.1f}x'} | {s.get('gflop', '')} | "
+                         f"{s.get('seconds_at_peak', '')} |")
         lines.append("")
     if r["forward"]:
         lines += ["| forward | batch | threads | seconds | GFLOP | GFLOP/s | matmul peak | % of peak |",
@@ -307,8 +312,9 @@ def markdown(r: dict) -> str:
                      f"{t['batch']} x {t['seq_len']} tokens, fp32, AdamW).")
     if r["cli_defaults"]:
         c = r["cli_defaults"]
-        lines.append(f"`dbert sample --n 10` defaults ({c['sampler']}): load {c['load_seconds']:.2f} s + "
-                     f"sampling {c['sample_seconds']:.2f} s, {c['calls']} calls.")
+        lines.append(f"`dbert sample --n 10` defaults ({c['sampler']}, length {c['length']}): "
+                     f"load {c['load_seconds']:.2f} s + sampling {c['sample_seconds']:.2f} s, {c['calls']} calls, "
+                     f"{c['gflop']} GFLOP ({c.get('seconds_at_peak', '?')} s at the matmul peak).")
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -155,11 +155,11 @@ def sample(
     seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same output).")] = None,
     prompt: Annotated[Optional[str], typer.Option(help="Template with [MASK] slots; masks are appended up to --length.")] = None,
     sampler: Annotated[Optional[Sampler], typer.Option(help="ancestral; cached (skips calls when nothing changed); first-hitting (one call per reveal) [default: first-hitting where the model allows it, else ancestral].")] = None,
-    stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, seconds, samples, steps} as JSON on stderr.")] = False,
+    stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps} as JSON on stderr.")] = False,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
 ):
     """Generate N samples, one per line on stdout."""
-    from .sample import generate, parse_prompt
+    from .sample import default_length, default_sampler, generate, parse_prompt
 
     if n < 1:
         raise DbertError("--n must be >= 1")
@@ -167,10 +167,9 @@ def sample(
         raise DbertError("--batch-size must be >= 1")
     db = _load(checkpoint, device.value)
     if length is None:
-        length = min(int(db.meta.get("seq_len", 64)), db.model.max_length)
-    if sampler is None:  # the fastest exact sampler this model allows
-        fits = db.model.time == "none" or db.schedule.name == "linear"
-        sampler = Sampler.first_hitting if fits else Sampler.ancestral
+        length = default_length(db)
+    if sampler is None:
+        sampler = Sampler(default_sampler(db))
     template = parse_prompt(db, prompt, length) if prompt is not None else None
     texts, st = generate(db, n=n, batch_size=batch_size, seed=seed, length=length, steps=steps,
                          temperature=temperature, top_k=top_k, top_p=top_p, sampler=sampler.value, prompt=template)

@@ -181,10 +181,10 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
 def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top_k: int = 30,
             batch_size: int = 32, seed: int = 0, unit: str = "line", sampler: str | None = None) -> dict:
     """The paper's protocol: n samples for BLEU-4 against the data, n more for Self-BLEU-4."""
-    from .sample import SAMPLERS, generate
+    from .sample import default_sampler, generate
 
-    if sampler is None:  # the fastest exact sampler available for this model
-        sampler = "first-hitting" if "first-hitting" in SAMPLERS else "cached" if db.model.time == "none" else "ancestral"
+    if sampler is None:
+        sampler = default_sampler(db)
     refs = read_examples(data, unit)
     first, st1 = generate(db, n=n, batch_size=batch_size, seed=seed, steps=steps, length=length, top_k=top_k,
                           sampler=sampler)

@@ -180,6 +180,14 @@ def build_bert(preset: str | None = None, init: str | None = None, vocab_size: i
     return BertForMaskedLM(config)
 
 
+def forward_flops(config, B: int, N: int, M: int) -> float:
+    """Multiply-add FLOPs (x2) of a BERT forward on (B, N) tokens projecting M positions."""
+    H, I, V, layers = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_hidden_layers
+    per_layer = 2 * B * N * (4 * H * H + 2 * H * I) + 2 * 2 * B * N * N * H  # projections, FFN; QK^T and AV
+    head = 2 * M * (H * H + H * V)  # transform + decoder
+    return layers * per_layer + head
+
+
 def count_parameters(module: nn.Module) -> int:
     """Unique parameters (tied weights counted once)."""
     return sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())

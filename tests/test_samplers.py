@@ -281,6 +281,29 @@ def test_first_hitting_needs_time_agnostic_model_for_spindle(tiny_checkpoint, tm
         run(db, sampler="first-hitting")
 
 
+def test_default_sampler_is_the_fastest_exact_one_the_model_allows(tiny_checkpoint, tiny_linear_checkpoint):
+    from dbert_core.sample import default_length, default_sampler
+
+    spindle, linear = checkpoint.load(tiny_checkpoint), checkpoint.load(tiny_linear_checkpoint)
+    assert default_sampler(spindle) == default_sampler(linear) == "first-hitting"
+    assert default_length(spindle) == spindle.meta["seq_len"]
+    spindle.model.time = linear.model.time = "layerwise"  # as time-conditioned models would report
+    assert default_sampler(spindle) == "ancestral"  # first-hitting would need p independent of t
+    assert default_sampler(linear) == "first-hitting"  # linear: p only for the revealed, at the event's t
+
+
+def test_frames_count_the_network_flops(tiny_db, lin_db):
+    from dbert_core.model import forward_flops
+
+    cfg = tiny_db.model.config
+    anc = run(tiny_db, sampler="ancestral", n=3, length=10, steps=8)
+    assert anc[0].flops == forward_flops(cfg, 3, 12, 3 * 10)  # step 1: every position masked, all projected
+    assert all(b.flops >= a.flops for a, b in zip(anc, anc[1:])) and anc[-1].flops > anc[0].flops
+    fh = run(lin_db, sampler="first-hitting", n=3, length=10, steps=8)
+    # linear first-hitting projects only the positions it reveals: far less head work than ancestral
+    assert fh[-1].flops < run(lin_db, sampler="ancestral", n=3, length=10, steps=8)[-1].flops
+
+
 # ---------------------------------------------------------------------------------- bench
 def test_bench_command(tiny_checkpoint, tmp_path):
     from typer.testing import CliRunner
@@ -297,6 +320,10 @@ def test_bench_command(tiny_checkpoint, tmp_path):
     assert rows[("first-hitting", 64)]["calls_per_batch"] <= 8 < rows[("ancestral", 64)]["calls_per_batch"]
     assert rows[("ancestral", 64)]["speedup_vs_ancestral"] == 1.0
     assert data["train"]["tokens_per_s"] > 0 and data["peak"]["float32"] > 0
+    assert all(r["gflop"] > 0 and r["seconds_at_peak"] > 0 for r in data["sampling"])
+    assert rows[("first-hitting", 64)]["gflop"] < rows[("ancestral", 64)]["gflop"]
+    cli = data["cli_defaults"]  # what `dbert sample --n 10` runs, not a sampler of the bench's own
+    assert cli["sampler"] == "first-hitting" and cli["length"] == checkpoint.read_meta(tiny_checkpoint)["seq_len"]
     assert all(0 < f["percent_of_peak"] for f in data["forward"])
     md = (out / "bench.md").read_text()
     assert "| first-hitting | 64 | 2 |" in md and md in res.stdout
