@@ -131,8 +131,9 @@ LM1B's 30 M sentences; these models saw Wikipedia only), so its numbers measure 
 What the pretrained start is worth here: at an equal budget of 100 steps, the validation bound was
 {c1[0][1]:.0f} per token from the MiniLM start against {cs.get(100, float('nan')):.0f} from scratch (the same recipe,
 `scripts/default_model.sh scratch`). The from-scratch baseline was stopped at {sc['step']} steps
-({sc['step'] / steps:.0%} of this checkpoint's budget) for CPU time, so its row is at that budget, and
-its sampling metrics were not run. The sampling rows use N = 200 + 200, not the protocol's
+({sc['step'] / steps:.0%} of this checkpoint's budget) for CPU time, so its row is at that budget: its
+samples repeat a few frequent tokens (distinct-1 {sw.get('distinct1', 0):.3f}; BLEU {sw.get('bleu4', 0):.3f}, Self-BLEU {sw.get('self_bleu4', 0):.3f}),
+against {pw.get('bleu4', 0):.3f} / {pw.get('self_bleu4', 0):.3f} for this checkpoint. The sampling rows use N = 200 + 200, not the protocol's
 1,000 + 1,000: at ~2.3 s per sample on this CPU, 2,000 samples take ~75 minutes, which the session
 could not spare. Self-BLEU grows with N, so compare it only at equal N. For scale,
 the paper reports 63.78 per word on LM1B (bert-base, 1.9 M steps): these numbers are far from it.
