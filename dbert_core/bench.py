@@ -206,7 +206,6 @@ class Bench:
         out = {"gflop": st["gflop"]}
         if peak:
             out["seconds_at_peak"] = float(f"{st['gflop'] / peak:.3g}")
-            out["percent_of_peak"] = round(100 * st["gflop"] / st["seconds"] / peak, 1) if st["seconds"] > 0 else None
         return out
 
     def cli_defaults(self, load_seconds: float) -> None:

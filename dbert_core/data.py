@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -66,8 +67,9 @@ def read_examples(patterns: list[str], unit: str = "line") -> list[str]:
     raise DbertError(f"unknown example unit {unit!r}; choose line or sentence")
 
 
-def encode(texts: list[str], tokenizer, chunk: int = 4096) -> list[list[int]]:
-    """Token ids of each text, aligned with texts (no special tokens, no truncation).
+def iter_encode(texts: list[str], tokenizer, chunk: int = 4096) -> Iterator[list[int]]:
+    """Token ids of each text, in order, encoded chunk by chunk as they are consumed (no special
+    tokens, no truncation); stop early and the rest is never tokenized.
 
     Literal special-token strings in the data (a "[MASK]" in the text) become [UNK]: the
     diffusion must never see a real [MASK] in x_0.
@@ -81,14 +83,18 @@ def encode(texts: list[str], tokenizer, chunk: int = 4096) -> list[list[int]]:
         backend = Tokenizer.from_str(backend.to_str())  # a copy without tokenizer.json's padding/truncation
         backend.no_padding()
         backend.no_truncation()
-    out: list[list[int]] = []
     for i in range(0, len(texts), chunk):
         if backend is not None:
             enc = [e.ids for e in backend.encode_batch(texts[i:i + chunk], add_special_tokens=False)]
         else:
             enc = tokenizer(texts[i:i + chunk], add_special_tokens=False, truncation=False)["input_ids"]
-        out.extend([unk if x in bad else x for x in ids] if bad.intersection(ids) else ids for ids in enc)
-    return out
+        for ids in enc:
+            yield [unk if x in bad else x for x in ids] if bad.intersection(ids) else ids
+
+
+def encode(texts: list[str], tokenizer, chunk: int = 4096) -> list[list[int]]:
+    """Token ids of each text, aligned with texts (see iter_encode)."""
+    return list(iter_encode(texts, tokenizer, chunk))
 
 
 def tokenize(texts: list[str], tokenizer, seq_len: int) -> list[list[int]]:

@@ -18,7 +18,7 @@ from collections import Counter
 
 import torch
 
-from .data import Special, collate, count_words, encode, read_examples
+from .data import Special, collate, count_words, iter_encode, read_examples
 from .diffusion import elbo
 from .errors import DbertError
 
@@ -142,16 +142,12 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     texts = read_examples(data, unit)
     max_len = db.model.max_length
     kept, kept_words, skipped = [], [], 0
-    chunk = 4096
-    for lo in range(0, len(texts), chunk):  # encode only as far as --limit needs
-        for text, ids in zip(texts[lo:lo + chunk], encode(texts[lo:lo + chunk], db.tokenizer)):
-            if not ids or len(ids) > max_len:
-                skipped += 1
-                continue
-            kept.append(ids)
-            kept_words.append(count_words(text))
-            if limit and len(kept) >= limit:
-                break
+    for text, ids in zip(texts, iter_encode(texts, db.tokenizer)):  # encode only as far as --limit needs
+        if not ids or len(ids) > max_len:
+            skipped += 1
+            continue
+        kept.append(ids)
+        kept_words.append(count_words(text))
         if limit and len(kept) >= limit:
             break
     if not kept:
