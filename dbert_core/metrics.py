@@ -131,6 +131,33 @@ def unigram_entropy(samples: list[str]) -> float:
     return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
 
 
+def _longest_run(tokens: list[str]) -> int:
+    best = run = 0
+    for i, t in enumerate(tokens):
+        run = run + 1 if i and t == tokens[i - 1] else 1
+        best = max(best, run)
+    return best
+
+
+def readability(samples: list[str], min_words: int = 8) -> dict:
+    """The first checks a reader makes: length in words, leftover [MASK]/[UNK], one token repeated.
+
+    A word is a whitespace-separated piece with a letter or digit in it ([MASK] and [UNK] are not); runs are counted over the
+    BLEU tokens (words and punctuation), so '" " "' is a run of 3 like 'the the the'.
+    """
+    n = max(len(samples), 1)
+    lengths = [sum(any(c.isalnum() for c in w) for w in s.replace("[MASK]", " ").replace("[UNK]", " ").split())
+               for s in samples]
+    alnum = [[w for w in words(s) if w[0].isalnum()] for s in samples]
+    return {
+        "words_per_sample": sum(lengths) / n,
+        f"frac_over_{min_words}_words": sum(k > min_words for k in lengths) / n,
+        "frac_mask_or_unk": sum("[MASK]" in s or "[UNK]" in s for s in samples) / n,
+        "frac_run3": sum(_longest_run(words(s)) >= 3 for s in samples) / n,
+        "frac_doubled_word": sum(_longest_run(ws) >= 2 for ws in alnum) / n,
+    }
+
+
 @torch.no_grad()
 def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, exact: bool = False,
                mc: int = 1, batch_size: int = 32, seed: int = 0, unit: str = "line") -> dict:
@@ -190,7 +217,7 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
         "samples": n, "sample_steps": steps, "sample_length": length, "top_k": top_k, "sampler": sampler,
         "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second),
         "distinct1": distinct_n(first, 1), "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),
-        "unigram_entropy": unigram_entropy(first),
+        "unigram_entropy": unigram_entropy(first), **readability(first),
         "nfe_per_sample": (st1["nfe"] + st2["nfe"]) / (2 * math.ceil(n / batch_size)),  # calls each sample saw
         "seconds_per_sample": (st1["seconds"] + st2["seconds"]) / (2 * n),
     }

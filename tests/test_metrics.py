@@ -63,3 +63,20 @@ def test_perplexity_word_and_token(tiny_db):
     exact = perplexity(tiny_db, [str(TINYSTORIES_VALID)], steps=16, limit=30, unit="sentence", exact=True)
     # the MC estimate lies within a few standard errors of the full sum
     assert abs(exact["nats_per_token"] - r["nats_per_token"]) < 5 * r["nats_per_token_se"] + 0.05
+
+
+def test_readability_counts_what_a_reader_checks_first():
+    from dbert_core.metrics import readability
+
+    r = readability([
+        "the cat sat on the mat near the old red door .",   # 11 words, clean
+        "he was born [UNK] in 1990 in paris , france today", # 9 words and an [UNK]
+        "the the the river",                                  # a run of 3, a doubled word
+        'it was " " " released , again and again',           # a punctuation run, no doubled word
+    ])
+    assert r["words_per_sample"] == pytest.approx((11 + 9 + 4 + 6) / 4)
+    assert r["frac_over_8_words"] == pytest.approx(2 / 4)
+    assert r["frac_mask_or_unk"] == pytest.approx(1 / 4)
+    assert r["frac_run3"] == pytest.approx(2 / 4)
+    assert r["frac_doubled_word"] == pytest.approx(1 / 4)
+    assert readability([])["frac_run3"] == 0
