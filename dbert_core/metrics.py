@@ -142,19 +142,20 @@ def _longest_run(tokens: list[str]) -> int:
 def readability(samples: list[str], min_words: int = 8) -> dict:
     """The first checks a reader makes: length in words, leftover [MASK]/[UNK], one token repeated.
 
-    A word is a whitespace-separated piece with a letter or digit in it ([MASK] and [UNK] are not); runs are counted over the
-    BLEU tokens (words and punctuation), so '" " "' is a run of 3 like 'the the the'.
+    A word is a whitespace-separated piece with a letter or digit in it ([MASK] and [UNK] are not);
+    runs are counted over the BLEU tokens (words and punctuation), so '" " "' is a run of 3 like
+    'the the the'; a doubled word is one alphanumeric token twice in a row.
     """
     n = max(len(samples), 1)
     lengths = [sum(any(c.isalnum() for c in w) for w in s.replace("[MASK]", " ").replace("[UNK]", " ").split())
                for s in samples]
-    alnum = [[w for w in words(s) if w[0].isalnum()] for s in samples]
+    toks = [words(s) for s in samples]
     return {
         "words_per_sample": sum(lengths) / n,
         f"frac_over_{min_words}_words": sum(k > min_words for k in lengths) / n,
         "frac_mask_or_unk": sum("[MASK]" in s or "[UNK]" in s for s in samples) / n,
-        "frac_run3": sum(_longest_run(words(s)) >= 3 for s in samples) / n,
-        "frac_doubled_word": sum(_longest_run(ws) >= 2 for ws in alnum) / n,
+        "frac_run3": sum(_longest_run(t) >= 3 for t in toks) / n,
+        "frac_doubled_word": sum(_longest_run([w for w in t if w[0].isalnum()]) >= 2 for t in toks) / n,
     }
 
 
