@@ -90,6 +90,7 @@ def train(
     preset: Annotated[str, typer.Option(help="Model size for a random init: tiny, mini, small, base.")] = "tiny",
     init: Annotated[Optional[str], typer.Option(help="Start from a pretrained BERT (path or hub id).")] = None,
     from_scratch: Annotated[bool, typer.Option("--from-scratch", help="With --init: its architecture and tokenizer, random weights.")] = False,
+    trim_vocab: Annotated[bool, typer.Option("--trim-vocab", help="With --init: keep only the word pieces the training data uses (faster).")] = False,
     max_steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 1000,
     batch_size: Annotated[int, typer.Option(help="Examples per optimizer step (all processes).")] = 32,
     grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step.")] = 1,
@@ -127,7 +128,8 @@ def train(
     if dtype not in ("auto", "fp32", "bf16"):
         raise DbertError(f"--dtype must be auto, fp32 or bf16, got {dtype!r}")
     cfg = TrainConfig(
-        data=data, out=str(out_path(out)), preset=None if init else preset, init=init, from_scratch=from_scratch, vocab_size=vocab_size,
+        data=data, out=str(out_path(out)), preset=None if init else preset, init=init, from_scratch=from_scratch, trim_vocab=trim_vocab,
+        vocab_size=vocab_size,
         unit=unit.value, pack=pack, seq_len=seq_len, batch_size=batch_size, grad_accum=grad_accum,
         max_steps=max_steps, lr=lr, warmup=warmup, decay=decay, schedule=schedule.value, lam=spindle_lambda, T=T,
         time=time.value, loss=loss, val_data=val_data, eval_every=eval_every, eval_steps=eval_steps,

@@ -29,11 +29,12 @@ def corrupt(ids, noisable, t, schedule: Schedule, gen: torch.Generator | None = 
     return noisable & (u >= a)
 
 
-def step_kl(logits, targets, rows, t, s, schedule: Schedule) -> torch.Tensor:
+def step_kl(logits, targets, rows, t, s, schedule: Schedule, with_nll: bool = False):
     """KL(q(x_s | x_t, x_0) || p(x_s | x_t)) at M masked positions, in nats: (M,).
 
     logits (M, V) from the model; targets (M,) clean tokens; rows (M,) the example each
-    position belongs to; t, s (B,) steps per example with s < t.
+    position belongs to; t, s (B,) steps per example with s < t. with_nll=True also returns
+    -log p(x_0) (M,), the cross-entropy of the hybrid loss, from the same log-softmax.
     """
     logp = F.log_softmax(logits.float(), dim=-1)
     lp_x = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
@@ -46,7 +47,8 @@ def step_kl(logits, targets, rows, t, s, schedule: Schedule) -> torch.Tensor:
     stay = 1.0 - r_x
     stay_term = stay * (torch.log(stay.clamp_min(1e-30)) - torch.log((1.0 - R).clamp_min(1e-30)))
     stay_term = torch.where(stay > 0, stay_term, torch.zeros_like(stay_term))
-    return -r_x * lp_x + stay_term
+    kl = -r_x * lp_x + stay_term
+    return (kl, -lp_x) if with_nll else kl
 
 
 def draw_steps(B: int, steps: int, gen: torch.Generator | None, stratified: bool = True) -> torch.Tensor:
@@ -66,11 +68,10 @@ def masked_kl(model, ids, attention, noisable, k, steps, schedule, gen, return_c
     logits = model(x_t, attention, mask, t=t)  # (M, V)
     rows = mask.nonzero(as_tuple=True)[0]
     targets = ids[mask]
-    kl = step_kl(logits, targets, rows, t, s, schedule)
+    kl, nll = step_kl(logits, targets, rows, t, s, schedule, with_nll=True)
     per_example = torch.zeros(ids.shape[0], device=ids.device).index_add_(0, rows, kl)
-    if return_ce:
-        ce = F.cross_entropy(logits.float(), targets, reduction="sum")
-        return per_example, ce, mask.sum()
+    if return_ce:  # the hybrid loss's CE shares the KL's log-softmax (one pass over the vocabulary)
+        return per_example, nll.sum(), mask.sum()
     return per_example
 
 

@@ -37,7 +37,8 @@ class TrainProgress(Callback):
         if trainer.is_main:
             self._line(f"training {count_parameters(db.model) / 1e6:.1f}M parameters on {trainer.device} "
                        f"x{trainer.world}: {len(trainer.train_examples)} examples, schedule {cfg.schedule}, "
-                       f"time {cfg.time}, from step {trainer.step} to {cfg.max_steps}")
+                       f"time {cfg.time}, vocabulary {db.model.config.vocab_size}, "
+                       f"from step {trainer.step} to {cfg.max_steps}")
         if self.live and trainer.is_main:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn

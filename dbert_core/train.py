@@ -38,6 +38,7 @@ class TrainConfig:
     preset: str | None = "tiny"        # model sizes for a random init (tiny, mini, small, base)
     init: str | None = None            # or a pretrained BERT: local dir or hub id
     from_scratch: bool = False         # with init: its architecture and tokenizer, random weights
+    trim_vocab: bool = False           # with init: keep only the word pieces the training data uses
     vocab_size: int | None = None      # WordPiece size learnt from the data (presets without init)
     unit: str = "line"                 # an example is a line or a sentence of the files
     pack: bool = False                 # join examples with [SEP] into full seq_len streams
@@ -144,6 +145,8 @@ class Trainer:
         from .model import PRESETS, TIME_MODES
         from .schedule import SCHEDULES
 
+        if c.trim_vocab and c.init is None:
+            raise DbertError("--trim-vocab needs --init (a preset learns a vocabulary from the data anyway)")
         if c.init is None and c.preset not in PRESETS:
             raise DbertError(f"unknown preset {c.preset!r}; choose one of: {', '.join(PRESETS)}")
         if c.schedule not in SCHEDULES:
@@ -186,13 +189,16 @@ class Trainer:
             raise DbertError(f"{out} already holds files; pass --resume to continue it or choose another --out")
 
         texts = read_examples(c.data, c.unit)
+        train_texts, val_texts = self._split(texts)
+        init, trimmed = c.init, None
         if state is not None:
             self.db = ckpt.load(out, device="cpu")
             tokenizer = self.db.tokenizer
         else:
-            tokenizer = self._tokenizer(texts)
+            if c.trim_vocab:
+                init, trimmed = self._trim(train_texts)
+            tokenizer = self._tokenizer(texts, init)
         self.special = Special.of(tokenizer)
-        train_texts, val_texts = self._split(texts)
         train = tokenize(train_texts, tokenizer, c.seq_len)
         val = tokenize(val_texts, tokenizer, c.seq_len)
         if c.pack:
@@ -208,7 +214,7 @@ class Trainer:
             from .model import build_bert
 
             counts = token_counts(train, len(tokenizer))
-            mlm = build_bert(c.preset, c.init, vocab_size=len(tokenizer), special_ids=dict(
+            mlm = build_bert(c.preset, init, vocab_size=len(tokenizer), special_ids=dict(
                 pad_token_id=self.special.pad), from_scratch=c.from_scratch)
             if mlm.config.vocab_size < len(tokenizer):
                 raise DbertError(f"the model's vocabulary ({mlm.config.vocab_size}) is smaller than the tokenizer's")
@@ -219,6 +225,8 @@ class Trainer:
             meta = {"preset": None if c.init else c.preset, "init": c.init, "from_scratch": c.from_scratch,
                     "seq_len": c.seq_len, "pack": c.pack,
                     "unit": c.unit, "data": [str(p) for p in c.data]}
+            if trimmed is not None:
+                meta["trim_vocab"] = trimmed
             self.db = ckpt.assemble(mlm, tokenizer, c.schedule, c.T, counts, c.lam, c.time, meta)
         model = self.db.model.to(self.device)
         if c.dropout is not None:  # kept in config.json, so a resumed run uses it too
@@ -239,13 +247,24 @@ class Trainer:
         if state is not None:
             self._restore(state)
 
-    def _tokenizer(self, texts):
+    def _trim(self, train_texts):
+        """--trim-vocab: a copy of --init cut to the training texts' word pieces (vocab.py), in a
+        temporary directory that lives as long as the trainer."""
+        import tempfile
+
+        from .vocab import trim
+
+        self._trim_dir = tempfile.TemporaryDirectory(prefix="dbert-trim-")
+        dst = Path(self._trim_dir.name) / "bert"
+        return str(dst), trim(self.cfg.init, train_texts, dst)
+
+    def _tokenizer(self, texts, init):
         c = self.cfg
-        if c.init is not None:
+        if init is not None:
             from transformers import AutoTokenizer
 
             try:
-                return AutoTokenizer.from_pretrained(c.init)
+                return AutoTokenizer.from_pretrained(init)
             except Exception as e:  # noqa: BLE001
                 raise DbertError(f"cannot load a tokenizer from --init {c.init}: {str(e).splitlines()[0][:120]}") from None
         from .model import PRESETS
