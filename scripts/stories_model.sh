@@ -26,7 +26,7 @@ train() {  # $1 = out dir, rest = extra flags
   OMP_NUM_THREADS=$THREADS dbert train --init "${INIT:-$(minilm)}" "$@" \
     --data "$DATA/stories-train.txt" --val-data "$DATA/stories-heldout.txt" --trim-vocab \
     --unit sentence --pack --seq-len 64 --schedule spindle --time none --batch-size 32 --lr "${LR:-3e-4}" \
-    --warmup "${WARMUP:-100}" --max-steps "${MAX_STEPS:-3000}" --eval-every 100 --save-every 50 \
+    --warmup "${WARMUP:-100}" --max-steps "${MAX_STEPS:-4500}" --eval-every 100 --save-every 50 \
     --log-every 10 --seed "${SEED:-0}" --dtype "${DTYPE:-auto}" --device "${DEVICE:-auto}" --out "$out" \
     ${EXTRA:-} $resume
 }
