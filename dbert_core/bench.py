@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from .hardware import cpu_name, native_bf16
 from .model import forward_flops
 
 SAMPLER_ORDER = ("ancestral", "cached", "first-hitting")
@@ -37,18 +38,9 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine(device: torch.device) -> dict:
-    info = {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+    info = {"cpu": cpu_name(), "native_bf16": native_bf16(device), "cores": os.cpu_count(),
+            "threads": torch.get_num_threads(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
             "python": platform.python_version(), "device": str(device)}
     if device.type == "cuda":

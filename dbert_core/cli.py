@@ -114,7 +114,7 @@ def train(
     log_every: Annotated[int, typer.Option(help="Progress line every N steps (non-terminal stderr).")] = 10,
     gpu: Annotated[bool, typer.Option("--gpu", help="Train on CUDA; an error if there is none.")] = False,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
-    dtype: Annotated[str, typer.Option(help="auto (bf16 autocast on CUDA), fp32 or bf16.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (bf16 autocast where native: CUDA, CPUs with AVX512-BF16/AMX), fp32 or bf16.")] = "auto",
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run saved in --out exactly.")] = False,
 ):

@@ -26,6 +26,7 @@ import torch
 from . import checkpoint as ckpt
 from .data import Special, collate, epoch_batches, pack, read_examples, token_counts, tokenize, train_tokenizer
 from .diffusion import draw_steps, elbo, masked_kl
+from .hardware import native_bf16
 from .errors import DbertError
 
 LOSSES = ("hybrid", "elbo", "ce")
@@ -65,7 +66,7 @@ class TrainConfig:
     save_every: int = 500
     log_every: int = 10
     device: str = "auto"               # auto, cpu, cuda, mps
-    dtype: str = "auto"                # auto (bf16 autocast on CUDA), fp32, bf16
+    dtype: str = "auto"                # auto (bf16 autocast where native: CUDA, AVX512-BF16/AMX CPUs), fp32, bf16
     dropout: float | None = None       # override the model's dropout rates (None: keep them)
     seed: int = 0
     resume: bool = False
@@ -295,7 +296,7 @@ class Trainer:
 
     def _autocast(self):
         c = self.cfg
-        if c.dtype == "bf16" or (c.dtype == "auto" and self.device.type == "cuda"):
+        if c.dtype == "bf16" or (c.dtype == "auto" and native_bf16(self.device)):
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
