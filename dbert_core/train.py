@@ -205,27 +205,24 @@ class Trainer:
         self.lengths = [len(e) for e in train]
 
         if self.db is None:
-            from .model import build_bert
+            from .pretrained import build_bert
 
             counts = token_counts(train, len(tokenizer))
-            mlm = build_bert(c.preset, c.init, vocab_size=len(tokenizer), special_ids=dict(
+            bert = build_bert(c.preset, c.init, vocab_size=len(tokenizer), special_ids=dict(
                 pad_token_id=self.special.pad), from_scratch=c.from_scratch)
-            if mlm.config.vocab_size < len(tokenizer):
-                raise DbertError(f"the model's vocabulary ({mlm.config.vocab_size}) is smaller than the tokenizer's")
-            counts = counts[: mlm.config.vocab_size] if len(counts) >= mlm.config.vocab_size else \
-                torch.nn.functional.pad(counts, (0, mlm.config.vocab_size - len(counts)))
-            if c.seq_len + 2 + (c.time == "prefix") > mlm.config.max_position_embeddings:
-                raise DbertError(f"--seq-len {c.seq_len} exceeds the model's {mlm.config.max_position_embeddings} positions")
+            if bert.config.vocab_size < len(tokenizer):
+                raise DbertError(f"the model's vocabulary ({bert.config.vocab_size}) is smaller than the tokenizer's")
+            counts = counts[: bert.config.vocab_size] if len(counts) >= bert.config.vocab_size else \
+                torch.nn.functional.pad(counts, (0, bert.config.vocab_size - len(counts)))
+            if c.seq_len + 2 + (c.time == "prefix") > bert.config.max_position_embeddings:
+                raise DbertError(f"--seq-len {c.seq_len} exceeds the model's {bert.config.max_position_embeddings} positions")
             meta = {"preset": None if c.init else c.preset, "init": c.init, "from_scratch": c.from_scratch,
                     "seq_len": c.seq_len, "pack": c.pack,
                     "unit": c.unit, "data": [str(p) for p in c.data]}
-            self.db = ckpt.assemble(mlm, tokenizer, c.schedule, c.T, counts, c.lam, c.time, meta)
+            self.db = ckpt.assemble(bert, tokenizer, c.schedule, c.T, counts, c.lam, c.time, meta)
         model = self.db.model.to(self.device)
         if c.dropout is not None:  # kept in config.json, so a resumed run uses it too
-            model.mlm.config.hidden_dropout_prob = model.mlm.config.attention_probs_dropout_prob = c.dropout
-            for module in model.modules():
-                if isinstance(module, torch.nn.Dropout):
-                    module.p = c.dropout
+            model.bert.set_dropout(c.dropout)
         model.train()
         self.model = model
         self.ddp = model
@@ -242,12 +239,13 @@ class Trainer:
     def _tokenizer(self, texts):
         c = self.cfg
         if c.init is not None:
-            from transformers import AutoTokenizer
+            from .pretrained import local_dir
+            from .tokenizer import WordPieceTokenizer
 
             try:
-                return AutoTokenizer.from_pretrained(c.init)
-            except Exception as e:  # noqa: BLE001
-                raise DbertError(f"cannot load a tokenizer from --init {c.init}: {str(e).splitlines()[0][:120]}") from None
+                return WordPieceTokenizer.load(local_dir(c.init))
+            except DbertError as e:
+                raise DbertError(f"cannot load a tokenizer from --init {c.init}: {e}") from None
         from .model import PRESETS
 
         size = c.vocab_size or PRESETS[c.preset]["vocab_size"]
