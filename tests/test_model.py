@@ -1,10 +1,14 @@
 """dbert's own BERT against transformers' BertForMaskedLM: the same logits, checkpoint files read
-and written both ways, time conditioning as the hook-based version computed it."""
+and written both ways, time conditioning as the hook-based version computed it, and sampling
+and training that never import transformers."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -13,6 +17,7 @@ from dbert_core import checkpoint, pretrained
 from dbert_core.errors import DbertError
 from dbert_core.model import Bert, BertConfig, DiffusionBert
 from dbert_core.tokenizer import WordPieceTokenizer
+from conftest import TINYSTORIES, TINYSTORIES_VALID
 from test_tokenizer import TEXTS, minilm_dir
 
 SMALL = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
@@ -283,3 +288,80 @@ def test_set_dropout_reaches_every_dropout():
     assert bert.config.hidden_dropout_prob == bert.config.attention_probs_dropout_prob == 0.3
     bert.train()
     assert not torch.equal(our_logits(bert, ids, attention), our_logits(bert.eval(), ids, attention))
+
+
+# ------------------------------------------------------------------------------ no transformers
+NO_TRANSFORMERS = r"""
+import asyncio, contextlib, io, sys
+ckpt, valid, bench_out = sys.argv[1:4]
+from dbert_core.cli import main
+
+def cli(*args):
+    sys.argv = ["dbert", *args]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        try:
+            main()
+        except SystemExit as e:
+            assert not e.code, (args, e.code)
+    return out.getvalue()
+
+assert len(cli("sample", "--checkpoint", ckpt, "--n", "2", "--length", "8", "--steps", "8").splitlines()) == 2
+cli("eval", "--checkpoint", ckpt, "--data", valid, "--steps", "4", "--limit", "8", "--samples", "2",
+    "--sample-steps", "4", "--sample-length", "8")
+cli("checkpoints", "list")
+cli("bench", "--checkpoint", ckpt, "--out", bench_out, "--quick", "--steps", "4", "--batch", "1", "--length", "8",
+    "--no-bf16", "--no-train", "--samplers", "first-hitting")
+
+from dbert_tui.app import create_app
+from dbert_tui.render import Settings
+
+async def tui():
+    app = create_app(checkpoint=ckpt, settings=Settings(steps=4, length=8, pace_ms=0))
+    async with app.run_test(size=(80, 24)) as pilot:
+        for _ in range(600):
+            g = app.generate_screen
+            if g.run is not None and g.run.finished:
+                break
+            await pilot.pause(0.05)
+        assert app.generate_screen.run.finished
+
+asyncio.run(tui())
+loaded = sorted(m for m in sys.modules if m == "transformers" or m.startswith("transformers."))
+print("transformers modules:", len(loaded), loaded[:3])
+"""
+
+
+def test_sampling_eval_bench_and_tui_never_import_transformers(tiny_checkpoint, tmp_path):
+    proc = subprocess.run([sys.executable, "-c", NO_TRANSFORMERS, str(tiny_checkpoint), str(TINYSTORIES_VALID),
+                           str(tmp_path / "bench")], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "transformers modules: 0 []"
+
+
+INIT_RUN = r"""
+import sys
+from dbert_core.cli import main
+sys.argv = ["dbert", "train", "--init", sys.argv[1], "--data", sys.argv[2], "--out", sys.argv[3], "--max-steps", "1",
+            "--batch-size", "4", "--seq-len", "16", "--T", "64", "--eval-every", "0", "--device", "cpu"]
+try:
+    main()
+except SystemExit as e:
+    assert not e.code, e.code
+print("transformers" in sys.modules)
+"""
+
+
+@pytest.mark.slow
+def test_training_from_a_bertmodel_init_needs_no_transformers(tmp_path):
+    path = minilm_dir()
+    proc = subprocess.run([sys.executable, "-c", INIT_RUN, str(path), str(TINYSTORIES), str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "False"
+    assert "has no MLM head (a BertModel): the head starts at random" in proc.stderr
+    db = checkpoint.load(tmp_path / "run")
+    assert db.model.config.hidden_size == 384 and db.tokenizer.mask_token_id == 103
+    encoder = pretrained.load(path, require_head=False)  # one step moved the weights, but not far
+    moved = db.model.bert.layers[0].qkv.weight - encoder.layers[0].qkv.weight
+    assert 0 < moved.abs().max() < 0.01
