@@ -196,3 +196,49 @@ def build_bert(preset: str | None = None, init: str | None = None, vocab_size: i
         sizes["vocab_size"] = vocab_size
     return Bert(BertConfig(**sizes, **(special_ids or {})))
 
+
+def _transformers_order(layers: int) -> list[str]:
+    """BertForMaskedLM's parameters in its parameters() order (tied decoder left out)."""
+    names = [f"embeddings.{m}.weight" for m in ("word_embeddings", "position_embeddings", "token_type_embeddings")]
+    names += ["embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"]
+    parts = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+             "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
+    names += [f"encoder.layer.{i}.{m}.{p}" for i in range(layers) for m in parts for p in ("weight", "bias")]
+    return names + ["cls.predictions.bias"] + [f"cls.predictions.transform.{m}.{p}" for m in ("dense", "LayerNorm")
+                                                for p in ("weight", "bias")]
+
+
+def _is_matrix(name: str) -> bool:
+    return name.endswith(".weight") and "LayerNorm" not in name
+
+
+def upgrade_optimizer_state(state: dict, model) -> dict:
+    """An optimizer state_dict saved before dbert had its own BERT, for this model (a DiffusionBert).
+
+    Trainer groups the parameters into matrices (weight decay) and the rest, in parameters()
+    order; the old model had transformers' order and separate query/key/value, whose Adam
+    moments are stacked here as the fused qkv stacks the weights. A current state is returned
+    as it is.
+    """
+    params = dict(model.named_parameters())
+    groups = [[n for n, p in params.items() if p.dim() >= 2], [n for n, p in params.items() if p.dim() < 2]]
+    sizes = [len(g["params"]) for g in state["param_groups"]]
+    if sizes == [len(g) for g in groups]:
+        return state
+    time = [n for n in params if n.startswith("time_embed.")]
+    old = _transformers_order(model.config.num_hidden_layers) + time
+    old = [n for n in old if _is_matrix(n)] + [n for n in old if not _is_matrix(n)]
+    if sizes != [sum(map(_is_matrix, old)), len(old) - sum(map(_is_matrix, old))]:
+        raise DbertError("the saved optimizer state does not fit this model; start a new run with --init instead")
+    index = {n: i for i, n in enumerate(old)}
+    moments = {}
+    for i, name in enumerate(groups[0] + groups[1]):
+        olds = [index[name]] if name in time else [index[hf] for hf in hf_names(name.removeprefix("bert."))]
+        entries = [state["state"][j] for j in olds if j in state["state"]]
+        if entries:
+            moments[i] = {k: torch.cat([e[k] for e in entries]) if k.startswith("exp_avg") else entries[0][k]
+                          for k in entries[0]}
+    first = len(groups[0])
+    param_groups = [{**state["param_groups"][0], "params": list(range(first))},
+                    {**state["param_groups"][1], "params": list(range(first, first + len(groups[1])))}]
+    return {"state": moments, "param_groups": param_groups}

@@ -290,7 +290,9 @@ class Trainer:
         self.step, self.epoch, self.batch_in_epoch = s["step"], s["epoch"], s["batch_in_epoch"]
         self.tokens_seen, self.elapsed = s.get("tokens_seen", 0), s.get("elapsed", 0.0)
         self.history = s.get("history", [])
-        self.optimizer.load_state_dict(state["optimizer"])
+        from .pretrained import upgrade_optimizer_state
+
+        self.optimizer.load_state_dict(upgrade_optimizer_state(state["optimizer"], self.model))  # runs of older dbert
         rng = state["rng"].get(f"rank{self.rank}", state["rng"].get("rank0"))
         self.gen.set_state(rng["noise"])
         torch.set_rng_state(rng["torch"])

@@ -1,6 +1,6 @@
 """dbert's own BERT against transformers' BertForMaskedLM: the same logits, checkpoint files read
-and written both ways, time conditioning as the hook-based version computed it, and sampling
-and training that never import transformers."""
+and written both ways, time conditioning as the hook-based version computed it, optimizer
+state of older runs carried over, and sampling that never imports transformers."""
 
 from __future__ import annotations
 
@@ -288,6 +288,42 @@ def test_set_dropout_reaches_every_dropout():
     assert bert.config.hidden_dropout_prob == bert.config.attention_probs_dropout_prob == 0.3
     bert.train()
     assert not torch.equal(our_logits(bert, ids, attention), our_logits(bert.eval(), ids, attention))
+
+
+def test_optimizer_state_of_older_dbert_is_upgraded(tmp_path):
+    """A run saved before dbert had its own BERT (transformers' model, q/k/v apart) resumes: its
+    Adam moments land where the fused qkv and the new parameter order put those weights."""
+    import copy
+
+    def adam(model):
+        params = list(model.parameters())
+        return torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.01},
+                                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}], lr=1e-2)
+
+    torch.manual_seed(5)
+    ours = DiffusionBert(Bert(BertConfig(**SMALL)), time="layerwise", T=100).eval()
+    pretrained.save(ours.bert, tmp_path)
+    old = torch.nn.Module()
+    old.mlm, _ = hf_load(tmp_path)
+    old.time_embed = copy.deepcopy(ours.time_embed)
+    ids, attention = batch(SMALL["vocab_size"], seed=5)
+    t = torch.tensor([3, 30, 70])
+    steps = {"ours": lambda: ours.bert.logits(ours.bert(ids, attention)), "old": lambda: old.mlm(
+        input_ids=ids, attention_mask=attention.long()).logits}
+    opts = {"ours": adam(ours), "old": adam(old)}
+    for name, model in (("ours", ours), ("old", old)):
+        for _ in range(2):
+            loss = steps[name]().square().mean() + model.time_embed(t).square().mean()
+            loss.backward()
+            opts[name].step()
+            opts[name].zero_grad()
+    want, got = opts["ours"].state_dict(), pretrained.upgrade_optimizer_state(opts["old"].state_dict(), ours)
+    assert got["param_groups"] == want["param_groups"] and got["state"].keys() == want["state"].keys()
+    for i, entry in want["state"].items():
+        for key, value in entry.items():
+            assert torch.allclose(got["state"][i][key], value, rtol=1e-3, atol=1e-9), (i, key)
+    opts["ours"].load_state_dict(got)
+    assert pretrained.upgrade_optimizer_state(want, ours) is want
 
 
 # ------------------------------------------------------------------------------ no transformers
