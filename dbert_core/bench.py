@@ -111,7 +111,7 @@ class Bench:
             "model": {"schedule": db.schedule.name, "T": db.schedule.T, "time": db.model.time,
                       "hidden": db.model.config.hidden_size, "layers": db.model.config.num_hidden_layers,
                       "vocab": db.model.config.vocab_size,
-                      "attention": getattr(db.model.config, "_attn_implementation", None),
+                      "attention": "sdpa",
                       "dtype": str(next(db.model.parameters()).dtype).removeprefix("torch.")},
             "machine": machine(self.device), "length": length,
             "peak": {}, "forward": [], "sampling": [], "train": None, "cli_defaults": None,

@@ -3,6 +3,9 @@
     ckpt/
       config.json, model.safetensors        BertForMaskedLM.from_pretrained(ckpt) reads these
       tokenizer.json, vocab.txt, ...        AutoTokenizer.from_pretrained(ckpt) reads these
+
+dbert reads and writes these files itself (pretrained.py, tokenizer.py): loading a checkpoint
+never imports transformers.
       dbert.json                            schedule, T, lambda, time conditioning, provenance
       dbert_tokens.safetensors              corpus token counts (the spindle schedule's table)
       dbert_time.safetensors                time-embedding weights (prefix/layerwise only)
@@ -27,7 +30,7 @@ from pathlib import Path
 import torch
 
 from .errors import DbertError
-from .model import DiffusionBert, count_parameters, quiet_transformers
+from .model import DiffusionBert, count_parameters
 from .schedule import Schedule, make_schedule
 
 FORMAT = 1
@@ -67,11 +70,11 @@ def special_forbidden(tokenizer) -> tuple[int, ...]:
     return tuple(sorted({tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.mask_token_id}))
 
 
-def assemble(mlm, tokenizer, schedule_name: str, T: int, counts: torch.Tensor, lam: float = 0.3,
+def assemble(bert, tokenizer, schedule_name: str, T: int, counts: torch.Tensor, lam: float = 0.3,
              time: str = "none", meta: dict | None = None) -> DBert:
     """A DBert from its parts (used by training and by load)."""
     schedule = make_schedule(schedule_name, T, counts, lam)
-    model = DiffusionBert(mlm, time=time, T=T, mask_id=tokenizer.mask_token_id,
+    model = DiffusionBert(bert, time=time, T=T, mask_id=tokenizer.mask_token_id,
                           forbidden=special_forbidden(tokenizer))
     meta = dict(meta or {})
     meta.update(schedule.config(), time=time, schedule=schedule_name, T=T, format=FORMAT)
@@ -133,23 +136,15 @@ def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype 
     """
     from safetensors.torch import save_file
 
-    quiet_transformers()
+    from . import pretrained
+
     path = Path(path).absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
     recover(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     os.chmod(tmp, 0o755)
     try:
-        mlm = db.model.mlm
-        state_dict = None
-        if dtype is not None:  # convert each storage once, so tied weights stay tied (saved once)
-            converted: dict[int, torch.Tensor] = {}
-            state_dict = {}
-            for k, v in mlm.state_dict().items():
-                if v.is_floating_point():
-                    v = converted.setdefault(v.data_ptr(), v.to(dtype))
-                state_dict[k] = v
-        mlm.save_pretrained(tmp, state_dict=state_dict)
+        pretrained.save(db.model.bert, tmp, dtype)
         db.tokenizer.save_pretrained(tmp)
         save_file({"counts": db.counts.cpu().contiguous()}, str(tmp / TOKENS))
         tsd = db.model.time_state_dict()
@@ -228,23 +223,24 @@ def _check_files(path: Path) -> None:
 def load(path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> DBert:
     """Load a checkpoint directory for sampling/evaluation (weights in dtype, float32 by default)."""
     from safetensors.torch import load_file
-    from transformers import AutoTokenizer, BertForMaskedLM
+
+    from . import pretrained
+    from .tokenizer import WordPieceTokenizer
 
     path = Path(path)
     source = readable(path)
     _check_files(source)
     meta = read_meta(source)
-    quiet_transformers()
     try:
-        mlm = BertForMaskedLM.from_pretrained(source, dtype=dtype or torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        bert = pretrained.load(source, dtype=dtype or torch.float32)
+        tokenizer = WordPieceTokenizer.load(source)
         counts = load_file(str(source / TOKENS))["counts"]
     except DbertError:
         raise
     except Exception as e:  # noqa: BLE001
         raise DbertError(f"checkpoint {path} cannot be loaded: {str(e).splitlines()[0][:120]}") from None
     try:
-        db = assemble(mlm, tokenizer, meta["schedule"], int(meta["T"]), counts, float(meta.get("lambda", 0.3)),
+        db = assemble(bert, tokenizer, meta["schedule"], int(meta["T"]), counts, float(meta.get("lambda", 0.3)),
                       meta.get("time", "none"), meta)
     except ValueError as e:
         raise DbertError(f"checkpoint {path}: {e}") from None
@@ -253,7 +249,7 @@ def load(path, device: str | torch.device = "cpu", dtype: torch.dtype | None = N
             raise DbertError(f"checkpoint {path} is missing {TIME}")
         tsd = load_file(str(source / TIME))
         db.model.time_embed.load_state_dict({k.removeprefix("time_embed."): v for k, v in tsd.items()})
-        db.model.time_embed.to(mlm.dtype)
+        db.model.time_embed.to(dtype or torch.float32)
     db.path = path
     db.model.to(device).eval()
     return db

@@ -175,8 +175,8 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     which exact resumption and reproducible runs need.
     """
     from tokenizers import BertWordPieceTokenizer
-    from tokenizers.models import WordPiece
-    from transformers import BertTokenizerFast
+
+    from .tokenizer import WordPieceTokenizer
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     wp = BertWordPieceTokenizer(lowercase=True, strip_accents=True, clean_text=True)
@@ -184,10 +184,4 @@ def train_tokenizer(texts: list[str], vocab_size: int):
                            special_tokens=specials)
     rest = sorted(set(wp.get_vocab()) - set(specials))
     vocab = {tok: i for i, tok in enumerate(specials + rest)}
-    inner = wp._tokenizer
-    inner.model = WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100)
-    from tokenizers.processors import BertProcessing
-
-    inner.post_processor = BertProcessing(("[SEP]", vocab["[SEP]"]), ("[CLS]", vocab["[CLS]"]))
-    return BertTokenizerFast(tokenizer_object=inner, do_lower_case=True, unk_token="[UNK]",
-                             sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
+    return WordPieceTokenizer.from_vocab(vocab, do_lower_case=True, strip_accents=True)

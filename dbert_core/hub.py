@@ -43,10 +43,11 @@ def _store_dir() -> Path:
 
 
 def _target(name: str) -> Path:
-    from .store import DEFAULT_NAME, is_name
+    from .store import SHIPPED, is_name
 
-    if not is_name(name) or name.endswith(".old") or name == DEFAULT_NAME:
-        raise DbertError(f"invalid checkpoint name {name!r} (a plain name, not 'default', no '/', not hidden)")
+    if not is_name(name) or name.endswith(".old") or name in SHIPPED:
+        raise DbertError(f"invalid checkpoint name {name!r} (a plain name, not a shipped one "
+                         f"({', '.join(SHIPPED)}), no '/', not hidden)")
     path = _store_dir() / name
     if path.exists() or path.with_name(name + ".old").exists():
         raise DbertError(f"a checkpoint named {name!r} already exists in the store; choose another --name "
@@ -145,11 +146,11 @@ def import_dir(path, name: str | None = None) -> Path:
 
 
 def remove(name: str) -> Path:
-    """Delete a store entry by name (the shipped default cannot be removed); returns its old path."""
-    from .store import DEFAULT_NAME, is_name
+    """Delete a store entry by name (shipped checkpoints cannot be removed); returns its old path."""
+    from .store import SHIPPED, is_name
 
-    if name == DEFAULT_NAME:
-        raise DbertError("the shipped default checkpoint cannot be removed")
+    if name in SHIPPED:
+        raise DbertError(f"the shipped checkpoint {name!r} cannot be removed")
     if not is_name(name):
         raise DbertError(f"not a store name: {name!r} (remove only deletes store entries, not paths)")
     path = _store_dir() / name

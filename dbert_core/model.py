@@ -1,7 +1,11 @@
-"""The denoiser: a Hugging Face BertForMaskedLM plus optional time conditioning.
+"""The denoiser: a BERT in plain torch plus optional time conditioning.
+
+Bert is transformers' BertForMaskedLM re-written small (fused QKV, scaled_dot_product_attention,
+the MLM decoder tied to the word embeddings); `pretrained.py` reads and writes its weights in
+transformers' checkpoint format, so a checkpoint stays loadable by BertForMaskedLM.
 
 time="none"      time-agnostic decoding (TAD): the model infers t from the number of masks.
-time="prefix"    a learned time-token embedding is prepended to the sequence (PTE).
+time="prefix"    a learned time-token embedding is inserted after [CLS] (PTE).
 time="layerwise" a sinusoidal embedding of t -> MLP, added to the input of every layer (LTE).
 
 Only the positions that need predictions are projected to the vocabulary, so a step never
@@ -11,10 +15,14 @@ builds a (B, L, V) tensor.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from functools import partial
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+from .errors import DbertError
 
 TIME_MODES = ("none", "prefix", "layerwise")
 
@@ -29,6 +37,194 @@ PRESETS = {
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                  max_position_embeddings=512, vocab_size=30522),
 }
+
+ACTIVATIONS = {  # transformers' names for the ones BERTs use
+    "gelu": F.gelu,
+    "gelu_new": partial(F.gelu, approximate="tanh"),
+    "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+@dataclass
+class BertConfig:
+    """config.json of a BERT, with transformers' key names and defaults."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1            # embeddings, attention output, FFN output
+    attention_probs_dropout_prob: float = 0.1   # attention weights (training only)
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02             # std of the normal init of weights
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0                # its embedding row starts at zero and gets no gradient
+    position_embedding_type: str = "absolute"
+    tie_word_embeddings: bool = True
+    extra: dict = field(default_factory=dict, repr=False)  # every other key, written back unchanged
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BertConfig":
+        names = {f.name for f in fields(cls)} - {"extra"}
+        config = cls(**{k: v for k, v in d.items() if k in names},
+                     extra={k: v for k, v in d.items() if k not in names})
+        config.check()
+        return config
+
+    def to_dict(self, dtype: torch.dtype | None = None) -> dict:
+        """The keys BertForMaskedLM.from_pretrained reads; dtype: that of the saved weights."""
+        d = dict(self.extra)
+        d.pop("torch_dtype", None)  # transformers < 5 spelling of "dtype"
+        d.update({f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"})
+        d.update(architectures=["BertForMaskedLM"], model_type="bert")
+        if dtype is not None:
+            d["dtype"] = str(dtype).removeprefix("torch.")
+        return dict(sorted(d.items()))
+
+    def check(self) -> None:
+        """Refuse what this BERT does not implement (rather than compute something else)."""
+        if self.hidden_act not in ACTIVATIONS:
+            raise DbertError(f"unsupported hidden_act {self.hidden_act!r} in config.json; "
+                             f"supported: {', '.join(ACTIVATIONS)}")
+        if self.position_embedding_type != "absolute":
+            raise DbertError(f"unsupported position_embedding_type {self.position_embedding_type!r} in "
+                             "config.json; only absolute positions are supported")
+        if not self.tie_word_embeddings:
+            raise DbertError("config.json has tie_word_embeddings=false; only tied MLM decoders are supported")
+        if self.extra.get("is_decoder") or self.extra.get("add_cross_attention"):
+            raise DbertError("config.json describes a decoder BERT; only bidirectional encoders are supported")
+        if self.hidden_size % self.num_attention_heads:
+            raise DbertError(f"hidden_size {self.hidden_size} does not divide into "
+                             f"{self.num_attention_heads} attention heads")
+
+
+class Embeddings(nn.Module):
+    """word + token type 0 + absolute position, then LayerNorm and dropout (transformers' names)."""
+
+    def __init__(self, c: BertConfig):
+        super().__init__()
+        H = c.hidden_size  # _weight: skip torch's init (Bert.init_weights or a checkpoint sets the values)
+        self.word_embeddings = nn.Embedding(c.vocab_size, H, c.pad_token_id, _weight=torch.empty(c.vocab_size, H))
+        self.position_embeddings = nn.Embedding(c.max_position_embeddings, H,
+                                                _weight=torch.empty(c.max_position_embeddings, H))
+        self.token_type_embeddings = nn.Embedding(c.type_vocab_size, H, _weight=torch.empty(c.type_vocab_size, H))
+        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+
+    def forward(self, words: torch.Tensor) -> torch.Tensor:
+        """words (B, N, H) word embeddings -> (B, N, H) layer input."""
+        x = words + self.token_type_embeddings.weight[0]
+        x = x + self.position_embeddings.weight[: words.shape[1]]
+        return self.dropout(self.LayerNorm(x))
+
+
+class Layer(nn.Module):
+    """Post-LN encoder layer: x = LN(x + attention(x)); x = LN(x + FFN(x))."""
+
+    def __init__(self, c: BertConfig):
+        super().__init__()
+        H = c.hidden_size
+        self.heads = c.num_attention_heads
+        self.qkv = nn.Linear(H, 3 * H)  # query, key, value stacked: transformers' three Linears in one
+        self.attn_out = nn.Linear(H, H)
+        self.attn_ln = nn.LayerNorm(H, eps=c.layer_norm_eps)
+        self.ffn_in = nn.Linear(H, c.intermediate_size)
+        self.ffn_out = nn.Linear(c.intermediate_size, H)
+        self.ffn_ln = nn.LayerNorm(H, eps=c.layer_norm_eps)
+        self.act = ACTIVATIONS[c.hidden_act]
+        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+        self.attn_dropout = c.attention_probs_dropout_prob
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """x (B, N, H); mask (B, 1, 1, N) bool, True where a key may be attended, or None (all)."""
+        B, N, H = x.shape
+        q, k, v = self.qkv(x).view(B, N, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)  # 3 x (B, h, N, d)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                           dropout_p=self.attn_dropout if self.training else 0.0)
+        y = y.transpose(1, 2).reshape(B, N, H)
+        x = self.attn_ln(x + self.dropout(self.attn_out(y)))
+        return self.ffn_ln(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))
+
+
+class MLMHead(nn.Module):
+    """dense -> act -> LayerNorm, then the decoder: the word embeddings (tied) plus a bias."""
+
+    def __init__(self, c: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(c.hidden_size, c.hidden_size)
+        self.act = ACTIVATIONS[c.hidden_act]
+        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(c.vocab_size))
+
+    def forward(self, h: torch.Tensor, decoder: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.LayerNorm(self.act(self.dense(h))), decoder, self.bias)
+
+
+class Bert(nn.Module):
+    """BertForMaskedLM's network: hidden states, and the MLM logits of hidden states."""
+
+    def __init__(self, config: BertConfig, init: bool = True):
+        """init=False: weights left as torch makes them, for pretrained.load to replace."""
+        super().__init__()
+        config.check()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
+        self.head = MLMHead(config)
+        self.fresh_head = False  # the MLM head was initialised, not loaded (pretrained.load)
+        if init:
+            self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self, modules=None) -> None:
+        """transformers' BERT init: weights ~ N(0, initializer_range), biases 0, LayerNorm 1 and 0,
+        the [PAD] embedding row 0."""
+        std = self.config.initializer_range
+        for m in (self.modules() if modules is None else modules):
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                m.weight.normal_(0.0, std)
+            if isinstance(m, nn.Embedding) and m.padding_idx is not None:
+                m.weight[m.padding_idx].zero_()
+            if isinstance(m, nn.LayerNorm):
+                m.weight.fill_(1.0)
+            if isinstance(m, (nn.Linear, nn.LayerNorm)):
+                m.bias.zero_()
+            if isinstance(m, MLMHead):
+                m.bias.zero_()
+
+    def set_dropout(self, p: float) -> None:
+        """One rate for every dropout (hidden and attention), kept in the config."""
+        self.config.hidden_dropout_prob = self.config.attention_probs_dropout_prob = p
+        for m in self.modules():
+            if isinstance(m, nn.Dropout):
+                m.p = p
+            if isinstance(m, Layer):
+                m.attn_dropout = p
+
+    def forward(self, ids: torch.Tensor, attention: torch.Tensor, time_token: torch.Tensor | None = None,
+                layer_time: torch.Tensor | None = None) -> torch.Tensor:
+        """Hidden states (B, N', H) for ids (B, N) with attention (B, N) bool (False: padding).
+
+        time_token (B, H): an extra input embedding inserted after [CLS] (N' = N + 1).
+        layer_time (B, 1, H): added to the input of every layer.
+        """
+        x = self.embeddings.word_embeddings(ids)  # (B, N, H)
+        if time_token is not None:
+            x = torch.cat([x[:, :1], time_token.unsqueeze(1).to(x.dtype), x[:, 1:]], dim=1)
+            attention = torch.cat([attention[:, :1], attention], dim=1)
+        x = self.embeddings(x)
+        mask = None if bool(attention.all()) else attention[:, None, None, :].bool()  # no mask: the fast kernels
+        for layer in self.layers:
+            x = layer(x if layer_time is None else x + layer_time.to(x.dtype), mask)
+        return x
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """(..., H) hidden states -> (..., V) MLM logits."""
+        return self.head(h, self.embeddings.word_embeddings.weight)
 
 
 def sinusoid(t: torch.Tensor, dim: int, T: int) -> torch.Tensor:
@@ -63,65 +259,43 @@ class Batch:
 
 
 class DiffusionBert(nn.Module):
-    """BertForMaskedLM + time conditioning. forward() returns logits for selected positions."""
+    """Bert + time conditioning. forward() returns logits for selected positions."""
 
-    def __init__(self, mlm, time: str = "none", T: int = 2048, mask_id: int = 103,
+    def __init__(self, bert: Bert, time: str = "none", T: int = 2048, mask_id: int = 103,
                  forbidden: tuple[int, ...] = ()):
         super().__init__()
         if time not in TIME_MODES:
             raise ValueError(f"unknown time conditioning {time!r}; choose one of: {', '.join(TIME_MODES)}")
-        self.mlm = mlm
+        self.bert = bert
         self.time = time
         self.T = T
         self.mask_id = mask_id
         self.forbidden = list(forbidden)  # ids the model may never predict: [PAD], [CLS], [MASK]
-        hidden = mlm.config.hidden_size
-        self.time_embed = TimeEmbedding(hidden, T) if time != "none" else None
-        self._layer_time = None  # (B, 1, hidden) while a layerwise forward runs
-        if time == "layerwise":
-            for layer in mlm.bert.encoder.layer:
-                layer.register_forward_pre_hook(self._add_time, with_kwargs=True)
-
-    def _add_time(self, module, args, kwargs):
-        if self._layer_time is None:
-            return None
-        if args:
-            return (args[0] + self._layer_time, *args[1:]), kwargs
-        kwargs = dict(kwargs)
-        kwargs["hidden_states"] = kwargs["hidden_states"] + self._layer_time
-        return args, kwargs
+        self.time_embed = TimeEmbedding(bert.config.hidden_size, T) if time != "none" else None
 
     @property
-    def config(self):
-        return self.mlm.config
+    def config(self) -> BertConfig:
+        return self.bert.config
 
     @property
     def max_length(self) -> int:
         """Longest content length this model can read: positions minus [CLS], [SEP], time token."""
-        return self.mlm.config.max_position_embeddings - 2 - (self.time == "prefix")
+        return self.config.max_position_embeddings - 2 - (self.time == "prefix")
 
     def time_state_dict(self) -> dict:
         return {} if self.time_embed is None else {f"time_embed.{k}": v for k, v in self.time_embed.state_dict().items()}
 
     def hidden(self, ids: torch.Tensor, attention: torch.Tensor, t: torch.Tensor | None = None) -> torch.Tensor:
         """Final hidden states (B, N, H) of the encoder for ids (B, N)."""
-        bert = self.mlm.bert
         if self.time == "none":
-            return bert(input_ids=ids, attention_mask=attention.long()).last_hidden_state
+            return self.bert(ids, attention)
         if t is None:
             raise ValueError(f"a model with time conditioning {self.time!r} needs t")
         temb = self.time_embed(t.to(ids.device))  # (B, H)
         if self.time == "prefix":
-            words = bert.embeddings.word_embeddings(ids)  # (B, N, H)
-            embeds = torch.cat([words[:, :1], temb.unsqueeze(1).to(words.dtype), words[:, 1:]], dim=1)
-            att = torch.cat([attention[:, :1], attention[:, :1], attention[:, 1:]], dim=1)
-            h = bert(inputs_embeds=embeds, attention_mask=att.long()).last_hidden_state
-            return torch.cat([h[:, :1], h[:, 2:]], dim=1)
-        self._layer_time = temb.unsqueeze(1)
-        try:
-            return bert(input_ids=ids, attention_mask=attention.long()).last_hidden_state
-        finally:
-            self._layer_time = None
+            h = self.bert(ids, attention, time_token=temb)
+            return torch.cat([h[:, :1], h[:, 2:]], dim=1)  # drop the time token's output
+        return self.bert(ids, attention, layer_time=temb.unsqueeze(1))
 
     def forward(self, ids, attention, select: torch.Tensor, t: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (M, V) at the M positions where select (B, N) is True, in row-major order.
@@ -129,55 +303,10 @@ class DiffusionBert(nn.Module):
         Forbidden ids get -inf, so p(x_0 | x_t) never puts mass on special tokens.
         """
         h = self.hidden(ids, attention, t)
-        logits = self.mlm.cls(h[select])
+        logits = self.bert.logits(h[select])
         if self.forbidden:
             logits.index_fill_(-1, torch.tensor(self.forbidden, device=logits.device), float("-inf"))
         return logits
-
-
-def quiet_transformers():
-    """Silence transformers' load reports and progress bars: dbert reports on its own."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-
-
-def build_bert(preset: str | None = None, init: str | None = None, vocab_size: int | None = None,
-               special_ids: dict | None = None, dtype=None, from_scratch: bool = False):
-    """A BertForMaskedLM from a preset's sizes (random init) or a pretrained path/hub id.
-
-    from_scratch=True with init: the pretrained model's architecture, freshly initialised.
-    """
-    from transformers import BertConfig, BertForMaskedLM
-
-    if init is not None and from_scratch:
-        quiet_transformers()
-        try:
-            config = BertConfig.from_pretrained(init)
-        except OSError as e:
-            from .errors import DbertError
-
-            raise DbertError(f"cannot load a BERT config from --init {init}: {str(e).splitlines()[0][:160]}") from None
-        return BertForMaskedLM(config)
-    if init is not None:
-        kwargs = {"dtype": dtype} if dtype is not None else {}
-        quiet_transformers()  # the "MLM head newly initialised" report is expected
-        try:
-            mlm = BertForMaskedLM.from_pretrained(init, **kwargs)
-        except OSError as e:
-            from .errors import DbertError
-
-            raise DbertError(f"cannot load a BERT from --init {init}: {str(e).splitlines()[0][:160]}") from None
-        mlm.tie_weights()
-        return mlm
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
-    sizes = dict(PRESETS[preset])
-    if vocab_size is not None:
-        sizes["vocab_size"] = vocab_size
-    config = BertConfig(**sizes, **(special_ids or {}))
-    return BertForMaskedLM(config)
 
 
 def forward_flops(config, B: int, N: int, M: int) -> float:

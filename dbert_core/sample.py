@@ -148,7 +148,7 @@ def default_length(db) -> int:
 def parse_prompt(db, template: str, length: int) -> torch.Tensor:
     """Token ids (length,) of a template with [MASK] slots, masks appended up to length."""
     tok = db.tokenizer
-    ids = tok(template, add_special_tokens=False)["input_ids"]
+    ids = tok.encode(template, add_special_tokens=False)
     bad = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id}
     ids = [tok.unk_token_id if i in bad else i for i in ids]
     if len(ids) > length:

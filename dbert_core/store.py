@@ -1,8 +1,10 @@
-"""The checkpoint store: named checkpoints in a per-user data directory, plus the shipped default.
+"""The checkpoint store: named checkpoints in a per-user data directory, plus the shipped ones.
 
     $DBERT_HOME (default: platformdirs' user data dir for "dbert")/checkpoints/<name>/
 
-`resolve` turns what a user typed (a store name, "default", or a path) into a directory.
+Shipped checkpoints live in the package's assets/ and are listed first, under their names in
+SHIPPED: "default" (what every command uses when none is named) and the others. `resolve`
+turns what a user typed (a store name, a shipped name, or a path) into a directory.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from pathlib import Path
 from .errors import DbertError
 
 DEFAULT_NAME = "default"
-DEFAULT_DIR = "dbert-minilm-wiki"  # the shipped model's folder inside assets/
+# shipped checkpoints: name -> folder inside assets/, the default first
+SHIPPED = {DEFAULT_NAME: "dbert-minilm-stories", "dbert-minilm-wiki": "dbert-minilm-wiki"}
 
 
 def home() -> Path:
@@ -41,9 +44,15 @@ def assets_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "assets"
 
 
+def shipped(name: str) -> Path | None:
+    """The directory of a shipped checkpoint by name, if it is installed."""
+    folder = SHIPPED.get(name)
+    path = assets_dir() / folder if folder else None
+    return path if path is not None and (path / "dbert.json").is_file() else None
+
+
 def default_checkpoint() -> Path | None:
-    path = assets_dir() / DEFAULT_DIR
-    return path if (path / "dbert.json").is_file() else None
+    return shipped(DEFAULT_NAME)
 
 
 def is_name(text: str) -> bool:
@@ -53,6 +62,8 @@ def is_name(text: str) -> bool:
 
 def out_path(out: str) -> Path:
     """Where `dbert train --out X` writes: a store entry for a bare name, else the path."""
+    if out in SHIPPED and not Path(out).exists():
+        raise DbertError(f"--out {out!r} is the name of a shipped checkpoint; choose another name")
     if is_name(out) and not Path(out).exists():
         return store_dir() / out
     return Path(out)
@@ -69,6 +80,8 @@ def resolve(name_or_path: str | None) -> Path:
     p = Path(name_or_path).expanduser()
     if p.exists():
         return p
+    if shipped(name_or_path) is not None:
+        return shipped(name_or_path)
     if is_name(name_or_path):
         entry = store_dir() / name_or_path
         if entry.exists() or entry.with_name(entry.name + ".old").exists():
@@ -112,11 +125,11 @@ def _entry(name: str, path: Path) -> Entry | None:
 
 
 def entries() -> list[Entry]:
-    """The default checkpoint first, then the store's entries by name."""
+    """The shipped checkpoints first (the default leading), then the store's entries by name."""
     out = []
-    default = default_checkpoint()
-    if default is not None:
-        e = _entry(DEFAULT_NAME, default)
+    for name in SHIPPED:
+        path = shipped(name)
+        e = _entry(name, path) if path is not None else None
         if e:
             out.append(e)
     root = store_dir()

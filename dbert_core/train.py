@@ -212,29 +212,26 @@ class Trainer:
         self.lengths = [len(e) for e in train]
 
         if self.db is None:
-            from .model import build_bert
+            from .pretrained import build_bert
 
             counts = token_counts(train, len(tokenizer))
-            mlm = build_bert(c.preset, init, vocab_size=len(tokenizer), special_ids=dict(
+            bert = build_bert(c.preset, init, vocab_size=len(tokenizer), special_ids=dict(
                 pad_token_id=self.special.pad), from_scratch=c.from_scratch)
-            if mlm.config.vocab_size < len(tokenizer):
-                raise DbertError(f"the model's vocabulary ({mlm.config.vocab_size}) is smaller than the tokenizer's")
-            counts = counts[: mlm.config.vocab_size] if len(counts) >= mlm.config.vocab_size else \
-                torch.nn.functional.pad(counts, (0, mlm.config.vocab_size - len(counts)))
-            if c.seq_len + 2 + (c.time == "prefix") > mlm.config.max_position_embeddings:
-                raise DbertError(f"--seq-len {c.seq_len} exceeds the model's {mlm.config.max_position_embeddings} positions")
+            if bert.config.vocab_size < len(tokenizer):
+                raise DbertError(f"the model's vocabulary ({bert.config.vocab_size}) is smaller than the tokenizer's")
+            counts = counts[: bert.config.vocab_size] if len(counts) >= bert.config.vocab_size else \
+                torch.nn.functional.pad(counts, (0, bert.config.vocab_size - len(counts)))
+            if c.seq_len + 2 + (c.time == "prefix") > bert.config.max_position_embeddings:
+                raise DbertError(f"--seq-len {c.seq_len} exceeds the model's {bert.config.max_position_embeddings} positions")
             meta = {"preset": None if c.init else c.preset, "init": c.init, "from_scratch": c.from_scratch,
                     "seq_len": c.seq_len, "pack": c.pack,
                     "unit": c.unit, "data": [str(p) for p in c.data]}
             if trimmed is not None:
                 meta["trim_vocab"] = trimmed
-            self.db = ckpt.assemble(mlm, tokenizer, c.schedule, c.T, counts, c.lam, c.time, meta)
+            self.db = ckpt.assemble(bert, tokenizer, c.schedule, c.T, counts, c.lam, c.time, meta)
         model = self.db.model.to(self.device)
         if c.dropout is not None:  # kept in config.json, so a resumed run uses it too
-            model.mlm.config.hidden_dropout_prob = model.mlm.config.attention_probs_dropout_prob = c.dropout
-            for module in model.modules():
-                if isinstance(module, torch.nn.Dropout):
-                    module.p = c.dropout
+            model.bert.set_dropout(c.dropout)
         model.train()
         self.model = model
         self.ddp = model
@@ -257,17 +254,20 @@ class Trainer:
 
         self._trim_dir = tempfile.TemporaryDirectory(prefix="dbert-trim-")
         dst = Path(self._trim_dir.name) / "bert"
-        return str(dst), trim(self.cfg.init, train_texts, dst)
+        from .pretrained import local_dir
+
+        return str(dst), trim(local_dir(self.cfg.init), train_texts, dst)
 
     def _tokenizer(self, texts, init):
         c = self.cfg
         if init is not None:
-            from transformers import AutoTokenizer
+            from .pretrained import local_dir
+            from .tokenizer import WordPieceTokenizer
 
             try:
-                return AutoTokenizer.from_pretrained(init)
-            except Exception as e:  # noqa: BLE001
-                raise DbertError(f"cannot load a tokenizer from --init {c.init}: {str(e).splitlines()[0][:120]}") from None
+                return WordPieceTokenizer.load(local_dir(init))
+            except DbertError as e:
+                raise DbertError(f"cannot load a tokenizer from --init {c.init}: {e}") from None
         from .model import PRESETS
 
         size = c.vocab_size or PRESETS[c.preset]["vocab_size"]
@@ -312,7 +312,9 @@ class Trainer:
         self.step, self.epoch, self.batch_in_epoch = s["step"], s["epoch"], s["batch_in_epoch"]
         self.tokens_seen, self.elapsed = s.get("tokens_seen", 0), s.get("elapsed", 0.0)
         self.history = s.get("history", [])
-        self.optimizer.load_state_dict(state["optimizer"])
+        from .pretrained import upgrade_optimizer_state
+
+        self.optimizer.load_state_dict(upgrade_optimizer_state(state["optimizer"], self.model))  # runs of older dbert
         rng = state["rng"].get(f"rank{self.rank}", state["rng"].get("rank0"))
         self.gen.set_state(rng["noise"])
         torch.set_rng_state(rng["torch"])

@@ -25,12 +25,22 @@ def logits_of(db, seed=0):
         return db.model(ids, torch.ones_like(ids, dtype=torch.bool), select, t=torch.tensor([100, 10]))
 
 
-def test_hugging_face_loads_the_directory_as_is(tiny_checkpoint):
+def test_hugging_face_loads_the_directory_as_is(tiny_checkpoint, tiny_db):
     from transformers import AutoTokenizer, BertForMaskedLM
 
-    mlm = BertForMaskedLM.from_pretrained(tiny_checkpoint)
+    mlm, info = BertForMaskedLM.from_pretrained(tiny_checkpoint, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
-    assert mlm.config.vocab_size == len(tok)
+    assert mlm.config.vocab_size == len(tok) == len(tiny_db.tokenizer)
+    text = "Once upon a time, Tom's dog didn't bark."
+    assert tok(text)["input_ids"] == tiny_db.tokenizer.encode(text)
+    ids = torch.tensor([tok(text)["input_ids"]])
+    with torch.no_grad():  # the same network: dbert's logits are transformers' (forbidden ids aside)
+        want = mlm.eval()(input_ids=ids).logits[0]
+        got = tiny_db.model(ids, torch.ones_like(ids, dtype=torch.bool), torch.ones_like(ids, dtype=torch.bool))
+    allowed = torch.ones(want.shape[-1], dtype=torch.bool)
+    allowed[tiny_db.model.forbidden] = False
+    assert torch.allclose(got[:, allowed], want[:, allowed], atol=1e-4, rtol=0)
     assert (tiny_checkpoint / "dbert.json").is_file() and (tiny_checkpoint / "dbert_tokens.safetensors").is_file()
     assert not list(tiny_checkpoint.glob("*.bin")) and not list(tiny_checkpoint.glob("*.pt"))
 

@@ -29,10 +29,10 @@ from dbert_core.errors import DbertError
 
 @pytest.fixture(autouse=True)
 def _without_shipped_default(monkeypatch):
-    """These tests count and draw the store's entries: keep the shipped default out of them."""
+    """These tests count and draw the store's entries: keep the shipped checkpoints out of them."""
     from dbert_core import store as _store
 
-    monkeypatch.setattr(_store, "default_checkpoint", lambda: None)
+    monkeypatch.setattr(_store, "shipped", lambda name: None)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHA = "0123456789abcdef0123456789abcdef01234567"

@@ -30,7 +30,7 @@ def _without_shipped_default(monkeypatch):
     """These tests count and draw the store's entries: keep the shipped default out of them."""
     from dbert_core import store as _store
 
-    monkeypatch.setattr(_store, "default_checkpoint", lambda: None)
+    monkeypatch.setattr(_store, "shipped", lambda name: None)
 
 SIZE = (80, 24)
 pytestmark = pytest.mark.anyio  # async tests run on asyncio through anyio's pytest plugin
