@@ -80,8 +80,9 @@ def resolve(name_or_path: str | None) -> Path:
     p = Path(name_or_path).expanduser()
     if p.exists():
         return p
-    if shipped(name_or_path) is not None:
-        return shipped(name_or_path)
+    path = shipped(name_or_path)
+    if path is not None:
+        return path
     if is_name(name_or_path):
         entry = store_dir() / name_or_path
         if entry.exists() or entry.with_name(entry.name + ".old").exists():

@@ -250,12 +250,11 @@ class Trainer:
         temporary directory that lives as long as the trainer."""
         import tempfile
 
+        from .pretrained import local_dir
         from .vocab import trim
 
         self._trim_dir = tempfile.TemporaryDirectory(prefix="dbert-trim-")
         dst = Path(self._trim_dir.name) / "bert"
-        from .pretrained import local_dir
-
         return str(dst), trim(local_dir(self.cfg.init), train_texts, dst)
 
     def _tokenizer(self, texts, init):

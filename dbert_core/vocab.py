@@ -67,43 +67,17 @@ def _remap_processor(proc: dict | None, new_id: dict[int, int]) -> None:
             _remap_processor(inner, new_id)
 
 
-def _read_tokenizer(src: Path):
-    from tokenizers import Tokenizer
-
-    if (src / "tokenizer.json").is_file():
-        return Tokenizer.from_file(str(src / "tokenizer.json"))
-    if (src / "vocab.txt").is_file():  # a slow-tokenizer-only checkpoint: the standard BERT pipeline
-        from tokenizers import BertWordPieceTokenizer
-
-        conf = _read_json(src / "tokenizer_config.json") if (src / "tokenizer_config.json").is_file() else {}
-        return BertWordPieceTokenizer(str(src / "vocab.txt"), lowercase=conf.get("do_lower_case", True))._tokenizer
-    raise DbertError(f"cannot trim the vocabulary of {src}: it has no tokenizer.json or vocab.txt")
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise DbertError(f"cannot read {path}: {e}") from None
-
-
-def _read_weights(src: Path) -> dict[str, torch.Tensor]:
-    if (src / "model.safetensors").is_file():
-        from safetensors.torch import load_file
-
-        return load_file(str(src / "model.safetensors"))
-    if (src / "pytorch_model.bin").is_file():  # tensors only: never unpickle code
-        return torch.load(src / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise DbertError(f"cannot trim the vocabulary of {src}: no model.safetensors or pytorch_model.bin")
-
-
 def trim(src, texts: list[str], dst) -> dict:
     """Write a copy of the BERT directory src with the vocabulary cut to what texts use.
 
     Returns {"vocab_before", "vocab_after"}. dst must not exist yet (the caller owns it).
     """
+    from .pretrained import read_tensors
+    from .tokenizer import WordPieceTokenizer, _read_json
+
     src, dst = Path(src), Path(dst)
-    tok = _read_tokenizer(src)
+    wordpiece = WordPieceTokenizer.load(src)
+    tok = wordpiece.backend_tokenizer
     config = _read_json(src / "config.json")
     V = config.get("vocab_size")
     if tok.model.__class__.__name__ != "WordPiece":
@@ -115,7 +89,7 @@ def trim(src, texts: list[str], dst) -> dict:
     new_id = {old: new for new, old in enumerate(keep)}
     index = torch.tensor(keep, dtype=torch.long)
 
-    weights = _read_weights(src)
+    weights = read_tensors(src)
     rows = [k for k, v in weights.items() if k.endswith(VOCAB_ROWS) and v.shape[0] == V]
     if not any(k.endswith("word_embeddings.weight") for k in rows):
         raise DbertError(f"cannot trim {src}: no word_embeddings.weight with {V} rows")
@@ -140,7 +114,7 @@ def trim(src, texts: list[str], dst) -> dict:
     pieces = sorted(tj["model"]["vocab"], key=tj["model"]["vocab"].get)
     (dst / "vocab.txt").write_text("".join(p + "\n" for p in pieces))
     if (src / "tokenizer_config.json").is_file():
-        tc = _read_json(src / "tokenizer_config.json")
+        tc = dict(wordpiece.config)
         if "added_tokens_decoder" in tc:
             tc["added_tokens_decoder"] = {str(new_id[int(k)]): v for k, v in tc["added_tokens_decoder"].items()
                                           if int(k) in new_id}
