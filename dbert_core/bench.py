@@ -202,11 +202,12 @@ class Bench:
 
     def cli_defaults(self, load_seconds: float) -> None:
         """What `dbert sample --n 10` does after loading, with the CLI's defaults."""
-        from .sample import default_length, default_sampler, generate
+        from .config import SampleConfig
+        from .sample import generate
 
-        sampler, length = default_sampler(self.db), default_length(self.db)
-        _, st = generate(self.db, n=10, batch_size=32, seed=0, length=length, steps=128, top_k=30, sampler=sampler)
-        self.result["cli_defaults"] = {"sampler": sampler, "length": length, "load_seconds": round(load_seconds, 2),
+        cfg = SampleConfig(seed=0).resolved(self.db)
+        _, st = generate(self.db, cfg)
+        self.result["cli_defaults"] = {"sampler": cfg.sampler, "length": cfg.length, "load_seconds": round(load_seconds, 2),
                                        "sample_seconds": st["seconds"], "calls": st["nfe"], **self._compute(st)}
         say(f"sample --n 10 defaults: load {load_seconds:.2f} s + sampling {st['seconds']:.2f} s")
         self.save()

@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from . import config
 from .errors import DbertError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -22,33 +23,22 @@ checkpoints_app = typer.Typer(no_args_is_help=True, help="List and manage stored
 app.add_typer(checkpoints_app, name="checkpoints")
 
 
-class Schedule(str, Enum):
-    linear = "linear"
-    spindle = "spindle"
+def _choice(name: str, values: tuple[str, ...]) -> type[Enum]:
+    """A Typer option type built from one of config's tuples of choices."""
+    return Enum(name, [(v.replace("-", "_"), v) for v in values], type=str)
 
 
-class Time(str, Enum):
-    none = "none"
-    prefix = "prefix"
-    layerwise = "layerwise"
-
-
-class Device(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-    mps = "mps"
-
-
-class Sampler(str, Enum):
-    ancestral = "ancestral"
-    cached = "cached"
-    first_hitting = "first-hitting"
-
-
-class Unit(str, Enum):
-    line = "line"
-    sentence = "sentence"
+Schedule = _choice("Schedule", config.SCHEDULES)
+Time = _choice("Time", config.TIME_MODES)
+Device = _choice("Device", config.DEVICES)
+Sampler = _choice("Sampler", config.SAMPLERS)
+Unit = _choice("Unit", config.UNITS)
+Loss = _choice("Loss", config.LOSSES)
+Decay = _choice("Decay", config.DECAYS)
+Dtype = _choice("Dtype", config.DTYPES)
+Preset = _choice("Preset", config.PRESETS)
+TRAIN = config.TrainConfig(data=[], out="")  # the defaults the options below show
+SAMPLE = config.SampleConfig()
 
 
 def say(message: str) -> None:
@@ -85,58 +75,67 @@ def _load(checkpoint: str | None, device: str):
 # ---------------------------------------------------------------------------------- train
 @app.command()
 def train(
-    data: Annotated[list[str], typer.Option("--data", help="Training text files or globs (repeatable).")],
-    out: Annotated[str, typer.Option(help="Output checkpoint: a directory, or a bare NAME for the store.")],
-    preset: Annotated[str, typer.Option(help="Model size for a random init: tiny, mini, small, base.")] = "tiny",
-    init: Annotated[Optional[str], typer.Option(help="Start from a pretrained BERT (path or hub id).")] = None,
-    from_scratch: Annotated[bool, typer.Option("--from-scratch", help="With --init: its architecture and tokenizer, random weights.")] = False,
-    trim_vocab: Annotated[bool, typer.Option("--trim-vocab", help="With --init: keep only the word pieces the training data uses (faster).")] = False,
-    max_steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 1000,
-    batch_size: Annotated[int, typer.Option(help="Examples per optimizer step (all processes).")] = 32,
-    grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step.")] = 1,
-    seq_len: Annotated[int, typer.Option(help="Content tokens per example.")] = 64,
-    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 5e-4,
-    warmup: Annotated[int, typer.Option(help="Warm-up steps.")] = 100,
-    decay: Annotated[str, typer.Option(help="LR after warm-up: cosine or constant.")] = "cosine",
-    schedule: Annotated[Schedule, typer.Option(help="Noise schedule.")] = Schedule.spindle,
-    spindle_lambda: Annotated[float, typer.Option("--lambda", help="Spindle strength (0..1/pi).")] = 0.3,
-    T: Annotated[int, typer.Option("--T", help="Diffusion steps of the forward process.")] = 2048,
-    time: Annotated[Time, typer.Option(help="Time conditioning.")] = Time.none,
-    loss: Annotated[str, typer.Option(help="hybrid (ELBO + 0.01 CE, the paper's), elbo, or ce.")] = "hybrid",
-    unit: Annotated[Unit, typer.Option(help="An example is a line or a sentence.")] = Unit.line,
-    pack: Annotated[bool, typer.Option(help="Join examples with [SEP] into full-length sequences.")] = False,
-    vocab_size: Annotated[Optional[int], typer.Option(help="WordPiece size learnt from the data (presets).")] = None,
-    dropout: Annotated[Optional[float], typer.Option(help="Override the model's dropout rates.")] = None,
-    val_data: Annotated[Optional[list[str]], typer.Option(help="Held-out files (default: a slice of --data).")] = None,
-    eval_every: Annotated[int, typer.Option(help="Validation ELBO every N steps (0: never).")] = 200,
-    eval_steps: Annotated[Optional[int], typer.Option(help="Step budget of the validation ELBO [default: min(128, T)].")] = None,
-    save_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 500,
-    log_every: Annotated[int, typer.Option(help="Progress line every N steps (non-terminal stderr).")] = 10,
+    ctx: typer.Context,
+    data: Annotated[Optional[list[str]], typer.Option("--data", help="Training text files or globs (repeatable; with --resume: the checkpoint's).")] = None,
+    out: Annotated[str, typer.Option(help="Output checkpoint: a store NAME, or a directory (anything with a path separator).")] = ...,
+    preset: Annotated[Preset, typer.Option(help="Model size for a random init.")] = Preset(TRAIN.preset),
+    init: Annotated[Optional[str], typer.Option(help="Start from a pretrained BERT (path or hub id).")] = TRAIN.init,
+    from_scratch: Annotated[bool, typer.Option("--from-scratch", help="With --init: its architecture and tokenizer, random weights.")] = TRAIN.from_scratch,
+    trim_vocab: Annotated[bool, typer.Option("--trim-vocab", help="With --init: keep only the word pieces the training data uses (faster).")] = TRAIN.trim_vocab,
+    max_steps: Annotated[int, typer.Option(help="Optimizer steps.")] = TRAIN.max_steps,
+    batch_size: Annotated[int, typer.Option(help="Examples per optimizer step (all processes).")] = TRAIN.batch_size,
+    grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step.")] = TRAIN.grad_accum,
+    seq_len: Annotated[int, typer.Option(help="Content tokens per example.")] = TRAIN.seq_len,
+    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = TRAIN.lr,
+    warmup: Annotated[int, typer.Option(help="Warm-up steps.")] = TRAIN.warmup,
+    decay: Annotated[Decay, typer.Option(help="LR after warm-up.")] = Decay(TRAIN.decay),
+    schedule: Annotated[Schedule, typer.Option(help="Noise schedule.")] = Schedule(TRAIN.schedule),
+    spindle_lambda: Annotated[float, typer.Option("--lambda", help="Spindle strength (0..1/pi).")] = TRAIN.lam,
+    T: Annotated[int, typer.Option("--T", help="Diffusion steps of the forward process.")] = TRAIN.T,
+    time: Annotated[Time, typer.Option(help="Time conditioning.")] = Time(TRAIN.time),
+    loss: Annotated[Loss, typer.Option(help="hybrid (ELBO + 0.01 CE, the paper's), elbo, or ce.")] = Loss(TRAIN.loss),
+    unit: Annotated[Unit, typer.Option(help="An example is a line or a sentence.")] = Unit(TRAIN.unit),
+    pack: Annotated[bool, typer.Option(help="Join examples with [SEP] into full-length sequences.")] = TRAIN.pack,
+    vocab_size: Annotated[Optional[int], typer.Option(help="WordPiece size learnt from the data (presets).")] = TRAIN.vocab_size,
+    dropout: Annotated[Optional[float], typer.Option(help="Override the model's dropout rates.")] = TRAIN.dropout,
+    val_data: Annotated[Optional[list[str]], typer.Option(help="Held-out files (default: a slice of --data).")] = TRAIN.val_data,
+    eval_every: Annotated[int, typer.Option(help="Validation ELBO every N steps (0: never).")] = TRAIN.eval_every,
+    eval_steps: Annotated[Optional[int], typer.Option(help="Step budget of the validation ELBO [default: min(128, T)].")] = TRAIN.eval_steps,
+    save_every: Annotated[int, typer.Option(help="Checkpoint every N steps (0: only at the end).")] = TRAIN.save_every,
+    log_every: Annotated[int, typer.Option(help="Progress line every N steps (non-terminal stderr).")] = TRAIN.log_every,
     gpu: Annotated[bool, typer.Option("--gpu", help="Train on CUDA; an error if there is none.")] = False,
-    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
-    dtype: Annotated[str, typer.Option(help="auto (bf16 autocast where native: CUDA, CPUs with AVX512-BF16/AMX), fp32 or bf16.")] = "auto",
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run saved in --out exactly.")] = False,
+    device: Annotated[Device, typer.Option(help="Where to train.")] = Device(TRAIN.device),
+    dtype: Annotated[Dtype, typer.Option(help="auto (bf16 autocast where native: CUDA, CPUs with AVX512-BF16/AMX), fp32 or bf16.")] = Dtype(TRAIN.dtype),
+    seed: Annotated[int, typer.Option(help="Random seed.")] = TRAIN.seed,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run saved in --out exactly (its own settings; only --max-steps, --eval-every, --save-every, --log-every, --device and --dtype may change).")] = False,
 ):
     """Train a DiffusionBERT on your text files (stdout stays empty)."""
     from .progress import TrainProgress
     from .store import out_path
-    from .train import Trainer, TrainConfig
+    from .train import Trainer, TrainConfig, resume_config
 
-    if decay not in ("cosine", "constant"):
-        raise DbertError(f"--decay must be cosine or constant, got {decay!r}")
-    if dtype not in ("auto", "fp32", "bf16"):
-        raise DbertError(f"--dtype must be auto, fp32 or bf16, got {dtype!r}")
-    cfg = TrainConfig(
-        data=data, out=str(out_path(out)), preset=None if init else preset, init=init, from_scratch=from_scratch, trim_vocab=trim_vocab,
-        vocab_size=vocab_size,
-        unit=unit.value, pack=pack, seq_len=seq_len, batch_size=batch_size, grad_accum=grad_accum,
-        max_steps=max_steps, lr=lr, warmup=warmup, decay=decay, schedule=schedule.value, lam=spindle_lambda, T=T,
-        time=time.value, loss=loss, val_data=val_data, eval_every=eval_every, eval_steps=eval_steps,
-        save_every=save_every, log_every=log_every, device=_device(gpu, device), dtype=dtype, seed=seed,
-        resume=resume, dropout=dropout,
+    values = dict(
+        data=data, preset=None if init else preset.value, init=init, from_scratch=from_scratch, trim_vocab=trim_vocab,
+        vocab_size=vocab_size, unit=unit.value, pack=pack, seq_len=seq_len, batch_size=batch_size,
+        grad_accum=grad_accum, max_steps=max_steps, lr=lr, warmup=warmup, decay=decay.value, schedule=schedule.value,
+        lam=spindle_lambda, T=T, time=time.value, loss=loss.value, val_data=val_data, eval_every=eval_every,
+        eval_steps=eval_steps, save_every=save_every, log_every=log_every, device="cuda" if gpu else device.value,
+        dtype=dtype.value, seed=seed, dropout=dropout,
     )
-    trainer = Trainer(cfg, [TrainProgress(log_every)])
+    target = str(out_path(out))
+    if resume:  # the checkpoint's own config, changed only where the command line says so
+        field_of = {"spindle_lambda": "lam", "gpu": "device"}
+        given = {field_of.get(k, k) for k in ctx.params
+                 if getattr(ctx.get_parameter_source(k), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")}
+        given -= {"out", "resume"}
+        if "init" in given:
+            given.add("preset")
+        cfg = resume_config(target, **{k: values[k] for k in given})
+    else:
+        if not data:
+            raise DbertError("--data is required (a text file, or several)")
+        cfg = TrainConfig(out=target, **values)
+    trainer = Trainer(cfg, [TrainProgress(cfg.log_every)])
     result = trainer.run()
     if result.get("stopped"):
         say(f"stopped at step {trainer.step}; checkpoint saved in {cfg.out} (continue with --resume)")
@@ -147,34 +146,27 @@ def train(
 @app.command()
 def sample(
     checkpoint: Annotated[Optional[str], typer.Option(help="Store name or directory (default: the shipped model).")] = None,
-    n: Annotated[int, typer.Option("--n", help="Number of samples (lines on stdout).")] = 10,
-    steps: Annotated[int, typer.Option(help="Reverse steps S (1..T).")] = 128,
-    temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (> 0).")] = 1.0,
-    top_k: Annotated[int, typer.Option(help="Keep the k most likely tokens (0: off).")] = 30,
-    top_p: Annotated[float, typer.Option(help="Nucleus sampling mass in (0, 1].")] = 1.0,
-    length: Annotated[Optional[int], typer.Option(help="Tokens per sample [default: the length the checkpoint was trained on].")] = None,
-    batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = 32,
-    seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same output).")] = None,
-    prompt: Annotated[Optional[str], typer.Option(help="Template with [MASK] slots; masks are appended up to --length.")] = None,
+    n: Annotated[int, typer.Option("--n", help="Number of samples (lines on stdout).")] = SAMPLE.n,
+    steps: Annotated[int, typer.Option(help="Reverse steps S (1..T).")] = SAMPLE.steps,
+    temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (> 0).")] = SAMPLE.temperature,
+    top_k: Annotated[int, typer.Option(help="Keep the k most likely tokens (0: off).")] = SAMPLE.top_k,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling mass in (0, 1].")] = SAMPLE.top_p,
+    length: Annotated[Optional[int], typer.Option(help="Tokens per sample [default: the length the checkpoint was trained on].")] = SAMPLE.length,
+    batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = SAMPLE.batch_size,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same output).")] = SAMPLE.seed,
+    prompt: Annotated[Optional[str], typer.Option(help="Template with [MASK] slots; masks are appended up to --length.")] = SAMPLE.prompt,
     sampler: Annotated[Optional[Sampler], typer.Option(help="ancestral; cached (skips calls when nothing changed); first-hitting (one call per reveal) [default: first-hitting where the model allows it, else ancestral].")] = None,
+    block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="Never draw a token equal to an already revealed neighbour (no \"there there\"); --allow-repeats samples the model's own distribution.")] = SAMPLE.block_repeats,
     stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps} as JSON on stderr.")] = False,
-    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
+    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
 ):
     """Generate N samples, one per line on stdout."""
-    from .sample import default_length, default_sampler, generate, parse_prompt
+    from .sample import generate
 
-    if n < 1:
-        raise DbertError("--n must be >= 1")
-    if batch_size < 1:
-        raise DbertError("--batch-size must be >= 1")
-    db = _load(checkpoint, device.value)
-    if length is None:
-        length = default_length(db)
-    if sampler is None:
-        sampler = Sampler(default_sampler(db))
-    template = parse_prompt(db, prompt, length) if prompt is not None else None
-    texts, st = generate(db, n=n, batch_size=batch_size, seed=seed, length=length, steps=steps,
-                         temperature=temperature, top_k=top_k, top_p=top_p, sampler=sampler.value, prompt=template)
+    cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
+                              sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
+                              device=device.value, prompt=prompt, block_repeats=block_repeats).validate()
+    texts, st = generate(_load(checkpoint, cfg.device), cfg)
     sys.stdout.write("".join(t.replace("\n", " ") + "\n" for t in texts))
     sys.stdout.flush()
     if stats:
@@ -192,9 +184,10 @@ def evaluate(
     mc_samples: Annotated[int, typer.Option(help="Monte-Carlo draws per example (without --exact).")] = 1,
     unit: Annotated[Unit, typer.Option(help="An example is a line or a sentence.")] = Unit.line,
     samples: Annotated[int, typer.Option(help="Also draw N samples for BLEU-4 / Self-BLEU-4 / distinct-n.")] = 0,
-    sample_steps: Annotated[int, typer.Option(help="Reverse steps for those samples.")] = 128,
+    sample_steps: Annotated[int, typer.Option(help="Reverse steps for those samples.")] = SAMPLE.steps,
     sample_length: Annotated[int, typer.Option(help="Tokens per sample (the paper: 64).")] = 64,
-    top_k: Annotated[int, typer.Option(help="top-k of the samples (the paper: 30).")] = 30,
+    top_k: Annotated[int, typer.Option(help="top-k of the samples (the paper: 30).")] = SAMPLE.top_k,
+    block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="As in `dbert sample`.")] = SAMPLE.block_repeats,
     batch_size: Annotated[int, typer.Option(help="Examples per batch.")] = 32,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
@@ -207,13 +200,15 @@ def evaluate(
         raise DbertError("--limit must be >= 1")
     if samples < 0:
         raise DbertError("--samples must be >= 0")
+    if batch_size < 1:
+        raise DbertError("--batch-size must be >= 1")
     db = _load(checkpoint, device.value)
     result = {"checkpoint": str(db.path), **perplexity(db, data, steps=steps, limit=limit, exact=exact,
                                                        mc=mc_samples, batch_size=batch_size, seed=seed,
                                                        unit=unit.value)}
     if samples:
         result.update(quality(db, data, samples, steps=sample_steps, length=sample_length, top_k=top_k,
-                              batch_size=batch_size, seed=seed, unit=unit.value))
+                              batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats))
     if as_json:
         print(json.dumps(result))
     else:
@@ -358,14 +353,13 @@ def bench(
     import torch
 
     from .bench import markdown, run
-    from .sample import SAMPLERS
 
     step_list = _int_list(steps, "--steps") if steps else ([16, 128] if quick else [16, 128, 512, 2048])
     batches = _int_list(batch, "--batch")
     chosen = [s.strip() for s in samplers.split(",") if s.strip()]
-    unknown = [s for s in chosen if s not in SAMPLERS]
+    unknown = [s for s in chosen if s not in config.SAMPLERS]
     if unknown or not chosen:
-        raise DbertError(f"--samplers: choose from {', '.join(SAMPLERS)}, got {samplers!r}")
+        raise DbertError(f"--samplers: choose from {', '.join(config.SAMPLERS)}, got {samplers!r}")
     if threads is not None:
         if threads < 1:
             raise DbertError("--threads must be >= 1")

@@ -139,12 +139,18 @@ def _longest_run(tokens: list[str]) -> int:
     return best
 
 
+def _doubled(tokens: list[str]) -> bool:
+    return any(a == b and a[0].isalnum() for a, b in zip(tokens, tokens[1:]))
+
+
 def readability(samples: list[str], min_words: int = 8) -> dict:
     """The first checks a reader makes: length in words, leftover [MASK]/[UNK], one token repeated.
 
     A word is a whitespace-separated piece with a letter or digit in it ([MASK] and [UNK] are not);
     runs are counted over the BLEU tokens (words and punctuation), so '" " "' is a run of 3 like
-    'the the the'; a doubled word is one alphanumeric token twice in a row.
+    'the the the'; a doubled word is one alphanumeric token twice in a row ("there there");
+    "liked it. it was" is not one, but frac_echo_over_punct counts those too (the word is the
+    same on both sides of punctuation: "timmy. timmy").
     """
     n = max(len(samples), 1)
     lengths = [sum(any(c.isalnum() for c in w) for w in s.replace("[MASK]", " ").replace("[UNK]", " ").split())
@@ -155,7 +161,8 @@ def readability(samples: list[str], min_words: int = 8) -> dict:
         f"frac_over_{min_words}_words": sum(k > min_words for k in lengths) / n,
         "frac_mask_or_unk": sum("[MASK]" in s or "[UNK]" in s for s in samples) / n,
         "frac_run3": sum(_longest_run(t) >= 3 for t in toks) / n,
-        "frac_doubled_word": sum(_longest_run([w for w in t if w[0].isalnum()]) >= 2 for t in toks) / n,
+        "frac_doubled_word": sum(_doubled(t) for t in toks) / n,
+        "frac_echo_over_punct": sum(_longest_run([w for w in t if w[0].isalnum()]) >= 2 for t in toks) / n,
     }
 
 
@@ -203,19 +210,21 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
 
 
 def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top_k: int = 30,
-            batch_size: int = 32, seed: int = 0, unit: str = "line", sampler: str | None = None) -> dict:
+            batch_size: int = 32, seed: int = 0, unit: str = "line", sampler: str | None = None,
+            block_repeats: bool = True) -> dict:
     """The paper's protocol: n samples for BLEU-4 against the data, n more for Self-BLEU-4."""
-    from .sample import default_sampler, generate
+    from .config import SampleConfig
+    from .sample import generate
 
-    if sampler is None:
-        sampler = default_sampler(db)
+    cfg = SampleConfig(n=n, steps=steps, length=length, top_k=top_k, batch_size=batch_size, seed=seed,
+                       sampler=sampler, block_repeats=block_repeats).resolved(db)
+    sampler = cfg.sampler
     refs = read_examples(data, unit)
-    first, st1 = generate(db, n=n, batch_size=batch_size, seed=seed, steps=steps, length=length, top_k=top_k,
-                          sampler=sampler)
-    second, st2 = generate(db, n=n, batch_size=batch_size, seed=seed + 1, steps=steps, length=length, top_k=top_k,
-                           sampler=sampler)
+    first, st1 = generate(db, cfg)
+    second, st2 = generate(db, cfg, seed=seed + 1)
     return {
         "samples": n, "sample_steps": steps, "sample_length": length, "top_k": top_k, "sampler": sampler,
+        "block_repeats": block_repeats,
         "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second),
         "distinct1": distinct_n(first, 1), "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),
         "unigram_entropy": unigram_entropy(first), **readability(first),

@@ -22,12 +22,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import TIME_MODES
 from .errors import DbertError
 
-TIME_MODES = ("none", "prefix", "layerwise")
 
 # BERT sizes: tiny for tests, mini/small after Turc et al. 2019, base = bert-base.
-PRESETS = {
+PRESETS = {  # keys: config.PRESETS
     "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                  max_position_embeddings=160, vocab_size=1024),
     "mini": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,

@@ -3,9 +3,12 @@
 The reverse step (METHOD.md section 2), for a masked position at step t jumping to s < t:
     reveal token v with probability p(v) r(v),  stay masked with 1 - R,  R = sum_v p(v) r(v),
     r(v) = (a_s(v) - a_t(v)) / (1 - a_t(v)),  p = p_theta(x_0 | x_t).
-Revealed tokens are never masked again ("carry-over"). Temperature, top-k and top-p reshape
-the token choice only: whether a position is revealed is decided from the model's raw p, and
-which token from the reshaped p' weighted by r. Categorical draws use float64. At the last
+Revealed tokens are never masked again ("carry-over"). Temperature, top-k, top-p and the
+repeat block reshape the token choice only: whether a position is revealed is decided from the
+model's raw p, and which token from the reshaped p' weighted by r. The repeat block (on by
+default, `block_repeats`) removes from p' the ids of the position's revealed left and right
+neighbours: a model that predicts each position's marginal fills "once upon a time, there
+[MASK] was" with "there" far too often, and a reader sees "there there". Categorical draws use float64. At the last
 step (s = 0) a_0 = 1, so r = 1: every position still masked is revealed.
 
 r(v) depends on v only through the schedule's per-token constant (spindle: the centred
@@ -44,16 +47,15 @@ from __future__ import annotations
 import functools
 import math
 import time as _time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 import torch
 
+from .config import SampleConfig
 from .errors import DbertError
 from .model import forward_flops
 from .schedule import step_grid
-
-SAMPLERS = ("ancestral", "cached", "first-hitting")
 
 
 @dataclass
@@ -114,20 +116,13 @@ def categorical(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, x, right=True).squeeze(-1).clamp_max(p.shape[-1] - 1)
 
 
-def validate(db, steps: int, temperature: float, top_k: int, top_p: float, length: int, sampler: str) -> None:
+def validate(db, steps: int, length: int, sampler: str) -> None:
+    """The checks that need the checkpoint (SampleConfig.validate makes the others)."""
     T = db.schedule.T
     if not 1 <= steps <= T:
         raise DbertError(f"--steps must be between 1 and T={T}, got {steps}")
-    if not temperature > 0:
-        raise DbertError(f"--temperature must be > 0, got {temperature}")
-    if top_k < 0:
-        raise DbertError(f"--top-k must be >= 1 (or 0 for off), got {top_k}")
-    if not 0 < top_p <= 1:
-        raise DbertError(f"--top-p must be in (0, 1], got {top_p}")
     if not 1 <= length <= db.model.max_length:
         raise DbertError(f"--length must be between 1 and {db.model.max_length} for this model, got {length}")
-    if sampler not in SAMPLERS:
-        raise DbertError(f"unknown sampler {sampler!r}; choose one of: {', '.join(SAMPLERS)}")
     if sampler == "cached" and db.model.time != "none":
         raise DbertError(f"the cached sampler needs a time-agnostic model; this one uses time={db.model.time!r}")
     if sampler == "first-hitting" and db.model.time != "none" and not _token_free(db.schedule):
@@ -230,14 +225,30 @@ class _Net:
         self.nfe += 1
         self.rows += R
         self.flops += forward_flops(self.model.config, R, inp.shape[1], int(sel.sum()))
-        out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device))
-        return out.float().cpu()
+        out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device)).float()
+        if out.isnan().any() or out.isposinf().any():  # -inf is how forbidden tokens are marked
+            raise DbertError("the model's outputs are not finite (NaN or inf in its weights?); "
+                             "this checkpoint cannot be sampled")
+        return out.cpu()
 
 
-def _draw(logits, r_v, no_draw, shaping, u):
-    """Tokens for revealed positions: from p'(v) r(v); returns (chosen (K,), p'(chosen) (K,))."""
+def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """(K, 2) the revealed left and right neighbours' ids of the `where` positions of x (-1: none)."""
+    pad = torch.full((x.shape[0], 1), -1, dtype=x.dtype)
+    shown = torch.where(masked, torch.full_like(x, -1), x)
+    left = torch.cat([pad, shown[:, :-1]], 1)
+    right = torch.cat([shown[:, 1:], pad], 1)
+    return torch.stack([left[where], right[where]], 1)
+
+
+def _draw(logits, r_v, no_draw, shaping, u, blocked=None):
+    """Tokens for revealed positions: from p'(v) r(v); returns (chosen (K,), p'(chosen) (K,)).
+    blocked (K, 2): per position, ids it may not take (its revealed neighbours; -1: none)."""
     logits = logits.clone()
     logits[:, no_draw] = float("-inf")
+    if blocked is not None:
+        rows, cols = (blocked >= 0).nonzero(as_tuple=True)
+        logits[rows, blocked[rows, cols]] = float("-inf")
     p = shape_probs(logits, *shaping)
     weights = p if r_v is None else p * r_v
     if r_v is not None:
@@ -251,28 +262,40 @@ def _draw(logits, r_v, no_draw, shaping, u):
 
 
 # ---------------------------------------------------------------------------------- frames
+def _config(db, cfg: SampleConfig | None, overrides: dict) -> SampleConfig:
+    """cfg (default: SampleConfig's defaults) with overrides, resolved and checked for db."""
+    return replace(cfg or SampleConfig(), **overrides).resolved(db)
+
+
 @torch.inference_mode()
-def frames(db, n: int = 1, length: int = 64, steps: int = 128, temperature: float = 1.0, top_k: int = 0,
-           top_p: float = 1.0, sampler: str = "ancestral", generator: torch.Generator | None = None,
-           prompt: torch.Tensor | None = None) -> Iterator[Frame]:
-    """Run the reverse process for n samples in one batch, yielding a Frame per step (event)."""
-    validate(db, steps, temperature, top_k, top_p, length, sampler)
-    gen = generator or torch.Generator().manual_seed(torch.seed() % 2**63)
+def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | None = None,
+           template: torch.Tensor | None = None, **overrides) -> Iterator[Frame]:
+    """Run the reverse process for cfg.n samples in one batch, yielding a Frame per step (event).
+
+    cfg holds the settings (SampleConfig's defaults where None); keyword overrides replace
+    single fields (frames(db, n=2, steps=16)). template: token ids (length,) with [MASK] slots,
+    instead of cfg.prompt's text.
+    """
+    cfg = _config(db, cfg, overrides)
+    gen = generator or torch.Generator().manual_seed(cfg.seed if cfg.seed is not None else torch.seed() % 2**63)
     mask_id = db.model.mask_id
-    template = prompt if prompt is not None else torch.full((length,), mask_id, dtype=torch.long)
-    x = template.unsqueeze(0).repeat(n, 1)  # (B, L)
+    if template is None:
+        template = parse_prompt(db, cfg.prompt, cfg.length) if cfg.prompt else \
+            torch.full((cfg.length,), mask_id, dtype=torch.long)
+    x = template.unsqueeze(0).repeat(cfg.n, 1)  # (B, L)
     state = dict(
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
-        kern=kernel(db.schedule, steps), net=_Net(db), gen=gen, shaping=(temperature, top_k, top_p),
+        kern=kernel(db.schedule, cfg.steps), net=_Net(db), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id}),  # never sampled
+        block_repeats=cfg.block_repeats,
     )
-    if sampler == "first-hitting":
+    if cfg.sampler == "first-hitting":
         yield from _first_hitting(**state)
     else:
-        yield from _stepwise(cached=sampler == "cached", **state)
+        yield from _stepwise(cached=cfg.sampler == "cached", **state)
 
 
-def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, cached: bool) -> Iterator[Frame]:
+def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, cached: bool) -> Iterator[Frame]:
     """ancestral and cached: one frame per step, the same random draws in both."""
     B, L = x.shape
     S = len(kern.grid) - 1
@@ -320,7 +343,8 @@ def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, cached: b
                 else:
                     chosen_logits = logits[revealed[masked]]
                 r_v = kern.r_vocab(torch.tensor([k]))
-                chosen, conf = _draw(chosen_logits, r_v, no_draw, shaping, u_token[revealed])
+                blocked = neighbours(x, masked, revealed) if block_repeats else None
+                chosen, conf = _draw(chosen_logits, r_v, no_draw, shaping, u_token[revealed], blocked)
                 x[revealed] = chosen
                 confidence[revealed] = conf
                 masked &= ~revealed
@@ -352,6 +376,8 @@ def _next_event(P: torch.Tensor, mk: torch.Tensor, k: torch.Tensor, r: torch.Ten
     pending = torch.ones(A, dtype=torch.bool)
     while pending.any():
         rows = pending.nonzero().squeeze(1)
+        if int(start[rows].min()) >= S:  # cannot happen with finite P (the last step reveals); never loop
+            raise DbertError("the sampler found no reveal event (non-finite reveal probabilities)")
         W = max(1, min(W, S - int(start[rows].min())))
         j = start[rows].unsqueeze(1) + torch.arange(W)  # (a, W) steps scanned
         R = torch.bmm(P[rows], r[j.clamp_max(S - 1)].transpose(1, 2)).clamp_(0.0, 1.0)  # (a, L, W)
@@ -373,7 +399,7 @@ def _next_event(P: torch.Tensor, mk: torch.Tensor, k: torch.Tensor, r: torch.Ten
     return m, R_at
 
 
-def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw) -> Iterator[Frame]:
+def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats) -> Iterator[Frame]:
     """One network call per reveal event; each row jumps straight to its next event."""
     B, L = x.shape
     S = len(kern.grid) - 1
@@ -408,7 +434,8 @@ def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw) -> I
         else:
             logits = logits[rev[mk]]
         row_of = rev.nonzero()[:, 0]
-        chosen, conf = _draw(logits, kern.r_vocab(m[row_of]), no_draw, shaping, u_token[rev])
+        blocked = neighbours(x[active], mk, rev) if block_repeats else None
+        chosen, conf = _draw(logits, kern.r_vocab(m[row_of]), no_draw, shaping, u_token[rev], blocked)
         revealed = torch.zeros_like(masked)
         revealed[active] = rev
         x[revealed] = chosen
@@ -426,16 +453,18 @@ def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw) -> I
                     row_steps=torch.full((B,), S))
 
 
-def generate(db, n: int = 1, batch_size: int = 32, seed: int | None = None, on_frame=None, **kwargs) -> tuple[list[str], dict]:
-    """n texts (keeps each batch's last frame) and stats {nfe, rows, gflop, seconds, samples, steps}."""
-    gen = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % 2**63)
+def generate(db, cfg: SampleConfig | None = None, on_frame=None, **overrides) -> tuple[list[str], dict]:
+    """cfg.n texts, cfg.batch_size per network call (keeps each batch's last frame), and stats
+    {nfe, rows, gflop, seconds, samples, steps}. Same settings, same seed: same texts."""
+    cfg = _config(db, cfg, overrides)
+    gen = torch.Generator().manual_seed(cfg.seed if cfg.seed is not None else torch.seed() % 2**63)
     texts: list[str] = []
     nfe = rows = 0
     flops = 0.0
     start = _time.perf_counter()
-    for lo in range(0, n, batch_size):
+    for lo in range(0, cfg.n, cfg.batch_size):
         last = None
-        for last in frames(db, n=min(batch_size, n - lo), generator=gen, **kwargs):
+        for last in frames(db, replace(cfg, n=min(cfg.batch_size, cfg.n - lo)), generator=gen):
             if on_frame is not None:
                 on_frame(last)
         nfe += last.nfe
@@ -443,5 +472,5 @@ def generate(db, n: int = 1, batch_size: int = 32, seed: int | None = None, on_f
         flops += last.flops
         texts.extend(db.decode(row) for row in last.ids)
     stats = {"nfe": nfe, "rows": rows, "gflop": float(f"{flops / 1e9:.4g}"), "seconds": round(_time.perf_counter() - start, 3),
-             "samples": n, "steps": kwargs.get("steps", 128)}
+             "samples": cfg.n, "steps": cfg.steps}
     return texts, stats

@@ -15,6 +15,8 @@ import math
 
 import torch
 
+from .config import SCHEDULES
+
 
 class Schedule:
     """Base class: a_t(v) for steps t in [0, T] and vocabulary ids v."""
@@ -118,7 +120,6 @@ class SpindleSchedule(Schedule):
         return {"schedule": self.name, "T": self.T, "lambda": self.lam}
 
 
-SCHEDULES = ("linear", "spindle")
 
 
 def make_schedule(name: str, T: int, counts: torch.Tensor | None = None, lam: float = 0.3) -> Schedule:

@@ -18,60 +18,16 @@ import os
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
 from . import checkpoint as ckpt
+from .config import TrainConfig
 from .data import Special, collate, epoch_batches, pack, read_examples, token_counts, tokenize, train_tokenizer
 from .diffusion import draw_steps, elbo, masked_kl
 from .hardware import native_bf16
 from .errors import DbertError
-
-LOSSES = ("hybrid", "elbo", "ce")
-
-
-@dataclass
-class TrainConfig:
-    data: list[str]
-    out: str
-    preset: str | None = "tiny"        # model sizes for a random init (tiny, mini, small, base)
-    init: str | None = None            # or a pretrained BERT: local dir or hub id
-    from_scratch: bool = False         # with init: its architecture and tokenizer, random weights
-    trim_vocab: bool = False           # with init: keep only the word pieces the training data uses
-    vocab_size: int | None = None      # WordPiece size learnt from the data (presets without init)
-    unit: str = "line"                 # an example is a line or a sentence of the files
-    pack: bool = False                 # join examples with [SEP] into full seq_len streams
-    seq_len: int = 64                  # content tokens per example (plus [CLS], [SEP])
-    batch_size: int = 32               # examples per optimizer step, over all processes
-    grad_accum: int = 1                # micro-batches per optimizer step
-    max_steps: int = 1000
-    lr: float = 5e-4
-    warmup: int = 100
-    decay: str = "cosine"              # cosine to min_lr_ratio * lr, or constant after warm-up
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.01
-    clip: float = 1.0
-    schedule: str = "spindle"
-    lam: float = 0.3                   # spindle strength (0 = linear)
-    T: int = 2048
-    time: str = "none"                 # none (time-agnostic), prefix, layerwise
-    loss: str = "hybrid"               # ELBO + hybrid_weight * CE (paper), pure elbo, or ce
-    hybrid_weight: float = 0.01
-    val_data: list[str] | None = None  # held-out files; default: a slice of the training data
-    val_examples: int = 256
-    eval_every: int = 200
-    eval_steps: int | None = None      # step budget of the validation ELBO (default: min(128, T))
-    save_every: int = 500
-    log_every: int = 10
-    device: str = "auto"               # auto, cpu, cuda, mps
-    dtype: str = "auto"                # auto (bf16 autocast where native: CUDA, AVX512-BF16/AMX CPUs), fp32, bf16
-    dropout: float | None = None       # override the model's dropout rates (None: keep them)
-    seed: int = 0
-    resume: bool = False
-    extra: dict = field(default_factory=dict)
-
 
 def pick_device(name: str) -> torch.device:
     if name == "auto":
@@ -98,6 +54,78 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     progress = min(1.0, (step - cfg.warmup) / max(1, cfg.max_steps - cfg.warmup))
     floor = cfg.lr * cfg.min_lr_ratio
     return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * progress))
+
+
+def resume_config(out, **changes) -> TrainConfig:
+    """The config that continues the run saved in `out`: the checkpoint's own train_config with
+    `changes` on top (only TrainConfig.RESUMABLE fields may differ from it)."""
+    src = ckpt.readable(Path(out))
+    if not (src / ckpt.STATE / "state.json").is_file():
+        raise DbertError(f"--resume: no trainer state in {out} (nothing to resume)")
+    saved = ckpt.read_meta(src).get("train_config")
+    if saved is None:  # written before dbert kept its settings: the caller's, checked against the model
+        if not changes.get("data"):
+            raise DbertError(f"--resume: {out} predates saved training settings; give them again (--data, ...)")
+        return TrainConfig(out=str(out), resume=True, **changes)
+    return TrainConfig.resume_from(saved, str(out), **changes)
+
+
+def _check_writable(folder: Path) -> None:
+    """Fail before step 1, not at the first save after an hour of training."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder, prefix=".dbert-write-test-"):
+            pass
+    except OSError as e:
+        raise DbertError(f"cannot write checkpoints to {folder}: {e.strerror or e}") from None
+
+
+class OutLock:
+    """An exclusive lock on an output folder, so two runs never write one checkpoint.
+
+    The lock is a hidden file beside the folder, locked with flock: the kernel drops it when its
+    holder exits, even by kill -9, so a stale lock cannot exist. The holder removes the file
+    when done; a process that opened it just before is told to retry by the inode check.
+    """
+
+    def __init__(self, out: Path):
+        self.path = Path(out).with_name(f".{Path(out).name}.dbert-lock")
+        self.file = None
+        try:
+            import fcntl
+        except ImportError:  # Windows: no flock; runs are not protected from each other there
+            return
+        for _ in range(100):
+            f = open(self.path, "a+")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read().strip() or "another process"
+                f.close()
+                raise DbertError(f"{out} is being written by another dbert run ({holder}); wait for it "
+                                 "or choose another --out") from None
+            try:
+                same = os.fstat(f.fileno()).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                f.truncate(0)
+                f.write(f"pid {os.getpid()}")
+                f.flush()
+                self.file = f
+                return
+            f.close()  # the previous holder removed the file after we opened it: try again
+        raise DbertError(f"cannot lock {out}")
+
+    def release(self) -> None:
+        if self.file is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            self.file.close()
+            self.file = None
 
 
 class Callback:
@@ -131,6 +159,7 @@ class Trainer:
         self.elapsed = 0.0
         self.history: list[dict] = []
         self.db = None
+        self._lock: OutLock | None = None
 
     # ----------------------------------------------------------------- setup
     def stop(self) -> None:
@@ -141,36 +170,52 @@ class Trainer:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def _validate(self):
-        c = self.cfg
-        from .model import PRESETS, TIME_MODES
-        from .schedule import SCHEDULES
+    def _check_resume(self, out: Path) -> None:
+        """--resume continues the checkpoint's own run: its saved config is the starting point and
+        only TrainConfig.RESUMABLE fields may differ (one clear error naming any other)."""
+        if not (ckpt.readable(out) / ckpt.STATE / "state.json").is_file():
+            raise DbertError(f"--resume: no trainer state in {out} (nothing to resume)")
+        meta = ckpt.read_meta(ckpt.readable(out))
+        saved = meta.get("train_config")
+        if saved is not None:
+            self.cfg = TrainConfig.from_dict(saved).continued(self.cfg)
 
-        if c.trim_vocab and c.init is None:
-            raise DbertError("--trim-vocab needs --init (a preset learns a vocabulary from the data anyway)")
-        if c.init is None and c.preset not in PRESETS:
-            raise DbertError(f"unknown preset {c.preset!r}; choose one of: {', '.join(PRESETS)}")
-        if c.schedule not in SCHEDULES:
-            raise DbertError(f"unknown schedule {c.schedule!r}; choose one of: {', '.join(SCHEDULES)}")
-        if c.time not in TIME_MODES:
-            raise DbertError(f"unknown time conditioning {c.time!r}; choose one of: {', '.join(TIME_MODES)}")
-        if c.loss not in LOSSES:
-            raise DbertError(f"unknown loss {c.loss!r}; choose one of: {', '.join(LOSSES)}")
-        if c.batch_size % (self.world * c.grad_accum):
-            raise DbertError(f"--batch-size {c.batch_size} must divide by processes x --grad-accum "
-                             f"({self.world} x {c.grad_accum})")
-        for name in ("max_steps", "seq_len", "batch_size", "T"):
-            if getattr(c, name) < 1:
-                raise DbertError(f"--{name.replace('_', '-')} must be >= 1")
-        if c.eval_steps is None:
-            c.eval_steps = min(128, c.T)
-        if not 1 <= c.eval_steps <= c.T:
-            raise DbertError(f"--eval-steps must be between 1 and T={c.T}")
+    def _check_model(self) -> None:
+        """The loaded checkpoint itself must agree with the config the loss and data will use."""
+        c, db = self.cfg, self.db
+        found = {"--schedule": db.schedule.name, "--T": db.schedule.T, "--time": db.model.time,
+                 "--seq-len": db.meta.get("seq_len", c.seq_len), "--pack": db.meta.get("pack", c.pack),
+                 "--unit": db.meta.get("unit", c.unit)}
+        wanted = {"--schedule": c.schedule, "--T": c.T, "--time": c.time, "--seq-len": c.seq_len, "--pack": c.pack,
+                  "--unit": c.unit}
+        for flag, value in found.items():
+            if value != wanted[flag]:
+                raise DbertError(f"--resume: the checkpoint was trained with {flag} {value}, not {wanted[flag]}")
 
     def prepare(self) -> None:
         """Read data, build or load the model, restore state when resuming."""
+        try:
+            self._prepare()
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """Give up the lock on the output folder (run() does this when it ends)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def _prepare(self) -> None:
+        self.cfg.validate(self.world)
+        out = Path(self.cfg.out)
+        if self.is_main:
+            _check_writable(out.parent)  # fail now, not at the first save after an hour of training
+            self._lock = OutLock(out)  # before anything touches out; released when run() ends
+            ckpt.recover(out)
+        if self.cfg.resume:
+            self._check_resume(out)
         c = self.cfg
-        self._validate()
         self.device = pick_device(c.device)
         if self.world > 1 and not torch.distributed.is_initialized():
             backend = "nccl" if self.device.type == "cuda" else "gloo"
@@ -179,8 +224,6 @@ class Trainer:
                 self.device = torch.device("cuda", self.local_rank)
                 torch.cuda.set_device(self.device)
         torch.manual_seed(c.seed + self.rank)
-        out = Path(c.out)
-        ckpt.recover(out)
         state = None
         if c.resume:
             state = ckpt.load_trainer_state(out)
@@ -194,6 +237,7 @@ class Trainer:
         init, trimmed = c.init, None
         if state is not None:
             self.db = ckpt.load(out, device="cpu")
+            self._check_model()
             tokenizer = self.db.tokenizer
         else:
             if c.trim_vocab:
@@ -327,14 +371,15 @@ class Trainer:
             gathered = [None] * self.world
             torch.distributed.all_gather_object(gathered, rngs[0])
             rngs = gathered
+        if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+            raise DbertError(f"training diverged by step {self.step}: the weights are not finite (try a lower --lr); "
+                             f"the last good checkpoint in {self.cfg.out}, if any, is kept")
         path = None
         if self.is_main:
             meta = self.db.meta
             meta.update(step=self.step, tokens_seen=self.tokens_seen, train_seconds=round(self.elapsed, 1),
                         device=str(self.device), world_size=self.world)
-            cfg = asdict(self.cfg)
-            cfg.pop("extra", None)
-            meta["train_config"] = cfg
+            meta["train_config"] = self.cfg.to_dict()
             trainer_state = {
                 "optimizer": self.optimizer.state_dict(),
                 "rng": {f"rank{i}": r for i, r in enumerate(rngs)},
@@ -384,11 +429,11 @@ class Trainer:
         for i in range(0, len(self.val_examples), c.batch_size):
             ids, att, noisable = collate(self.val_examples[i:i + c.batch_size], self.special, self.device)
             with self._autocast():
-                nats += elbo(self.model, ids, att, noisable, self.db.schedule, c.eval_steps, g).sum().item()
+                nats += elbo(self.model, ids, att, noisable, self.db.schedule, c.eval_budget, g).sum().item()
             toks += int(noisable.sum())
         self.model.train()
         return {"step": self.step, "val_nats_per_token": nats / toks, "val_ppl_token": math.exp(nats / toks),
-                "eval_steps": c.eval_steps}
+                "eval_steps": c.eval_budget}
 
     def run(self) -> dict:
         """Train until max_steps or stop(); returns the last metrics."""
@@ -396,9 +441,10 @@ class Trainer:
             self.prepare()
         c = self.cfg
         micro = c.batch_size // self.world // c.grad_accum
-        old_handler = None
-        if threading.current_thread() is threading.main_thread():
-            old_handler = signal.signal(signal.SIGINT, lambda *_: self._stop.set())
+        old_handlers = {}
+        if threading.current_thread() is threading.main_thread():  # Ctrl-C and kill both save first
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                old_handlers[sig] = signal.signal(sig, lambda *_: self._stop.set())
         for cb in self.callbacks:
             cb.on_start(self)
         metrics: dict = {}
@@ -421,6 +467,11 @@ class Trainer:
                     for key in ("elbo", "ce"):
                         sums[key] += m[key] / c.grad_accum
                 norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.clip)
+                if not (math.isfinite(float(norm)) and math.isfinite(sums["elbo"]) and math.isfinite(sums["ce"])):
+                    kept = f"the last good checkpoint in {c.out} is kept" if (Path(c.out) / ckpt.META).exists() \
+                        else "nothing was saved"
+                    raise DbertError(f"training diverged at step {self.step + 1}: the loss or gradient is not finite "
+                                     f"(try a lower --lr); {kept}")
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.step += 1
@@ -444,8 +495,9 @@ class Trainer:
                     self.save()
             self.save()
         finally:
-            if old_handler is not None:
-                signal.signal(signal.SIGINT, old_handler)
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
+            self.release()
         metrics["stopped"] = self._stop.is_set() and self.step < c.max_steps
         for cb in self.callbacks:
             cb.on_end(self, metrics)

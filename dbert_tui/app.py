@@ -18,6 +18,9 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from dbert_core.config import DEVICES
+from dbert_core.errors import DbertError
+
 from .messages import CheckpointLoaded, StoreChanged
 from .render import Settings, read_state, remember
 from .screens.checkpoints import CheckpointsScreen
@@ -103,8 +106,9 @@ class DbertApp(App):
             db = self.loader(path)
         else:
             from dbert_core.checkpoint import load
+            from dbert_core.train import pick_device
 
-            db = load(path)
+            db = load(path, device=pick_device(self.generate_screen.settings.device))
         if not get_current_worker().is_cancelled:  # a newer choice replaced this load
             self.post_message(CheckpointLoaded(db, path))
 
@@ -182,16 +186,19 @@ def run(checkpoint: str | None = None, settings: Settings | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    d = Settings()  # the defaults: dbert sample's, with the TUI's few overrides (render.Settings)
     parser = argparse.ArgumentParser(prog="dbert-tui", description="Watch DiffusionBERT generate; fetch or train checkpoints.")
     parser.add_argument("--checkpoint", help="store name or checkpoint directory to start with")
-    parser.add_argument("--steps", type=int, default=64, help="reverse steps of the first run (default 64)")
-    parser.add_argument("--length", type=int, default=None,
+    parser.add_argument("--steps", type=int, default=d.steps, help=f"reverse steps of the first run (default {d.steps})")
+    parser.add_argument("--temperature", type=float, default=d.temperature, help=f"softmax temperature (default {d.temperature:g})")
+    parser.add_argument("--top-k", type=int, default=d.top_k, help=f"top-k, 0: off (default {d.top_k})")
+    parser.add_argument("--length", type=int, default=d.length,
                         help="tokens per sample (default: the checkpoint's training length)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the first run (default 0)")
-    parser.add_argument("--pace-ms", type=int, default=40, help="ms per shown step while playing (default 40)")
+    parser.add_argument("--seed", type=int, default=d.seed, help=f"seed of the first run (default {d.seed})")
+    parser.add_argument("--device", choices=DEVICES, default=d.device, help=f"where to sample (default {d.device})")
+    parser.add_argument("--pace-ms", type=int, default=d.pace_ms, help=f"ms per shown step while playing (default {d.pace_ms})")
     args = parser.parse_args(argv)
     if args.checkpoint:
-        from dbert_core.errors import DbertError
         from dbert_core.store import resolve
 
         try:
@@ -199,7 +206,13 @@ def main(argv: list[str] | None = None) -> None:
         except DbertError as e:
             print(f"dbert-tui: error: {e}", file=sys.stderr)
             sys.exit(2)
-    settings = Settings(steps=args.steps, length=args.length, seed=args.seed, pace_ms=max(0, args.pace_ms))
+    settings = Settings(steps=args.steps, temperature=args.temperature, top_k=args.top_k, length=args.length,
+                        seed=args.seed, device=args.device, pace_ms=max(0, args.pace_ms))
+    try:
+        settings.validate()
+    except DbertError as e:
+        print(f"dbert-tui: error: {e}", file=sys.stderr)
+        sys.exit(2)
     sys.exit(run(args.checkpoint, settings))
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from rich.color import Color
 from rich.text import Text
 
+from dbert_core.config import SampleConfig
+
 MASK_GLYPH = "░░░"
 EARLY, MID, LATE = (95, 135, 255), (95, 215, 135), (255, 95, 95)
 LOW, HIGH = (255, 95, 95), (95, 215, 135)
@@ -22,19 +24,14 @@ LOW, HIGH = (255, 95, 95), (95, 215, 135)
 
 # ------------------------------------------------------------------------------ settings and runs
 @dataclass
-class Settings:
-    """What a sampling run uses; the Generate screen's controls edit these."""
+class Settings(SampleConfig):
+    """What a sampling run uses: `dbert sample`'s defaults (config.SampleConfig), except where
+    watching differs from printing, overridden here by name. The Generate screen edits these."""
 
-    steps: int = 64
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    length: int | None = None  # None: the checkpoint's training sequence length (as `dbert sample`)
-    seed: int = 0
-    sampler: str = "ancestral"
-    n: int = 1
+    n: int = 1          # one sample to watch (the CLI prints 10)
+    seed: int = 0       # fixed, so a changed control shows its effect on the same draw
     prompt: str = ""
-    pace_ms: int = 40  # minimum time per shown step while playing (0: as fast as the model goes)
+    pace_ms: int = 40   # minimum time per shown step while playing (0: as fast as the model goes)
 
 
 @dataclass

@@ -73,10 +73,12 @@ def test_readability_counts_what_a_reader_checks_first():
         "he was born [UNK] in 1990 in paris , france today", # 9 words and an [UNK]
         "the the the river",                                  # a run of 3, a doubled word
         'it was " " " released , again and again',           # a punctuation run, no doubled word
+        "she liked it . it was fun",                         # no doubled word, an echo over "."
     ])
-    assert r["words_per_sample"] == pytest.approx((11 + 9 + 4 + 6) / 4)
-    assert r["frac_over_8_words"] == pytest.approx(2 / 4)
-    assert r["frac_mask_or_unk"] == pytest.approx(1 / 4)
-    assert r["frac_run3"] == pytest.approx(2 / 4)
-    assert r["frac_doubled_word"] == pytest.approx(1 / 4)
+    assert r["words_per_sample"] == pytest.approx((11 + 9 + 4 + 6 + 6) / 5)
+    assert r["frac_over_8_words"] == pytest.approx(2 / 5)
+    assert r["frac_mask_or_unk"] == pytest.approx(1 / 5)
+    assert r["frac_run3"] == pytest.approx(2 / 5)
+    assert r["frac_doubled_word"] == pytest.approx(1 / 5)
+    assert r["frac_echo_over_punct"] == pytest.approx(2 / 5)
     assert readability([])["frac_run3"] == 0

@@ -12,6 +12,8 @@ def run(db, seed=0, **kw):
     kw.setdefault("n", 4)
     kw.setdefault("length", 16)
     kw.setdefault("steps", 32)
+    kw.setdefault("sampler", "ancestral")  # these tests are about the step-by-step reverse process
+    kw.setdefault("top_k", 0)
     return list(frames(db, generator=torch.Generator().manual_seed(seed), **kw))
 
 
@@ -44,7 +46,7 @@ def test_same_seed_same_output(tiny_db):
 def test_prompt_tokens_untouched(tiny_db):
     template = parse_prompt(tiny_db, "once upon a time [MASK] [MASK] [MASK] little girl [MASK] [MASK] happy .", 20)
     fixed = template != tiny_db.model.mask_id
-    fs = run(tiny_db, n=8, length=20, prompt=template, steps=10)
+    fs = run(tiny_db, n=8, length=20, template=template, steps=10)
     for f in fs:
         assert torch.equal(f.ids[:, fixed], template[fixed].expand(8, -1))
     assert not fs[-1].masked.any()
@@ -96,7 +98,7 @@ def test_top_k_and_top_p_shape_the_distribution():
 @pytest.mark.parametrize("kw,msg", [
     (dict(steps=0), "--steps"), (dict(steps=10**6), "--steps"), (dict(temperature=0.0), "--temperature"),
     (dict(top_p=0.0), "--top-p"), (dict(top_p=1.5), "--top-p"), (dict(top_k=-1), "--top-k"),
-    (dict(length=10**4), "--length"), (dict(sampler="magic"), "unknown sampler"),
+    (dict(length=10**4), "--length"), (dict(sampler="magic"), "--sampler"),
 ])
 def test_bad_settings(tiny_db, kw, msg):
     with pytest.raises(DbertError, match=msg):

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from dbert_core import checkpoint
-from dbert_core.sample import SAMPLERS, frames, generate, kernel, parse_prompt
+from dbert_core.config import SAMPLERS
+from dbert_core.sample import frames, generate, kernel, parse_prompt
 from dbert_core.schedule import step_grid
 
 
@@ -26,6 +27,8 @@ def run(db, seed=0, **kw):
     kw.setdefault("n", 4)
     kw.setdefault("length", 10)
     kw.setdefault("steps", 32)
+    kw.setdefault("sampler", "ancestral")  # these tests are about the step-by-step reverse process
+    kw.setdefault("top_k", 0)
     return list(frames(db, generator=torch.Generator().manual_seed(seed), **kw))
 
 
@@ -230,12 +233,12 @@ def test_same_seed_same_output(tiny_db, sampler):
 def test_prompt_respected_no_mask_left(any_db, sampler):
     template = parse_prompt(any_db, "once upon a [MASK] there was a [MASK] girl", 14)
     fixed = template != any_db.model.mask_id
-    fs = run(any_db, n=6, length=14, steps=40, prompt=template, sampler=sampler, top_k=5, top_p=0.9)
+    fs = run(any_db, n=6, length=14, steps=40, template=template, sampler=sampler, top_k=5, top_p=0.9)
     for f in fs:
         assert torch.equal(f.ids[:, fixed], template[fixed].expand(6, -1))
     assert fs[-1].done and not fs[-1].masked.any() and not (fs[-1].ids == any_db.model.mask_id).any()
     full = parse_prompt(any_db, "once upon a time", 4)
-    fs = run(any_db, n=2, length=4, steps=10, prompt=full, sampler=sampler)
+    fs = run(any_db, n=2, length=4, steps=10, template=full, sampler=sampler)
     assert fs[-1].done and fs[-1].nfe == 0 and torch.equal(fs[-1].ids[0], full)
 
 

@@ -51,7 +51,7 @@ def finished(app):
 
 
 def make_app(db, **settings):
-    base = dict(steps=16, length=20, pace_ms=0, seed=0)
+    base = dict(steps=16, length=20, pace_ms=0, seed=0, sampler="ancestral", top_k=0)  # one frame per step
     base.update(settings)
     return create_app(checkpoint=db.path, loader=lambda path: db, settings=Settings(**base), deterministic=True)
 
@@ -303,7 +303,7 @@ async def test_checkpoints_fetch_use_and_delete(tiny_db, tiny_checkpoint, monkey
 # ------------------------------------------------------------------------------ Train
 async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
     app = create_app(checkpoint=tiny_db.path, loader=lambda p: tiny_db, train_data=[str(TINYSTORIES)],
-                     settings=Settings(pace_ms=0, steps=8, length=12), deterministic=True)
+                     settings=Settings(pace_ms=0, steps=8, length=12, sampler="ancestral", top_k=0), deterministic=True)
     async with app.run_test(size=(100, 40)) as pilot:
         await wait_for(pilot, finished(app))
         await pilot.press("3")
@@ -418,7 +418,7 @@ def test_snapshot_checkpoints(snap_compare, tiny_db, tiny_checkpoint):
         pilot.app.checkpoints_screen.say("1 checkpoint(s) · Enter uses the selected one", "dim")
         await pilot.pause()
 
-    app = create_app(checkpoint="tiny", loader=lambda p: tiny_db, settings=Settings(pace_ms=0, steps=8, length=8),
+    app = create_app(checkpoint="tiny", loader=lambda p: tiny_db, settings=Settings(pace_ms=0, steps=8, length=8, sampler="ancestral", top_k=0),
                      deterministic=True)
     assert snap_compare(app, terminal_size=SIZE, run_before=before)
 
@@ -432,7 +432,7 @@ def test_snapshot_train(snap_compare, tiny_db):
         await pilot.pause()
 
     app = create_app(checkpoint=tiny_db.path, loader=lambda p: tiny_db, train_data=["corpus.txt"],
-                     settings=Settings(pace_ms=0, steps=8, length=8), deterministic=True)
+                     settings=Settings(pace_ms=0, steps=8, length=8, sampler="ancestral", top_k=0), deterministic=True)
     assert snap_compare(app, terminal_size=SIZE, run_before=before)
 
 

@@ -107,18 +107,19 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         """A (new) checkpoint: clamp the settings to it, redraw the schedule and start a run."""
         self.db = db
         T, max_len = db.schedule.T, db.model.max_length
+        from dbert_core.errors import DbertError
+        from dbert_core.sample import default_length, default_sampler
+
         s = self.settings
         s.steps = max(1, min(T, s.steps))
         if self._auto_length or s.length is None:
-            s.length = int(db.meta.get("seq_len") or 64)
+            s.length = default_length(db)
         s.length = max(1, min(max_len, s.length))
-        from dbert_core.errors import DbertError
-        from dbert_core.sample import validate
-
         try:
-            validate(db, s.steps, s.temperature, s.top_k, s.top_p, s.length, s.sampler)
-        except DbertError:
-            s.sampler = "ancestral"  # e.g. `cached` on a time-conditioned model: the run still starts
+            s.resolved(db)
+        except DbertError as e:  # e.g. `cached` on a time-conditioned model: say so, use the default
+            s.sampler = default_sampler(db)
+            self.app.notify(f"{e}; using {s.sampler}", title="sampler", severity="warning")
         self.set_reactive(GenerateScreen.steps, s.steps)
         if self._ready:  # otherwise on_mount starts the run
             self.restart()
@@ -156,20 +157,16 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if self.db is None or not self._ready:
             return
         from dbert_core.errors import DbertError
-        from dbert_core.sample import validate
 
-        s = self.settings
         try:
-            validate(self.db, s.steps, s.temperature, s.top_k, s.top_p, s.length, s.sampler)
-            if s.n < 1:
-                raise DbertError("the number of samples must be >= 1")
+            s = self.settings.resolved(self.db)
         except DbertError as e:
             self.app.notify(str(e), title="settings", severity="error")
             return
         self._run_ids += 1
         self.frames_drawn = 0
         playing = self.run.playing if self.run is not None else True
-        self.run = Run(self._run_ids, dataclasses.replace(s), playing=playing)
+        self.run = Run(self._run_ids, s, playing=playing)
         self.view = None
         name = Path(self.db.path).name if self.db.path else "model"
         curve = expected_masked(self.db, s.steps)
@@ -185,15 +182,13 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         """Produce frames; record each in the run and tell the UI (coalesced)."""
         import torch
 
-        from dbert_core.sample import frames, parse_prompt
+        from dbert_core.sample import frames
 
         worker = get_current_worker()
         s = run.settings
         gen = torch.Generator().manual_seed(s.seed)
-        prompt = parse_prompt(db, s.prompt, s.length) if s.prompt else None
         order = torch.zeros((s.n, s.length), dtype=torch.int32)
-        stream = frames(db, n=s.n, length=s.length, steps=s.steps, temperature=s.temperature, top_k=s.top_k,
-                        top_p=s.top_p, sampler=s.sampler, generator=gen, prompt=prompt)
+        stream = frames(db, s, generator=gen)
         spent = 0.0
         while True:
             if worker.is_cancelled:
@@ -274,7 +269,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self.query_one("#gen-status", Static).update(text)
 
     def _show_settings(self) -> None:
-        s = self.settings
+        s = self.run.settings if self.run is not None else self.settings
         line = (f"{s.sampler} · steps {s.steps} · temp {s.temperature:g} · top-k {s.top_k} · top-p {s.top_p:g}"
                 f" · len {s.length if s.length is not None else 'auto'} · n {s.n} · seed {s.seed}")
         if s.prompt:
@@ -343,18 +338,32 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             self.temperature = next((v for v in reversed(values) if v < self.temperature - 1e-9), self.temperature * 0.8)
 
     def action_cycle_sampler(self) -> None:
-        from dbert_core.sample import SAMPLERS
+        from dbert_core.config import SAMPLERS
 
-        usable = [s for s in SAMPLERS if not (s == "cached" and self.db is not None and self.db.model.time != "none")]
-        i = usable.index(self.settings.sampler) if self.settings.sampler in usable else -1
+        usable = SAMPLERS
+        if self.db is not None:
+            usable = [s for s in SAMPLERS if self._allows(s)]
+        current = self.run.settings.sampler if self.run is not None else self.settings.sampler
+        i = usable.index(current) if current in usable else -1
         self.settings.sampler = usable[(i + 1) % len(usable)]
         self.restart()
+
+    def _allows(self, sampler: str) -> bool:
+        from dataclasses import replace
+
+        from dbert_core.errors import DbertError
+
+        try:
+            replace(self.settings, sampler=sampler).resolved(self.db)
+            return True
+        except DbertError:
+            return False
 
     def action_toggle_colour(self) -> None:
         self.colour = "confidence" if self.colour == "order" else "order"
 
     def action_edit(self) -> None:
-        from dbert_core.sample import SAMPLERS
+        from dbert_core.config import SAMPLERS
 
         s = self.settings
         fields = [
@@ -365,7 +374,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             ("length", "length (tokens)", "" if s.length is None else str(s.length), "the checkpoint's"),
             ("n", "samples", str(s.n), ""),
             ("seed", "seed", str(s.seed), ""),
-            ("sampler", "sampler", s.sampler, " | ".join(SAMPLERS)),
+            ("sampler", "sampler", s.sampler or "", "auto: " + " | ".join(SAMPLERS)),
             ("pace_ms", "ms per step (0: fastest)", str(s.pace_ms), ""),
         ]
         self.app.push_screen(FormDialog("Sampling settings (Enter applies and restarts)", fields, "Apply"),
@@ -383,7 +392,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         except ValueError as e:
             self.app.notify(f"not a number: {str(e).split(': ')[-1]}", title="settings", severity="error")
             return
-        s.sampler = values["sampler"]
+        s.sampler = values["sampler"].strip() or None
         if s.n > 16 or s.pace_ms < 0:
             self.app.notify("samples must be 1..16 and the pace >= 0 ms", title="settings", severity="error")
             return

@@ -16,11 +16,14 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Select, Sparkline, Static
 from textual.worker import get_current_worker
 
+from dbert_core.config import DEVICES, PRESETS, SCHEDULES, TIME_MODES, TrainConfig
+
 from ..messages import StoreChanged, TrainEval, TrainFinished, TrainPreview, TrainProgress
 from ..workers import ReportWorkerErrors
 from .dialogs import FileDialog
 
-PRESETS = ("tiny", "mini", "small", "base")
+D = TrainConfig(data=[], out="")  # the form opens with `dbert train`'s defaults
+WATCH_LOG_EVERY = 1  # the one setting the screen changes from `dbert train`: the chart keeps every step
 
 
 def _mean(values) -> float:
@@ -113,25 +116,22 @@ class TrainScreen(ReportWorkerErrors, Screen):
                 yield Label("output: store name")
                 yield Input("my-dbert", id="tr-out")
                 yield Label("preset (random init)")
-                yield Select([(p, p) for p in PRESETS], value="tiny", allow_blank=False, id="tr-preset")
+                yield Select([(p, p) for p in PRESETS], value=D.preset, allow_blank=False, id="tr-preset")
                 yield Label("or init: a BERT dir or hub id")
                 yield Input("", placeholder="(optional)", id="tr-init")
                 yield Label("steps · batch · seq len · T")
                 with Horizontal(classes="tr-row"):
-                    yield Input("1000", id="tr-steps", type="integer")
-                    yield Input("32", id="tr-batch", type="integer")
-                    yield Input("64", id="tr-seq", type="integer")
-                    yield Input("2048", id="tr-T", type="integer")
+                    yield Input(str(D.max_steps), id="tr-steps", type="integer")
+                    yield Input(str(D.batch_size), id="tr-batch", type="integer")
+                    yield Input(str(D.seq_len), id="tr-seq", type="integer")
+                    yield Input(str(D.T), id="tr-T", type="integer")
                 yield Label("schedule · time · device")
-                yield Select([("spindle", "spindle"), ("linear", "linear")], value="spindle", allow_blank=False,
-                             id="tr-schedule")
-                yield Select([(t, t) for t in ("none", "prefix", "layerwise")], value="none", allow_blank=False,
-                             id="tr-time")
-                yield Select([(d, d) for d in ("auto", "cpu", "cuda", "mps")], value="auto", allow_blank=False,
-                             id="tr-device")
+                yield Select([(s, s) for s in SCHEDULES], value=D.schedule, allow_blank=False, id="tr-schedule")
+                yield Select([(t, t) for t in TIME_MODES], value=D.time, allow_blank=False, id="tr-time")
+                yield Select([(d, d) for d in DEVICES], value=D.device, allow_blank=False, id="tr-device")
                 yield Label("eval every · preview every")
                 with Horizontal(classes="tr-row"):
-                    yield Input("200", id="tr-eval", type="integer")
+                    yield Input(str(D.eval_every), id="tr-eval", type="integer")
                     yield Input("100", id="tr-sample", type="integer")
                 with Horizontal(classes="tr-row"):
                     yield Button("Start F5", id="tr-start", variant="primary")
@@ -164,10 +164,20 @@ class TrainScreen(ReportWorkerErrors, Screen):
             raise DbertError(f"{label} must be a whole number, got {text!r}") from None
 
     def config(self, resume: bool):
+        """The run's TrainConfig: dbert train's defaults and the form's values; on resume the
+        checkpoint's own settings, with the few a resumed run may change taken from the form."""
         from dbert_core.errors import DbertError
         from dbert_core.store import is_name, out_path
-        from dbert_core.train import TrainConfig
+        from dbert_core.train import resume_config
 
+        if resume:
+            name = self.query_one("#tr-out", Input).value.strip()
+            if not is_name(name):
+                raise DbertError(f"the output must be a plain store name, got {name!r}")
+            cfg = resume_config(out_path(name), max_steps=self._int("tr-steps", "steps"),
+                                eval_every=self._int("tr-eval", "eval every"),
+                                device=self.query_one("#tr-device", Select).value, log_every=WATCH_LOG_EVERY)
+            return cfg, self._int("tr-sample", "sample every")
         raw = [p.strip() for p in self.query_one("#tr-data", Input).value.split(",") if p.strip()]
         data = []
         for p in raw:
@@ -188,9 +198,8 @@ class TrainScreen(ReportWorkerErrors, Screen):
             seq_len=self._int("tr-seq", "seq len"), T=self._int("tr-T", "T"),
             schedule=self.query_one("#tr-schedule", Select).value, time=self.query_one("#tr-time", Select).value,
             device=self.query_one("#tr-device", Select).value, eval_every=self._int("tr-eval", "eval every"),
-            eval_steps=min(64, self._int("tr-T", "T")), warmup=max(1, min(100, steps // 10)), log_every=1,
-            save_every=max(500, steps // 4), resume=resume,
-        )
+            log_every=WATCH_LOG_EVERY,
+        ).validate()
         return cfg, self._int("tr-sample", "sample every")
 
     # ------------------------------------------------------------------ actions

@@ -1,0 +1,219 @@
+"""Every choice and default of dbert, defined once and torch-free.
+
+The CLI's option types, the TUI's selects and the engine all read the tuples below, and
+`dbert train`, `dbert sample`, the TUI and library code all build a TrainConfig or a
+SampleConfig: the defaults, the range checks and the resume rule live here and nowhere else.
+Importing this module costs nothing (no torch), so `dbert --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from .errors import DbertError
+
+# ---------------------------------------------------------------------------------- choices
+SCHEDULES = ("linear", "spindle")
+TIME_MODES = ("none", "prefix", "layerwise")      # time-agnostic (TAD), prefix token (PTE), layer-wise (LTE)
+SAMPLERS = ("ancestral", "cached", "first-hitting")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+UNITS = ("line", "sentence")
+LOSSES = ("hybrid", "elbo", "ce")
+DECAYS = ("cosine", "constant")
+DTYPES = ("auto", "fp32", "bf16")
+PRESETS = ("tiny", "mini", "small", "base")       # their sizes: model.PRESETS
+MAX_LAMBDA = 1 / math.pi                           # spindle strength that keeps a_t monotone
+MAX_SEED = 2**32 - 1
+MAX_T = 1_000_000
+
+
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise DbertError(message)
+
+
+def _one_of(option: str, value, choices: tuple) -> None:
+    _need(value in choices, f"{option} must be one of: {', '.join(choices)} (got {value!r})")
+
+
+def _int(option: str, value, lo: int, hi: int | None = None) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
+    _need(ok, f"{option} must be a whole number {'>= ' + str(lo) if hi is None else f'in [{lo}, {hi}]'} (got {value!r})")
+
+
+def _float(option: str, value, lo: float, hi: float = math.inf, lo_open: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and \
+        (value > lo if lo_open else value >= lo) and value <= hi
+    bounds = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]" if math.isfinite(hi) else f"{'>' if lo_open else '>='} {lo:g}"
+    _need(ok, f"{option} must be a finite number {'in ' if math.isfinite(hi) else ''}{bounds} (got {value!r})")
+
+
+# ---------------------------------------------------------------------------------- training
+@dataclass
+class TrainConfig:
+    data: list[str]
+    out: str
+    preset: str | None = "tiny"        # model sizes for a random init (tiny, mini, small, base)
+    init: str | None = None            # or a pretrained BERT: local dir or hub id
+    from_scratch: bool = False         # with init: its architecture and tokenizer, random weights
+    trim_vocab: bool = False           # with init: keep only the word pieces the training data uses
+    vocab_size: int | None = None      # WordPiece size learnt from the data (presets without init)
+    unit: str = "line"                 # an example is a line or a sentence of the files
+    pack: bool = False                 # join examples with [SEP] into full seq_len streams
+    seq_len: int = 64                  # content tokens per example (plus [CLS], [SEP])
+    batch_size: int = 32               # examples per optimizer step, over all processes
+    grad_accum: int = 1                # micro-batches per optimizer step
+    max_steps: int = 1000
+    lr: float = 5e-4
+    warmup: int = 100
+    decay: str = "cosine"              # cosine to min_lr_ratio * lr, or constant after warm-up
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    schedule: str = "spindle"
+    lam: float = 0.3                   # spindle strength (0 = linear)
+    T: int = 2048
+    time: str = "none"                 # none (time-agnostic), prefix, layerwise
+    loss: str = "hybrid"               # ELBO + hybrid_weight * CE (paper), pure elbo, or ce
+    hybrid_weight: float = 0.01
+    val_data: list[str] | None = None  # held-out files; default: a slice of the training data
+    val_examples: int = 256
+    eval_every: int = 200              # 0: never
+    eval_steps: int | None = None      # step budget of the validation ELBO (None: min(128, T))
+    save_every: int = 500              # 0: only at the end
+    log_every: int = 10
+    device: str = "auto"               # auto, cpu, cuda, mps
+    dtype: str = "auto"                # auto (bf16 autocast where native: CUDA, AVX512-BF16/AMX CPUs), fp32, bf16
+    dropout: float | None = None       # override the model's dropout rates (None: keep them)
+    seed: int = 0
+    resume: bool = False
+
+    # What a resumed run may change; everything else is the checkpoint's.
+    RESUMABLE = ("max_steps", "eval_every", "save_every", "log_every", "device", "dtype")
+
+    @property
+    def eval_budget(self) -> int:
+        """Step budget of the validation ELBO."""
+        return self.eval_steps if self.eval_steps is not None else min(128, self.T)
+
+    def validate(self, world: int = 1) -> "TrainConfig":
+        """Raise DbertError naming the first bad field; returns self unchanged."""
+        _need(bool(self.data) and all(isinstance(p, str) and p for p in self.data), "--data: give at least one file")
+        _need(isinstance(self.out, str) and bool(self.out), "--out must name a directory")
+        if self.init is None:
+            _one_of("--preset", self.preset, PRESETS)
+            _need(not self.from_scratch, "--from-scratch needs --init (a preset is always a random init)")
+            _need(not self.trim_vocab, "--trim-vocab needs --init (a preset learns a vocabulary from the data anyway)")
+        if self.vocab_size is not None:
+            _int("--vocab-size", self.vocab_size, 16, 1_000_000)
+        _one_of("--unit", self.unit, UNITS)
+        _int("--seq-len", self.seq_len, 1, 100_000)
+        _int("--batch-size", self.batch_size, 1)
+        _int("--grad-accum", self.grad_accum, 1)
+        _need(self.batch_size % (world * self.grad_accum) == 0,
+              f"--batch-size {self.batch_size} must divide by processes x --grad-accum ({world} x {self.grad_accum})")
+        _int("--max-steps", self.max_steps, 1)
+        _float("--lr", self.lr, 0.0, 10.0, lo_open=True)
+        _int("--warmup", self.warmup, 0)
+        _one_of("--decay", self.decay, DECAYS)
+        _float("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        _float("weight_decay", self.weight_decay, 0.0, 10.0)
+        _float("clip", self.clip, 0.0, lo_open=True)
+        _one_of("--schedule", self.schedule, SCHEDULES)
+        _float("--lambda", self.lam, 0.0, MAX_LAMBDA)
+        _int("--T", self.T, 1, MAX_T)
+        _one_of("--time", self.time, TIME_MODES)
+        _one_of("--loss", self.loss, LOSSES)
+        _float("hybrid_weight", self.hybrid_weight, 0.0, 1e6)
+        _int("val_examples", self.val_examples, 1)
+        _int("--eval-every", self.eval_every, 0)
+        if self.eval_steps is not None:
+            _int("--eval-steps", self.eval_steps, 1, self.T)
+        _int("--save-every", self.save_every, 0)
+        _int("--log-every", self.log_every, 1)
+        _one_of("--device", self.device, DEVICES)
+        _one_of("--dtype", self.dtype, DTYPES)
+        if self.dropout is not None:
+            _float("--dropout", self.dropout, 0.0, 1.0)
+            _need(self.dropout < 1.0, f"--dropout must be below 1 (got {self.dropout})")
+        _int("--seed", self.seed, 0, MAX_SEED)
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> "TrainConfig":
+        """A config from a checkpoint's train_config: keys of older versions dropped, new ones default."""
+        if not isinstance(saved, dict):
+            raise DbertError("the checkpoint's train_config is not a JSON object")
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in saved.items() if k in known})
+
+    @classmethod
+    def resume_from(cls, saved: dict, out: str, **changes) -> "TrainConfig":
+        """The config of a run to continue: the checkpoint's own, with `changes` on top.
+        Changes outside RESUMABLE are allowed only when they equal the saved value."""
+        base = cls.from_dict(saved)
+        return base.continued(replace(base, out=out, resume=True, **changes))
+
+    def continued(self, given: "TrainConfig") -> "TrainConfig":
+        """self (the checkpoint's config) continued under `given`: only RESUMABLE fields may differ."""
+        for f in fields(self):
+            if f.name in self.RESUMABLE or f.name in ("out", "resume"):
+                continue
+            mine, theirs = getattr(self, f.name), getattr(given, f.name)
+            if f.name == "eval_steps":
+                mine, theirs = self.eval_budget, given.eval_budget
+            if mine != theirs:
+                flag = "--" + f.name.replace("_", "-")
+                raise DbertError(f"--resume: {flag} is {mine!r} in the checkpoint, not {theirs!r}; "
+                                 f"a resumed run may change only {', '.join('--' + n.replace('_', '-') for n in self.RESUMABLE)}")
+        return replace(self, out=given.out, resume=True, **{n: getattr(given, n) for n in self.RESUMABLE})
+
+
+# ---------------------------------------------------------------------------------- sampling
+@dataclass
+class SampleConfig:
+    """How to sample. None fields are resolved per checkpoint by `resolved(db)`."""
+
+    n: int = 10                        # samples
+    steps: int = 128                   # reverse steps S (1..T)
+    temperature: float = 1.0
+    top_k: int = 30                    # 0: off (the paper: 30)
+    top_p: float = 1.0
+    length: int | None = None          # None: the length the checkpoint was trained on
+    sampler: str | None = None         # None: the fastest exact sampler the checkpoint allows
+    batch_size: int = 32               # samples per network call
+    seed: int | None = None            # None: a fresh random seed
+    device: str = "auto"
+    prompt: str | None = None          # a template with [MASK] slots
+    block_repeats: bool = True         # never draw a token equal to a revealed neighbour ("there there")
+
+    def validate(self) -> "SampleConfig":
+        """Checks that need no checkpoint; `resolved` adds the ones that do."""
+        _int("--n", self.n, 1)
+        _int("--steps", self.steps, 1, MAX_T)
+        _float("--temperature", self.temperature, 0.0, 1e6, lo_open=True)
+        _int("--top-k", self.top_k, 0)
+        _float("--top-p", self.top_p, 0.0, 1.0, lo_open=True)
+        if self.length is not None:
+            _int("--length", self.length, 1)
+        if self.sampler is not None:
+            _one_of("--sampler", self.sampler, SAMPLERS)
+        _int("--batch-size", self.batch_size, 1)
+        if self.seed is not None:
+            _int("--seed", self.seed, 0, MAX_SEED)
+        _one_of("--device", self.device, DEVICES)
+        return self
+
+    def resolved(self, db) -> "SampleConfig":
+        """A copy with length and sampler filled in for this checkpoint, checked against it."""
+        from .sample import default_length, default_sampler, validate
+
+        self.validate()
+        out = replace(self, length=self.length if self.length is not None else default_length(db),
+                      sampler=self.sampler if self.sampler is not None else default_sampler(db))
+        validate(db, out.steps, out.length, out.sampler)
+        return out
