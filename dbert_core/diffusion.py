@@ -1,4 +1,4 @@
-"""The forward process and the variational bound (METHOD.md sections 1, 2 and 4).
+"""The forward process and the variational bound (docs/method.md sections 1, 2 and 3).
 
 Notation: x_0 are the clean tokens, x_t has some of them replaced by [MASK]. A position that
 is masked at step t and whose clean token is x is visible at an earlier step s with

@@ -1,6 +1,6 @@
 """Reverse diffusion: fill [MASK]s in, one frame per reverse step (or per reveal event).
 
-The reverse step (METHOD.md section 2), for a masked position at step t jumping to s < t:
+The reverse step (docs/method.md section 2), for a masked position at step t jumping to s < t:
     reveal token v with probability p(v) r(v),  stay masked with 1 - R,  R = sum_v p(v) r(v),
     r(v) = (a_s(v) - a_t(v)) / (1 - a_t(v)),  p = p_theta(x_0 | x_t).
 Revealed tokens are never masked again ("carry-over"). Temperature, top-k, top-p and the

@@ -3,7 +3,7 @@
 A schedule gives a_t(v): the probability that a token v of x_0 is still visible
 (not yet [MASK]) at step t of T. a_0 = 1, a_T = 0, and a_t is non-increasing in t.
 
-Spindle centering (METHOD.md section 1): the paper centres each token's information on the
+Spindle centering (docs/method.md section 1): the paper centres each token's information on the
 mean over its own sentence, which makes a_t depend on the whole of x_0; the sampler never
 knows x_0, so that ELBO is not exact. We centre on the corpus mean instead, so a_t(v)
 depends on the token alone and the reverse kernel and the bound below use the same a_t.
