@@ -11,10 +11,11 @@ never imports transformers.
       dbert_time.safetensors                time-embedding weights (prefix/layerwise only)
       trainer_state/                        optimizer, RNG and data position (for --resume)
 
-A save writes a complete new directory beside the old one and swaps it in with two renames;
-a crash at any moment leaves either the old or the new checkpoint, and `load` finishes an
-interrupted swap. Nothing is ever unpickled: tensors come from safetensors and the optimizer
-state is read with torch.load(weights_only=True).
+A save writes a complete new directory in a marked swap folder beside the old one and swaps
+it in with two renames (layout.py): a crash at any moment leaves either the old or the new
+checkpoint, readers find the old one meanwhile, and the next writer finishes the swap. Nothing
+is ever unpickled: tensors come from safetensors and the optimizer state is read with
+torch.load(weights_only=True).
 """
 
 from __future__ import annotations
@@ -22,19 +23,17 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from .errors import DbertError
+from .layout import META, apply_umask, discard, readable, recover, temp_dir
 from .model import DiffusionBert, count_parameters
 from .schedule import Schedule, make_schedule
 
 FORMAT = 1
-META = "dbert.json"
 TOKENS = "dbert_tokens.safetensors"
 TIME = "dbert_time.safetensors"
 STATE = "trainer_state"
@@ -103,30 +102,6 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def readable(path: Path) -> Path:
-    """Where a checkpoint can be read now without touching the disk: the directory itself or,
-    in the moment between a save's two renames (or after a crash there), the previous one."""
-    path = Path(path)
-    old = path.with_name(path.name + ".old")
-    return old if not path.exists() and old.is_dir() else path
-
-
-def recover(path: Path) -> None:
-    """Finish a swap a crash interrupted: put the previous checkpoint back if needed.
-
-    Only writers (save, training) call this; readers use `readable`, so loading a checkpoint
-    that a live trainer is saving never races with its renames.
-    """
-    path = Path(path)
-    old = path.with_name(path.name + ".old")
-    if not path.exists() and old.is_dir():
-        os.rename(old, path)
-    elif path.exists() and old.is_dir():
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in path.parent.glob(f".{path.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-
-
 def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype | None = None,
          extra_files: dict[str, str] | None = None) -> Path:
     """Write db (and optionally trainer state) to path atomically; returns the path.
@@ -141,40 +116,45 @@ def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype 
     path = Path(path).absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
     recover(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    os.chmod(tmp, 0o755)
+    if path.is_dir() and any(path.iterdir()) and not (path / META).is_file():
+        raise DbertError(f"refusing to replace {path}: it holds files but is not a dbert checkpoint")
+    swap = temp_dir(path, "swap")
+    new, old = swap / "new", swap / "old"
     try:
-        pretrained.save(db.model.bert, tmp, dtype)
-        db.tokenizer.save_pretrained(tmp)
-        save_file({"counts": db.counts.cpu().contiguous()}, str(tmp / TOKENS))
+        new.mkdir()
+        pretrained.save(db.model.bert, new, dtype)
+        db.tokenizer.save_pretrained(new)
+        save_file({"counts": db.counts.cpu().contiguous()}, str(new / TOKENS))
         tsd = db.model.time_state_dict()
         if tsd:
-            save_file({k: v.detach().cpu().contiguous() for k, v in tsd.items()}, str(tmp / TIME))
+            save_file({k: v.detach().cpu().contiguous() for k, v in tsd.items()}, str(new / TIME))
         meta = dict(db.meta)
         meta.setdefault("created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         meta["saved"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         meta["parameters"] = count_parameters(db.model)
-        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
+        (new / META).write_text(json.dumps(meta, indent=2) + "\n")
         for name, text in (extra_files or {}).items():
-            (tmp / name).write_text(text)
+            (new / name).write_text(text)
         if trainer_state is not None:
-            sdir = tmp / STATE
+            sdir = new / STATE
             sdir.mkdir()
             torch.save(trainer_state["optimizer"], sdir / "optimizer.pt")
             torch.save(trainer_state["rng"], sdir / "rng.pt")
             (sdir / "state.json").write_text(json.dumps(trainer_state["state"], indent=2) + "\n")
-        for f in tmp.rglob("*"):  # readable by everyone, like any installed package data
-            os.chmod(f, 0o755 if f.is_dir() else 0o644)
-        _fsync_tree(tmp)
-        old = path.with_name(path.name + ".old")
+        apply_umask(new)  # safetensors writes 0600 whatever the umask; every file gets the umask's mode
+        _fsync_tree(new)
         if path.exists():
             os.rename(path, old)
-        os.rename(tmp, path)
+        try:
+            os.rename(new, path)
+        except BaseException:
+            if old.is_dir() and not path.exists():
+                os.rename(old, path)  # put the previous checkpoint back
+            raise
         _fsync_dir(path.parent)
-        shutil.rmtree(old, ignore_errors=True)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        if path.exists() or not old.exists():  # never delete the only copy of the previous checkpoint
+            discard(swap)
     db.path = path
     db.meta = json.loads((path / META).read_text())
     return path

@@ -1,9 +1,10 @@
 """Store operations: fetch a checkpoint (Hugging Face Hub repo or archive URL), import, remove.
 
-Every operation builds the new entry in a hidden temporary directory beside it in the store
-(`.<name>.fetch-XXXX`, which `store.entries` never lists), validates it with
-`checkpoint.load`, and only then renames it into place: a failed, offline or cancelled
-fetch leaves nothing half-written behind.
+Every operation builds the new entry in a marked temp folder beside it in the store
+(`.<name>.dbert-fetch-…`, layout.py), which `store.entries` never lists, validates it with
+`checkpoint.load`, gives it the user's umask, and only then renames it into place: a failed,
+offline, cancelled or killed fetch leaves nothing half-written in the store, and what a killed
+one leaves behind is cleaned by the next store operation.
 
 Archives (.tar.gz, .tgz, .tar, .zip) are unpacked by hand, member by member: absolute paths,
 `..`, links and device files are refused, and so is any pickle file (*.bin, *.pt, *.pth,
@@ -17,11 +18,11 @@ import os
 import shutil
 import stat
 import tarfile
-import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Callable, Optional
 
+from . import layout
 from .errors import DbertError
 
 MAX_BYTES = 4 * 1024**3  # 4 GiB, downloaded or unpacked
@@ -45,11 +46,11 @@ def _store_dir() -> Path:
 def _target(name: str) -> Path:
     from .store import SHIPPED, is_name
 
-    if not is_name(name) or name.endswith(".old") or name in SHIPPED:
+    if not is_name(name) or name in SHIPPED:
         raise DbertError(f"invalid checkpoint name {name!r} (a plain name, not a shipped one "
                          f"({', '.join(SHIPPED)}), no '/', not hidden)")
     path = _store_dir() / name
-    if path.exists() or path.with_name(name + ".old").exists():
+    if layout.exists(path):
         raise DbertError(f"a checkpoint named {name!r} already exists in the store; choose another --name "
                          "or remove it first")
     return path
@@ -72,33 +73,46 @@ def default_name(source: str) -> str:
     return source.rstrip("/").split("/")[-1]
 
 
-def _validate(path: Path) -> None:
-    """Raise DbertError unless path holds a loadable checkpoint with safetensors weights only."""
-    from .checkpoint import load
-
-    for f in path.rglob("*"):
-        if f.is_symlink():
-            raise DbertError(f"refusing {f.relative_to(path)}: links are not allowed in a checkpoint")
-        if f.is_file() and f.name.lower().endswith(PICKLE_SUFFIXES) and not _skipped(f.relative_to(path).parts):
-            raise DbertError(f"refusing {f.relative_to(path)}: pickle weights are not accepted (safetensors only)")
-    load(path)
-
-
 def _skipped(parts) -> bool:
     return any(p in SKIP_DIRS for p in parts)
 
 
-def _commit(tmp_root: Path, ckpt_dir: Path, target: Path) -> Path:
+def _check_tree(path: Path) -> None:
+    """Only plain files and folders: no links, devices or FIFOs (a FIFO would hang a copy), and
+    pickles only in a skipped trainer_state/ folder."""
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            f = Path(dirpath) / name
+            rel = f.relative_to(path)
+            mode = os.lstat(f).st_mode
+            if stat.S_ISLNK(mode):
+                raise DbertError(f"refusing {rel}: links are not allowed in a checkpoint")
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                raise DbertError(f"refusing {rel}: not a regular file")
+            if name.lower().endswith(PICKLE_SUFFIXES) and not _skipped(rel.parts):
+                raise DbertError(f"refusing {rel}: pickle weights are not accepted (safetensors only)")
+
+
+def _validate(path: Path) -> None:
+    """Raise DbertError unless path holds a loadable checkpoint with safetensors weights only."""
+    from .checkpoint import load
+
+    _check_tree(path)
+    load(path)
+
+
+def _commit(ckpt_dir: Path, target: Path) -> Path:
     _validate(ckpt_dir)
-    if target.exists():
+    layout.apply_umask(ckpt_dir)
+    if layout.exists(target):
         raise DbertError(f"a checkpoint named {target.name!r} appeared in the store meanwhile")
     os.rename(ckpt_dir, target)
     return target
 
 
-def _workspace(target: Path) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{target.name}.fetch-", dir=target.parent))
+def _tidy() -> None:
+    """What killed store operations left behind: recovered or removed (layout.clean)."""
+    layout.clean(_store_dir())
 
 
 # ------------------------------------------------------------------------------ public API
@@ -113,18 +127,19 @@ def fetch(source: str, revision: str | None = None, name: str | None = None, pro
     source = source.strip()
     if not source:
         raise DbertError("nothing to fetch: give a hub repo id (user/model) or an https URL")
+    if _is_url(source) and revision is not None:
+        raise DbertError("--revision applies to hub repos, not to URLs")
+    _tidy()
     target = _target(name or default_name(source))
-    tmp = _workspace(target)
+    tmp = layout.temp_dir(target, "fetch")
     try:
         if _is_url(source):
-            if revision is not None:
-                raise DbertError("--revision applies to hub repos, not to URLs")
             ckpt_dir = _fetch_url(source, tmp, progress, max_bytes, cancel)
         else:
             ckpt_dir = _fetch_hub(source, revision, tmp, progress, max_bytes, cancel)
-        return _commit(tmp, ckpt_dir, target)
+        return _commit(ckpt_dir, target)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        layout.discard(tmp)
 
 
 def import_dir(path, name: str | None = None) -> Path:
@@ -132,17 +147,19 @@ def import_dir(path, name: str | None = None) -> Path:
     src = Path(path).expanduser()
     if not src.is_dir():
         raise DbertError(f"not a directory: {src}")
+    _check_tree(src)  # links and FIFOs refused before anything is read or copied
     from .checkpoint import load
 
     load(src)  # a clear error before copying anything
+    _tidy()
     target = _target(name or src.resolve().name)
-    tmp = _workspace(target)
+    tmp = layout.temp_dir(target, "import")
     try:
         dest = tmp / "ckpt"
-        shutil.copytree(src, dest, symlinks=False)
-        return _commit(tmp, dest, target)
+        shutil.copytree(src, dest, symlinks=True)
+        return _commit(dest, target)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        layout.discard(tmp)
 
 
 def remove(name: str) -> Path:
@@ -153,16 +170,14 @@ def remove(name: str) -> Path:
         raise DbertError(f"the shipped checkpoint {name!r} cannot be removed")
     if not is_name(name):
         raise DbertError(f"not a store name: {name!r} (remove only deletes store entries, not paths)")
+    _tidy()
     path = _store_dir() / name
-    old = path.with_name(name + ".old")
-    if not path.is_dir() and not old.is_dir():
+    if not path.is_dir():
         raise DbertError(f"no checkpoint named {name!r} in {_store_dir()}")
-    for p in (path, old):
-        if p.is_dir():
-            # rename first, so the entry disappears at once even if deleting takes a while
-            gone = Path(tempfile.mkdtemp(prefix=f".{name}.removing-", dir=p.parent))
-            os.rename(p, gone / "x")
-            shutil.rmtree(gone, ignore_errors=True)
+    # rename first, so the entry disappears at once even if deleting takes a while (or is killed)
+    gone = layout.temp_dir(path, "remove")
+    os.rename(path, gone / "x")
+    layout.discard(gone)
     return path
 
 

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import layout
 from .errors import DbertError
 
 DEFAULT_NAME = "default"
@@ -85,7 +86,7 @@ def resolve(name_or_path: str | None) -> Path:
         return path
     if is_name(name_or_path):
         entry = store_dir() / name_or_path
-        if entry.exists() or entry.with_name(entry.name + ".old").exists():
+        if layout.exists(entry):
             return entry
         raise DbertError(f"no checkpoint named {name_or_path!r} in {store_dir()} and no such directory "
                          "(see `dbert checkpoints list`)")
@@ -135,8 +136,9 @@ def entries() -> list[Entry]:
             out.append(e)
     root = store_dir()
     if root.is_dir():
+        layout.clean(root)  # listing is a store operation: what killed ones left is recovered or removed
         for p in sorted(root.iterdir()):
-            if p.is_dir() and is_name(p.name) and not p.name.endswith(".old"):
+            if p.is_dir() and is_name(p.name):
                 e = _entry(p.name, p)
                 if e:
                     out.append(e)
