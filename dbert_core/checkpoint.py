@@ -15,7 +15,10 @@ A save writes a complete new directory in a marked swap folder beside the old on
 it in with two renames (layout.py): a crash at any moment leaves either the old or the new
 checkpoint, readers find the old one meanwhile, and the next writer finishes the swap. Nothing
 is ever unpickled: tensors come from safetensors and the optimizer state is read with
-torch.load(weights_only=True).
+torch.load(weights_only=True). `load` refuses what does not fit: dbert.json outside its schema
+(schema.py), code (trust.py), missing, extra, misshapen, non-finite or non-float weights, a
+tokenizer of another size than the model's vocabulary, and token counts that are not finite,
+non-negative and one per token.
 """
 
 from __future__ import annotations
@@ -29,15 +32,15 @@ from pathlib import Path
 import torch
 
 from .errors import DbertError
-from .layout import META, apply_umask, discard, readable, recover, temp_dir
+from .layout import META, apply_umask, discard, inspect, readable, recover, temp_dir
+from .layout import read_meta  # noqa: F401 - part of this module's API (tests, TUI)
 from .model import DiffusionBert, count_parameters
 from .schedule import Schedule, make_schedule
+from .schema import FORMAT
 
-FORMAT = 1
 TOKENS = "dbert_tokens.safetensors"
 TIME = "dbert_time.safetensors"
 STATE = "trainer_state"
-REQUIRED = ("config.json", "model.safetensors", META, TOKENS)
 
 
 @dataclass
@@ -160,29 +163,10 @@ def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype 
     return path
 
 
-def read_meta(path) -> dict:
-    path = Path(path)
-    try:
-        meta = json.loads((path / META).read_text())
-    except FileNotFoundError:
-        raise DbertError(f"not a dbert checkpoint (no {META}): {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise DbertError(f"checkpoint {path}: {META} is not valid JSON") from None
-    if not isinstance(meta, dict) or "schedule" not in meta or "T" not in meta:
-        raise DbertError(f"checkpoint {path}: {META} lacks the schedule settings")
-    return meta
-
-
 def _check_files(path: Path) -> None:
+    """Every safetensors file parses and is as long as its header says."""
     from safetensors import safe_open
 
-    if not path.is_dir():
-        raise DbertError(f"checkpoint directory not found: {path}")
-    missing = [f for f in REQUIRED if not (path / f).is_file()]
-    if not ((path / "tokenizer.json").is_file() or (path / "vocab.txt").is_file()):
-        missing.append("tokenizer.json or vocab.txt")
-    if missing:
-        raise DbertError(f"checkpoint {path} is missing {', '.join(missing)}")
     for name in ("model.safetensors", TOKENS, TIME):
         f = path / name
         if not f.is_file():
@@ -209,30 +193,73 @@ def load(path, device: str | torch.device = "cpu", dtype: torch.dtype | None = N
 
     path = Path(path)
     source = readable(path)
+    meta = inspect(source)
     _check_files(source)
-    meta = read_meta(source)
     try:
         bert = pretrained.load(source, dtype=dtype or torch.float32)
         tokenizer = WordPieceTokenizer.load(source)
-        counts = load_file(str(source / TOKENS))["counts"]
+        tables = load_file(str(source / TOKENS))
     except DbertError:
         raise
     except Exception as e:  # noqa: BLE001
         raise DbertError(f"checkpoint {path} cannot be loaded: {str(e).splitlines()[0][:120]}") from None
+    vocab = bert.config.vocab_size
+    if len(tokenizer) != vocab:
+        raise DbertError(f"checkpoint {path}: the tokenizer has {len(tokenizer)} tokens but the model's vocabulary "
+                         f"has {vocab} (config.json vocab_size); they must match")
+    counts = _counts(tables, vocab, path)
     try:
-        db = assemble(bert, tokenizer, meta["schedule"], int(meta["T"]), counts, float(meta.get("lambda", 0.3)),
+        db = assemble(bert, tokenizer, meta["schedule"], meta["T"], counts, meta.get("lambda", 0.3),
                       meta.get("time", "none"), meta)
     except ValueError as e:
         raise DbertError(f"checkpoint {path}: {e}") from None
-    if db.model.time_embed is not None:
-        if not (source / TIME).is_file():
-            raise DbertError(f"checkpoint {path} is missing {TIME}")
-        tsd = load_file(str(source / TIME))
-        db.model.time_embed.load_state_dict({k.removeprefix("time_embed."): v for k, v in tsd.items()})
-        db.model.time_embed.to(dtype or torch.float32)
+    _load_time(db, source, path, dtype or torch.float32)
     db.path = path
     db.model.to(device).eval()
     return db
+
+
+def _counts(tables: dict, vocab: int, path: Path) -> torch.Tensor:
+    """The spindle schedule's token counts: one finite, non-negative whole number per token."""
+    if set(tables) != {"counts"}:
+        raise DbertError(f"checkpoint {path}: {TOKENS} must hold exactly one tensor 'counts', "
+                         f"not {', '.join(sorted(tables)) or 'none'}")
+    counts = tables["counts"]
+    if counts.dim() != 1 or counts.numel() != vocab:
+        raise DbertError(f"checkpoint {path}: the token counts have shape {tuple(counts.shape)}; "
+                         f"the model's vocabulary needs ({vocab},)")
+    if counts.dtype == torch.bool or counts.is_complex():
+        raise DbertError(f"checkpoint {path}: the token counts are {counts.dtype}, not numbers")
+    if counts.is_floating_point():
+        if not torch.isfinite(counts).all():
+            raise DbertError(f"checkpoint {path}: the token counts hold NaN or infinite values")
+        if not torch.equal(counts, counts.round()) or counts.abs().max() > 2**62:
+            raise DbertError(f"checkpoint {path}: the token counts are not whole numbers")
+    if (counts < 0).any():
+        raise DbertError(f"checkpoint {path}: the token counts hold negative values")
+    return counts.to(torch.long)
+
+
+def _load_time(db: DBert, source: Path, path: Path, dtype: torch.dtype) -> None:
+    """The time-embedding weights: present exactly when dbert.json says the model uses time."""
+    from safetensors.torch import load_file
+
+    from .pretrained import check_values
+
+    if db.model.time_embed is None:
+        if (source / TIME).exists():
+            raise DbertError(f"checkpoint {path}: {TIME} is present but dbert.json says time 'none'")
+        return
+    if not (source / TIME).is_file():
+        raise DbertError(f"checkpoint {path} is missing {TIME}")
+    tsd = {k.removeprefix("time_embed."): v for k, v in load_file(str(source / TIME)).items()}
+    check_values(tsd, f"checkpoint {path}: {TIME}")
+    try:
+        db.model.time_embed.load_state_dict(tsd)
+    except RuntimeError as e:
+        detail = " ".join(str(e).split())[:160]
+        raise DbertError(f"checkpoint {path}: {TIME} does not fit the model ({detail})") from None
+    db.model.time_embed.to(dtype)
 
 
 def load_trainer_state(path) -> dict | None:
@@ -240,8 +267,11 @@ def load_trainer_state(path) -> dict | None:
     sdir = readable(Path(path)) / STATE
     if not (sdir / "state.json").is_file():
         return None
-    return {
-        "optimizer": torch.load(sdir / "optimizer.pt", map_location="cpu", weights_only=True),
-        "rng": torch.load(sdir / "rng.pt", map_location="cpu", weights_only=True),
-        "state": json.loads((sdir / "state.json").read_text()),
-    }
+    try:
+        return {
+            "optimizer": torch.load(sdir / "optimizer.pt", map_location="cpu", weights_only=True),
+            "rng": torch.load(sdir / "rng.pt", map_location="cpu", weights_only=True),
+            "state": json.loads((sdir / "state.json").read_text()),
+        }
+    except Exception as e:  # noqa: BLE001 - a refused pickle, a corrupt or missing file
+        raise DbertError(f"{sdir} cannot be read safely: {str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__}") from None

@@ -24,9 +24,9 @@ from typing import Callable, Optional
 
 from . import layout
 from .errors import DbertError
+from .trust import PICKLE_SUFFIXES, is_code
 
 MAX_BYTES = 4 * 1024**3  # 4 GiB, downloaded or unpacked
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "tokenizer*", "*.model"]
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 SKIP_DIRS = ("trainer_state",)
@@ -78,8 +78,8 @@ def _skipped(parts) -> bool:
 
 
 def _check_tree(path: Path) -> None:
-    """Only plain files and folders: no links, devices or FIFOs (a FIFO would hang a copy), and
-    pickles only in a skipped trainer_state/ folder."""
+    """Only plain files and folders: no links, devices or FIFOs (a FIFO would hang a copy), no
+    code, and pickles only in a skipped trainer_state/ folder."""
     for dirpath, dirnames, filenames in os.walk(path):
         for name in dirnames + filenames:
             f = Path(dirpath) / name
@@ -89,6 +89,8 @@ def _check_tree(path: Path) -> None:
                 raise DbertError(f"refusing {rel}: links are not allowed in a checkpoint")
             if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
                 raise DbertError(f"refusing {rel}: not a regular file")
+            if is_code(name):
+                raise DbertError(f"refusing {rel}: a checkpoint may not carry custom code")
             if name.lower().endswith(PICKLE_SUFFIXES) and not _skipped(rel.parts):
                 raise DbertError(f"refusing {rel}: pickle weights are not accepted (safetensors only)")
 
@@ -147,7 +149,7 @@ def import_dir(path, name: str | None = None) -> Path:
     src = Path(path).expanduser()
     if not src.is_dir():
         raise DbertError(f"not a directory: {src}")
-    _check_tree(src)  # links and FIFOs refused before anything is read or copied
+    _check_tree(src)  # links, FIFOs and code refused before anything is read or copied
     from .checkpoint import load
 
     load(src)  # a clear error before copying anything

@@ -16,7 +16,7 @@ writers call `recover`, which puts `swap/old` back if NAME is missing and delete
 folder, once its owner is gone (its pid has exited, or it is older than STALE_SECONDS).
 `clean` does that for every temp folder of a directory: the store runs it on each operation.
 
-Torch-free: the store's listing uses it without loading any model.
+Torch-free: listing the store and the TUI's start-up use it without loading any model.
 """
 
 from __future__ import annotations
@@ -30,11 +30,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from .errors import DbertError
 
 MARK = ".dbert-temp"
 KINDS = ("swap", "fetch", "import", "remove")
 STALE_SECONDS = 24 * 3600  # an owner alive for longer is taken for a reused pid
 META = "dbert.json"
+REQUIRED = ("config.json", "model.safetensors", META, "dbert_tokens.safetensors")
 _NAME = re.compile(r"^\.(?P<name>.+)\.dbert-(?P<kind>" + "|".join(KINDS) + r")-(?P<pid>\d+)-[A-Za-z0-9_]+$")
 
 
@@ -199,6 +201,46 @@ def exists(path: Path) -> bool:
     """A checkpoint is at path, or mid-swap there."""
     path = Path(path)
     return path.exists() or _swapped_out(path) is not None
+
+
+# ------------------------------------------------------------------------------ checkpoints
+def read_meta(path) -> dict:
+    """dbert.json of a checkpoint folder, checked against the schema."""
+    from .schema import check
+
+    path = Path(path)
+    try:
+        text = (path / META).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DbertError(f"not a dbert checkpoint (no {META}): {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DbertError(f"checkpoint {path}: {META} cannot be read ({e.__class__.__name__})") from None
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        raise DbertError(f"checkpoint {path}: {META} is not valid JSON") from None
+    return check(meta, path)
+
+
+def inspect(path) -> dict:
+    """The quick checks of a checkpoint folder (files present, no code, dbert.json valid): its
+    meta, or DbertError with the reason. The tensors are checked by checkpoint.load."""
+    from .trust import refuse_code
+
+    path = Path(path)
+    if not path.is_dir():
+        raise DbertError(f"checkpoint directory not found: {path}")
+    missing = [f for f in REQUIRED if not (path / f).is_file()]
+    if not ((path / "tokenizer.json").is_file() or (path / "vocab.txt").is_file()):
+        missing.append("tokenizer.json or vocab.txt")
+    if missing:
+        raise DbertError(f"checkpoint {path} is missing {', '.join(missing)}")
+    refuse_code(path)
+    return read_meta(path)
+
+
+def is_checkpoint(path) -> bool:
+    return (Path(path) / META).is_file()
 
 
 # ------------------------------------------------------------------------------ permissions
