@@ -6,10 +6,10 @@ Every operation builds the new entry in a marked temp folder beside it in the st
 offline, cancelled or killed fetch leaves nothing half-written in the store, and what a killed
 one leaves behind is cleaned by the next store operation.
 
-Archives (.tar.gz, .tgz, .tar, .zip) are unpacked by hand, member by member: absolute paths,
-`..`, links and device files are refused, and so is any pickle file (*.bin, *.pt, *.pth,
-*.ckpt, *.pkl): only safetensors weights are accepted. A `trainer_state/` folder (optimizer
-state, which is pickled) is skipped, never unpacked. Downloads are capped at `max_bytes`.
+URLs: http(s) only, redirects only on the same host, connect and read timeouts (net.py).
+Archives are unpacked by archive.py (format from the bytes; paths, links, devices, code,
+pickles and bombs refused). Hub repos: only weights, configs and tokenizer files are
+downloaded, never a `trainer_state/` folder (pickled). Downloads are capped at `max_bytes`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import tarfile
-import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Callable, Optional
 
@@ -26,7 +24,7 @@ from . import layout
 from .errors import DbertError
 from .trust import PICKLE_SUFFIXES, is_code
 
-MAX_BYTES = 4 * 1024**3  # 4 GiB, downloaded or unpacked
+MAX_BYTES = 4 * 1024**3  # 4 GiB downloaded
 ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "tokenizer*", "*.model"]
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 SKIP_DIRS = ("trainer_state",)
@@ -57,7 +55,7 @@ def _target(name: str) -> Path:
 
 
 def _is_url(source: str) -> bool:
-    return source.startswith(("http://", "https://"))
+    return "://" in source or source.lower().startswith(("file:", "javascript:", "data:"))
 
 
 def default_name(source: str) -> str:
@@ -126,11 +124,15 @@ def fetch(source: str, revision: str | None = None, name: str | None = None, pro
     revision: a branch, tag or commit of a hub repo (pinned download).
     cancel: polled while downloading; when it returns True the fetch stops with DbertError.
     """
+    from .net import check_url
+
     source = source.strip()
     if not source:
         raise DbertError("nothing to fetch: give a hub repo id (user/model) or an https URL")
-    if _is_url(source) and revision is not None:
-        raise DbertError("--revision applies to hub repos, not to URLs")
+    if _is_url(source):
+        check_url(source)
+        if revision is not None:
+            raise DbertError("--revision applies to hub repos, not to URLs")
     _tidy()
     target = _target(name or default_name(source))
     tmp = layout.temp_dir(target, "fetch")
@@ -184,27 +186,19 @@ def remove(name: str) -> Path:
 
 
 # ------------------------------------------------------------------------------ URL archives
-def _archive_kind(url: str, content_type: str | None) -> str:
-    from urllib.parse import urlparse
-
-    path = urlparse(url).path.lower()
-    if path.endswith(".zip") or (content_type or "").endswith("zip"):
-        return "zip"
-    if path.endswith((".tar.gz", ".tgz", ".tar")) or "tar" in (content_type or "") or "gzip" in (content_type or ""):
-        return "tar"
-    raise DbertError(f"{url} is not a .tar.gz, .tgz, .tar or .zip archive")
-
-
 def _fetch_url(url: str, tmp: Path, progress: Progress, max_bytes: int, cancel: Cancel) -> Path:
     import urllib.error
-    import urllib.request
+    from urllib.parse import urlparse
+
+    from .archive import unpack
+    from .net import no_answer, open_url, timed_out
 
     if os.environ.get("DBERT_OFFLINE") == "1":
         raise DbertError(f"cannot fetch {url}: DBERT_OFFLINE=1 is set")
     archive = tmp / "download"
+    host = urlparse(url).netloc
     try:
-        with urllib.request.urlopen(url, timeout=30) as response:
-            kind = _archive_kind(url, response.headers.get("Content-Type"))
+        with open_url(url) as response:
             total = response.headers.get("Content-Length")
             total = int(total) if total and total.isdigit() else None
             if total is not None and total > max_bytes:
@@ -222,96 +216,23 @@ def _fetch_url(url: str, tmp: Path, progress: Progress, max_bytes: int, cancel: 
                         progress(done, total, "download")
             if total is not None and done != total:
                 raise DbertError(f"{url}: the download stopped early ({done} of {total} bytes)")
+    except DbertError:
+        raise
     except urllib.error.HTTPError as e:
         raise DbertError(f"cannot fetch {url}: HTTP {e.code} {e.reason}") from None
-    except urllib.error.URLError as e:
-        raise DbertError(f"cannot fetch {url}: {e.reason} (offline?)") from None
-    except (TimeoutError, ConnectionError, OSError) as e:
-        if isinstance(e, DbertError):
-            raise
-        raise DbertError(f"cannot fetch {url}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - URLError, OSError, http.client errors: one line each
+        if timed_out(e):
+            raise no_answer(url, host) from None
+        text = " ".join(str(getattr(e, "reason", None) or e).split())[:160] or type(e).__name__
+        offline = " (offline?)" if isinstance(e, urllib.error.URLError) else ""
+        raise DbertError(f"cannot fetch {url}: {text}{offline}") from None
     dest = tmp / "unpacked"
     dest.mkdir()
     if progress is not None:
         progress(done, total, "unpack")
-    if kind == "zip":
-        _unzip(archive, dest, max_bytes)
-    else:
-        _untar(archive, dest, max_bytes)
+    unpack(archive, dest)
     archive.unlink()
     return _checkpoint_root(dest, url)
-
-
-def _member_path(dest: Path, name: str) -> Path | None:
-    """dest/name for a safe relative member name; None for a skipped member; raises otherwise."""
-    pure = PurePosixPath(name.replace("\\", "/"))
-    if pure.is_absolute() or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
-        raise DbertError(f"refusing archive member {name!r}: absolute path")
-    parts = [p for p in pure.parts if p not in ("", ".")]
-    if ".." in parts:
-        raise DbertError(f"refusing archive member {name!r}: it points outside the target folder")
-    if not parts or _skipped(parts) or parts[-1] in ("__MACOSX", ".DS_Store") or "__MACOSX" in parts:
-        return None
-    if parts[-1].lower().endswith(PICKLE_SUFFIXES):
-        raise DbertError(f"refusing archive member {name!r}: pickle weights are not accepted (safetensors only)")
-    return dest.joinpath(*parts)
-
-
-def _untar(archive: Path, dest: Path, max_bytes: int) -> None:
-    try:
-        tf = tarfile.open(archive, "r:*")
-    except (tarfile.TarError, OSError) as e:
-        raise DbertError(f"the download is not a readable tar archive ({e})") from None
-    with tf:
-        total = 0
-        try:
-            for m in tf:
-                if m.issym() or m.islnk():
-                    raise DbertError(f"refusing archive member {m.name!r}: links are not allowed")
-                if not (m.isfile() or m.isdir()):
-                    raise DbertError(f"refusing archive member {m.name!r}: not a regular file")
-                out = _member_path(dest, m.name)
-                if out is None:
-                    continue
-                if m.isdir():
-                    out.mkdir(parents=True, exist_ok=True)
-                    continue
-                total += m.size
-                if total > max_bytes:
-                    raise DbertError(f"the archive unpacks to more than {max_bytes / 1e6:.1f} MB")
-                out.parent.mkdir(parents=True, exist_ok=True)
-                src = tf.extractfile(m)
-                with src, open(out, "wb") as f:
-                    shutil.copyfileobj(src, f, CHUNK)
-        except (tarfile.TarError, EOFError, OSError) as e:
-            raise DbertError(f"the tar archive is corrupt ({e})") from None
-
-
-def _unzip(archive: Path, dest: Path, max_bytes: int) -> None:
-    try:
-        zf = zipfile.ZipFile(archive)
-    except (zipfile.BadZipFile, OSError) as e:
-        raise DbertError(f"the download is not a readable zip archive ({e})") from None
-    with zf:
-        infos = zf.infolist()
-        if sum(i.file_size for i in infos) > max_bytes:
-            raise DbertError(f"the archive unpacks to more than {max_bytes / 1e6:.1f} MB")
-        try:
-            for info in infos:
-                mode = info.external_attr >> 16
-                if stat.S_ISLNK(mode):
-                    raise DbertError(f"refusing archive member {info.filename!r}: links are not allowed")
-                out = _member_path(dest, info.filename)
-                if out is None:
-                    continue
-                if info.is_dir():
-                    out.mkdir(parents=True, exist_ok=True)
-                    continue
-                out.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(info) as src, open(out, "wb") as f:
-                    shutil.copyfileobj(src, f, CHUNK)
-        except (zipfile.BadZipFile, OSError, EOFError) as e:
-            raise DbertError(f"the zip archive is corrupt ({e})") from None
 
 
 def _checkpoint_root(dest: Path, source: str) -> Path:
@@ -361,8 +282,8 @@ def _progress_class(progress: Progress, cancel: Cancel, max_bytes: int):
 def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress, max_bytes: int,
                cancel: Cancel) -> Path:
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
-                                        OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError)
+
+    from .net import configure_hub
 
     if repo_id.count("/") > 1 or repo_id.startswith((".", "/")) or " " in repo_id:
         raise DbertError(f"{repo_id!r} is neither a hub repo id (user/model) nor an http(s) URL")
@@ -370,6 +291,7 @@ def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         raise DbertError(f"cannot fetch {where}: offline (HF_HUB_OFFLINE=1 is set)")
     download = tmp / "hub"
+    configure_hub()
     try:
         snapshot_download(repo_id, revision=revision, local_dir=download, cache_dir=tmp / "cache",
                           endpoint=os.environ.get("HF_ENDPOINT") or None,
@@ -378,19 +300,8 @@ def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress
                           tqdm_class=_progress_class(progress, cancel, max_bytes))
     except DbertError:
         raise
-    except (LocalEntryNotFoundError, OfflineModeIsEnabled):
-        raise DbertError(f"cannot fetch {where}: the Hugging Face Hub is not reachable (offline, or "
-                         "HF_HUB_OFFLINE=1 is set)") from None
-    except RevisionNotFoundError:
-        raise DbertError(f"cannot fetch {where}: no such revision") from None
-    except GatedRepoError:
-        raise DbertError(f"cannot fetch {repo_id}: the repo is gated; log in with `hf auth login` first") from None
-    except RepositoryNotFoundError:
-        raise DbertError(f"cannot fetch {repo_id}: no such repo on the hub (or it is private)") from None
-    except (EntryNotFoundError, HfHubHTTPError) as e:
-        raise DbertError(f"cannot fetch {where}: {str(e).splitlines()[0][:160]}") from None
     except Exception as e:  # noqa: BLE001 - network stacks raise many kinds; one line for the user
-        raise DbertError(f"cannot fetch {where}: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}") from None
+        raise _hub_error(e, repo_id, where) from None
     for leftover in (".cache", *SKIP_DIRS):
         shutil.rmtree(download / leftover, ignore_errors=True)
     size = sum(f.stat().st_size for f in download.rglob("*") if f.is_file())
@@ -399,3 +310,31 @@ def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress
     if not (download / "dbert.json").is_file():
         raise DbertError(f"{where} is not a dbert checkpoint (no dbert.json in the repo)")
     return download
+
+
+def _hub_error(e: Exception, repo_id: str, where: str) -> DbertError:
+    """One line for whatever snapshot_download raised."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+    from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
+                                        OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError)
+
+    from .net import no_answer, timed_out
+
+    if timed_out(e):
+        endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+        return no_answer(where, urlparse(endpoint).netloc or endpoint)
+    if isinstance(e, (LocalEntryNotFoundError, OfflineModeIsEnabled)):
+        return DbertError(f"cannot fetch {where}: the Hugging Face Hub is not reachable (offline, or "
+                          "HF_HUB_OFFLINE=1 is set)")
+    if isinstance(e, RevisionNotFoundError):
+        return DbertError(f"cannot fetch {where}: no such revision")
+    if isinstance(e, GatedRepoError):
+        return DbertError(f"cannot fetch {repo_id}: the repo is gated; log in with `hf auth login` first")
+    if isinstance(e, RepositoryNotFoundError):
+        return DbertError(f"cannot fetch {repo_id}: no such repo on the hub (or it is private)")
+    text = " ".join(str(e).split())[:160]
+    if isinstance(e, (EntryNotFoundError, HfHubHTTPError)):
+        return DbertError(f"cannot fetch {where}: {text}")
+    return DbertError(f"cannot fetch {where}: {type(e).__name__}" + (f": {text}" if text else ""))

@@ -188,6 +188,9 @@ def local_dir(init: str) -> Path:
         raise DbertError(f"no such directory: {init}")
     from huggingface_hub import snapshot_download
 
+    from .net import configure_hub
+
+    configure_hub()
     try:
         got = Path(snapshot_download(init, allow_patterns=HUB_FILES))
         if not list(got.glob("*.safetensors")):  # an older repo: pickled weights, read with weights_only
