@@ -11,10 +11,14 @@ never imports transformers.
       dbert_time.safetensors                time-embedding weights (prefix/layerwise only)
       trainer_state/                        optimizer, RNG and data position (for --resume)
 
-A save writes a complete new directory beside the old one and swaps it in with two renames;
-a crash at any moment leaves either the old or the new checkpoint, and `load` finishes an
-interrupted swap. Nothing is ever unpickled: tensors come from safetensors and the optimizer
-state is read with torch.load(weights_only=True).
+A save writes a complete new directory in a marked swap folder beside the old one and swaps
+it in with two renames (layout.py): a crash at any moment leaves either the old or the new
+checkpoint, readers find the old one meanwhile, and the next writer finishes the swap. Nothing
+is ever unpickled: tensors come from safetensors and the optimizer state is read with
+torch.load(weights_only=True). `load` refuses what does not fit: dbert.json outside its schema
+(schema.py), code (trust.py), missing, extra, misshapen, non-finite or non-float weights, a
+tokenizer of another size than the model's vocabulary, and token counts that are not finite,
+non-negative and one per token.
 """
 
 from __future__ import annotations
@@ -22,23 +26,21 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from .errors import DbertError
+from .layout import META, apply_umask, discard, inspect, readable, recover, temp_dir
+from .layout import read_meta  # noqa: F401 - part of this module's API (tests, TUI)
 from .model import DiffusionBert, count_parameters
 from .schedule import Schedule, make_schedule
+from .schema import FORMAT
 
-FORMAT = 1
-META = "dbert.json"
 TOKENS = "dbert_tokens.safetensors"
 TIME = "dbert_time.safetensors"
 STATE = "trainer_state"
-REQUIRED = ("config.json", "model.safetensors", META, TOKENS)
 
 
 @dataclass
@@ -103,30 +105,6 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def readable(path: Path) -> Path:
-    """Where a checkpoint can be read now without touching the disk: the directory itself or,
-    in the moment between a save's two renames (or after a crash there), the previous one."""
-    path = Path(path)
-    old = path.with_name(path.name + ".old")
-    return old if not path.exists() and old.is_dir() else path
-
-
-def recover(path: Path) -> None:
-    """Finish a swap a crash interrupted: put the previous checkpoint back if needed.
-
-    Only writers (save, training) call this; readers use `readable`, so loading a checkpoint
-    that a live trainer is saving never races with its renames.
-    """
-    path = Path(path)
-    old = path.with_name(path.name + ".old")
-    if not path.exists() and old.is_dir():
-        os.rename(old, path)
-    elif path.exists() and old.is_dir():
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in path.parent.glob(f".{path.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-
-
 def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype | None = None,
          extra_files: dict[str, str] | None = None) -> Path:
     """Write db (and optionally trainer state) to path atomically; returns the path.
@@ -141,68 +119,54 @@ def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype 
     path = Path(path).absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
     recover(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    os.chmod(tmp, 0o755)
+    if path.is_dir() and any(path.iterdir()) and not (path / META).is_file():
+        raise DbertError(f"refusing to replace {path}: it holds files but is not a dbert checkpoint")
+    swap = temp_dir(path, "swap")
+    new, old = swap / "new", swap / "old"
     try:
-        pretrained.save(db.model.bert, tmp, dtype)
-        db.tokenizer.save_pretrained(tmp)
-        save_file({"counts": db.counts.cpu().contiguous()}, str(tmp / TOKENS))
+        new.mkdir()
+        pretrained.save(db.model.bert, new, dtype)
+        db.tokenizer.save_pretrained(new)
+        save_file({"counts": db.counts.cpu().contiguous()}, str(new / TOKENS))
         tsd = db.model.time_state_dict()
         if tsd:
-            save_file({k: v.detach().cpu().contiguous() for k, v in tsd.items()}, str(tmp / TIME))
+            save_file({k: v.detach().cpu().contiguous() for k, v in tsd.items()}, str(new / TIME))
         meta = dict(db.meta)
         meta.setdefault("created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         meta["saved"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         meta["parameters"] = count_parameters(db.model)
-        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
+        (new / META).write_text(json.dumps(meta, indent=2) + "\n")
         for name, text in (extra_files or {}).items():
-            (tmp / name).write_text(text)
+            (new / name).write_text(text)
         if trainer_state is not None:
-            sdir = tmp / STATE
+            sdir = new / STATE
             sdir.mkdir()
             torch.save(trainer_state["optimizer"], sdir / "optimizer.pt")
             torch.save(trainer_state["rng"], sdir / "rng.pt")
             (sdir / "state.json").write_text(json.dumps(trainer_state["state"], indent=2) + "\n")
-        for f in tmp.rglob("*"):  # readable by everyone, like any installed package data
-            os.chmod(f, 0o755 if f.is_dir() else 0o644)
-        _fsync_tree(tmp)
-        old = path.with_name(path.name + ".old")
+        apply_umask(new)  # safetensors writes 0600 whatever the umask; every file gets the umask's mode
+        _fsync_tree(new)
         if path.exists():
             os.rename(path, old)
-        os.rename(tmp, path)
+        try:
+            os.rename(new, path)
+        except BaseException:
+            if old.is_dir() and not path.exists():
+                os.rename(old, path)  # put the previous checkpoint back
+            raise
         _fsync_dir(path.parent)
-        shutil.rmtree(old, ignore_errors=True)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        if path.exists() or not old.exists():  # never delete the only copy of the previous checkpoint
+            discard(swap)
     db.path = path
     db.meta = json.loads((path / META).read_text())
     return path
 
 
-def read_meta(path) -> dict:
-    path = Path(path)
-    try:
-        meta = json.loads((path / META).read_text())
-    except FileNotFoundError:
-        raise DbertError(f"not a dbert checkpoint (no {META}): {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise DbertError(f"checkpoint {path}: {META} is not valid JSON") from None
-    if not isinstance(meta, dict) or "schedule" not in meta or "T" not in meta:
-        raise DbertError(f"checkpoint {path}: {META} lacks the schedule settings")
-    return meta
-
-
 def _check_files(path: Path) -> None:
+    """Every safetensors file parses and is as long as its header says."""
     from safetensors import safe_open
 
-    if not path.is_dir():
-        raise DbertError(f"checkpoint directory not found: {path}")
-    missing = [f for f in REQUIRED if not (path / f).is_file()]
-    if not ((path / "tokenizer.json").is_file() or (path / "vocab.txt").is_file()):
-        missing.append("tokenizer.json or vocab.txt")
-    if missing:
-        raise DbertError(f"checkpoint {path} is missing {', '.join(missing)}")
     for name in ("model.safetensors", TOKENS, TIME):
         f = path / name
         if not f.is_file():
@@ -229,30 +193,73 @@ def load(path, device: str | torch.device = "cpu", dtype: torch.dtype | None = N
 
     path = Path(path)
     source = readable(path)
+    meta = inspect(source)
     _check_files(source)
-    meta = read_meta(source)
     try:
         bert = pretrained.load(source, dtype=dtype or torch.float32)
         tokenizer = WordPieceTokenizer.load(source)
-        counts = load_file(str(source / TOKENS))["counts"]
+        tables = load_file(str(source / TOKENS))
     except DbertError:
         raise
     except Exception as e:  # noqa: BLE001
         raise DbertError(f"checkpoint {path} cannot be loaded: {str(e).splitlines()[0][:120]}") from None
+    vocab = bert.config.vocab_size
+    if len(tokenizer) != vocab:
+        raise DbertError(f"checkpoint {path}: the tokenizer has {len(tokenizer)} tokens but the model's vocabulary "
+                         f"has {vocab} (config.json vocab_size); they must match")
+    counts = _counts(tables, vocab, path)
     try:
-        db = assemble(bert, tokenizer, meta["schedule"], int(meta["T"]), counts, float(meta.get("lambda", 0.3)),
+        db = assemble(bert, tokenizer, meta["schedule"], meta["T"], counts, meta.get("lambda", 0.3),
                       meta.get("time", "none"), meta)
     except ValueError as e:
         raise DbertError(f"checkpoint {path}: {e}") from None
-    if db.model.time_embed is not None:
-        if not (source / TIME).is_file():
-            raise DbertError(f"checkpoint {path} is missing {TIME}")
-        tsd = load_file(str(source / TIME))
-        db.model.time_embed.load_state_dict({k.removeprefix("time_embed."): v for k, v in tsd.items()})
-        db.model.time_embed.to(dtype or torch.float32)
+    _load_time(db, source, path, dtype or torch.float32)
     db.path = path
     db.model.to(device).eval()
     return db
+
+
+def _counts(tables: dict, vocab: int, path: Path) -> torch.Tensor:
+    """The spindle schedule's token counts: one finite, non-negative whole number per token."""
+    if set(tables) != {"counts"}:
+        raise DbertError(f"checkpoint {path}: {TOKENS} must hold exactly one tensor 'counts', "
+                         f"not {', '.join(sorted(tables)) or 'none'}")
+    counts = tables["counts"]
+    if counts.dim() != 1 or counts.numel() != vocab:
+        raise DbertError(f"checkpoint {path}: the token counts have shape {tuple(counts.shape)}; "
+                         f"the model's vocabulary needs ({vocab},)")
+    if counts.dtype == torch.bool or counts.is_complex():
+        raise DbertError(f"checkpoint {path}: the token counts are {counts.dtype}, not numbers")
+    if counts.is_floating_point():
+        if not torch.isfinite(counts).all():
+            raise DbertError(f"checkpoint {path}: the token counts hold NaN or infinite values")
+        if not torch.equal(counts, counts.round()) or counts.abs().max() > 2**62:
+            raise DbertError(f"checkpoint {path}: the token counts are not whole numbers")
+    if (counts < 0).any():
+        raise DbertError(f"checkpoint {path}: the token counts hold negative values")
+    return counts.to(torch.long)
+
+
+def _load_time(db: DBert, source: Path, path: Path, dtype: torch.dtype) -> None:
+    """The time-embedding weights: present exactly when dbert.json says the model uses time."""
+    from safetensors.torch import load_file
+
+    from .pretrained import check_values
+
+    if db.model.time_embed is None:
+        if (source / TIME).exists():
+            raise DbertError(f"checkpoint {path}: {TIME} is present but dbert.json says time 'none'")
+        return
+    if not (source / TIME).is_file():
+        raise DbertError(f"checkpoint {path} is missing {TIME}")
+    tsd = {k.removeprefix("time_embed."): v for k, v in load_file(str(source / TIME)).items()}
+    check_values(tsd, f"checkpoint {path}: {TIME}")
+    try:
+        db.model.time_embed.load_state_dict(tsd)
+    except RuntimeError as e:
+        detail = " ".join(str(e).split())[:160]
+        raise DbertError(f"checkpoint {path}: {TIME} does not fit the model ({detail})") from None
+    db.model.time_embed.to(dtype)
 
 
 def load_trainer_state(path) -> dict | None:
@@ -260,8 +267,11 @@ def load_trainer_state(path) -> dict | None:
     sdir = readable(Path(path)) / STATE
     if not (sdir / "state.json").is_file():
         return None
-    return {
-        "optimizer": torch.load(sdir / "optimizer.pt", map_location="cpu", weights_only=True),
-        "rng": torch.load(sdir / "rng.pt", map_location="cpu", weights_only=True),
-        "state": json.loads((sdir / "state.json").read_text()),
-    }
+    try:
+        return {
+            "optimizer": torch.load(sdir / "optimizer.pt", map_location="cpu", weights_only=True),
+            "rng": torch.load(sdir / "rng.pt", map_location="cpu", weights_only=True),
+            "state": json.loads((sdir / "state.json").read_text()),
+        }
+    except Exception as e:  # noqa: BLE001 - a refused pickle, a corrupt or missing file
+        raise DbertError(f"{sdir} cannot be read safely: {str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__}") from None

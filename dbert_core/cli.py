@@ -225,12 +225,17 @@ def checkpoints_list(as_json: Annotated[bool, typer.Option("--json", help="One J
     rows = entries()
     if as_json:
         for e in rows:
-            print(json.dumps({"name": e.name, "path": str(e.path), "size": e.size, "parameters": e.parameters,
-                              "schedule": e.schedule, "time": e.time, "created": e.created}))
+            row = {"name": e.name, "path": str(e.path), "size": e.size}
+            row.update({"broken": e.broken} if e.broken else {"parameters": e.parameters, "schedule": e.schedule,
+                                                               "time": e.time, "created": e.created})
+            print(json.dumps(row))
         return
     header = f"{'NAME':<20} {'SIZE':>9} {'PARAMS':>8} {'SCHEDULE':<13} {'TIME':<9} {'CREATED':<25} PATH"
     print(header)
     for e in rows:
+        if e.broken:  # a bad entry is a row saying why, never a crash
+            print(f"{e.name:<20} {human_size(e.size):>9} {'?':>8} broken: {e.broken}  {e.path}")
+            continue
         params = f"{e.parameters / 1e6:.1f}M" if e.parameters else "?"
         print(f"{e.name:<20} {human_size(e.size):>9} {params:>8} {e.schedule:<13} {e.time:<9} {e.created:<25} {e.path}")
     say(f"store: {store_dir()}")

@@ -1,14 +1,15 @@
 """Store operations: fetch a checkpoint (Hugging Face Hub repo or archive URL), import, remove.
 
-Every operation builds the new entry in a hidden temporary directory beside it in the store
-(`.<name>.fetch-XXXX`, which `store.entries` never lists), validates it with
-`checkpoint.load`, and only then renames it into place: a failed, offline or cancelled
-fetch leaves nothing half-written behind.
+Every operation builds the new entry in a marked temp folder beside it in the store
+(`.<name>.dbert-fetch-…`, layout.py), which `store.entries` never lists, validates it with
+`checkpoint.load`, gives it the user's umask, and only then renames it into place: a failed,
+offline, cancelled or killed fetch leaves nothing half-written in the store, and what a killed
+one leaves behind is cleaned by the next store operation.
 
-Archives (.tar.gz, .tgz, .tar, .zip) are unpacked by hand, member by member: absolute paths,
-`..`, links and device files are refused, and so is any pickle file (*.bin, *.pt, *.pth,
-*.ckpt, *.pkl): only safetensors weights are accepted. A `trainer_state/` folder (optimizer
-state, which is pickled) is skipped, never unpacked. Downloads are capped at `max_bytes`.
+URLs: http(s) only, redirects only on the same host, connect and read timeouts (net.py).
+Archives are unpacked by archive.py (format from the bytes; paths, links, devices, code,
+pickles and bombs refused). Hub repos: only weights, configs and tokenizer files are
+downloaded, never a `trainer_state/` folder (pickled). Downloads are capped at `max_bytes`.
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import tarfile
-import tempfile
-import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Callable, Optional
 
+from . import layout
 from .errors import DbertError
+from .trust import PICKLE_SUFFIXES, is_code
 
-MAX_BYTES = 4 * 1024**3  # 4 GiB, downloaded or unpacked
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+MAX_BYTES = 4 * 1024**3  # 4 GiB downloaded
 ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "tokenizer*", "*.model"]
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 SKIP_DIRS = ("trainer_state",)
@@ -45,18 +44,18 @@ def _store_dir() -> Path:
 def _target(name: str) -> Path:
     from .store import SHIPPED, is_name
 
-    if not is_name(name) or name.endswith(".old") or name in SHIPPED:
+    if not is_name(name) or name in SHIPPED:
         raise DbertError(f"invalid checkpoint name {name!r} (a plain name, not a shipped one "
                          f"({', '.join(SHIPPED)}), no '/', not hidden)")
     path = _store_dir() / name
-    if path.exists() or path.with_name(name + ".old").exists():
+    if layout.exists(path):
         raise DbertError(f"a checkpoint named {name!r} already exists in the store; choose another --name "
                          "or remove it first")
     return path
 
 
 def _is_url(source: str) -> bool:
-    return source.startswith(("http://", "https://"))
+    return "://" in source or source.lower().startswith(("file:", "javascript:", "data:"))
 
 
 def default_name(source: str) -> str:
@@ -72,33 +71,48 @@ def default_name(source: str) -> str:
     return source.rstrip("/").split("/")[-1]
 
 
-def _validate(path: Path) -> None:
-    """Raise DbertError unless path holds a loadable checkpoint with safetensors weights only."""
-    from .checkpoint import load
-
-    for f in path.rglob("*"):
-        if f.is_symlink():
-            raise DbertError(f"refusing {f.relative_to(path)}: links are not allowed in a checkpoint")
-        if f.is_file() and f.name.lower().endswith(PICKLE_SUFFIXES) and not _skipped(f.relative_to(path).parts):
-            raise DbertError(f"refusing {f.relative_to(path)}: pickle weights are not accepted (safetensors only)")
-    load(path)
-
-
 def _skipped(parts) -> bool:
     return any(p in SKIP_DIRS for p in parts)
 
 
-def _commit(tmp_root: Path, ckpt_dir: Path, target: Path) -> Path:
+def _check_tree(path: Path) -> None:
+    """Only plain files and folders: no links, devices or FIFOs (a FIFO would hang a copy), no
+    code, and pickles only in a skipped trainer_state/ folder."""
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            f = Path(dirpath) / name
+            rel = f.relative_to(path)
+            mode = os.lstat(f).st_mode
+            if stat.S_ISLNK(mode):
+                raise DbertError(f"refusing {rel}: links are not allowed in a checkpoint")
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                raise DbertError(f"refusing {rel}: not a regular file")
+            if is_code(name):
+                raise DbertError(f"refusing {rel}: a checkpoint may not carry custom code")
+            if name.lower().endswith(PICKLE_SUFFIXES) and not _skipped(rel.parts):
+                raise DbertError(f"refusing {rel}: pickle weights are not accepted (safetensors only)")
+
+
+def _validate(path: Path) -> None:
+    """Raise DbertError unless path holds a loadable checkpoint with safetensors weights only."""
+    from .checkpoint import load
+
+    _check_tree(path)
+    load(path)
+
+
+def _commit(ckpt_dir: Path, target: Path) -> Path:
     _validate(ckpt_dir)
-    if target.exists():
+    layout.apply_umask(ckpt_dir)
+    if layout.exists(target):
         raise DbertError(f"a checkpoint named {target.name!r} appeared in the store meanwhile")
     os.rename(ckpt_dir, target)
     return target
 
 
-def _workspace(target: Path) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{target.name}.fetch-", dir=target.parent))
+def _tidy() -> None:
+    """What killed store operations left behind: recovered or removed (layout.clean)."""
+    layout.clean(_store_dir())
 
 
 # ------------------------------------------------------------------------------ public API
@@ -110,21 +124,26 @@ def fetch(source: str, revision: str | None = None, name: str | None = None, pro
     revision: a branch, tag or commit of a hub repo (pinned download).
     cancel: polled while downloading; when it returns True the fetch stops with DbertError.
     """
+    from .net import check_url
+
     source = source.strip()
     if not source:
         raise DbertError("nothing to fetch: give a hub repo id (user/model) or an https URL")
+    if _is_url(source):
+        check_url(source)
+        if revision is not None:
+            raise DbertError("--revision applies to hub repos, not to URLs")
+    _tidy()
     target = _target(name or default_name(source))
-    tmp = _workspace(target)
+    tmp = layout.temp_dir(target, "fetch")
     try:
         if _is_url(source):
-            if revision is not None:
-                raise DbertError("--revision applies to hub repos, not to URLs")
             ckpt_dir = _fetch_url(source, tmp, progress, max_bytes, cancel)
         else:
             ckpt_dir = _fetch_hub(source, revision, tmp, progress, max_bytes, cancel)
-        return _commit(tmp, ckpt_dir, target)
+        return _commit(ckpt_dir, target)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        layout.discard(tmp)
 
 
 def import_dir(path, name: str | None = None) -> Path:
@@ -132,17 +151,19 @@ def import_dir(path, name: str | None = None) -> Path:
     src = Path(path).expanduser()
     if not src.is_dir():
         raise DbertError(f"not a directory: {src}")
+    _check_tree(src)  # links, FIFOs and code refused before anything is read or copied
     from .checkpoint import load
 
     load(src)  # a clear error before copying anything
+    _tidy()
     target = _target(name or src.resolve().name)
-    tmp = _workspace(target)
+    tmp = layout.temp_dir(target, "import")
     try:
         dest = tmp / "ckpt"
-        shutil.copytree(src, dest, symlinks=False)
-        return _commit(tmp, dest, target)
+        shutil.copytree(src, dest, symlinks=True)
+        return _commit(dest, target)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        layout.discard(tmp)
 
 
 def remove(name: str) -> Path:
@@ -153,41 +174,31 @@ def remove(name: str) -> Path:
         raise DbertError(f"the shipped checkpoint {name!r} cannot be removed")
     if not is_name(name):
         raise DbertError(f"not a store name: {name!r} (remove only deletes store entries, not paths)")
+    _tidy()
     path = _store_dir() / name
-    old = path.with_name(name + ".old")
-    if not path.is_dir() and not old.is_dir():
+    if not path.is_dir():
         raise DbertError(f"no checkpoint named {name!r} in {_store_dir()}")
-    for p in (path, old):
-        if p.is_dir():
-            # rename first, so the entry disappears at once even if deleting takes a while
-            gone = Path(tempfile.mkdtemp(prefix=f".{name}.removing-", dir=p.parent))
-            os.rename(p, gone / "x")
-            shutil.rmtree(gone, ignore_errors=True)
+    # rename first, so the entry disappears at once even if deleting takes a while (or is killed)
+    gone = layout.temp_dir(path, "remove")
+    os.rename(path, gone / "x")
+    layout.discard(gone)
     return path
 
 
 # ------------------------------------------------------------------------------ URL archives
-def _archive_kind(url: str, content_type: str | None) -> str:
-    from urllib.parse import urlparse
-
-    path = urlparse(url).path.lower()
-    if path.endswith(".zip") or (content_type or "").endswith("zip"):
-        return "zip"
-    if path.endswith((".tar.gz", ".tgz", ".tar")) or "tar" in (content_type or "") or "gzip" in (content_type or ""):
-        return "tar"
-    raise DbertError(f"{url} is not a .tar.gz, .tgz, .tar or .zip archive")
-
-
 def _fetch_url(url: str, tmp: Path, progress: Progress, max_bytes: int, cancel: Cancel) -> Path:
     import urllib.error
-    import urllib.request
+    from urllib.parse import urlparse
+
+    from .archive import unpack
+    from .net import no_answer, open_url, timed_out
 
     if os.environ.get("DBERT_OFFLINE") == "1":
         raise DbertError(f"cannot fetch {url}: DBERT_OFFLINE=1 is set")
     archive = tmp / "download"
+    host = urlparse(url).netloc
     try:
-        with urllib.request.urlopen(url, timeout=30) as response:
-            kind = _archive_kind(url, response.headers.get("Content-Type"))
+        with open_url(url) as response:
             total = response.headers.get("Content-Length")
             total = int(total) if total and total.isdigit() else None
             if total is not None and total > max_bytes:
@@ -205,96 +216,23 @@ def _fetch_url(url: str, tmp: Path, progress: Progress, max_bytes: int, cancel: 
                         progress(done, total, "download")
             if total is not None and done != total:
                 raise DbertError(f"{url}: the download stopped early ({done} of {total} bytes)")
+    except DbertError:
+        raise
     except urllib.error.HTTPError as e:
         raise DbertError(f"cannot fetch {url}: HTTP {e.code} {e.reason}") from None
-    except urllib.error.URLError as e:
-        raise DbertError(f"cannot fetch {url}: {e.reason} (offline?)") from None
-    except (TimeoutError, ConnectionError, OSError) as e:
-        if isinstance(e, DbertError):
-            raise
-        raise DbertError(f"cannot fetch {url}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - URLError, OSError, http.client errors: one line each
+        if timed_out(e):
+            raise no_answer(url, host) from None
+        text = " ".join(str(getattr(e, "reason", None) or e).split())[:160] or type(e).__name__
+        offline = " (offline?)" if isinstance(e, urllib.error.URLError) else ""
+        raise DbertError(f"cannot fetch {url}: {text}{offline}") from None
     dest = tmp / "unpacked"
     dest.mkdir()
     if progress is not None:
         progress(done, total, "unpack")
-    if kind == "zip":
-        _unzip(archive, dest, max_bytes)
-    else:
-        _untar(archive, dest, max_bytes)
+    unpack(archive, dest)
     archive.unlink()
     return _checkpoint_root(dest, url)
-
-
-def _member_path(dest: Path, name: str) -> Path | None:
-    """dest/name for a safe relative member name; None for a skipped member; raises otherwise."""
-    pure = PurePosixPath(name.replace("\\", "/"))
-    if pure.is_absolute() or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
-        raise DbertError(f"refusing archive member {name!r}: absolute path")
-    parts = [p for p in pure.parts if p not in ("", ".")]
-    if ".." in parts:
-        raise DbertError(f"refusing archive member {name!r}: it points outside the target folder")
-    if not parts or _skipped(parts) or parts[-1] in ("__MACOSX", ".DS_Store") or "__MACOSX" in parts:
-        return None
-    if parts[-1].lower().endswith(PICKLE_SUFFIXES):
-        raise DbertError(f"refusing archive member {name!r}: pickle weights are not accepted (safetensors only)")
-    return dest.joinpath(*parts)
-
-
-def _untar(archive: Path, dest: Path, max_bytes: int) -> None:
-    try:
-        tf = tarfile.open(archive, "r:*")
-    except (tarfile.TarError, OSError) as e:
-        raise DbertError(f"the download is not a readable tar archive ({e})") from None
-    with tf:
-        total = 0
-        try:
-            for m in tf:
-                if m.issym() or m.islnk():
-                    raise DbertError(f"refusing archive member {m.name!r}: links are not allowed")
-                if not (m.isfile() or m.isdir()):
-                    raise DbertError(f"refusing archive member {m.name!r}: not a regular file")
-                out = _member_path(dest, m.name)
-                if out is None:
-                    continue
-                if m.isdir():
-                    out.mkdir(parents=True, exist_ok=True)
-                    continue
-                total += m.size
-                if total > max_bytes:
-                    raise DbertError(f"the archive unpacks to more than {max_bytes / 1e6:.1f} MB")
-                out.parent.mkdir(parents=True, exist_ok=True)
-                src = tf.extractfile(m)
-                with src, open(out, "wb") as f:
-                    shutil.copyfileobj(src, f, CHUNK)
-        except (tarfile.TarError, EOFError, OSError) as e:
-            raise DbertError(f"the tar archive is corrupt ({e})") from None
-
-
-def _unzip(archive: Path, dest: Path, max_bytes: int) -> None:
-    try:
-        zf = zipfile.ZipFile(archive)
-    except (zipfile.BadZipFile, OSError) as e:
-        raise DbertError(f"the download is not a readable zip archive ({e})") from None
-    with zf:
-        infos = zf.infolist()
-        if sum(i.file_size for i in infos) > max_bytes:
-            raise DbertError(f"the archive unpacks to more than {max_bytes / 1e6:.1f} MB")
-        try:
-            for info in infos:
-                mode = info.external_attr >> 16
-                if stat.S_ISLNK(mode):
-                    raise DbertError(f"refusing archive member {info.filename!r}: links are not allowed")
-                out = _member_path(dest, info.filename)
-                if out is None:
-                    continue
-                if info.is_dir():
-                    out.mkdir(parents=True, exist_ok=True)
-                    continue
-                out.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(info) as src, open(out, "wb") as f:
-                    shutil.copyfileobj(src, f, CHUNK)
-        except (zipfile.BadZipFile, OSError, EOFError) as e:
-            raise DbertError(f"the zip archive is corrupt ({e})") from None
 
 
 def _checkpoint_root(dest: Path, source: str) -> Path:
@@ -344,8 +282,8 @@ def _progress_class(progress: Progress, cancel: Cancel, max_bytes: int):
 def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress, max_bytes: int,
                cancel: Cancel) -> Path:
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
-                                        OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError)
+
+    from .net import configure_hub
 
     if repo_id.count("/") > 1 or repo_id.startswith((".", "/")) or " " in repo_id:
         raise DbertError(f"{repo_id!r} is neither a hub repo id (user/model) nor an http(s) URL")
@@ -353,6 +291,7 @@ def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         raise DbertError(f"cannot fetch {where}: offline (HF_HUB_OFFLINE=1 is set)")
     download = tmp / "hub"
+    configure_hub()
     try:
         snapshot_download(repo_id, revision=revision, local_dir=download, cache_dir=tmp / "cache",
                           endpoint=os.environ.get("HF_ENDPOINT") or None,
@@ -361,19 +300,8 @@ def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress
                           tqdm_class=_progress_class(progress, cancel, max_bytes))
     except DbertError:
         raise
-    except (LocalEntryNotFoundError, OfflineModeIsEnabled):
-        raise DbertError(f"cannot fetch {where}: the Hugging Face Hub is not reachable (offline, or "
-                         "HF_HUB_OFFLINE=1 is set)") from None
-    except RevisionNotFoundError:
-        raise DbertError(f"cannot fetch {where}: no such revision") from None
-    except GatedRepoError:
-        raise DbertError(f"cannot fetch {repo_id}: the repo is gated; log in with `hf auth login` first") from None
-    except RepositoryNotFoundError:
-        raise DbertError(f"cannot fetch {repo_id}: no such repo on the hub (or it is private)") from None
-    except (EntryNotFoundError, HfHubHTTPError) as e:
-        raise DbertError(f"cannot fetch {where}: {str(e).splitlines()[0][:160]}") from None
     except Exception as e:  # noqa: BLE001 - network stacks raise many kinds; one line for the user
-        raise DbertError(f"cannot fetch {where}: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}") from None
+        raise _hub_error(e, repo_id, where) from None
     for leftover in (".cache", *SKIP_DIRS):
         shutil.rmtree(download / leftover, ignore_errors=True)
     size = sum(f.stat().st_size for f in download.rglob("*") if f.is_file())
@@ -382,3 +310,31 @@ def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress
     if not (download / "dbert.json").is_file():
         raise DbertError(f"{where} is not a dbert checkpoint (no dbert.json in the repo)")
     return download
+
+
+def _hub_error(e: Exception, repo_id: str, where: str) -> DbertError:
+    """One line for whatever snapshot_download raised."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+    from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
+                                        OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError)
+
+    from .net import no_answer, timed_out
+
+    if timed_out(e):
+        endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+        return no_answer(where, urlparse(endpoint).netloc or endpoint)
+    if isinstance(e, (LocalEntryNotFoundError, OfflineModeIsEnabled)):
+        return DbertError(f"cannot fetch {where}: the Hugging Face Hub is not reachable (offline, or "
+                          "HF_HUB_OFFLINE=1 is set)")
+    if isinstance(e, RevisionNotFoundError):
+        return DbertError(f"cannot fetch {where}: no such revision")
+    if isinstance(e, GatedRepoError):
+        return DbertError(f"cannot fetch {repo_id}: the repo is gated; log in with `hf auth login` first")
+    if isinstance(e, RepositoryNotFoundError):
+        return DbertError(f"cannot fetch {repo_id}: no such repo on the hub (or it is private)")
+    text = " ".join(str(e).split())[:160]
+    if isinstance(e, (EntryNotFoundError, HfHubHTTPError)):
+        return DbertError(f"cannot fetch {where}: {text}")
+    return DbertError(f"cannot fetch {where}: {type(e).__name__}" + (f": {text}" if text else ""))

@@ -46,6 +46,11 @@ ACTIVATIONS = {  # transformers' names for the ones BERTs use
 }
 
 
+_LIMITS = {"vocab_size": (1, 10_000_000), "hidden_size": (1, 65_536), "num_hidden_layers": (1, 512),
+           "num_attention_heads": (1, 4096), "intermediate_size": (1, 1 << 20),
+           "max_position_embeddings": (1, 1 << 20), "type_vocab_size": (1, 4096)}  # config.json's sizes
+
+
 @dataclass
 class BertConfig:
     """config.json of a BERT, with transformers' key names and defaults."""
@@ -86,8 +91,21 @@ class BertConfig:
         return dict(sorted(d.items()))
 
     def check(self) -> None:
-        """Refuse what this BERT does not implement (rather than compute something else)."""
-        if self.hidden_act not in ACTIVATIONS:
+        """Refuse what this BERT does not implement (rather than compute something else), and
+        sizes of the wrong type or beyond any real BERT (which would crash or hang building it)."""
+        for name, (lo, hi) in _LIMITS.items():
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi):
+                raise DbertError(f"config.json: {name} is {value!r}; it must be a whole number in [{lo}, {hi}]")
+        for name, lo, hi in (("hidden_dropout_prob", 0.0, 1.0), ("attention_probs_dropout_prob", 0.0, 1.0),
+                             ("initializer_range", 0.0, 10.0), ("layer_norm_eps", 1e-30, 1.0)):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= value <= hi):
+                raise DbertError(f"config.json: {name} is {value!r}; it must be a number in [{lo:g}, {hi:g}]")
+        if self.pad_token_id is not None and not (isinstance(self.pad_token_id, int) and
+                                                  0 <= self.pad_token_id < self.vocab_size):
+            raise DbertError(f"config.json: pad_token_id is {self.pad_token_id!r}; it must be a token id or null")
+        if not isinstance(self.hidden_act, str) or self.hidden_act not in ACTIVATIONS:
             raise DbertError(f"unsupported hidden_act {self.hidden_act!r} in config.json; "
                              f"supported: {', '.join(ACTIVATIONS)}")
         if self.position_embedding_type != "absolute":

@@ -5,7 +5,8 @@ to the word embeddings and so not written), so `BertForMaskedLM.from_pretrained(
 dbert checkpoint with nothing missing or unexpected. Loading accepts BertForMaskedLM and
 BertModel checkpoints (keys with or without `bert.`; the pooler and an NSP head are ignored;
 a missing MLM head is initialised), from safetensors or from pytorch_model.bin read with
-torch.load(weights_only=True): nothing is ever unpickled.
+torch.load(weights_only=True): nothing is ever unpickled. A folder asking for custom code
+(`auto_map`, trust.py) is refused, and so is any weight that is not a finite floating-point tensor.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def load_state(bert: Bert, tensors: dict[str, torch.Tensor], source: str, dtype:
         for hf in names:
             if tuple(tensors[hf].shape) != expected:
                 raise DbertError(f"{source}: {hf} has shape {tuple(tensors[hf].shape)}, config.json implies {expected}")
+        check_values({hf: tensors[hf] for hf in names}, source)
         state[name] = (tensors[names[0]] if len(names) == 1 else torch.cat([tensors[hf] for hf in names])).to(dtype)
     if missing:
         bert.head = MLMHead(bert.config)
@@ -99,6 +101,16 @@ def load_state(bert: Bert, tensors: dict[str, torch.Tensor], source: str, dtype:
         state.update({f"head.{k}": v for k, v in bert.head.state_dict().items()})
         bert.fresh_head = True
     bert.load_state_dict(state, assign=True)  # the tensors themselves: no copy
+
+
+def check_values(tensors: dict[str, torch.Tensor], source: str) -> None:
+    """Weights must be floating-point and finite: an integer tensor would be converted silently,
+    and one NaN turns every output into NaN."""
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point():
+            raise DbertError(f"{source}: tensor {name} is {str(tensor.dtype).removeprefix('torch.')}, not floating point")
+        if not torch.isfinite(tensor).all():
+            raise DbertError(f"{source}: tensor {name} holds NaN or infinite values")
 
 
 def _few(names: list[str]) -> str:
@@ -120,11 +132,23 @@ def read_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def read_config(path: Path) -> BertConfig:
+    """config.json of a BERT folder; refuses a folder whose configs ask for custom code."""
+    from .trust import refuse_code
+
+    refuse_code(Path(path), files=False)
     try:
-        return BertConfig.from_dict(json.loads((Path(path) / "config.json").read_text()))
+        data = json.loads((Path(path) / "config.json").read_text())
     except FileNotFoundError:
         raise DbertError(f"{path} holds no config.json") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, AttributeError):
+    except (ValueError, UnicodeDecodeError):
+        raise DbertError(f"{path}/config.json is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise DbertError(f"{path}/config.json is not a valid BERT config")
+    try:
+        return BertConfig.from_dict(data)
+    except DbertError as e:
+        raise DbertError(f"{path}/{e}" if str(e).startswith("config.json") else f"{path}: {e}") from None
+    except (TypeError, AttributeError):
         raise DbertError(f"{path}/config.json is not a valid BERT config") from None
 
 
@@ -164,6 +188,9 @@ def local_dir(init: str) -> Path:
         raise DbertError(f"no such directory: {init}")
     from huggingface_hub import snapshot_download
 
+    from .net import configure_hub
+
+    configure_hub()
     try:
         got = Path(snapshot_download(init, allow_patterns=HUB_FILES))
         if not list(got.glob("*.safetensors")):  # an older repo: pickled weights, read with weights_only

@@ -9,11 +9,11 @@ turns what a user typed (a store name, a shipped name, or a path) into a directo
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import layout
 from .errors import DbertError
 
 DEFAULT_NAME = "default"
@@ -85,7 +85,7 @@ def resolve(name_or_path: str | None) -> Path:
         return path
     if is_name(name_or_path):
         entry = store_dir() / name_or_path
-        if entry.exists() or entry.with_name(entry.name + ".old").exists():
+        if layout.exists(entry):
             return entry
         raise DbertError(f"no checkpoint named {name_or_path!r} in {store_dir()} and no such directory "
                          "(see `dbert checkpoints list`)")
@@ -110,15 +110,31 @@ class Entry:
     schedule: str
     time: str
     created: str
+    broken: str | None = None  # why the entry cannot be used; the other fields are then placeholders
 
 
-def _entry(name: str, path: Path) -> Entry | None:
+def _size(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        if "trainer_state" in Path(dirpath).relative_to(path).parts:
+            continue
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _entry(name: str, path: Path) -> Entry:
+    """A listing row: the checkpoint's settings, or `broken` with the reason it cannot be used."""
+    size = _size(path)
     try:
-        meta = json.loads((path / "dbert.json").read_text())
-    except (OSError, ValueError):
-        return None
-    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and "trainer_state" not in f.parts)
-    schedule = meta.get("schedule", "?")
+        meta = layout.inspect(path)
+    except DbertError as e:
+        reason = str(e).replace(f"checkpoint {path}", "").replace(str(path), "").strip(" :")  # the row shows the path
+        return Entry(name, path, size, None, "?", "?", "?", broken=reason or str(e))
+    schedule = meta["schedule"]
     if schedule == "spindle":
         schedule = f"spindle({meta.get('lambda', 0.3):g})"
     return Entry(name, path, size, meta.get("parameters"), schedule, meta.get("time", "none"),
@@ -126,18 +142,20 @@ def _entry(name: str, path: Path) -> Entry | None:
 
 
 def entries() -> list[Entry]:
-    """The shipped checkpoints first (the default leading), then the store's entries by name."""
+    """The shipped checkpoints first (the default leading), then the store's entries by name.
+
+    Listing is a store operation: it first recovers or removes what killed operations left
+    (layout.clean). A folder that is not a usable checkpoint is listed with `broken` set.
+    """
     out = []
     for name in SHIPPED:
         path = shipped(name)
-        e = _entry(name, path) if path is not None else None
-        if e:
-            out.append(e)
+        if path is not None:
+            out.append(_entry(name, path))
     root = store_dir()
     if root.is_dir():
+        layout.clean(root)
         for p in sorted(root.iterdir()):
-            if p.is_dir() and is_name(p.name) and not p.name.endswith(".old"):
-                e = _entry(p.name, p)
-                if e:
-                    out.append(e)
+            if p.is_dir() and is_name(p.name) and any(p.iterdir()):
+                out.append(_entry(p.name, p))
     return out

@@ -261,8 +261,9 @@ class Trainer:
             counts = token_counts(train, len(tokenizer))
             bert = build_bert(c.preset, init, vocab_size=len(tokenizer), special_ids=dict(
                 pad_token_id=self.special.pad), from_scratch=c.from_scratch)
-            if bert.config.vocab_size < len(tokenizer):
-                raise DbertError(f"the model's vocabulary ({bert.config.vocab_size}) is smaller than the tokenizer's")
+            if bert.config.vocab_size != len(tokenizer):  # checkpoint.load refuses a mismatch too
+                raise DbertError(f"the model's vocabulary ({bert.config.vocab_size}) does not match the tokenizer's "
+                                 f"({len(tokenizer)})")
             counts = counts[: bert.config.vocab_size] if len(counts) >= bert.config.vocab_size else \
                 torch.nn.functional.pad(counts, (0, bert.config.vocab_size - len(counts)))
             if c.seq_len + 2 + (c.time == "prefix") > bert.config.max_position_embeddings:

@@ -29,24 +29,33 @@ from .screens.train import TrainScreen
 from .workers import one_line
 
 
-def initial_checkpoint(requested: str | None) -> Path | None:
-    """--checkpoint, else the last one used, else the shipped default, else the newest store entry."""
+def initial_checkpoint(requested: str | None) -> tuple[Path | None, str]:
+    """--checkpoint, else the last one used, else the shipped default, else the newest usable
+    store entry; and a notice when the remembered one had to be ignored."""
     from dbert_core.errors import DbertError
+    from dbert_core.layout import inspect
     from dbert_core.store import entries, resolve
 
     if requested:
-        return resolve(requested)  # a clear DbertError for a bad name
+        return resolve(requested), ""  # a clear DbertError for a bad name
+    notice = ""
     last = read_state().get("checkpoint")
-    if last and (Path(last) / "dbert.json").is_file():
-        return Path(last)
+    if last is not None:
+        try:
+            if not isinstance(last, str) or not last:
+                raise DbertError(f"tui.json names {last!r}, not a folder")
+            inspect(Path(last))
+            return Path(last), ""
+        except DbertError as e:
+            notice = f"ignoring the last checkpoint used: {e}"
     try:
-        return resolve(None)
+        return resolve(None), notice
     except DbertError:
         pass
-    rows = entries()
+    rows = [e for e in entries() if not e.broken]
     if not rows:
-        return None
-    return max(rows, key=lambda e: e.created or "").path
+        return None, notice
+    return max(rows, key=lambda e: e.created or "").path, notice
 
 
 class DbertApp(App):
@@ -83,11 +92,13 @@ class DbertApp(App):
         from dbert_core.errors import DbertError
 
         try:
-            path = initial_checkpoint(self.requested)
+            path, notice = initial_checkpoint(self.requested)
         except DbertError as e:
             self.switch_mode("checkpoints")
             self.notify(str(e), severity="error", timeout=10)
             return
+        if notice:
+            self.notify(notice, severity="warning", timeout=10)
         if path is None:
             self.switch_mode("checkpoints")
             return
@@ -113,12 +124,20 @@ class DbertApp(App):
             self.post_message(CheckpointLoaded(db, path))
 
     def on_checkpoint_loaded(self, message: CheckpointLoaded) -> None:
+        previous = self.db
         self.db = message.db
+        try:
+            self.generate_screen.use_db(message.db)
+        except Exception as e:  # noqa: BLE001 - a checkpoint the screen cannot run: say so, keep going
+            self.db = self.generate_screen.db = previous
+            self.checkpoints_screen.error_notice = f"could not use that checkpoint: {one_line(e)}"
+            self.notify(self.checkpoints_screen.error_notice, severity="error", timeout=10)
+            self.switch_mode("checkpoints")
+            return
         self.checkpoints_screen.error_notice = ""
-        remember(checkpoint=str(Path(message.path).resolve()))
+        remember(checkpoint=str(Path(message.path).resolve()))  # only a checkpoint in use is remembered
         if self._show_after_load:
             self.switch_mode("generate")
-        self.generate_screen.use_db(message.db)
         if self.checkpoints_screen.is_mounted:
             self.checkpoints_screen.refresh_store()
 

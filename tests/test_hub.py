@@ -44,6 +44,8 @@ class HubServer:
 
     def __init__(self):
         self.files: dict[str, bytes] = {}
+        self.types: dict[str, str] = {}  # file name -> Content-Type (default application/octet-stream)
+        self.redirects: dict[str, str] = {}  # path -> Location of a 302
         self.repos: dict[str, Path] = {}
         self.requests: list[str] = []
         server = self
@@ -74,6 +76,8 @@ class HubServer:
             def _serve(self, head):
                 path = unquote(urlparse(self.path).path)
                 server.requests.append(f"{self.command} {path}")
+                if path in server.redirects:
+                    return self._send(302, b"", {"Location": server.redirects[path]}, head)
                 if path.startswith("/slow/"):  # dribbles the file out, for cancelling mid-download
                     data = server.files.get(path[len("/slow/"):], b"")
                     self.send_response(200)
@@ -91,7 +95,8 @@ class HubServer:
                     name = path[len("/files/"):]
                     if name not in server.files:
                         return self._send(404, b"not found", head=head)
-                    return self._send(200, server.files[name], head=head)
+                    return self._send(200, server.files[name], head=head,
+                                      ctype=server.types.get(name, "application/octet-stream"))
                 if path.startswith("/api/models/"):
                     rest = path[len("/api/models/"):]
                     for repo, folder in server.repos.items():
@@ -136,10 +141,15 @@ def _listing(folder: Path) -> list[str]:
 
 
 def tar_bytes(folder: Path, arcname: str = "ckpt", extra: dict[str, bytes] | None = None,
-              symlink: str | None = None) -> bytes:
+              symlink: str | None = None, mode: int | None = None, compression: str = "gz") -> bytes:
+    def chmod(info):
+        if mode is not None:
+            info.mode = mode
+        return info
+
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
-        tf.add(folder, arcname=arcname)
+    with tarfile.open(fileobj=buf, mode=f"w:{compression}") as tf:
+        tf.add(folder, arcname=arcname, filter=chmod)
         for name, data in (extra or {}).items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
@@ -236,7 +246,7 @@ def test_fetch_failures_are_one_line(server):
     with pytest.raises(DbertError, match="HTTP 404"):
         hub.fetch(f"{server.url}/files/missing.tar.gz")
     server.files["junk.tar.gz"] = b"this is not an archive"
-    with pytest.raises(DbertError, match="not a readable tar"):
+    with pytest.raises(DbertError, match="not a .tar.gz, .tgz, .tar or .zip archive"):
         hub.fetch(f"{server.url}/files/junk.tar.gz")
     with pytest.raises(DbertError, match="offline"):  # HF_HUB_OFFLINE=1 from conftest
         hub.fetch("acme/tiny-dbert")

@@ -67,6 +67,10 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
         current = Path(self.app.db.path).resolve() if self.app.db is not None and self.app.db.path else None
         for e in self.rows:
             mark = "● " if current is not None and Path(e.path).resolve() == current else "  "
+            if e.broken:  # listed with its reason; choosing it says why it cannot be used
+                table.add_row(Text(mark + e.name, style="red"), human_size(e.size), "?",
+                              Text(f"broken: {e.broken}", style="red"), "", "", key=str(e.path))
+                continue
             params = f"{e.parameters / 1e6:.2f}M" if e.parameters else "?"
             created = (e.created or "?")[:16].replace("T", " ")
             table.add_row(mark + e.name, human_size(e.size), params, e.schedule, e.time, created, key=str(e.path))
@@ -94,6 +98,9 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
         entry = self.selected()
         if entry is None:
             self.app.notify("no checkpoint selected", severity="warning")
+            return
+        if entry.broken:
+            self.app.notify(f"{entry.name} is broken: {entry.broken}", severity="error", timeout=10)
             return
         self.app.use_checkpoint(entry.path)
 
