@@ -31,8 +31,6 @@ import torch
 from .hardware import cpu_name, native_bf16
 from .model import forward_flops
 
-SAMPLER_ORDER = ("ancestral", "cached", "first-hitting")
-
 
 def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
@@ -214,41 +212,25 @@ class Bench:
 
     def train(self, batch: int = 32, seq_len: int = 64, steps: int = 3) -> None:
         """Optimizer steps on a copy of the model: tokens/s as `dbert train` counts them."""
-        from .diffusion import draw_steps, masked_kl
+        from .config import TrainConfig
+        from .train import Trainer
 
-        db = self.db
-        model = copy.deepcopy(db.model).float().train()
-        params = [p for p in {id(p): p for p in model.parameters()}.values()]
-        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.01},
-                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-        extra = {"fused": True} if self.device.type == "cuda" else {}
-        opt = torch.optim.AdamW(groups, lr=1e-5, betas=(0.9, 0.98), eps=1e-6, **extra)
+        db = copy.copy(self.db)
+        db.model = copy.deepcopy(self.db.model).float()
         gen = torch.Generator().manual_seed(0)
-        ids, attention, _, _ = _inputs(db, batch, seq_len, self.device)
-        content = torch.randint(1000, db.model.config.vocab_size, (batch, seq_len), generator=gen)
-        ids[:, 1:-1] = content.to(self.device)
-        noisable = torch.zeros_like(attention)
-        noisable[:, 1:-1] = True
-        T = db.schedule.T
-
-        def step():
-            k = draw_steps(batch, T, gen)
-            kl, ce, n_masked = masked_kl(model, ids, attention, noisable, k, T, db.schedule, gen, return_ce=True)
-            loss = T * kl.sum() / noisable.sum() + 0.01 * ce / n_masked.clamp_min(1)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-        step()  # warm-up (allocates the optimizer state)
+        examples = torch.randint(1000, db.model.config.vocab_size, (4 * batch, seq_len), generator=gen).tolist()
+        cfg = TrainConfig(data=["(bench)"], out="(bench)", batch_size=batch, seq_len=seq_len, T=db.schedule.T,
+                          lr=1e-5, warmup=0, max_steps=steps + 1, device=self.device.type)
+        trainer = Trainer.on(db, cfg, examples)  # the trainer's own step: optimizer, loss, autocast
+        trainer.train_step()  # warm-up (allocates the optimizer state)
         _sync(self.device)
         t0 = time.perf_counter()
         for _ in range(steps):
-            step()
+            trainer.train_step()
         _sync(self.device)
         sec = (time.perf_counter() - t0) / steps
         self.result["train"] = {"batch": batch, "seq_len": seq_len, "steps": steps, "seconds_per_step": round(sec, 3),
-                                "tokens_per_s": round(batch * seq_len / sec, 1)}
+                                "tokens_per_s": round(batch * seq_len / sec, 1), "dtype": cfg.dtype}
         say(f"train: {sec:.2f} s/step, {batch * seq_len / sec:.0f} tokens/s")
         self.save()
 

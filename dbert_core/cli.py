@@ -77,7 +77,7 @@ def _load(checkpoint: str | None, device: str):
 def train(
     ctx: typer.Context,
     data: Annotated[Optional[list[str]], typer.Option("--data", help="Training text files or globs (repeatable; with --resume: the checkpoint's).")] = None,
-    out: Annotated[str, typer.Option(help="Output checkpoint: a store NAME, or a directory (anything with a path separator).")] = ...,
+    out: Annotated[str, typer.Option(help="Output checkpoint: a bare NAME goes to the store; anything with a path separator (./x, runs/x) is a directory.")] = ...,
     preset: Annotated[Preset, typer.Option(help="Model size for a random init.")] = Preset(TRAIN.preset),
     init: Annotated[Optional[str], typer.Option(help="Start from a pretrained BERT (path or hub id).")] = TRAIN.init,
     from_scratch: Annotated[bool, typer.Option("--from-scratch", help="With --init: its architecture and tokenizer, random weights.")] = TRAIN.from_scratch,
@@ -145,7 +145,7 @@ def train(
 # ---------------------------------------------------------------------------------- sample
 @app.command()
 def sample(
-    checkpoint: Annotated[Optional[str], typer.Option(help="Store name or directory (default: the shipped model).")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
     n: Annotated[int, typer.Option("--n", help="Number of samples (lines on stdout).")] = SAMPLE.n,
     steps: Annotated[int, typer.Option(help="Reverse steps S (1..T).")] = SAMPLE.steps,
     temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (> 0).")] = SAMPLE.temperature,
@@ -177,7 +177,7 @@ def sample(
 @app.command("eval")
 def evaluate(
     data: Annotated[list[str], typer.Option("--data", help="Text file(s) to score: one example per line.")],
-    checkpoint: Annotated[Optional[str], typer.Option(help="Store name or directory (default: the shipped model).")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
     steps: Annotated[int, typer.Option(help="Step budget S of the ELBO.")] = 128,
     limit: Annotated[Optional[int], typer.Option(help="Score only the first N examples.")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Sum all S terms per example (slow).")] = False,
@@ -339,7 +339,7 @@ def _int_list(text: str, option: str) -> list[int]:
 
 @app.command()
 def bench(
-    checkpoint: Annotated[Optional[str], typer.Option(help="Store name or directory (default: the shipped model).")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
     out: Annotated[str, typer.Option(help="Directory for bench.json and bench.md.")] = "bench",
     quick: Annotated[bool, typer.Option("--quick", help="Steps 16,128 only, fewer repetitions (minutes, not an hour).")] = False,
     steps: Annotated[Optional[str], typer.Option(help="Step budgets, comma-separated (default 16,128,512,2048).")] = None,

@@ -268,14 +268,6 @@ class TimeEmbedding(nn.Module):
         return self.mlp(sinusoid(t, self.mlp[0].in_features, self.T))
 
 
-@dataclass
-class Batch:
-    """A batch the denoiser reads: ids (B, N) with [CLS] ... [SEP], attention (B, N) bool."""
-
-    ids: torch.Tensor
-    attention: torch.Tensor
-
-
 class DiffusionBert(nn.Module):
     """Bert + time conditioning. forward() returns logits for selected positions."""
 

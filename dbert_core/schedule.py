@@ -95,10 +95,6 @@ class SpindleSchedule(Schedule):
         self.counts = counts
         self.centered = (f - fbar).to(torch.float32)  # (V,)
 
-    @classmethod
-    def from_counts(cls, T, counts, lam=0.3):
-        return cls(T, counts, lam)
-
     def _alpha(self, t, c):
         u = t / self.T
         a = 1.0 - u + self.lam * torch.sin(math.pi * u) * c

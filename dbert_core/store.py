@@ -61,16 +61,21 @@ def is_name(text: str) -> bool:
 
 
 def out_path(out: str) -> Path:
-    """Where `dbert train --out X` writes: a store entry for a bare name, else the path."""
-    if out in SHIPPED and not Path(out).exists():
+    """Where `dbert train --out X` writes: a store entry for a bare name (even when a folder of
+    that name exists here: write ./X for that), else the path."""
+    if out in SHIPPED:
         raise DbertError(f"--out {out!r} is the name of a shipped checkpoint; choose another name")
-    if is_name(out) and not Path(out).exists():
+    if is_name(out):
         return store_dir() / out
     return Path(out)
 
 
 def resolve(name_or_path: str | None) -> Path:
-    """The checkpoint directory for a store name, 'default', a path, or None (the default)."""
+    """The checkpoint directory for a store name, 'default', a path, or None (the default).
+
+    A bare name (no path separator) means the shipped checkpoint or store entry of that name,
+    even when a folder of that name exists here; only when neither exists is the folder used.
+    Anything with a separator (./name, runs/name) is a path."""
     if name_or_path is None or name_or_path == DEFAULT_NAME:
         path = default_checkpoint()
         if path is None:
@@ -78,17 +83,19 @@ def resolve(name_or_path: str | None) -> Path:
                              "(see `dbert checkpoints list`)")
         return path
     p = Path(name_or_path).expanduser()
-    if p.exists():
-        return p
-    path = shipped(name_or_path)
-    if path is not None:
-        return path
     if is_name(name_or_path):
+        path = shipped(name_or_path)
+        if path is not None:
+            return path
         entry = store_dir() / name_or_path
         if layout.exists(entry):
             return entry
+        if p.is_dir():
+            return p
         raise DbertError(f"no checkpoint named {name_or_path!r} in {store_dir()} and no such directory "
                          "(see `dbert checkpoints list`)")
+    if p.exists():
+        return p
     raise DbertError(f"checkpoint directory not found: {name_or_path}")
 
 

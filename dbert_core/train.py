@@ -274,6 +274,13 @@ class Trainer:
             if trimmed is not None:
                 meta["trim_vocab"] = trimmed
             self.db = ckpt.assemble(bert, tokenizer, c.schedule, c.T, counts, c.lam, c.time, meta)
+        self._attach()
+        if state is not None:
+            self._restore(state)
+
+    def _attach(self) -> None:
+        """Model on the device in training mode, DDP wrapper, optimizer and noise generator."""
+        c = self.cfg
         model = self.db.model.to(self.device)
         if c.dropout is not None:  # kept in config.json, so a resumed run uses it too
             model.bert.set_dropout(c.dropout)
@@ -287,8 +294,18 @@ class Trainer:
             self.ddp = DistributedDataParallel(model, device_ids=ids)
         self.optimizer = self._optimizer()
         self.gen = torch.Generator().manual_seed(c.seed * 1000 + 17 + self.rank)
-        if state is not None:
-            self._restore(state)
+
+    @classmethod
+    def on(cls, db, cfg: TrainConfig, examples: list[list[int]]) -> "Trainer":
+        """A trainer for a model already in memory and tokenized examples: no files read or
+        written (the benchmark times `train_step` with it, so it measures what training does)."""
+        tr = cls(cfg.validate())
+        tr.db, tr.device = db, pick_device(cfg.device)
+        tr.special = Special.of(db.tokenizer)
+        tr.train_examples, tr.val_examples = examples, []
+        tr.lengths = [len(e) for e in examples]
+        tr._attach()
+        return tr
 
     def _trim(self, train_texts):
         """--trim-vocab: a copy of --init cut to the training texts' word pieces (vocab.py), in a
@@ -395,13 +412,20 @@ class Trainer:
         return path
 
     # ----------------------------------------------------------------- loop
+    def _epoch_batches(self) -> list[list[int]]:
+        """This epoch's batches, computed once per epoch (a pure function of seed and epoch)."""
+        if getattr(self, "_batches_of", None) != self.epoch:
+            c = self.cfg
+            self._batches = epoch_batches(len(self.train_examples), c.batch_size, self.epoch, c.seed, self.lengths)
+            self._batches_of = self.epoch
+        return self._batches
+
     def next_batch(self) -> list[list[int]]:
         """This rank's examples of the next global batch; advances the data position."""
-        c = self.cfg
-        batches = epoch_batches(len(self.train_examples), c.batch_size, self.epoch, c.seed, self.lengths)
+        batches = self._epoch_batches()
         if self.batch_in_epoch >= len(batches):
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
-            batches = epoch_batches(len(self.train_examples), c.batch_size, self.epoch, c.seed, self.lengths)
+            batches = self._epoch_batches()
         idx = batches[self.batch_in_epoch][self.rank::self.world]
         self.batch_in_epoch += 1
         return [self.train_examples[i] for i in idx]
@@ -436,12 +460,48 @@ class Trainer:
         return {"step": self.step, "val_nats_per_token": nats / toks, "val_ppl_token": math.exp(nats / toks),
                 "eval_steps": c.eval_budget}
 
+    def train_step(self) -> dict:
+        """One optimizer step (warm-up/cosine lr, grad accumulation, clipping); its metrics."""
+        c = self.cfg
+        micro = c.batch_size // self.world // c.grad_accum
+        t0 = time.perf_counter()
+        lr = lr_at(self.step, c)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        examples = self.next_batch()
+        sums = {"elbo": 0.0, "ce": 0.0, "tokens": 0}
+        for j in range(c.grad_accum):
+            chunk = examples[j * micro:(j + 1) * micro]
+            sync = self.world == 1 or j == c.grad_accum - 1
+            ctx = contextlib.nullcontext() if sync else self.ddp.no_sync()
+            with ctx:
+                loss, m = self.loss(chunk)
+                (loss / c.grad_accum).backward()
+            sums["tokens"] += m["tokens"]
+            for key in ("elbo", "ce"):
+                sums[key] += m[key] / c.grad_accum
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.clip)
+        if not (math.isfinite(float(norm)) and math.isfinite(sums["elbo"]) and math.isfinite(sums["ce"])):
+            kept = f"the last good checkpoint in {c.out} is kept" if (Path(c.out) / ckpt.META).exists() \
+                else "nothing was saved"
+            raise DbertError(f"training diverged at step {self.step + 1}: the loss or gradient is not finite "
+                             f"(try a lower --lr); {kept}")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        dt = time.perf_counter() - t0
+        self.elapsed += dt
+        tokens = sums["tokens"] * self.world
+        self.tokens_seen += tokens
+        return {"step": self.step, "max_steps": c.max_steps, "loss_elbo": sums["elbo"], "loss_ce": sums["ce"],
+                "lr": lr, "grad_norm": float(norm), "tokens_per_s": tokens / dt, "tokens_seen": self.tokens_seen,
+                "elapsed": self.elapsed, "epoch": self.epoch}
+
     def run(self) -> dict:
         """Train until max_steps or stop(); returns the last metrics."""
         if self.db is None:
             self.prepare()
         c = self.cfg
-        micro = c.batch_size // self.world // c.grad_accum
         old_handlers = {}
         if threading.current_thread() is threading.main_thread():  # Ctrl-C and kill both save first
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -451,38 +511,7 @@ class Trainer:
         metrics: dict = {}
         try:
             while self.step < c.max_steps and not self._stop.is_set():
-                t0 = time.perf_counter()
-                lr = lr_at(self.step, c)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = lr
-                examples = self.next_batch()
-                sums = {"elbo": 0.0, "ce": 0.0, "tokens": 0}
-                for j in range(c.grad_accum):
-                    chunk = examples[j * micro:(j + 1) * micro]
-                    sync = self.world == 1 or j == c.grad_accum - 1
-                    ctx = contextlib.nullcontext() if sync else self.ddp.no_sync()
-                    with ctx:
-                        loss, m = self.loss(chunk)
-                        (loss / c.grad_accum).backward()
-                    sums["tokens"] += m["tokens"]
-                    for key in ("elbo", "ce"):
-                        sums[key] += m[key] / c.grad_accum
-                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.clip)
-                if not (math.isfinite(float(norm)) and math.isfinite(sums["elbo"]) and math.isfinite(sums["ce"])):
-                    kept = f"the last good checkpoint in {c.out} is kept" if (Path(c.out) / ckpt.META).exists() \
-                        else "nothing was saved"
-                    raise DbertError(f"training diverged at step {self.step + 1}: the loss or gradient is not finite "
-                                     f"(try a lower --lr); {kept}")
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                self.step += 1
-                dt = time.perf_counter() - t0
-                self.elapsed += dt
-                tokens = sums["tokens"] * self.world
-                self.tokens_seen += tokens
-                metrics = {"step": self.step, "max_steps": c.max_steps, "loss_elbo": sums["elbo"],
-                           "loss_ce": sums["ce"], "lr": lr, "grad_norm": float(norm), "tokens_per_s": tokens / dt,
-                           "tokens_seen": self.tokens_seen, "elapsed": self.elapsed, "epoch": self.epoch}
+                metrics = self.train_step()
                 if self.step % c.log_every == 0 or self.step == 1:
                     self.history.append({k: metrics[k] for k in ("step", "loss_elbo", "loss_ce", "tokens_per_s")})
                 for cb in self.callbacks:

@@ -234,3 +234,19 @@ def test_sigterm_saves_like_ctrl_c(tmp_path):
     _, rest = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "continue with --resume" in rest and "Traceback" not in rest
     assert checkpoint.load_trainer_state(out)["state"]["step"] >= 3
+
+
+def test_store_names_win_over_a_local_folder(tmp_path, monkeypatch, tiny_checkpoint):
+    import shutil
+    from pathlib import Path
+
+    from dbert_core import store
+
+    shutil.copytree(tiny_checkpoint, store.store_dir() / "mine")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()  # a folder here with the same name
+    assert store.resolve("mine") == store.store_dir() / "mine"
+    assert Path(store.resolve("./mine")).resolve() == (tmp_path / "mine").resolve()
+    (tmp_path / "other").mkdir()
+    assert store.out_path("other") == store.store_dir() / "other"  # a bare --out is a store entry
+    assert store.out_path("./other") == Path("./other")

@@ -1,5 +1,6 @@
 """Training: the loss falls, resume is exact, time conditioning round-trips, DDP ranks agree."""
 
+import json
 import os
 import socket
 
@@ -137,3 +138,43 @@ def test_two_process_gloo_run_keeps_ranks_identical(tmp_path):
     init.prepare()
     moved = [k for k in w0 if not torch.equal(w0[k], weights(init.model)[k])]
     assert moved, "training changed the weights"
+
+
+def test_options_of_the_shipped_recipes(tmp_path):
+    """--pack, --val-data, --dropout and --grad-accum > 1, as scripts/stories_model.sh uses them
+    (--init, --from-scratch and --trim-vocab have tests of their own in test_model/test_vocab)."""
+    from conftest import TINYSTORIES, TINYSTORIES_VALID
+
+    from dbert_core.data import read_examples
+
+    class Tokens(Callback):
+        def __init__(self):
+            self.per_step, self.losses = [], []
+
+        def on_step(self, trainer, m):
+            self.per_step.append(m["tokens_seen"])
+            self.losses.append(m["loss_elbo"])
+
+    rec = Tokens()
+    cfg = tiny_config(tmp_path / "run", pack=True, val_data=[str(TINYSTORIES_VALID)], dropout=0.0, grad_accum=2,
+                      batch_size=8, seq_len=24, max_steps=40, eval_every=20)
+    tr = Trainer(cfg, [rec])
+    tr.run()
+    sep = tr.special.sep
+    # packing: every training example is a full-length stretch of sentences joined by [SEP]
+    assert all(len(e) == 24 for e in tr.train_examples) and sum(sep in e for e in tr.train_examples) > len(tr.train_examples) / 2
+    # --val-data: all of --data trains; validation comes from the held-out file
+    n_train_tokens = sum(len(e) for e in tr.train_examples)
+    assert n_train_tokens > 0.9 * sum(len(tr.db.tokenizer.encode(t, add_special_tokens=False)) + 1
+                                      for t in read_examples([str(TINYSTORIES)], "sentence"))
+    val_vocab = {i for e in tr.val_examples for i in e}
+    assert len(tr.val_examples) <= cfg.val_examples and val_vocab
+    # --grad-accum 2: each optimizer step still sees the whole batch of 8 x 24 tokens
+    steps = [b - a for a, b in zip([0] + rec.per_step, rec.per_step)]
+    assert set(steps) == {8 * 24}
+    assert sum(rec.losses[-10:]) < sum(rec.losses[:10])
+    # --dropout: in the saved config and in the loaded model
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["hidden_dropout_prob"] == saved["attention_probs_dropout_prob"] == 0.0
+    db = checkpoint.load(tmp_path / "run")
+    assert all(m.p == 0.0 for m in db.model.modules() if isinstance(m, torch.nn.Dropout))
