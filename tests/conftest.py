@@ -75,3 +75,22 @@ def tiny_db(tiny_checkpoint):
     from dbert_core import checkpoint
 
     return checkpoint.load(tiny_checkpoint)
+
+
+@pytest.fixture(scope="session")
+def bert_dir(tmp_path_factory):
+    """A small pretrained-style BERT directory (HF layout) with a 1,024-piece WordPiece."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM
+
+    from dbert_core.data import read_examples, train_tokenizer
+
+    out = tmp_path_factory.mktemp("bert") / "bert"
+    texts = read_examples([str(TINYSTORIES)], "sentence")
+    tok = train_tokenizer(texts[:5000], 1024)
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
+                                       num_attention_heads=2, intermediate_size=64, max_position_embeddings=64))
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out

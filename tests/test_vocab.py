@@ -14,22 +14,6 @@ from dbert_core.vocab import trim
 from conftest import TINYSTORIES, tiny_config
 
 
-@pytest.fixture(scope="module")
-def bert_dir(tmp_path_factory):
-    """A small pretrained-style BERT directory (HF layout) with a 1,024-piece WordPiece."""
-    from transformers import BertConfig, BertForMaskedLM
-
-    out = tmp_path_factory.mktemp("bert") / "bert"
-    texts = read_examples([str(TINYSTORIES)], "sentence")
-    tok = train_tokenizer(texts[:5000], 1024)
-    torch.manual_seed(0)
-    model = BertForMaskedLM(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
-                                       num_attention_heads=2, intermediate_size=64, max_position_embeddings=64))
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
 def test_trim_keeps_the_pieces_of_the_texts(bert_dir, tmp_path):
     from tokenizers import Tokenizer
 

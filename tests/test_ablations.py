@@ -1,0 +1,52 @@
+"""scripts/ablations.py end to end on a tiny BERT: two rows, a few steps, the table written;
+run again it reuses what is done; with more steps it continues every run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TINYSTORIES, TINYSTORIES_VALID
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def ablations():
+    spec = importlib.util.spec_from_file_location("ablations", ROOT / "scripts" / "ablations.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["ablations"] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+def test_grid_runs_resumes_and_writes_the_table(bert_dir, tmp_path):
+    mod = ablations()
+    doc, out = tmp_path / "docs" / "reproduction.md", tmp_path / "runs"
+    args = ["--init", str(bert_dir), "--data", str(TINYSTORIES), "--val-data", str(TINYSTORIES_VALID), "--rows", "1,5",
+            "--steps", "4", "--samples", "4", "--eval-sentences", "24", "--seq-len", "16", "--batch-size", "8",
+            "--device", "cpu", "--out", str(out), "--doc", str(doc)]
+    assert mod.main(args) == 0
+    text = doc.read_text()
+    assert "| 1 | pretrained | spindle | TAD |" in text and "| 5 | random | spindle | TAD |" in text
+    assert "DiffusionBERT, spindle, TAD | 63.78" in text  # the paper's row beside ours
+    assert "a pretrained start beats random init" in text
+    ev = json.loads((out / "1-bert-spindle-tad" / "eval.json").read_text())
+    assert ev["samples"] == 4 and ev["block_repeats"] is False and ev["ppl_token"] > 1
+    meta = json.loads((out / "5-scratch-spindle-tad" / "dbert.json").read_text())
+    assert meta["from_scratch"] is True and meta["step"] == 4
+    stamp = (out / "1-bert-spindle-tad" / "eval.json").stat().st_mtime_ns
+    assert mod.main(args) == 0  # nothing to do: the same runs and evaluations are reused
+    assert (out / "1-bert-spindle-tad" / "eval.json").stat().st_mtime_ns == stamp
+    longer = [*args[:args.index("--steps") + 1], "6", *args[args.index("--steps") + 2:]]
+    assert mod.main(longer) == 0  # more steps: every run continues and is evaluated again
+    assert json.loads((out / "1-bert-spindle-tad" / "dbert.json").read_text())["step"] == 6
+    assert (out / "1-bert-spindle-tad" / "eval.json").stat().st_mtime_ns != stamp
+
+
+def test_bad_rows_are_one_line(bert_dir, tmp_path):
+    with pytest.raises(SystemExit, match="--rows"):
+        ablations().main(["--init", str(bert_dir), "--rows", "1,9", "--out", str(tmp_path)])
