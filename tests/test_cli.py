@@ -144,7 +144,8 @@ def test_core_never_imports_textual():
 
 
 @pytest.mark.slow
-def test_ctrl_c_saves_and_resume_continues(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_saves_and_resume_continues(tmp_path, sig):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "dbert_core.cli", "train", "--data", str(TINYSTORIES), "--out", str(out),
            "--max-steps", "100000", "--batch-size", "8", "--seq-len", "16", "--T", "64", "--eval-every", "0",
@@ -154,7 +155,7 @@ def test_ctrl_c_saves_and_resume_continues(tmp_path):
     for line in proc.stderr:
         if line.startswith("step 5/"):
             break
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)  # Ctrl-C, or a kill / job scheduler's SIGTERM: both save
     stdout, rest = proc.communicate(timeout=120)
     assert proc.returncode == 130 and stdout == ""
     assert "continue with --resume" in rest and "Traceback" not in rest

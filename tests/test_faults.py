@@ -24,13 +24,12 @@ from test_hub import HubServer, tar_bytes
 ROOT = Path(__file__).resolve().parent.parent
 KILLS = 12
 
-CHILD = r"""
-import os, signal, sys
-from dbert_core import checkpoint, hub, store  # imported before counting starts
-what, source, name, kill_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-roots = (str(store.home()), source)
+# A child's prelude: count file-system operations under `roots` and SIGKILL itself at the
+# `kill_at`-th (0: never). The child sets roots and kill_at, then runs KILL_HOOK, then its work.
+KILL_HOOK = r"""
 EVENTS = {"open", "os.rename", "os.replace", "os.mkdir", "os.remove", "os.rmdir", "os.chmod", "os.truncate",
-          "shutil.copyfile", "shutil.copystat", "shutil.copytree", "shutil.rmtree", "tempfile.mkdtemp"}
+          "shutil.copyfile", "shutil.copystat", "shutil.copytree", "shutil.rmtree", "tempfile.mkdtemp",
+          "tempfile.mkstemp"}
 count = 0
 
 def hook(event, args):
@@ -41,6 +40,14 @@ def hook(event, args):
             os.kill(os.getpid(), signal.SIGKILL)
 
 sys.addaudithook(hook)
+"""
+
+CHILD = r"""
+import os, signal, sys
+from dbert_core import checkpoint, hub, store  # imported before counting starts
+what, source, name, kill_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+roots = (str(store.home()), source)
+""" + KILL_HOOK + r"""
 if what == "import":
     hub.import_dir(source, name=name)
 else:

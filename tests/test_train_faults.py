@@ -20,6 +20,7 @@ import torch
 from conftest import TINYSTORIES
 
 from dbert_core import checkpoint, layout
+from test_faults import KILL_HOOK
 
 ROOT = Path(__file__).resolve().parent.parent
 KILLS = 10
@@ -31,22 +32,11 @@ from dbert_core import layout
 from dbert_core.config import TrainConfig
 from dbert_core.train import Trainer
 data, out, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
-root = str(Path(out).parent)
-EVENTS = {"open", "os.rename", "os.replace", "os.mkdir", "os.remove", "os.rmdir", "os.chmod", "os.truncate",
-          "shutil.copyfile", "shutil.copytree", "shutil.rmtree", "tempfile.mkdtemp", "tempfile.mkstemp"}
-count = 0
-
-def hook(event, args):
-    global count
-    if event in EVENTS and any(isinstance(a, (str, os.PathLike)) and str(a).startswith(root) for a in args):
-        count += 1
-        if count == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-
+roots = (str(Path(out).parent),)
 resume = (layout.readable(Path(out)) / "trainer_state" / "state.json").is_file()
 cfg = TrainConfig(data=[data], out=out, preset="tiny", unit="sentence", seq_len=16, batch_size=8, max_steps=12,
                   T=64, warmup=2, eval_every=0, save_every=2, val_examples=16, device="cpu", seed=0, resume=resume)
-sys.addaudithook(hook)
+""" + KILL_HOOK + r"""
 Trainer(cfg).run()
 print(count, flush=True)
 """
