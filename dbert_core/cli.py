@@ -159,13 +159,15 @@ def sample(
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="Never draw a token equal to an already revealed neighbour (no \"there there\"); --allow-repeats samples the model's own distribution.")] = SAMPLE.block_repeats,
     stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps} as JSON on stderr.")] = False,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
+    dtype: Annotated[Dtype, typer.Option(help="The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; draws stay float64), fp32 or bf16.")] = Dtype(SAMPLE.dtype),
 ):
     """Generate N samples, one per line on stdout."""
     from .sample import generate
 
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
                               sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
-                              device=device.value, prompt=prompt, block_repeats=block_repeats).validate()
+                              device=device.value, prompt=prompt, block_repeats=block_repeats,
+                              dtype=dtype.value).validate()
     texts, st = generate(_load(checkpoint, cfg.device), cfg)
     sys.stdout.write("".join(t.replace("\n", " ") + "\n" for t in texts))
     sys.stdout.flush()

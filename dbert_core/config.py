@@ -190,6 +190,7 @@ class SampleConfig:
     device: str = "auto"
     prompt: str | None = None          # a template with [MASK] slots
     block_repeats: bool = True         # never draw a token equal to a revealed neighbour ("there there")
+    dtype: str = "auto"                # the network's precision: auto (bf16 where native), fp32, bf16
 
     def validate(self) -> "SampleConfig":
         """Checks that need no checkpoint; `resolved` adds the ones that do."""
@@ -206,6 +207,7 @@ class SampleConfig:
         if self.seed is not None:
             _int("--seed", self.seed, 0, MAX_SEED)
         _one_of("--device", self.device, DEVICES)
+        _one_of("--dtype", self.dtype, DTYPES)
         return self
 
     def resolved(self, db) -> "SampleConfig":
@@ -213,7 +215,10 @@ class SampleConfig:
         from .sample import default_length, default_sampler, validate
 
         self.validate()
+        from .hardware import native_bf16
+
+        dtype = self.dtype if self.dtype != "auto" else ("bf16" if native_bf16(db.device) else "fp32")
         out = replace(self, length=self.length if self.length is not None else default_length(db),
-                      sampler=self.sampler if self.sampler is not None else default_sampler(db))
+                      sampler=self.sampler if self.sampler is not None else default_sampler(db), dtype=dtype)
         validate(db, out.steps, out.length, out.sampler)
         return out

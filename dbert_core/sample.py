@@ -208,8 +208,9 @@ def kernel(schedule, steps: int) -> Kernel:
 class _Net:
     """Calls the denoiser on some rows of the batch; counts calls and rows."""
 
-    def __init__(self, db):
+    def __init__(self, db, dtype: str = "fp32"):
         self.model, self.device = db.model, db.device
+        self.bf16 = dtype == "bf16" and next(self.model.parameters()).dtype == torch.float32  # autocast; fp32 logits out
         self.cls, self.sep = db.tokenizer.cls_token_id, db.tokenizer.sep_token_id
         self.nfe = 0
         self.rows = 0
@@ -225,7 +226,8 @@ class _Net:
         self.nfe += 1
         self.rows += R
         self.flops += forward_flops(self.model.config, R, inp.shape[1], int(sel.sum()))
-        out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device)).float()
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device)).float()
         if out.isnan().any() or out.isposinf().any():  # -inf is how forbidden tokens are marked
             raise DbertError("the model's outputs are not finite (NaN or inf in its weights?); "
                              "this checkpoint cannot be sampled")
@@ -285,7 +287,7 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
     x = template.unsqueeze(0).repeat(cfg.n, 1)  # (B, L)
     state = dict(
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
-        kern=kernel(db.schedule, cfg.steps), net=_Net(db), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
+        kern=kernel(db.schedule, cfg.steps), net=_Net(db, cfg.dtype), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id}),  # never sampled
         block_repeats=cfg.block_repeats,
     )

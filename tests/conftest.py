@@ -41,6 +41,18 @@ def _isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
 
 
+@pytest.fixture(autouse=True)
+def _portable_precision(monkeypatch, request):
+    """`--dtype auto` means fp32 in tests, whatever the CPU: seeded samples and the TUI snapshots
+    must not depend on whether this machine has native bf16 (tests of bf16 ask for it by name)."""
+    if "native_bf16" in request.keywords:
+        return
+    from dbert_core import hardware, train
+
+    monkeypatch.setattr(hardware, "native_bf16", lambda *a, **k: False)
+    monkeypatch.setattr(train, "native_bf16", lambda *a, **k: False)
+
+
 def tiny_config(out, **overrides):
     from dbert_core.train import TrainConfig
 

@@ -1,8 +1,11 @@
 """Native-bf16 detection from /proc/cpuinfo text, and what "auto" precision picks."""
 
+import pytest
 import torch
 
 from dbert_core.hardware import auto_dtype, cpu_flags, cpu_name, native_bf16
+
+pytestmark = pytest.mark.native_bf16  # these tests read the real CPU flags
 
 AVX2 = "processor\t: 0\nmodel name\t: AMD EPYC 7B12\nflags\t\t: fpu sse2 avx avx2 fma\n"
 BF16 = "processor\t: 0\nmodel name\t: AMD EPYC 9B14\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512bw\n"
