@@ -107,7 +107,8 @@ def _fsync_dir(path: Path) -> None:
 
 def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype | None = None,
          extra_files: dict[str, str] | None = None) -> Path:
-    """Write db (and optionally trainer state) to path atomically; returns the path.
+    """Write db (and optionally trainer state) to path atomically; returns the path written.
+    db itself is left as it was (load the returned path to see what was written).
 
     trainer_state: {"optimizer": state_dict, "rng": {name: tensor}, "state": json-able dict}.
     dtype: store the weights in this dtype (e.g. float16 for shipping).
@@ -158,8 +159,6 @@ def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype 
     finally:
         if path.exists() or not old.exists():  # never delete the only copy of the previous checkpoint
             discard(swap)
-    db.path = path
-    db.meta = json.loads((path / META).read_text())
     return path
 
 

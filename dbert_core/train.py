@@ -394,7 +394,10 @@ class Trainer:
                              f"the last good checkpoint in {self.cfg.out}, if any, is kept")
         path = None
         if self.is_main:
-            meta = self.db.meta
+            import datetime
+
+            meta = self.db.meta  # the run's own record: created once, the rest updated at every save
+            meta.setdefault("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
             meta.update(step=self.step, tokens_seen=self.tokens_seen, train_seconds=round(self.elapsed, 1),
                         device=str(self.device), world_size=self.world)
             meta["train_config"] = self.cfg.to_dict()

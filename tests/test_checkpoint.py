@@ -52,7 +52,9 @@ def own_db(tiny_checkpoint):
 
 def test_save_load_identical_logits(own_db, tmp_path):
     tiny_db = own_db
+    path_before, meta_before = tiny_db.path, dict(tiny_db.meta)
     path = checkpoint.save(tiny_db, tmp_path / "copy")
+    assert (tiny_db.path, tiny_db.meta) == (path_before, meta_before)  # save returns what it wrote, changes nothing
     again = checkpoint.load(path)
     assert torch.equal(logits_of(tiny_db), logits_of(again))
     assert torch.equal(tiny_db.counts, again.counts)
