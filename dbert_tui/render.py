@@ -16,8 +16,8 @@ from rich.color import Color
 from rich.text import Text
 
 from dbert_core.config import SampleConfig
+from dbert_core.detok import MASK_GLYPH, spans, special_names
 
-MASK_GLYPH = "░░░"
 EARLY, MID, LATE = (95, 135, 255), (95, 215, 135), (255, 95, 95)
 LOW, HIGH = (255, 95, 95), (95, 215, 135)
 
@@ -101,39 +101,42 @@ def token_pieces(tokenizer, ids) -> list[str]:
     return tokenizer.convert_ids_to_tokens([int(i) for i in ids])
 
 
-def render_tokens(db, rec: Recorded, mode: str = "order") -> Text:
-    """The batch as flowing text: masks as a placeholder, new tokens highlighted, every
-    revealed token coloured by when it was revealed (mode 'order') or by its confidence."""
+def token_style(rec: Recorded, b: int, pos: int, mode: str) -> str:
+    """The style of a revealed token: new this step, given by the prompt, or coloured by when it
+    was revealed (mode 'order') or by the model's confidence in it."""
     f = rec.frame
-    tok = db.tokenizer
-    specials = {tok.sep_token: "¶", tok.pad_token: "·", tok.cls_token: "·"}
+    if bool(f.revealed[b, pos]):
+        return "bold black on yellow"
+    step = int(rec.order[b, pos])
+    if step == 0:
+        return "bold underline"  # given by the prompt
+    if mode == "confidence":
+        c = float(f.confidence[b, pos])
+        return confidence_colour(c).name if not math.isnan(c) else "white"
+    return order_colour(step, f.steps).name
+
+
+def render_row(db, rec: Recorded, b: int, mode: str = "order", paragraph: str = "\n") -> Text:
+    """Sample b as a reader sees it (dbert_core.detok: the words `dbert sample` prints, [SEP] a
+    line break here), every token in its own colour, masked positions as fixed-width MASK_GLYPH."""
+    f = rec.frame
     out = Text()
-    B = f.ids.shape[0]
-    for b in range(B):
-        if B > 1:
-            out.append(f"{'' if b == 0 else chr(10)}sample {b + 1}\n", style="bold dim")
-        pieces = token_pieces(tok, f.ids[b])
-        for pos, piece in enumerate(pieces):
-            if bool(f.masked[b, pos]):
-                if pos:
-                    out.append(" ")
-                out.append(MASK_GLYPH, style="grey42")
-                continue
-            glue = piece.startswith("##")
-            shown = specials.get(piece, piece[2:] if glue else piece)
-            if pos and not glue:
-                out.append(" ")
-            step = int(rec.order[b, pos])
-            if bool(f.revealed[b, pos]):
-                style = "bold black on yellow"
-            elif step == 0:
-                style = "bold underline"  # given by the prompt
-            elif mode == "confidence":
-                c = float(f.confidence[b, pos])
-                style = f"{confidence_colour(c).name if not math.isnan(c) else 'white'}"
-            else:
-                style = order_colour(step, f.steps).name
-            out.append(shown, style=style)
+    for span in spans(token_pieces(db.tokenizer, f.ids[b]), f.masked[b].tolist(), paragraph=paragraph,
+                      **special_names(db.tokenizer)):
+        out.append(span.gap)
+        out.append(span.text, style="grey42" if span.masked else token_style(rec, b, span.index, mode))
+    return out
+
+
+def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None = None) -> Text:
+    """Several samples (default: all of the batch) one below the other, each under a heading
+    when there are more than one."""
+    rows = list(range(rec.frame.ids.shape[0])) if rows is None else rows
+    out = Text()
+    for i, b in enumerate(rows):
+        if len(rows) > 1:
+            out.append(f"{'' if i == 0 else chr(10)}sample {b + 1}\n", style="bold dim")
+        out.append_text(render_row(db, rec, b, mode))
     return out
 
 
