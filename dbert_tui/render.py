@@ -1,5 +1,6 @@
-"""Pure helpers the screens use: runs and their recorded frames, token colouring, the noise
-schedule curve, trajectory export, and small atomic JSON/text writes. No Textual in here."""
+"""Pure drawing helpers the screens use: token colouring, the noise schedule curve and strip,
+plus trajectory export and small atomic JSON/text writes. No Textual in here (the run state is
+controller.py's)."""
 
 from __future__ import annotations
 
@@ -7,78 +8,18 @@ import json
 import math
 import os
 import tempfile
-import threading
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from rich.color import Color
 from rich.text import Text
 
-from dbert_core.config import SampleConfig
 from dbert_core.detok import MASK_GLYPH, spans, special_names
+
+from .controller import Recorded, Run, Settings  # noqa: F401 - Settings: also imported from here by older code
 
 EARLY, MID, LATE = (95, 135, 255), (95, 215, 135), (255, 95, 95)
 LOW, HIGH = (255, 95, 95), (95, 215, 135)
-
-
-# ------------------------------------------------------------------------------ settings and runs
-@dataclass
-class Settings(SampleConfig):
-    """What a sampling run uses: `dbert sample`'s defaults (config.SampleConfig), except where
-    watching differs from printing, overridden here by name. The Generate screen edits these."""
-
-    n: int = 1          # one sample to watch (the CLI prints 10)
-    seed: int = 0       # fixed, so a changed control shows its effect on the same draw
-    prompt: str = ""
-    pace_ms: int = 40   # minimum time per shown step while playing (0: as fast as the model goes)
-
-
-@dataclass
-class Recorded:
-    """One recorded reverse step. `order` is shared by all frames of a run: a position's entry
-    is written once, when it is revealed, so for any frame it is exact wherever that frame
-    shows a token (positions revealed later are still masked there)."""
-
-    frame: object          # dbert_core.sample.Frame, stored compactly (int32 ids, float32 confidence)
-    order: object          # (B, L) int32: step at which each position was revealed (0: given / not yet)
-    seconds: float         # model time spent so far in this run
-
-
-def compact(frame):
-    """A Frame with smaller dtypes: a long run keeps every step for scrubbing and export."""
-    import dataclasses
-
-    import torch
-
-    return dataclasses.replace(frame, ids=frame.ids.to(torch.int32), confidence=frame.confidence.to(torch.float32))
-
-
-@dataclass
-class Run:
-    """One sampling run: its settings and every frame recorded so far (appended by the worker)."""
-
-    id: int
-    settings: Settings
-    frames: list[Recorded] = field(default_factory=list)
-    finished: bool = False
-    playing: bool = True
-    step_budget: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def wait_turn(self, is_cancelled, pace_s: float) -> bool:
-        """Block the worker until the next step may be computed; False when cancelled."""
-        deadline = time.monotonic() + pace_s
-        while True:
-            if is_cancelled():
-                return False
-            with self.lock:
-                if self.step_budget > 0:
-                    self.step_budget -= 1
-                    return True
-                if self.playing and time.monotonic() >= deadline:
-                    return True
-            time.sleep(0.01)
 
 
 # ------------------------------------------------------------------------------ colours
@@ -211,6 +152,28 @@ def schedule_chart(curve: list[float], width: int, height: int, step: int | None
         if r < height - 1:
             text.append("\n")
     return text
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def schedule_strip(curve: list[float], width: int, step: int | None = None, actual: float | None = None) -> Text:
+    """The schedule in one line `width` wide: the expected masked fraction over the reverse steps
+    as a sparkline (one bar per column, full height = all masked), the current step's column
+    highlighted, then the run's masked fraction against the expectation there."""
+    steps = len(curve) - 1
+    tail = ""
+    if step is not None and actual is not None and steps >= 0:
+        tail = f" masked {actual:.0%} exp {curve[min(step, steps)]:.0%}"
+    cols = max(4, width - len(tail))
+    here = None if step is None or steps <= 0 else min(cols - 1, round(step / steps * (cols - 1)))
+    out = Text()
+    for x in range(cols):
+        k = round(x / (cols - 1) * steps) if steps > 0 and cols > 1 else 0
+        bar = SPARK[min(len(SPARK) - 1, max(0, round(curve[k] * (len(SPARK) - 1))))]
+        out.append(bar, style="bold black on yellow" if x == here else "cyan")
+    out.append(tail, style="dim")
+    return out
 
 
 # ------------------------------------------------------------------------------ files
