@@ -23,7 +23,7 @@ from dbert_core.errors import DbertError
 
 from .messages import CheckpointLoaded, StoreChanged
 from .controller import Settings
-from .render import read_state, remember
+from .files import read_state, remember
 from .screens.checkpoints import CheckpointsScreen
 from .screens.generate import GenerateScreen
 from .screens.train import TrainScreen

@@ -1,22 +1,17 @@
-"""Pure drawing helpers the screens use: token colouring, the noise schedule curve and strip,
-plus trajectory export and small atomic JSON/text writes. No Textual in here (the run state is
-controller.py's)."""
+"""Drawing, and nothing else: token views, colours, the legend, the noise schedule as a chart
+and as a strip. Pure functions returning Rich Text; no Textual, no state (controller.py), no
+files (files.py)."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
-from dataclasses import asdict
-from pathlib import Path
 
 from rich.color import Color
 from rich.text import Text
 
 from dbert_core.detok import MASK_GLYPH, spans, special_names
 
-from .controller import Recorded, Run, Settings  # noqa: F401 - Settings: also imported from here by older code
+from .controller import Recorded, Settings  # noqa: F401 - Settings: also imported from here by older code
 
 EARLY, MID, LATE = (95, 135, 255), (95, 215, 135), (255, 95, 95)
 LOW, HIGH = (255, 95, 95), (95, 215, 135)
@@ -101,25 +96,7 @@ def legend(mode: str) -> Text:
     return t
 
 
-def texts_of(db, rec: Recorded) -> list[str]:
-    return [db.decode(row) for row in rec.frame.ids]
-
-
 # ------------------------------------------------------------------------------ noise schedule
-def expected_masked(db, steps: int) -> list[float]:
-    """Expected masked fraction after k reverse steps, k = 0..steps (1.0 at k=0, 0.0 at the end),
-    weighting each token's a_t(v) by its corpus frequency."""
-    import torch
-
-    from dbert_core.schedule import step_grid
-
-    grid = torch.tensor(step_grid(db.schedule.T, steps), dtype=torch.float32)  # T ... 0
-    counts = db.counts.to(torch.float64)
-    alpha = db.schedule.alpha_vocab(grid).to(torch.float64)  # (K, V) or (K, 1)
-    visible = (alpha * counts).sum(-1) / counts.sum() if alpha.shape[-1] > 1 else alpha[:, 0]
-    return [float(1.0 - v) for v in visible]
-
-
 def schedule_chart(curve: list[float], width: int, height: int, step: int | None = None,
                    actual: float | None = None) -> Text:
     """A small plot of masked fraction (y, 1 at the top) over reverse steps (x):
@@ -174,69 +151,3 @@ def schedule_strip(curve: list[float], width: int, step: int | None = None, actu
         out.append(bar, style="bold black on yellow" if x == here else "cyan")
     out.append(tail, style="dim")
     return out
-
-
-# ------------------------------------------------------------------------------ files
-def atomic_write(path, data: str) -> Path:
-    """Write text to path via a temp file in the same directory and os.replace."""
-    path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def trajectory(db, run: Run) -> dict:
-    """Every recorded frame of a run as plain JSON-able data."""
-    frames = []
-    for rec in run.frames:
-        f = rec.frame
-        conf = [[None if math.isnan(c) else round(c, 6) for c in row] for row in f.confidence.tolist()]
-        frames.append({"step": f.step, "steps": f.steps, "t": f.t, "nfe": f.nfe,
-                       "ids": f.ids.tolist(), "masked": f.masked.tolist(), "revealed": f.revealed.tolist(),
-                       "confidence": conf})
-    last = run.frames[-1] if run.frames else None
-    return {
-        "format": "dbert-trajectory/1",
-        "checkpoint": str(db.path) if db.path else None,
-        "schedule": db.schedule.name, "T": db.schedule.T,
-        "settings": asdict(run.settings),
-        "mask_id": db.model.mask_id,
-        "texts": texts_of(db, last) if last else [],
-        "tokens": [token_pieces(db.tokenizer, row) for row in last.frame.ids] if last else [],
-        "reveal_step": last.order.tolist() if last else [],
-        "frames": frames,
-    }
-
-
-def state_file() -> Path:
-    from dbert_core.store import home
-
-    return home() / "tui.json"
-
-
-def read_state() -> dict:
-    try:
-        data = json.loads(state_file().read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def remember(**values) -> None:
-    """Merge values into the app's small state file (last checkpoint used), atomically."""
-    data = read_state()
-    data.update(values)
-    try:
-        atomic_write(state_file(), json.dumps(data, indent=2) + "\n")
-    except OSError:
-        pass  # remembering is a convenience; never fail the app for it

@@ -58,7 +58,8 @@ def test_token_view_colours_each_token_and_keeps_words(tiny_db):
     import torch
 
     from dbert_core.sample import Frame
-    from dbert_tui.render import Recorded, render_row, render_tokens
+    from dbert_tui.controller import Recorded
+    from dbert_tui.render import render_row, render_tokens
 
     tok = tiny_db.tokenizer
     ids = torch.tensor([tok.encode("the dog didn't play. the cat ran", add_special_tokens=False)])

@@ -32,9 +32,10 @@ from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
 from ..controller import (GRID_N, MAX_N, TOP_KS, TOP_PS, Playback, Run, Settings, compare_partner, differences,
-                          next_in, produce, steps_by, temperature_by)
+                          expected_masked, next_in, produce, steps_by, temperature_by)
 from ..messages import FrameReady, RunFinished, SampleChosen
-from ..render import atomic_write, expected_masked, legend, render_row, render_tokens, texts_of, trajectory
+from ..files import atomic_write, texts_of, trajectory
+from ..render import legend, render_row, render_tokens
 from ..widgets.controls import CONTROLS, ControlBar
 from ..widgets.panes import ComparePane, TokenScroll, settings_line
 from ..widgets.samples import SampleCard, SampleGrid
