@@ -120,7 +120,7 @@ class DbertApp(App):
             from dbert_core.checkpoint import load
             from dbert_core.train import pick_device
 
-            db = load(path, device=pick_device(self.generate_screen.settings.device))
+            db = load(path, device=pick_device(self.generate_screen.session.settings.device))
         if not get_current_worker().is_cancelled:  # a newer choice replaced this load
             self.post_message(CheckpointLoaded(db, path))
 

@@ -9,13 +9,17 @@
 - `Playback`: a run as a pane shows it: which frame is on screen (live or scrubbed), and what
   play, pause, step and scrub do.
 - `produce`: the worker's loop, computing a run's frames and handing each to a callback.
+- `Session`: everything the Generate screen shows: the settings of side A (and side B while
+  comparing), the side the control keys change, the current runs' playbacks, the selected
+  sample and whether it is shown large; every control key and view key is a method here.
 
-The screen owns the Playbacks and draws them; nothing here imports Textual, so these rules are
-unit-tested directly (tests/test_tui_controller.py).
+The screen owns one Session, starts a worker per playback and draws; nothing here imports
+Textual, so these rules are unit-tested directly (tests/test_tui_controller.py).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -239,3 +243,186 @@ class Playback:
         if self.run.finished:
             return "done"
         return "playing" if self.run.playing else "paused"
+
+
+class Session:
+    """The Generate screen's state. Methods that take a `db` check the result against that
+    checkpoint and raise DbertError (leaving the state as it was) when it cannot take it; the
+    screen restarts the runs (`new_runs`) after any change of settings."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()    # side A: the run, or the left side of a comparison
+        self.partner: Settings | None = None      # side B while comparing
+        self.side = 0                             # the side the control keys change (0: A, 1: B)
+        self.playbacks: list[Playback] = []       # one per side, of the current runs
+        self.selected = 0                         # the sample shown large / highlighted in the grid
+        self.zoomed = False                       # the selected sample large instead of the grid
+        self.grid_n = self.settings.n if self.settings.n > 1 else GRID_N
+        self.auto_length = self.settings.length is None  # follow each checkpoint's training length
+        self._ids = itertools.count(1)
+
+    # ------------------------------------------------------------------ what is shown
+    @property
+    def run(self) -> Run | None:
+        """Side A's run (the only one unless comparing)."""
+        return self.playbacks[0].run if self.playbacks else None
+
+    @property
+    def active(self) -> Settings:
+        """The settings the control keys change."""
+        return self.partner if self.side == 1 and self.partner is not None else self.settings
+
+    def active_playback(self) -> Playback | None:
+        return self.playbacks[min(self.side, len(self.playbacks) - 1)] if self.playbacks else None
+
+    def shown_settings(self) -> Settings:
+        """What the control bar shows: the active side's run as resolved (sampler and length filled in)."""
+        pb = self.active_playback()
+        return pb.run.settings if pb is not None and len(self.playbacks) > self.side else self.active
+
+    def sides(self) -> list[Settings]:
+        return [self.settings] + ([self.partner] if self.partner is not None else [])
+
+    def view_mode(self) -> str:
+        """'compare', 'grid' (several samples) or 'single' (one sample large, or the only one)."""
+        if self.partner is not None:
+            return "compare"
+        n = self.run.settings.n if self.run is not None else self.settings.n
+        return "grid" if n > 1 and not self.zoomed else "single"
+
+    def playback_of(self, run_id: int) -> Playback | None:
+        return next((pb for pb in self.playbacks if pb.run.id == run_id), None)
+
+    # ------------------------------------------------------------------ runs
+    def fit(self, db) -> list[str]:
+        """Fit every side to a (new) checkpoint: steps within T, the checkpoint's length when it
+        is automatic (else within its maximum), a sampler it allows. Returns what was changed
+        that the user should hear about."""
+        from dbert_core.errors import DbertError
+        from dbert_core.sample import default_length, default_sampler
+
+        notes = []
+
+        def fitted(s: Settings) -> Settings:
+            s = replace(s, steps=max(1, min(db.schedule.T, s.steps)))
+            if self.auto_length or s.length is None:
+                s.length = default_length(db)
+            s.length = max(1, min(db.model.max_length, s.length))
+            try:
+                s.resolved(db)
+            except DbertError as e:  # e.g. `cached` on a time-conditioned model: use the default
+                s.sampler = default_sampler(db)
+                notes.append(f"{e}; using {s.sampler}")
+            return s
+
+        self.settings = fitted(self.settings)
+        if self.partner is not None:
+            self.partner = fitted(self.partner)
+        return notes
+
+    def new_runs(self, db) -> list[Playback]:
+        """Fresh runs of every side (each with its own seed setting, by default the same), still
+        to be started; they play unless the previous ones were paused. Raises DbertError if a
+        side's settings do not suit db (the current runs stay)."""
+        resolved = [s.resolved(db) for s in self.sides()]
+        playing = self.run.playing if self.run is not None else True
+        self.playbacks = [Playback(Run(next(self._ids), s, playing=playing)) for s in resolved]
+        n = resolved[0].n
+        self.selected = min(self.selected, n - 1)
+        self.zoomed = self.zoomed and n > 1
+        return self.playbacks
+
+    # ------------------------------------------------------------------ settings
+    def change(self, db, **fields) -> None:
+        """Set fields of the active side's settings, checked against db."""
+        new = replace(self.active, **fields)
+        if db is not None:
+            new.resolved(db)
+        else:
+            new.validate()
+        if self.side == 1 and self.partner is not None:
+            self.partner = new
+        else:
+            self.settings = new
+
+    def set_all(self, **fields) -> None:
+        """Set fields on every side (the seed, the prompt, the number of samples)."""
+        self.settings = replace(self.settings, **fields)
+        if self.partner is not None:
+            self.partner = replace(self.partner, **fields)
+
+    def steps(self, db, factor: float) -> None:
+        self.change(db, steps=steps_by(self.active.steps, factor, db.schedule.T))
+
+    def temperature(self, db, direction: int) -> None:
+        self.change(db, temperature=temperature_by(self.active.temperature, direction))
+
+    def top_k(self, db) -> None:
+        self.change(db, top_k=next_in(TOP_KS, self.active.top_k))
+
+    def top_p(self, db) -> None:
+        self.change(db, top_p=next_in(TOP_PS, self.active.top_p))
+
+    def next_sampler(self, db) -> None:
+        """The next sampler (SAMPLERS order) the checkpoint allows, after the one the run uses."""
+        from dbert_core.config import SAMPLERS
+        from dbert_core.errors import DbertError
+
+        def allowed(name: str) -> bool:
+            try:
+                replace(self.active, sampler=name).resolved(db)
+                return True
+            except DbertError:
+                return False
+
+        self.change(db, sampler=next_in([s for s in SAMPLERS if allowed(s)], self.shown_settings().sampler))
+
+    def new_seed(self) -> None:
+        """Another seed, the same for both sides."""
+        self.set_all(seed=(self.settings.seed * 1_103_515_245 + 12_345) % 2**31)
+
+    # ------------------------------------------------------------------ views
+    def toggle_grid(self) -> None:
+        """One sample <-> several (the number last used, GRID_N at first), on both sides."""
+        n = self.settings.n
+        if n > 1:
+            self.grid_n = n
+        self.set_all(n=1 if n > 1 else self.grid_n)
+        self.zoomed = False
+
+    def select(self, delta: int) -> bool:
+        """Select another sample (wrapping); False when there is one."""
+        n = self.run.settings.n if self.run is not None else self.settings.n
+        if n <= 1:
+            return False
+        self.selected = (self.selected + delta) % n
+        return True
+
+    def zoom(self, index: int | None = None) -> bool:
+        """Show the selected sample (or sample `index`) large; False unless the grid is shown."""
+        if self.view_mode() != "grid":
+            return False
+        if index is not None:
+            self.selected = index
+        self.zoomed = True
+        return True
+
+    def unzoom(self) -> bool:
+        was, self.zoomed = self.zoomed, False
+        return was
+
+    def start_compare(self, T: int) -> None:
+        """Side B: side A's settings and seed with an eighth (or 8x) of the steps; the keys change B."""
+        self.partner = compare_partner(self.settings, T)
+        self.side = 1
+
+    def end_compare(self) -> None:
+        """Side A goes on alone (its run is kept)."""
+        self.partner, self.side = None, 0
+        self.playbacks = self.playbacks[:1]
+
+    def switch_side(self) -> bool:
+        if self.partner is None:
+            return False
+        self.side = 1 - self.side
+        return True

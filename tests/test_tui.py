@@ -167,7 +167,7 @@ async def test_control_bar_shows_the_settings_and_its_keys_restart_with_the_same
             assert shown in bar.plain()
         # back to the first settings: the same seed gives the same text again
         await pilot.press("left_square_bracket", "minus")
-        g.settings = dataclasses.replace(g.settings, top_k=0, top_p=1.0, sampler="ancestral")
+        g.session.settings = dataclasses.replace(g.session.settings, top_k=0, top_p=1.0, sampler="ancestral")
         g.restart()
         await wait_for(pilot, finished(app))
         assert g.run.settings == first.settings
@@ -215,17 +215,17 @@ async def test_a_grid_of_samples_fills_in_together(tiny_db):
         assert len({int(rec.frame.masked[b].sum()) for b in range(4)}) > 1  # rows run apart
         # select one and show it large; Esc goes back to the grid
         await pilot.press("end", "down", "down", "enter")
-        assert g.view_mode() == "single" and g.selected == 2 and cards[2].selected and not cards[0].selected
+        assert g.view_mode() == "single" and g.session.selected == 2 and cards[2].selected and not cards[0].selected
         assert g.query_one("#gen-tokens-box").display and not grid.display
         assert g.shown_text() == cards[2].text.plain
         assert "sample 3/4 · step 24/24 · masked 0/20" in str(g.query_one("#gen-status").render())
         await pilot.press("up")
-        assert g.selected == 1 and g.shown_text() == cards[1].text.plain
+        assert g.session.selected == 1 and g.shown_text() == cards[1].text.plain
         await pilot.press("escape")
         assert g.view_mode() == "grid"
         await pilot.click(cards[3])  # a click on a card shows that sample large
         await pilot.pause(0.1)
-        assert g.view_mode() == "single" and g.selected == 3
+        assert g.view_mode() == "single" and g.session.selected == 3
         # g: one sample, then the grid again with the same number of samples and the same seed
         await pilot.press("g")
         await wait_for(pilot, all_finished(app))

@@ -1,5 +1,5 @@
 """The Generate screen's state without Textual (dbert_tui.controller): control steps, runs,
-their gate and their playback."""
+their gate and their playback, and the session (both sides of a comparison, the grid, the keys)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from dbert_tui.controller import (TEMPERATURES, TOP_KS, Playback, Recorded, Run, Settings, compare_partner,
-                                  differences, next_in, produce, steps_by, temperature_by)
+from dbert_core.errors import DbertError
+from dbert_tui.controller import (GRID_N, TEMPERATURES, TOP_KS, Playback, Recorded, Run, Session, Settings,
+                                  compare_partner, differences, next_in, produce, steps_by, temperature_by)
 
 
 def test_control_steps():
@@ -123,3 +124,90 @@ def test_produce_waits_at_the_gate(tiny_db, sampler):
     stop.set()
     t.join(5)
     assert not t.is_alive()
+
+
+# ------------------------------------------------------------------------------ the session
+def _session(tiny_db, **kw) -> Session:
+    s = Session(Settings(**kw))
+    assert s.fit(tiny_db) == []
+    s.new_runs(tiny_db)
+    return s
+
+
+def test_session_fits_a_checkpoint(tiny_db):
+    T, max_len = tiny_db.schedule.T, tiny_db.model.max_length
+    s = Session(Settings(steps=10 * T))
+    s.fit(tiny_db)
+    assert s.settings.steps == T and s.settings.length == tiny_db.meta["seq_len"] and s.auto_length
+    s = Session(Settings(length=10 * max_len))
+    s.fit(tiny_db)
+    assert s.settings.length == max_len and not s.auto_length
+
+
+def test_session_control_keys_change_the_active_side_and_keep_the_seed(tiny_db):
+    s = _session(tiny_db, steps=128, seed=3, sampler="ancestral", top_k=30)
+    T = tiny_db.schedule.T
+    s.steps(tiny_db, 2)
+    s.steps(tiny_db, 2)
+    s.temperature(tiny_db, -1)
+    s.top_k(tiny_db)
+    s.top_p(tiny_db)
+    s.next_sampler(tiny_db)
+    a = s.settings
+    assert (a.steps, a.temperature, a.top_k, a.top_p, a.sampler, a.seed) == (T, 0.9, 100, 0.95, "cached", 3)
+    with pytest.raises(DbertError):  # a value the checkpoint cannot take changes nothing
+        s.change(tiny_db, steps=T + 1)
+    assert s.settings == a
+    first = s.run
+    runs = s.new_runs(tiny_db)
+    assert len(runs) == 1 and runs[0].run.id == first.id + 1 and runs[0].run.settings.seed == 3
+    assert runs[0].run.settings.sampler == "cached" and s.shown_settings() == runs[0].run.settings
+    s.new_seed()
+    assert s.settings.seed != 3
+
+
+def test_session_compare_two_sides(tiny_db):
+    s = _session(tiny_db, steps=128, seed=3)
+    a_playback = s.playbacks[0]
+    s.start_compare(tiny_db.schedule.T)
+    assert s.view_mode() == "compare" and s.side == 1 and s.partner.steps == 16 and s.partner.seed == 3
+    s.temperature(tiny_db, 1)  # the keys change side B
+    assert (s.settings.temperature, s.partner.temperature) == (1.0, 1.1)
+    a, b = s.new_runs(tiny_db)
+    assert a.run.settings.seed == b.run.settings.seed == 3 and (a.run.settings.steps, b.run.settings.steps) == (128, 16)
+    assert s.shown_settings() is b.run.settings and s.active_playback() is b
+    assert s.switch_side() and s.side == 0
+    s.steps(tiny_db, 0.5)
+    assert (s.settings.steps, s.partner.steps) == (64, 16)
+    s.set_all(prompt="once upon a")
+    s.new_seed()
+    assert s.settings.prompt == s.partner.prompt == "once upon a" and s.settings.seed == s.partner.seed != 3
+    s.new_runs(tiny_db)
+    kept = s.playbacks[0]
+    assert kept is not a_playback
+    s.end_compare()
+    assert s.partner is None and s.side == 0 and s.playbacks == [kept] and s.view_mode() == "single"
+    assert not s.switch_side()
+
+
+def test_session_grid_selection_and_zoom(tiny_db):
+    s = _session(tiny_db)
+    assert s.view_mode() == "single" and not s.select(1) and not s.zoom()
+    s.toggle_grid()
+    assert s.settings.n == GRID_N
+    s.new_runs(tiny_db)
+    assert s.view_mode() == "grid"
+    assert s.select(-1) and s.selected == GRID_N - 1  # wraps
+    assert s.zoom() and s.view_mode() == "single" and s.zoomed
+    assert not s.zoom()  # only from the grid
+    assert s.unzoom() and s.view_mode() == "grid" and not s.unzoom()
+    assert s.zoom(2) and s.selected == 2
+    s.change(tiny_db, n=3)
+    s.new_runs(tiny_db)
+    assert s.selected == 2 and s.zoomed
+    s.toggle_grid()
+    assert s.settings.n == 1 and not s.zoomed
+    s.new_runs(tiny_db)
+    assert s.selected == 0
+    s.toggle_grid()
+    assert s.settings.n == 3  # the number last used

@@ -9,9 +9,9 @@ Three views of the same machinery:
   keys change, and any change restarts both.
 
 The control bar under the text always shows steps, temperature, top-k, top-p, sampler and seed
-with their keys; a change restarts the run at once with the same seed. The state is
-controller.py's (Settings, Run, Playback); this screen composes the widgets, starts one worker
-per side and draws.
+with their keys; a change restarts the run at once with the same seed. The state is a
+controller.Session (settings of both sides, runs, playback, selection); this screen composes
+the widgets, turns keys into Session calls, starts one worker per side and draws.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
-from ..controller import (GRID_N, MAX_N, TOP_KS, TOP_PS, Playback, Run, Settings, compare_partner, differences,
-                          expected_masked, next_in, produce, steps_by, temperature_by)
+from ..controller import MAX_N, Playback, Run, Session, Settings, differences, expected_masked, produce
 from ..messages import FrameReady, RunFinished, SampleChosen
 from ..files import atomic_write, texts_of, trajectory
 from ..render import legend, render_row, render_tokens
@@ -86,16 +85,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
     def __init__(self, settings: Settings | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.settings = settings or Settings()      # side A: the run (or the left side of a comparison)
-        self.partner: Settings | None = None        # side B while comparing
-        self.side = 0                               # the side the control keys change
-        self._auto_length = self.settings.length is None  # follow each checkpoint's seq_len
-        self._grid_n = self.settings.n if self.settings.n > 1 else GRID_N
+        self.session = Session(settings)
         self.db = None
-        self.playbacks: list[Playback] = []
-        self.selected = 0                           # the sample shown large / highlighted in the grid
-        self.zoomed = False                         # the selected sample large instead of the grid
-        self._run_ids = itertools.count(1)
         self._restart_pending = False
         self._draw_pending = False
         self._ready = False
@@ -105,9 +96,13 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
     # ------------------------------------------------------------------ what is shown
     @property
+    def playbacks(self) -> list[Playback]:
+        return self.session.playbacks
+
+    @property
     def run(self) -> Run | None:
         """Side A's run (the only one unless comparing)."""
-        return self.playbacks[0].run if self.playbacks else None
+        return self.session.run
 
     @property
     def view(self) -> int | None:
@@ -117,15 +112,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
     def shown(self):
         return self.playbacks[0].shown() if self.playbacks else None
 
-    def active_settings(self) -> Settings:
-        return self.partner if self.side == 1 and self.partner is not None else self.settings
-
     def view_mode(self) -> str:
-        """'compare', 'grid' (several samples) or 'single' (one sample large, or the only one)."""
-        if self.partner is not None:
-            return "compare"
-        n = self.run.settings.n if self.run is not None else self.settings.n
-        return "grid" if n > 1 and not self.zoomed else "single"
+        return self.session.view_mode()
 
     def shown_text(self, side: int = 0) -> str:
         """The plain text of a side's token view, as drawn (tests and the tmux check read this)."""
@@ -182,29 +170,11 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self.query_one(SampleGrid).styles.grid_size_columns = 3 if wide else 2 if self.size.width >= 60 else 1
 
     # ------------------------------------------------------------------ the model
-    def _clamp(self, s: Settings) -> Settings:
-        """s within what self.db allows: steps, length (the checkpoint's when automatic), sampler."""
-        from dbert_core.errors import DbertError
-        from dbert_core.sample import default_length, default_sampler
-
-        db = self.db
-        s = dataclasses.replace(s, steps=max(1, min(db.schedule.T, s.steps)))
-        if self._auto_length or s.length is None:
-            s.length = default_length(db)
-        s.length = max(1, min(db.model.max_length, s.length))
-        try:
-            s.resolved(db)
-        except DbertError as e:  # e.g. `cached` on a time-conditioned model: say so, use the default
-            s.sampler = default_sampler(db)
-            self.app.notify(f"{e}; using {s.sampler}", title="sampler", severity="warning")
-        return s
-
     def use_db(self, db) -> None:
-        """A (new) checkpoint: clamp the settings to it and start a run."""
+        """A (new) checkpoint: fit the settings to it and start a run."""
         self.db = db
-        self.settings = self._clamp(self.settings)
-        if self.partner is not None:
-            self.partner = self._clamp(self.partner)
+        for note in self.session.fit(db):
+            self.app.notify(note, title="sampler", severity="warning")
         if self._ready:  # otherwise on_mount starts the run
             self.restart()
 
@@ -223,29 +193,23 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             return
         from dbert_core.errors import DbertError
 
-        sides = [self.settings] + ([self.partner] if self.partner is not None else [])
         try:
-            resolved = [s.resolved(self.db) for s in sides]
+            playbacks = self.session.new_runs(self.db)
         except DbertError as e:
             self.app.notify(str(e), title="settings", severity="error")
             return
-        playing = self.run.playing if self.run is not None else True
-        if self.partner is None:
+        if len(playbacks) == 1:
             self.workers.cancel_group(self, "sample-1")
-        self.playbacks = [Playback(Run(next(self._run_ids), s, playing=playing)) for s in resolved]
         self.frames_drawn = 0
         self.drawn = None
-        n = resolved[0].n
-        self.selected = min(self.selected, n - 1)
-        self.zoomed = self.zoomed and n > 1
-        self._make_cards(n)
+        self._make_cards(playbacks[0].run.settings.n)
         self._arrange()
         name = Path(self.db.path).name if self.db.path else "model"
         self.sub_title = f"Generate · {name}"
         self._show_curve()
         self._show_controls()
         self.query_one("#gen-tokens", Static).update(Text("starting…", style="dim"))
-        for i, pb in enumerate(self.playbacks):
+        for i, pb in enumerate(playbacks):
             self.run_worker(partial(self._sample, pb.run, self.db), name="sampling", group=f"sample-{i}",
                             exclusive=True, thread=True, exit_on_error=False)
         self._status()
@@ -258,19 +222,16 @@ class GenerateScreen(ReportWorkerErrors, Screen):
                    lambda rec: self.post_message(FrameReady(run.id, next(index), rec))):
             self.post_message(RunFinished(run.id))
 
-    def _playback_of(self, run_id: int) -> Playback | None:
-        return next((pb for pb in self.playbacks if pb.run.id == run_id), None)
-
     @on(FrameReady)
     def _frame_ready(self, message: FrameReady) -> None:
-        pb = self._playback_of(message.run_id)
+        pb = self.session.playback_of(message.run_id)
         if pb is not None:
             pb.run.record(message.rec)
             self._draw_soon()
 
     @on(RunFinished)
     def _run_finished(self, message: RunFinished) -> None:
-        pb = self._playback_of(message.run_id)
+        pb = self.session.playback_of(message.run_id)
         if pb is not None:
             pb.run.finished = True
             self._draw_soon()
@@ -296,7 +257,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
     def _mark_selected(self) -> None:
         for card in self.query_one(SampleGrid).cards():
-            card.selected = card.index == self.selected
+            card.selected = card.index == self.session.selected
 
     def _draw(self) -> None:
         self._draw_pending = False
@@ -313,7 +274,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if rec is not None and rec is not self.drawn:
             self.drawn = rec
             self.frames_drawn += 1
-        active = self.playbacks[min(self.side, len(self.playbacks) - 1)].shown()
+        active = self.session.active_playback().shown()
         if active is not None:
             f = active.frame
             for widget in (self.query_one(SchedulePanel), self.query_one(ScheduleStrip)):
@@ -324,7 +285,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         rec = self.playbacks[0].shown()
         if rec is None:
             return
-        rows = [self.selected] if rec.frame.ids.shape[0] > 1 else None
+        rows = [self.session.selected] if rec.frame.ids.shape[0] > 1 else None
         self._tokens_text = render_tokens(self.db, rec, self.colour, rows)
         self.query_one("#gen-tokens", Static).update(self._tokens_text)
 
@@ -345,14 +306,14 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         panes = list(self.query(ComparePane))
         differs = differences(self.playbacks[0].run.settings, self.playbacks[-1].run.settings)
         for side, (pb, pane) in enumerate(zip(self.playbacks, panes)):
-            pane.active = side == self.side
+            pane.active = side == self.session.side
             rec = pb.shown()
             head = settings_line(pb.run.settings, differs)
             if rec is None:
                 pane.show(head, Text(f"step 0/{pb.run.settings.steps} · starting", style="dim"),
                           Text("starting…", style="dim"))
                 continue
-            row = self.selected if rec.frame.ids.shape[0] > 1 else None  # one sample per side (up/down: another)
+            row = self.session.selected if rec.frame.ids.shape[0] > 1 else None  # one sample per side
             status = self._progress(pb, rec, row)
             if row is not None:
                 status = Text(f"sample {row + 1}/{rec.frame.ids.shape[0]} · ").append_text(status)
@@ -383,40 +344,37 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         elif mode == "compare":
             seeds = {pb.run.settings.seed for pb in self.playbacks}
             text.append("compare A | B", style="bold")
-            text.append(f" · seed {'/'.join(map(str, sorted(seeds)))} · keys change {SIDES[self.side]} (Tab: switch)"
-                        " · c: end")
+            text.append(f" · seed {'/'.join(map(str, sorted(seeds)))} · keys change {SIDES[self.session.side]}"
+                        " (Tab: switch) · c: end")
         else:
             pb = self.playbacks[0]
             rec = pb.shown()
-            n = pb.run.settings.n
+            n, selected = pb.run.settings.n, self.session.selected
             if n > 1:
-                text.append(f"sample {self.selected + 1}/{n} · " if mode == "single" else f"{n} samples · ",
-                            style="bold")
+                text.append(f"sample {selected + 1}/{n} · " if mode == "single" else f"{n} samples · ", style="bold")
             if rec is None:
                 text.append(f"step 0/{pb.run.settings.steps} · starting", style="dim")
             else:
-                text.append_text(self._progress(pb, rec, self.selected if mode == "single" and n > 1 else None))
+                text.append_text(self._progress(pb, rec, selected if mode == "single" and n > 1 else None))
         self.query_one("#gen-status", Static).update(text)
 
     def _show_curve(self) -> None:
-        pb = self.playbacks[min(self.side, len(self.playbacks) - 1)]
-        curve = expected_masked(self.db, pb.run.settings.steps)
+        curve = expected_masked(self.db, self.session.shown_settings().steps)
         title = f"{self.db.schedule.name} T={self.db.schedule.T}"
         for widget in (self.query_one(SchedulePanel), self.query_one(ScheduleStrip)):
             widget.set_curve(curve, title)
 
     def _show_controls(self) -> None:
         bar = self.query_one(ControlBar)
+        session = self.session
+        bar.settings = dataclasses.replace(session.shown_settings())
+        bar.side = SIDES[session.side] if session.partner is not None else ""
         runs = [pb.run.settings for pb in self.playbacks]
-        shown = runs[self.side] if self.side < len(runs) else self.active_settings()
-        bar.settings = dataclasses.replace(shown)
-        bar.side = SIDES[self.side] if self.partner is not None else ""
         fields = {f for _, _, f in CONTROLS}
         bar.differs = frozenset(differences(runs[0], runs[-1]) & fields) if len(runs) > 1 else frozenset()
         legend_text = legend(self.colour)
-        s = self.settings
-        if s.prompt:
-            legend_text.append(f"  · prompt {s.prompt[:40]!r}", style="dim")
+        if session.settings.prompt:
+            legend_text.append(f"  · prompt {session.settings.prompt[:40]!r}", style="dim")
         self.query_one("#gen-legend", Static).update(legend_text)
 
     def watch_colour(self, value: str) -> None:
@@ -462,61 +420,37 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self.restart()
 
     # ------------------------------------------------------------------ controls
-    def _change(self, **fields) -> None:
-        """Apply fields to the side the keys change; restart at once, with the same seed."""
-        if self.db is None:
-            return
+    def _change(self, method, *args) -> None:
+        """A Session change (a control key), then a restart at once with the same seed; a value
+        the checkpoint cannot take is a notification and the run goes on."""
         from dbert_core.errors import DbertError
 
-        new = dataclasses.replace(self.active_settings(), **fields)
+        if self.db is None:
+            return
         try:
-            new.resolved(self.db)
+            method(*args)
         except DbertError as e:
             self.app.notify(str(e), title="settings", severity="error")
             return
-        if self.side == 1 and self.partner is not None:
-            self.partner = new
-        else:
-            self.settings = new
         self._restart_soon()
 
     def action_steps(self, factor: float) -> None:
-        if self.db is not None:
-            self._change(steps=steps_by(self.active_settings().steps, factor, self.db.schedule.T))
+        self._change(self.session.steps, self.db, factor)
 
     def action_temperature(self, direction: int) -> None:
-        self._change(temperature=temperature_by(self.active_settings().temperature, direction))
+        self._change(self.session.temperature, self.db, direction)
 
     def action_top_k(self) -> None:
-        self._change(top_k=next_in(TOP_KS, self.active_settings().top_k))
+        self._change(self.session.top_k, self.db)
 
     def action_top_p(self) -> None:
-        self._change(top_p=next_in(TOP_PS, self.active_settings().top_p))
+        self._change(self.session.top_p, self.db)
 
     def action_cycle_sampler(self) -> None:
-        from dbert_core.config import SAMPLERS
-
-        usable = [s for s in SAMPLERS if self.db is None or self._allows(s)]
-        runs = [pb.run.settings for pb in self.playbacks]
-        current = runs[self.side].sampler if self.side < len(runs) else self.active_settings().sampler
-        self._change(sampler=next_in(usable, current))
-
-    def _allows(self, sampler: str) -> bool:
-        from dbert_core.errors import DbertError
-
-        try:
-            dataclasses.replace(self.active_settings(), sampler=sampler).resolved(self.db)
-            return True
-        except DbertError:
-            return False
+        self._change(self.session.next_sampler, self.db)
 
     def action_new_seed(self) -> None:
-        """Another seed, for both sides of a comparison."""
-        seed = (self.settings.seed * 1_103_515_245 + 12_345) % 2**31
-        self.settings = dataclasses.replace(self.settings, seed=seed)
-        if self.partner is not None:
-            self.partner = dataclasses.replace(self.partner, seed=seed)
-        self._restart_soon()
+        self._change(self.session.new_seed)
 
     def action_toggle_colour(self) -> None:
         self.colour = "confidence" if self.colour == "order" else "order"
@@ -524,65 +458,52 @@ class GenerateScreen(ReportWorkerErrors, Screen):
     # ------------------------------------------------------------------ samples and comparison
     def action_grid(self) -> None:
         """One sample <-> a grid of several (the last number used, 6 at first), same seed."""
-        n = self.settings.n
-        if n > 1:
-            self._grid_n = n
-        n = 1 if n > 1 else self._grid_n
-        self.settings = dataclasses.replace(self.settings, n=n)
-        if self.partner is not None:
-            self.partner = dataclasses.replace(self.partner, n=n)
-        self.zoomed = False
-        self._restart_soon()
+        self._change(self.session.toggle_grid)
 
     def action_select(self, delta: int) -> None:
-        n = self.run.settings.n if self.run is not None else 1
-        if n <= 1:
+        if not self.session.select(delta):
             return
-        self.selected = (self.selected + delta) % n
         self._mark_selected()
         if self.view_mode() == "grid":
-            self.query_one(SampleGrid).scroll_to_widget(self.query_one(SampleGrid).cards()[self.selected])
+            grid = self.query_one(SampleGrid)
+            grid.scroll_to_widget(grid.cards()[self.session.selected])
         self._draw()
 
     def action_zoom(self) -> None:
-        if self.view_mode() == "grid":
-            self.zoomed = True
+        if self.session.zoom():
             self._arrange()
             self._draw()
 
     def action_unzoom(self) -> None:
-        if self.zoomed:
-            self.zoomed = False
+        if self.session.unzoom():
             self._arrange()
             self._draw()
 
     @on(SampleChosen)
     def _sample_chosen(self, message: SampleChosen) -> None:
-        self.selected = message.index
-        self._mark_selected()
-        self.action_zoom()
+        if self.session.zoom(message.index):
+            self._mark_selected()
+            self._arrange()
+            self._draw()
 
     def action_compare(self) -> None:
         """Start a comparison (side B: side A with an eighth, or 8x, of the steps; the keys
         change B) or end one (side A goes on alone)."""
         if self.db is None:
             return
-        if self.partner is None:
-            self.partner = compare_partner(self.settings, self.db.schedule.T)
-            self.side = 1
+        if self.session.partner is None:
+            self.session.start_compare(self.db.schedule.T)
             self.restart()
             return
-        self.partner, self.side = None, 0
+        self.session.end_compare()
         self.workers.cancel_group(self, "sample-1")
-        self.playbacks = self.playbacks[:1]
         self._arrange()
         self._show_curve()
         self._show_controls()
         self._draw()
 
     def action_switch_side(self) -> None:
-        if self.partner is not None:
-            self.side = 1 - self.side
+        if self.session.switch_side():
             self._show_curve()
             self._show_controls()
             self._draw()
@@ -591,7 +512,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
     def action_edit(self) -> None:
         from dbert_core.config import SAMPLERS
 
-        s = self.active_settings()
+        s = self.session.active
         fields = [
             ("steps", "steps (1..T)", str(s.steps), ""),
             ("temperature", "temperature (> 0)", f"{s.temperature:g}", ""),
@@ -604,8 +525,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             ("pace_ms", "ms per step (0: fastest)", str(s.pace_ms), ""),
         ]
         title = "Sampling settings (Enter applies and restarts)"
-        if self.partner is not None:
-            title = f"Side {SIDES[self.side]}: " + title
+        if self.session.partner is not None:
+            title = f"Side {SIDES[self.session.side]}: " + title
         self.app.push_screen(FormDialog(title, fields, "Apply"), self._apply_settings)
 
     def _apply_settings(self, values: dict | None) -> None:
@@ -613,38 +534,33 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             return
         from dbert_core.errors import DbertError
 
-        old = self.active_settings()
-        s = dataclasses.replace(old)
+        old = self.session.active
         try:
-            s.steps, s.top_k = int(values["steps"]), int(values["top_k"])
-            s.length = int(values["length"]) if values["length"] else old.length
-            s.n, s.seed, s.pace_ms = int(values["n"]), int(values["seed"]), int(values["pace_ms"])
-            s.temperature, s.top_p = float(values["temperature"]), float(values["top_p"])
+            fields = dict(steps=int(values["steps"]), top_k=int(values["top_k"]),
+                          length=int(values["length"]) if values["length"] else old.length,
+                          n=int(values["n"]), seed=int(values["seed"]), pace_ms=int(values["pace_ms"]),
+                          temperature=float(values["temperature"]), top_p=float(values["top_p"]),
+                          sampler=values["sampler"].strip() or None)
         except ValueError as e:
             self.app.notify(f"not a number: {str(e).split(': ')[-1]}", title="settings", severity="error")
             return
-        s.sampler = values["sampler"].strip() or None
-        if not 1 <= s.n <= MAX_N or s.pace_ms < 0:
+        if not 1 <= fields["n"] <= MAX_N or fields["pace_ms"] < 0:
             self.app.notify(f"samples must be 1..{MAX_N} and the pace >= 0 ms", title="settings", severity="error")
             return
         try:
-            s.resolved(self.db) if self.db is not None else s.validate()
+            self.session.change(self.db, **fields)
         except DbertError as e:
             self.app.notify(str(e), title="settings", severity="error")
             return
-        if s.length != old.length:
-            self._auto_length = False
-        if self.side == 1 and self.partner is not None:
-            self.partner = s
-        else:
-            self.settings = s
+        if fields["length"] != old.length:
+            self.session.auto_length = False
         self.restart()
 
     def action_prompt(self) -> None:
         self.app.push_screen(FormDialog("Prompt / infill template: text with \\[MASK] slots; masks are appended "
                                         "up to the length (empty: unconditional)",
-                                        [("prompt", "template", self.settings.prompt, "the cat [MASK] on the [MASK]")],
-                                        "Use"), self._apply_prompt)
+                                        [("prompt", "template", self.session.settings.prompt,
+                                          "the cat [MASK] on the [MASK]")], "Use"), self._apply_prompt)
 
     def _apply_prompt(self, values: dict | None) -> None:
         if values is None:
@@ -654,26 +570,20 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
         if values["prompt"] and self.db is not None:
             try:
-                parse_prompt(self.db, values["prompt"], self.settings.length)
+                parse_prompt(self.db, values["prompt"], self.session.settings.length)
             except DbertError as e:
                 self.app.notify(str(e), title="prompt", severity="error")
                 return
-        self.settings = dataclasses.replace(self.settings, prompt=values["prompt"])
-        if self.partner is not None:
-            self.partner = dataclasses.replace(self.partner, prompt=values["prompt"])
+        self.session.set_all(prompt=values["prompt"])
         self.restart()
 
     # ------------------------------------------------------------------ files
-    def _saved_playback(self) -> Playback | None:
-        """What save and export write: the side the keys change."""
-        return self.playbacks[min(self.side, len(self.playbacks) - 1)] if self.playbacks else None
-
     def _default_name(self, ext: str) -> str:
         name = Path(self.db.path).name if self.db is not None and self.db.path else "dbert"
-        return f"dbert-{name}-seed{self.active_settings().seed}.{ext}"
+        return f"dbert-{name}-seed{self.session.active.seed}.{ext}"
 
     def action_save(self) -> None:
-        pb = self._saved_playback()
+        pb = self.session.active_playback()  # save and export write the side the keys change
         if pb is None or not pb.frames:
             self.app.notify("nothing to save yet", severity="warning")
             return
@@ -694,7 +604,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self.app.notify(f"saved {len(texts)} text(s) to {path}")
 
     def action_export(self) -> None:
-        pb = self._saved_playback()
+        pb = self.session.active_playback()
         if pb is None or not pb.frames:
             self.app.notify("nothing to export yet", severity="warning")
             return
