@@ -59,12 +59,14 @@ class DBert:
         return next(self.model.parameters()).device
 
     def decode(self, ids) -> str:
-        """Token ids -> text; inner [SEP]s (packed training) become line-free spaces."""
-        toks = [int(i) for i in ids]
-        text = self.tokenizer.decode(toks, skip_special_tokens=False, clean_up_tokenization_spaces=True)
-        for special in (self.tokenizer.sep_token, self.tokenizer.pad_token, self.tokenizer.cls_token):
-            text = text.replace(special, " ")
-        return " ".join(text.split())
+        """Token ids -> one line of text as a reader sees it (detok.detokenize: word pieces joined,
+        punctuation and contractions closed up); inner [SEP]s (packed training) become spaces,
+        a masked position reads [MASK]. The TUI lays out its token views with the same function."""
+        from .detok import detokenize, special_names
+
+        names = special_names(self.tokenizer)
+        return detokenize(self.tokenizer.convert_ids_to_tokens([int(i) for i in ids]), paragraph=" ",
+                          placeholder=names["mask"], **names)
 
 
 def special_forbidden(tokenizer) -> tuple[int, ...]:

@@ -22,7 +22,8 @@ from dbert_core.config import DEVICES
 from dbert_core.errors import DbertError
 
 from .messages import CheckpointLoaded, StoreChanged
-from .render import Settings, read_state, remember
+from .controller import Settings
+from .files import read_state, remember
 from .screens.checkpoints import CheckpointsScreen
 from .screens.generate import GenerateScreen
 from .screens.train import TrainScreen
@@ -119,7 +120,7 @@ class DbertApp(App):
             from dbert_core.checkpoint import load
             from dbert_core.train import pick_device
 
-            db = load(path, device=pick_device(self.generate_screen.settings.device))
+            db = load(path, device=pick_device(self.generate_screen.session.settings.device))
         if not get_current_worker().is_cancelled:  # a newer choice replaced this load
             self.post_message(CheckpointLoaded(db, path))
 
@@ -184,7 +185,10 @@ class DbertApp(App):
         yield SystemCommand("Restart sampling", "A new run with the same settings (r)", g.action_restart)
         yield SystemCommand("New seed", "Restart with another seed (n)", g.action_new_seed)
         yield SystemCommand("Sampling settings", "Steps, temperature, top-k/p, length, seed, sampler (e)", g.action_edit)
-        yield SystemCommand("Prompt / infill template", "Text with [MASK] slots (p)", g.action_prompt)
+        yield SystemCommand("Several samples", "A grid of samples of one run, or back to one (g)", g.action_grid)
+        yield SystemCommand("Compare two settings", "The same seed under two settings side by side (c)",
+                            g.action_compare)
+        yield SystemCommand("Prompt / infill template", r"Text with \[MASK] slots (p)", g.action_prompt)
         yield SystemCommand("Save texts", "Write the generated text(s) to a file (s)", g.action_save)
         yield SystemCommand("Export trajectory", "Every frame of the run as JSON (x)", g.action_export)
         yield SystemCommand("Toggle colouring", "Reveal order / confidence (v)", g.action_toggle_colour)
@@ -205,7 +209,7 @@ def run(checkpoint: str | None = None, settings: Settings | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    d = Settings()  # the defaults: dbert sample's, with the TUI's few overrides (render.Settings)
+    d = Settings()  # the defaults: dbert sample's, with the TUI's few overrides (controller.Settings)
     parser = argparse.ArgumentParser(prog="dbert-tui", description="Watch DiffusionBERT generate; fetch or train checkpoints.")
     parser.add_argument("--checkpoint", help="store name or checkpoint directory to start with")
     parser.add_argument("--steps", type=int, default=d.steps, help=f"reverse steps of the first run (default {d.steps})")

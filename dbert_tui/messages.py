@@ -1,92 +1,91 @@
-"""Messages workers post to the UI (thread-safe `post_message` is all a worker may do).
+"""Messages workers and widgets post to the UI, as dataclasses (thread-safe `post_message` is
+all a worker may do).
 
-Fast producers use toolong's trick: a message whose `can_replace` is True for the next one of
-its kind, so a burst of frames (or download chunks, or training steps) collapses into the
-newest and the UI never floods. Nothing is lost by that: the sampling worker records every
-frame in its Run and the training callback keeps every loss; the message only says "redraw".
+A sampling worker posts every frame it computes in a `FrameReady` and the screen records it
+(on the UI thread) and redraws at most once per burst. Other fast producers use toolong's
+trick: a message whose `can_replace` is True for the next one of its kind, so a burst of
+download chunks or training steps collapses into the newest and the UI never floods; nothing
+is lost by that (the training callback keeps every loss; the message only says "redraw").
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from textual.message import Message
 
 
+@dataclass
 class FrameReady(Message, bubble=False):
-    """Frame `index` of run `run_id` is recorded."""
+    """Frame number `index` of run `run_id`, computed by its worker (a controller.Recorded)."""
 
-    def __init__(self, run_id: int, index: int) -> None:
-        super().__init__()
-        self.run_id = run_id
-        self.index = index
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, FrameReady) and message.run_id == self.run_id
+    run_id: int
+    index: int
+    rec: object
 
 
-class RunFinished(Message):
-    """The sampling worker of run `run_id` produced its last frame."""
+@dataclass
+class RunFinished(Message, bubble=False):
+    """The sampling worker of run `run_id` produced its last frame (posted after that frame)."""
 
-    def __init__(self, run_id: int) -> None:
-        super().__init__()
-        self.run_id = run_id
+    run_id: int
 
 
+@dataclass
+class SampleChosen(Message):
+    """A sample's card was clicked: show sample `index` large."""
+
+    index: int
+
+
+@dataclass
 class CheckpointLoaded(Message):
-    def __init__(self, db, path: Path) -> None:
-        super().__init__()
-        self.db = db
-        self.path = path
+    db: object
+    path: Path
 
 
+@dataclass
 class FetchProgress(Message):
-    def __init__(self, done: int, total: int | None, what: str) -> None:
-        super().__init__()
-        self.done = done
-        self.total = total
-        self.what = what
+    done: int
+    total: int | None
+    what: str
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, FetchProgress)
 
 
+@dataclass
 class StoreChanged(Message):
     """A fetch/import/train finished: `path` is the new (or updated) store entry."""
 
-    def __init__(self, path: Path, verb: str) -> None:
-        super().__init__()
-        self.path = path
-        self.verb = verb
+    path: Path
+    verb: str
 
 
+@dataclass
 class TrainProgress(Message):
     """New training metrics are in the screen's history (steps coalesce)."""
 
-    def __init__(self, metrics: dict) -> None:
-        super().__init__()
-        self.metrics = metrics
+    metrics: dict
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, TrainProgress)
 
 
+@dataclass
 class TrainEval(Message):
-    def __init__(self, metrics: dict) -> None:
-        super().__init__()
-        self.metrics = metrics
+    metrics: dict
 
 
+@dataclass
 class TrainPreview(Message):
-    def __init__(self, step: int, text: str) -> None:
-        super().__init__()
-        self.step = step
-        self.text = text
+    step: int
+    text: str
 
 
+@dataclass
 class TrainFinished(Message):
-    def __init__(self, path: Path, step: int, stopped: bool) -> None:
-        super().__init__()
-        self.path = path
-        self.step = step
-        self.stopped = stopped
+    path: Path
+    step: int
+    stopped: bool

@@ -1,84 +1,20 @@
-"""Pure helpers the screens use: runs and their recorded frames, token colouring, the noise
-schedule curve, trajectory export, and small atomic JSON/text writes. No Textual in here."""
+"""Drawing, and nothing else: token views, colours, the legend, the noise schedule as a chart
+and as a strip. Pure functions returning Rich Text; no Textual, no state (controller.py), no
+files (files.py)."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
-import threading
-import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from rich.color import Color
 from rich.text import Text
 
-from dbert_core.config import SampleConfig
+from dbert_core.detok import MASK_GLYPH, spans, special_names
 
-MASK_GLYPH = "░░░"
+from .controller import Recorded, Settings  # noqa: F401 - Settings: also imported from here by older code
+
 EARLY, MID, LATE = (95, 135, 255), (95, 215, 135), (255, 95, 95)
 LOW, HIGH = (255, 95, 95), (95, 215, 135)
-
-
-# ------------------------------------------------------------------------------ settings and runs
-@dataclass
-class Settings(SampleConfig):
-    """What a sampling run uses: `dbert sample`'s defaults (config.SampleConfig), except where
-    watching differs from printing, overridden here by name. The Generate screen edits these."""
-
-    n: int = 1          # one sample to watch (the CLI prints 10)
-    seed: int = 0       # fixed, so a changed control shows its effect on the same draw
-    prompt: str = ""
-    pace_ms: int = 40   # minimum time per shown step while playing (0: as fast as the model goes)
-
-
-@dataclass
-class Recorded:
-    """One recorded reverse step. `order` is shared by all frames of a run: a position's entry
-    is written once, when it is revealed, so for any frame it is exact wherever that frame
-    shows a token (positions revealed later are still masked there)."""
-
-    frame: object          # dbert_core.sample.Frame, stored compactly (int32 ids, float32 confidence)
-    order: object          # (B, L) int32: step at which each position was revealed (0: given / not yet)
-    seconds: float         # model time spent so far in this run
-
-
-def compact(frame):
-    """A Frame with smaller dtypes: a long run keeps every step for scrubbing and export."""
-    import dataclasses
-
-    import torch
-
-    return dataclasses.replace(frame, ids=frame.ids.to(torch.int32), confidence=frame.confidence.to(torch.float32))
-
-
-@dataclass
-class Run:
-    """One sampling run: its settings and every frame recorded so far (appended by the worker)."""
-
-    id: int
-    settings: Settings
-    frames: list[Recorded] = field(default_factory=list)
-    finished: bool = False
-    playing: bool = True
-    step_budget: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def wait_turn(self, is_cancelled, pace_s: float) -> bool:
-        """Block the worker until the next step may be computed; False when cancelled."""
-        deadline = time.monotonic() + pace_s
-        while True:
-            if is_cancelled():
-                return False
-            with self.lock:
-                if self.step_budget > 0:
-                    self.step_budget -= 1
-                    return True
-                if self.playing and time.monotonic() >= deadline:
-                    return True
-            time.sleep(0.01)
 
 
 # ------------------------------------------------------------------------------ colours
@@ -101,39 +37,42 @@ def token_pieces(tokenizer, ids) -> list[str]:
     return tokenizer.convert_ids_to_tokens([int(i) for i in ids])
 
 
-def render_tokens(db, rec: Recorded, mode: str = "order") -> Text:
-    """The batch as flowing text: masks as a placeholder, new tokens highlighted, every
-    revealed token coloured by when it was revealed (mode 'order') or by its confidence."""
+def token_style(rec: Recorded, b: int, pos: int, mode: str) -> str:
+    """The style of a revealed token: new this step, given by the prompt, or coloured by when it
+    was revealed (mode 'order') or by the model's confidence in it."""
     f = rec.frame
-    tok = db.tokenizer
-    specials = {tok.sep_token: "¶", tok.pad_token: "·", tok.cls_token: "·"}
+    if bool(f.revealed[b, pos]):
+        return "bold black on yellow"
+    step = int(rec.order[b, pos])
+    if step == 0:
+        return "bold underline"  # given by the prompt
+    if mode == "confidence":
+        c = float(f.confidence[b, pos])
+        return confidence_colour(c).name if not math.isnan(c) else "white"
+    return order_colour(step, f.steps).name
+
+
+def render_row(db, rec: Recorded, b: int, mode: str = "order", paragraph: str = "\n") -> Text:
+    """Sample b as a reader sees it (dbert_core.detok: the words `dbert sample` prints, [SEP] a
+    line break here), every token in its own colour, masked positions as fixed-width MASK_GLYPH."""
+    f = rec.frame
     out = Text()
-    B = f.ids.shape[0]
-    for b in range(B):
-        if B > 1:
-            out.append(f"{'' if b == 0 else chr(10)}sample {b + 1}\n", style="bold dim")
-        pieces = token_pieces(tok, f.ids[b])
-        for pos, piece in enumerate(pieces):
-            if bool(f.masked[b, pos]):
-                if pos:
-                    out.append(" ")
-                out.append(MASK_GLYPH, style="grey42")
-                continue
-            glue = piece.startswith("##")
-            shown = specials.get(piece, piece[2:] if glue else piece)
-            if pos and not glue:
-                out.append(" ")
-            step = int(rec.order[b, pos])
-            if bool(f.revealed[b, pos]):
-                style = "bold black on yellow"
-            elif step == 0:
-                style = "bold underline"  # given by the prompt
-            elif mode == "confidence":
-                c = float(f.confidence[b, pos])
-                style = f"{confidence_colour(c).name if not math.isnan(c) else 'white'}"
-            else:
-                style = order_colour(step, f.steps).name
-            out.append(shown, style=style)
+    for span in spans(token_pieces(db.tokenizer, f.ids[b]), f.masked[b].tolist(), paragraph=paragraph,
+                      **special_names(db.tokenizer)):
+        out.append(span.gap)
+        out.append(span.text, style="grey42" if span.masked else token_style(rec, b, span.index, mode))
+    return out
+
+
+def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None = None) -> Text:
+    """Several samples (default: all of the batch) one below the other, each under a heading
+    when there are more than one."""
+    rows = list(range(rec.frame.ids.shape[0])) if rows is None else rows
+    out = Text()
+    for i, b in enumerate(rows):
+        if len(rows) > 1:
+            out.append(f"{'' if i == 0 else chr(10)}sample {b + 1}\n", style="bold dim")
+        out.append_text(render_row(db, rec, b, mode))
     return out
 
 
@@ -157,25 +96,7 @@ def legend(mode: str) -> Text:
     return t
 
 
-def texts_of(db, rec: Recorded) -> list[str]:
-    return [db.decode(row) for row in rec.frame.ids]
-
-
 # ------------------------------------------------------------------------------ noise schedule
-def expected_masked(db, steps: int) -> list[float]:
-    """Expected masked fraction after k reverse steps, k = 0..steps (1.0 at k=0, 0.0 at the end),
-    weighting each token's a_t(v) by its corpus frequency."""
-    import torch
-
-    from dbert_core.schedule import step_grid
-
-    grid = torch.tensor(step_grid(db.schedule.T, steps), dtype=torch.float32)  # T ... 0
-    counts = db.counts.to(torch.float64)
-    alpha = db.schedule.alpha_vocab(grid).to(torch.float64)  # (K, V) or (K, 1)
-    visible = (alpha * counts).sum(-1) / counts.sum() if alpha.shape[-1] > 1 else alpha[:, 0]
-    return [float(1.0 - v) for v in visible]
-
-
 def schedule_chart(curve: list[float], width: int, height: int, step: int | None = None,
                    actual: float | None = None) -> Text:
     """A small plot of masked fraction (y, 1 at the top) over reverse steps (x):
@@ -210,67 +131,23 @@ def schedule_chart(curve: list[float], width: int, height: int, step: int | None
     return text
 
 
-# ------------------------------------------------------------------------------ files
-def atomic_write(path, data: str) -> Path:
-    """Write text to path via a temp file in the same directory and os.replace."""
-    path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+SPARK = "▁▂▃▄▅▆▇█"
 
 
-def trajectory(db, run: Run) -> dict:
-    """Every recorded frame of a run as plain JSON-able data."""
-    frames = []
-    for rec in run.frames:
-        f = rec.frame
-        conf = [[None if math.isnan(c) else round(c, 6) for c in row] for row in f.confidence.tolist()]
-        frames.append({"step": f.step, "steps": f.steps, "t": f.t, "nfe": f.nfe,
-                       "ids": f.ids.tolist(), "masked": f.masked.tolist(), "revealed": f.revealed.tolist(),
-                       "confidence": conf})
-    last = run.frames[-1] if run.frames else None
-    return {
-        "format": "dbert-trajectory/1",
-        "checkpoint": str(db.path) if db.path else None,
-        "schedule": db.schedule.name, "T": db.schedule.T,
-        "settings": asdict(run.settings),
-        "mask_id": db.model.mask_id,
-        "texts": texts_of(db, last) if last else [],
-        "tokens": [token_pieces(db.tokenizer, row) for row in last.frame.ids] if last else [],
-        "reveal_step": last.order.tolist() if last else [],
-        "frames": frames,
-    }
-
-
-def state_file() -> Path:
-    from dbert_core.store import home
-
-    return home() / "tui.json"
-
-
-def read_state() -> dict:
-    try:
-        data = json.loads(state_file().read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def remember(**values) -> None:
-    """Merge values into the app's small state file (last checkpoint used), atomically."""
-    data = read_state()
-    data.update(values)
-    try:
-        atomic_write(state_file(), json.dumps(data, indent=2) + "\n")
-    except OSError:
-        pass  # remembering is a convenience; never fail the app for it
+def schedule_strip(curve: list[float], width: int, step: int | None = None, actual: float | None = None) -> Text:
+    """The schedule in one line `width` wide: the expected masked fraction over the reverse steps
+    as a sparkline (one bar per column, full height = all masked), the current step's column
+    highlighted, then the run's masked fraction against the expectation there."""
+    steps = len(curve) - 1
+    tail = ""
+    if step is not None and actual is not None and steps >= 0:
+        tail = f" masked {actual:.0%} exp {curve[min(step, steps)]:.0%}"
+    cols = max(4, width - len(tail))
+    here = None if step is None or steps <= 0 else min(cols - 1, round(step / steps * (cols - 1)))
+    out = Text()
+    for x in range(cols):
+        k = round(x / (cols - 1) * steps) if steps > 0 and cols > 1 else 0
+        bar = SPARK[min(len(SPARK) - 1, max(0, round(curve[k] * (len(SPARK) - 1))))]
+        out.append(bar, style="bold black on yellow" if x == here else "cyan")
+    out.append(tail, style="dim")
+    return out

@@ -4,6 +4,7 @@ SVG snapshots of each screen from the seeded tiny model."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import shutil
@@ -20,7 +21,11 @@ from dbert_core import store
 from dbert_core.errors import DbertError
 from dbert_tui.app import create_app
 from dbert_tui.messages import FrameReady
-from dbert_tui.render import MASK_GLYPH, Settings
+from dbert_tui.controller import Settings
+from dbert_tui.render import MASK_GLYPH, render_row
+from dbert_tui.widgets.controls import ControlBar
+from dbert_tui.widgets.panes import ComparePane
+from dbert_tui.widgets.samples import SampleGrid
 from dbert_tui.screens.dialogs import FormDialog
 from test_hub import HubServer, online, tar_bytes
 
@@ -75,9 +80,11 @@ async def test_frames_arrive_and_final_text_has_no_masks(tiny_db):
         g = app.generate_screen
         assert len(g.run.frames) == 16 and g.run.frames[-1].frame.done
         assert g.run.id == 1, "one checkpoint load starts exactly one run"
-        indices = [m.index for m in seen]  # the messages delivered: bursts coalesce into the newest
-        assert indices == sorted(set(indices)) and indices[-1] == 15 and len(indices) <= 16
-        assert g.frames_drawn == len(indices)
+        # every frame comes in its own message, in order, and is recorded on the UI thread;
+        # a burst of them is drawn once
+        assert [m.index for m in seen] == list(range(16))
+        assert [m.rec for m in seen] == g.run.frames
+        assert 1 <= g.frames_drawn <= 16 and g.drawn is g.run.frames[-1]
         assert not g.run.frames[-1].frame.masked.any()
         text = g.shown_text()
         assert text and MASK_GLYPH not in text
@@ -121,6 +128,152 @@ async def test_changing_steps_or_temperature_restarts(tiny_db):
         await pilot.pause(0.2)
         assert g.run.settings.steps == 8
         assert any("steps" in n.message for n in app._notifications)
+
+
+def final_ids(app):
+    return [pb.frames[-1].frame.ids.clone() for pb in app.generate_screen.playbacks]
+
+
+def all_finished(app, sides: int = 1):
+    g = app.generate_screen
+    return lambda: (len(g.playbacks) == sides and all(pb.run.finished for pb in g.playbacks)
+                    and g.drawn is g.run.frames[-1] and not g._draw_pending)
+
+
+async def test_control_bar_shows_the_settings_and_its_keys_restart_with_the_same_seed(tiny_db):
+    app = make_app(tiny_db, seed=5)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        g = app.generate_screen
+        bar = g.query_one(ControlBar)
+        footer = app.screen.query_one("Footer")
+        # always on screen at 80x24: full width, just above the footer
+        assert bar.region.width == SIZE[0] and bar.region.bottom == footer.region.y <= SIZE[1] - 1
+        for shown in ("[ ] steps 16", "- + temp 1", "k top-k off", "o top-p off", "m ancestral", "n seed 5"):
+            assert shown in bar.plain()
+        first, first_ids = g.run, final_ids(app)
+        await pilot.press("right_square_bracket")  # ] doubles the steps: a new run at once, same seed
+        await wait_for(pilot, finished(app))
+        assert g.run.id == first.id + 1 and (g.run.settings.steps, g.run.settings.seed) == (32, 5)
+        assert len(g.run.frames) == 32 and "steps 32" in bar.plain()
+        await pilot.press("equals_sign")  # + raises the temperature
+        await wait_for(pilot, lambda: g.run.settings.temperature == 1.1 and finished(app)())
+        assert g.run.settings.seed == 5 and "temp 1.1" in bar.plain()
+        await pilot.press("k", "o", "m")  # top-k, top-p and sampler: the next value of each
+        await wait_for(pilot, lambda: g.run.settings.sampler == "cached" and finished(app)())
+        s = g.run.settings
+        assert (s.top_k, s.top_p, s.seed) == (5, 0.95, 5)
+        for shown in ("k top-k 5", "o top-p 0.95", "m cached"):
+            assert shown in bar.plain()
+        # back to the first settings: the same seed gives the same text again
+        await pilot.press("left_square_bracket", "minus")
+        g.session.settings = dataclasses.replace(g.session.settings, top_k=0, top_p=1.0, sampler="ancestral")
+        g.restart()
+        await wait_for(pilot, finished(app))
+        assert g.run.settings == first.settings
+        assert all((a == b).all() for a, b in zip(final_ids(app), first_ids))
+
+
+async def test_a_control_key_restarts_a_run_in_progress(tiny_db):
+    app = make_app(tiny_db, steps=64, pace_ms=150)
+    async with app.run_test(size=SIZE) as pilot:
+        g = app.generate_screen
+        await wait_for(pilot, lambda: g.run is not None and len(g.run.frames) >= 2)
+        old = g.run
+        await pilot.press("minus")
+        await wait_for(pilot, lambda: g.run is not old and len(g.run.frames) >= 1, timeout=5, what="the restart")
+        assert g.run.settings.temperature == 0.9 and g.run.settings.seed == old.settings.seed
+        stopped_at = len(old.frames)
+        await pilot.pause(0.5)
+        assert len(old.frames) == stopped_at and not old.finished  # the old worker was cancelled
+        assert "temp 0.9" in g.query_one(ControlBar).plain()
+
+
+async def test_a_grid_of_samples_fills_in_together(tiny_db):
+    L = 20
+    app = make_app(tiny_db, n=4, steps=24)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, all_finished(app))
+        g = app.generate_screen
+        grid = g.query_one(SampleGrid)
+        cards = grid.cards()
+        assert g.view_mode() == "grid" and grid.display and len(cards) == 4
+        assert not g.query_one("#gen-tokens-box").display
+        assert "4 samples · step 24/24 · masked 0/80" in str(g.query_one("#gen-status").render())
+        final = g.run.frames[-1]
+        for b, card in enumerate(cards):  # each card: its own sample, as `dbert sample` prints it
+            assert card.text.plain.replace("\n", " ") == tiny_db.decode(final.frame.ids[b])
+            assert card.border_subtitle.endswith(f"{L}/{L} · step 24/24")
+        # mid-run, each card shows its own progress
+        await pilot.press(*["left"] * 14)
+        rec = g.shown()
+        assert rec is g.run.frames[9]
+        for b, card in enumerate(cards):
+            left = int(rec.frame.masked[b].sum())
+            assert card.text.plain.count(MASK_GLYPH) == left
+            assert f" {L - left}/{L} · step 10/24" in card.border_subtitle
+        assert len({int(rec.frame.masked[b].sum()) for b in range(4)}) > 1  # rows run apart
+        # select one and show it large; Esc goes back to the grid
+        await pilot.press("end", "down", "down", "enter")
+        assert g.view_mode() == "single" and g.session.selected == 2 and cards[2].selected and not cards[0].selected
+        assert g.query_one("#gen-tokens-box").display and not grid.display
+        assert g.shown_text() == cards[2].text.plain
+        assert "sample 3/4 · step 24/24 · masked 0/20" in str(g.query_one("#gen-status").render())
+        await pilot.press("up")
+        assert g.session.selected == 1 and g.shown_text() == cards[1].text.plain
+        await pilot.press("escape")
+        assert g.view_mode() == "grid"
+        await pilot.click(cards[3])  # a click on a card shows that sample large
+        await pilot.pause(0.1)
+        assert g.view_mode() == "single" and g.session.selected == 3
+        # g: one sample, then the grid again with the same number of samples and the same seed
+        await pilot.press("g")
+        await wait_for(pilot, all_finished(app))
+        assert g.run.settings.n == 1 and g.view_mode() == "single"
+        await pilot.press("g")
+        await wait_for(pilot, all_finished(app))
+        assert g.run.settings.n == 4 and g.view_mode() == "grid" and len(grid.cards()) == 4
+        assert (g.run.frames[-1].frame.ids == final.frame.ids).all()
+
+
+async def test_compare_runs_the_same_seed_under_two_settings_side_by_side(tiny_db):
+    import torch
+
+    from dbert_core.sample import frames
+
+    app = make_app(tiny_db, seed=2)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        g = app.generate_screen
+        solo = final_ids(app)[0]
+        await pilot.press("c")
+        await wait_for(pilot, all_finished(app, sides=2), what="both sides")
+        a, b = g.playbacks
+        assert (a.run.settings.steps, b.run.settings.steps) == (16, 2)  # B: an eighth of the steps
+        assert a.run.settings.seed == b.run.settings.seed == 2
+        assert (a.frames[-1].frame.ids == solo).all()  # side A is the draw shown before
+        alone = list(frames(tiny_db, b.run.settings, generator=torch.Generator().manual_seed(2)))
+        assert len(b.frames) == 2 and (b.frames[-1].frame.ids == alone[-1].ids).all()  # B as if run on its own
+        left, right = g.query(ComparePane)
+        assert left.display and right.display and left.region.right <= right.region.x
+        assert left.region.height >= 10 and right.region.height >= 10
+        assert g.shown_text(0) == render_row(tiny_db, a.frames[-1], 0).plain
+        assert g.shown_text(1) == render_row(tiny_db, b.frames[-1], 0).plain and MASK_GLYPH not in g.shown_text(1)
+        bar = g.query_one(ControlBar)
+        assert bar.plain().startswith(" B  tab") and "steps 2" in bar.plain() and bar.differs == {"steps"}
+        assert right.active and not left.active
+        # Tab: the keys change side A now; a change restarts both sides, with the same seed
+        await pilot.press("tab", "equals_sign")
+        await wait_for(pilot, lambda: g.playbacks[0].run is not a.run and all_finished(app, sides=2)())
+        a2, b2 = g.playbacks
+        assert (a2.run.settings.temperature, b2.run.settings.temperature) == (1.1, 1.0)
+        assert (a2.run.settings.steps, b2.run.settings.steps) == (16, 2) and a2.run.settings.seed == 2
+        assert (b2.frames[-1].frame.ids == b.frames[-1].frame.ids).all()  # B unchanged: the same text
+        assert bar.plain().startswith(" A  tab") and bar.differs == {"steps", "temperature"}
+        # c again: side A goes on alone
+        await pilot.press("c")
+        assert len(g.playbacks) == 1 and g.run is a2.run and g.view_mode() == "single"
+        assert not left.display and g.query_one("#gen-tokens-box").display and not bar.side
 
 
 async def test_scrub_shows_earlier_frames(tiny_db):
@@ -227,10 +380,13 @@ async def test_command_palette_offers_the_main_actions(tiny_db, tmp_path):
     app = make_app(tiny_db)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, finished(app))
-        titles = [c.title for c in app.get_system_commands(app.screen)]
-        for title in ("Restart sampling", "Sampling settings", "Save texts", "Export trajectory",
-                      "Checkpoints screen", "Train screen", "Fetch a checkpoint"):
-            assert title in titles
+        commands = {c.title: c for c in app.get_system_commands(app.screen)}
+        for title in ("Restart sampling", "Sampling settings", "Save texts", "Export trajectory", "Several samples",
+                      "Compare two settings", "Checkpoints screen", "Train screen", "Fetch a checkpoint"):
+            assert title in commands
+        from textual.content import Content  # how the palette draws a command's help
+
+        assert Content.from_markup(commands["Prompt / infill template"].help).plain == "Text with [MASK] slots (p)"
         await pilot.press("question_mark")  # every key of the screen, with its description
         await pilot.pause(0.2)
         panel = app.screen.query_one("HelpPanel")
@@ -399,6 +555,27 @@ def test_snapshot_generate_scrubbed_confidence(snap_compare, tiny_db):
     async def before(pilot):
         await _settle(pilot)
         await pilot.press("v", "left", "left", "left", "left", "left", "left", "left", "left")
+
+    assert snap_compare(_snapshot_app(tiny_db), terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_generate_grid(snap_compare, tiny_db):
+    async def before(pilot):
+        await wait_for(pilot, all_finished(pilot.app))
+        await pilot.press(*["left"] * 12)
+        pilot.app.clear_notifications()
+        await pilot.pause()
+
+    assert snap_compare(make_app(tiny_db, n=4, steps=24, length=24, seed=3), terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_generate_compare(snap_compare, tiny_db):
+    async def before(pilot):
+        await _settle(pilot)
+        await pilot.press("c")
+        await wait_for(pilot, all_finished(pilot.app, sides=2))
+        pilot.app.clear_notifications()
+        await pilot.pause()
 
     assert snap_compare(_snapshot_app(tiny_db), terminal_size=SIZE, run_before=before)
 

@@ -11,7 +11,7 @@ import pytest
 
 from dbert_core import store
 from dbert_tui.app import create_app
-from dbert_tui.render import Settings
+from dbert_tui.controller import Settings
 from test_tui import SIZE, finished, wait_for
 
 pytestmark = pytest.mark.anyio

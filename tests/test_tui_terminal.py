@@ -1,4 +1,5 @@
-"""A real-terminal check: dbert-tui in tmux at 80x24 fills in text, and ctrl+q exits with 0.
+"""A real-terminal check: dbert-tui in tmux at 80x24 fills in text with the control bar on screen,
+a key on it restarts the run, and ctrl+q exits with 0.
 
 Needs tmux (CI: `apt-get install -y tmux`); skipped where it is missing.
 """
@@ -50,15 +51,33 @@ def test_dbert_tui_in_tmux(tiny_checkpoint, tmp_path):
             time.sleep(0.25)
         final = frames[-1]
         assert "step 48/48" in final and "done" in final, final
-        assert "Generate" in final and "spindle" in final  # header and schedule panel
+        assert "Generate" in final and "spindle" in final  # header and schedule strip
         mid = [f for f in frames if "playing" in f and "step " in f and "step 48/48" not in f]
         assert mid, "no frame of the run in progress was seen"
-        def token_box(screen):  # the left panel's rows: the text being generated
-            return [ln.split("││")[0].strip("│ ") for ln in screen.splitlines()[3:20] if "││" in ln]
+
+        def token_box(screen):  # the text box's rows: the text being generated
+            return [ln[1:-1].strip() for ln in (r.rstrip() for r in screen.splitlines()[3:20])
+                    if ln.startswith("│") and ln.endswith("│")]
+
+        def control_bar(screen):  # the line above the footer
+            return screen.rstrip("\n").splitlines()[-2]
 
         assert sum(len(row) for row in token_box(final)) > 40, final  # generated text fills in
         assert "░░░" not in "".join(token_box(final)), final  # and no mask is left
         assert any("░░░" in "".join(token_box(f)) for f in mid)  # masks were visible while running
+        # the control bar is on screen the whole time, with steps, temperature and their keys
+        untoasted = [f for f in mid if "▌" not in f]  # the "loading" notification covers the corner a moment
+        assert untoasted, mid[-1]
+        for screen in (untoasted[0], final):
+            bar = control_bar(screen)
+            for shown in ("[ ] steps 48", "- + temp 1", "k top-k 30", "o top-p off", "m first-hitting"):
+                assert shown in bar, screen
+        tmux("send-keys", "-t", "dbert", "]")  # double the steps: a new run at once, shown on the bar
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not ("step 96/96" in capture() and "done" in capture()):
+            time.sleep(0.25)
+        screen = capture()
+        assert "step 96/96" in screen and "[ ] steps 96" in control_bar(screen), screen
         tmux("send-keys", "-t", "dbert", "C-q")
         deadline = time.monotonic() + 30
         while not exit_file.exists() and time.monotonic() < deadline:

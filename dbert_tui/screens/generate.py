@@ -1,77 +1,127 @@
-"""The Generate screen: watch the reverse process fill in [MASK]s, step by step, and drive it."""
+"""The Generate screen: watch the reverse process fill in [MASK]s, step by step, and drive it.
+
+Three views of the same machinery:
+- one sample, large, with the noise schedule (a panel where the terminal is wide, a one-line
+  strip where it is not);
+- a grid of n samples of one run filling in together (`g`), each card with its own progress;
+  Enter (or a click) shows the selected one large, Esc goes back;
+- a comparison (`c`): the same seed under two settings, side by side; Tab chooses the side the
+  keys change, and any change restarts both.
+
+The control bar under the text always shows steps, temperature, top-k, top-p, sampler and seed
+with their keys; a change restarts the run at once with the same seed. The state is a
+controller.Session (settings of both sides, runs, playback, selection); this screen composes
+the widgets, turns keys into Session calls, starts one worker per side and draws.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import time
+import itertools
+from functools import partial
 from pathlib import Path
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
-from ..messages import FrameReady, RunFinished
-from ..render import (Recorded, Run, compact, Settings, atomic_write, expected_masked, legend, render_tokens, texts_of,
-                      trajectory)
-from ..widgets.schedule import SchedulePanel
+from ..controller import MAX_N, Playback, Run, Session, Settings, differences, expected_masked, produce
+from ..messages import FrameReady, RunFinished, SampleChosen
+from ..files import atomic_write, texts_of, trajectory
+from ..render import legend, render_row, render_tokens
+from ..widgets.controls import CONTROLS, ControlBar
+from ..widgets.panes import ComparePane, TokenScroll, settings_line
+from ..widgets.samples import SampleCard, SampleGrid
+from ..widgets.schedule import SchedulePanel, ScheduleStrip
 from ..workers import ReportWorkerErrors
 from .dialogs import FormDialog
 
-TEMPERATURES = (0.1, 0.25, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
-
-
-class TokenScroll(VerticalScroll, can_focus=False):
-    """Scrolls a long batch; never takes focus, so the arrow keys scrub instead of scrolling."""
+WIDE = 120  # columns from which the schedule gets its panel (below: the one-line strip)
+SIDES = "AB"
+SCRUB = Binding.Group("Scrub")
 
 
 class GenerateScreen(ReportWorkerErrors, Screen):
     """Live reverse diffusion. Changing a control restarts the run with the new settings."""
 
-    BINDINGS = [  # footer order: the most used first (the rest: ctrl+p, or `dbert-tui` docs)
+    BINDINGS = [  # footer order: the most used first; the control bar shows the setting keys
         Binding("space", "toggle_play", "Play/Pause"),
         Binding("full_stop", "step", "Step", key_display="."),
-        Binding("left", "scrub(-1)", "Back", key_display="←"),
-        Binding("right", "scrub(1)", "Fwd", key_display="→"),
+        Binding("left", "scrub(-1)", "Back", key_display="←", group=SCRUB),
+        Binding("right", "scrub(1)", "Fwd", key_display="→", group=SCRUB),
+        Binding("g", "grid", "Grid"),
+        Binding("c", "compare", "Compare"),
+        Binding("r", "restart", "Restart", show=False),  # space replays a finished run
         Binding("e", "edit", "Settings"),
-        Binding("r", "restart", "Restart"),
+        Binding("question_mark", "app.toggle_keys", "Keys", key_display="?"),  # here: on the footer at 80 columns
+        Binding("p", "prompt", "Prompt"),
         Binding("s", "save", "Save"),
         Binding("x", "export", "Export"),
         Binding("v", "toggle_colour", "Colour"),
-        Binding("p", "prompt", "Prompt"),
-        Binding("n", "new_seed", "Seed"),
-        Binding("home", "scrub_to(0)", "First", show=False),
+        Binding("left_square_bracket", "steps(0.5)", "Halve the steps", key_display="[", show=False),
+        Binding("right_square_bracket", "steps(2)", "Double the steps", key_display="]", show=False),
+        Binding("minus", "temperature(-1)", "Temperature down", key_display="-", show=False),
+        Binding("equals_sign,plus", "temperature(1)", "Temperature up", key_display="+", show=False),
+        Binding("k", "top_k", "Next top-k", show=False),
+        Binding("o", "top_p", "Next top-p", show=False),
+        Binding("m", "cycle_sampler", "Next sampler", show=False),
+        Binding("n", "new_seed", "New seed", show=False),
+        Binding("tab", "switch_side", "Other side (compare)", show=False),
+        Binding("up", "select(-1)", "Previous sample", key_display="↑", show=False),
+        Binding("down", "select(1)", "Next sample", key_display="↓", show=False),
+        Binding("enter", "zoom", "Selected sample large", show=False),
+        Binding("escape", "unzoom", "All samples", show=False),
+        Binding("home", "scrub_to(0)", "First step", show=False),
         Binding("end", "live", "Live", show=False),
-        Binding("left_square_bracket", "steps(0.5)", "Steps-", key_display="[", show=False),
-        Binding("right_square_bracket", "steps(2)", "Steps+", key_display="]", show=False),
-        Binding("minus", "temperature(-1)", "Temp-", key_display="-", show=False),
-        Binding("equals_sign,plus", "temperature(1)", "Temp+", key_display="+", show=False),
-        Binding("m", "cycle_sampler", "Sampler", show=False),
     ]
 
-    steps = reactive(64)
-    temperature = reactive(1.0)
     colour = reactive("order")
 
     def __init__(self, settings: Settings | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.settings = settings or Settings()
-        self._auto_length = self.settings.length is None  # follow each checkpoint's seq_len
-        self.set_reactive(GenerateScreen.steps, self.settings.steps)
-        self.set_reactive(GenerateScreen.temperature, self.settings.temperature)
+        self.session = Session(settings)
         self.db = None
-        self.run: Run | None = None
-        self._run_ids = 0
-        self.view: int | None = None  # index of the frame shown; None follows the live run
         self._restart_pending = False
+        self._draw_pending = False
         self._ready = False
         self._tokens_text = Text()
-        self.frames_drawn = 0
+        self.drawn = None                           # the frame of side A last drawn
+        self.frames_drawn = 0                       # draws (bursts of frames coalesce into one)
+
+    # ------------------------------------------------------------------ what is shown
+    @property
+    def playbacks(self) -> list[Playback]:
+        return self.session.playbacks
+
+    @property
+    def run(self) -> Run | None:
+        """Side A's run (the only one unless comparing)."""
+        return self.session.run
+
+    @property
+    def view(self) -> int | None:
+        """Side A's shown frame index (None: live)."""
+        return self.playbacks[0].view if self.playbacks else None
+
+    def shown(self):
+        return self.playbacks[0].shown() if self.playbacks else None
+
+    def view_mode(self) -> str:
+        return self.session.view_mode()
+
+    def shown_text(self, side: int = 0) -> str:
+        """The plain text of a side's token view, as drawn (tests and the tmux check read this)."""
+        if self.view_mode() == "compare":
+            return self.query(ComparePane)[side].text.plain
+        if self.view_mode() == "grid":
+            return "\n\n".join(card.text.plain for card in self.query(SampleCard))
+        return self._tokens_text.plain
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -80,70 +130,55 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         with Horizontal(id="gen-main"):
             with TokenScroll(id="gen-tokens-box"):
                 yield Static(Text("loading a checkpoint…", style="dim"), id="gen-tokens")
+            yield SampleGrid(id="gen-grid")
+            yield ComparePane("A", id="gen-side-a")
+            yield ComparePane("B", id="gen-side-b")
             yield SchedulePanel(id="gen-schedule")
+        yield ScheduleStrip(id="gen-strip")
         yield Static(legend("order"), id="gen-legend")
-        yield Static("", id="gen-settings")
-        yield Footer()
+        yield ControlBar(id="gen-controls")
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.sub_title = "Generate"
         self._ready = True
-        self._show_settings()
+        self._arrange()
+        self._show_controls()
         if self.db is not None:
             self.restart()
         elif self.app.db is not None:
             self.use_db(self.app.db)
 
     def on_resize(self) -> None:
-        """Larger terminals get a wider schedule panel."""
-        self.query_one(SchedulePanel).styles.width = 40 if self.size.width >= 120 else 28
+        self._arrange()
 
     def on_screen_resume(self) -> None:
         if self.app.db is not None and self.app.db is not self.db:
             self.use_db(self.app.db)
 
+    def _arrange(self) -> None:
+        """Show the widgets of the current view; the schedule as a panel only where it is wide."""
+        if not self._ready:
+            return
+        mode, wide = self.view_mode(), self.size.width >= WIDE
+        self.query_one("#gen-tokens-box").display = mode == "single"
+        self.query_one(SampleGrid).display = mode == "grid"
+        for pane in self.query(ComparePane):
+            pane.display = mode == "compare"
+        self.query_one(SchedulePanel).display = mode == "single" and wide
+        self.query_one(ScheduleStrip).display = not (mode == "single" and wide)
+        self.query_one(SampleGrid).styles.grid_size_columns = 3 if wide else 2 if self.size.width >= 60 else 1
+
     # ------------------------------------------------------------------ the model
     def use_db(self, db) -> None:
-        """A (new) checkpoint: clamp the settings to it, redraw the schedule and start a run."""
+        """A (new) checkpoint: fit the settings to it and start a run."""
         self.db = db
-        T, max_len = db.schedule.T, db.model.max_length
-        from dbert_core.errors import DbertError
-        from dbert_core.sample import default_length, default_sampler
-
-        s = self.settings
-        s.steps = max(1, min(T, s.steps))
-        if self._auto_length or s.length is None:
-            s.length = default_length(db)
-        s.length = max(1, min(max_len, s.length))
-        try:
-            s.resolved(db)
-        except DbertError as e:  # e.g. `cached` on a time-conditioned model: say so, use the default
-            s.sampler = default_sampler(db)
-            self.app.notify(f"{e}; using {s.sampler}", title="sampler", severity="warning")
-        self.set_reactive(GenerateScreen.steps, s.steps)
+        for note in self.session.fit(db):
+            self.app.notify(note, title="sampler", severity="warning")
         if self._ready:  # otherwise on_mount starts the run
             self.restart()
 
-    # ------------------------------------------------------------------ reactives
-    def validate_steps(self, value: int) -> int:
-        T = self.db.schedule.T if self.db is not None else 1_000_000
-        return max(1, min(T, int(value)))
-
-    def validate_temperature(self, value: float) -> float:
-        return round(max(0.05, min(5.0, float(value))), 3)
-
-    def watch_steps(self, value: int) -> None:
-        self.settings.steps = value
-        self._restart_soon()
-
-    def watch_temperature(self, value: float) -> None:
-        self.settings.temperature = value
-        self._restart_soon()
-
-    def watch_colour(self, value: str) -> None:
-        self.query_one("#gen-legend", Static).update(legend(value))
-        self._draw()
-
+    # ------------------------------------------------------------------ runs
     def _restart_soon(self) -> None:
         """Coalesce several control changes into one restart."""
         if self.db is None or self._restart_pending:
@@ -151,221 +186,333 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self._restart_pending = True
         self.call_later(self.restart)
 
-    # ------------------------------------------------------------------ runs
     def restart(self) -> None:
+        """New runs of every side, with the same seed; previous workers are cancelled."""
         self._restart_pending = False
         if self.db is None or not self._ready:
             return
         from dbert_core.errors import DbertError
 
         try:
-            s = self.settings.resolved(self.db)
+            playbacks = self.session.new_runs(self.db)
         except DbertError as e:
             self.app.notify(str(e), title="settings", severity="error")
             return
-        self._run_ids += 1
+        if len(playbacks) == 1:
+            self.workers.cancel_group(self, "sample-1")
         self.frames_drawn = 0
-        playing = self.run.playing if self.run is not None else True
-        self.run = Run(self._run_ids, s, playing=playing)
-        self.view = None
+        self.drawn = None
+        self._make_cards(playbacks[0].run.settings.n)
+        self._arrange()
         name = Path(self.db.path).name if self.db.path else "model"
-        curve = expected_masked(self.db, s.steps)
-        self.query_one(SchedulePanel).set_curve(curve, f"{self.db.schedule.name} T={self.db.schedule.T}")
-        self.query_one("#gen-tokens", Static).update(Text("starting…", style="dim"))
         self.sub_title = f"Generate · {name}"
-        self._show_settings()
+        self._show_curve()
+        self._show_controls()
+        self.query_one("#gen-tokens", Static).update(Text("starting…", style="dim"))
+        for i, pb in enumerate(playbacks):
+            self.run_worker(partial(self._sample, pb.run, self.db), name="sampling", group=f"sample-{i}",
+                            exclusive=True, thread=True, exit_on_error=False)
         self._status()
-        self.sample(self.run, self.db)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="sample", name="sampling")
-    def sample(self, run: Run, db) -> None:
-        """Produce frames; record each in the run and tell the UI (coalesced)."""
-        import torch
-
-        from dbert_core.sample import frames
-
+    def _sample(self, run: Run, db) -> None:
+        """(worker thread) Compute the run's frames and post each one; then say it finished."""
         worker = get_current_worker()
-        s = run.settings
-        gen = torch.Generator().manual_seed(s.seed)
-        order = torch.zeros((s.n, s.length), dtype=torch.int32)
-        stream = frames(db, s, generator=gen)
-        spent = 0.0
-        while True:
-            if worker.is_cancelled:
-                return
-            t0 = time.perf_counter()
-            frame = next(stream, None)
-            spent += time.perf_counter() - t0
-            if frame is None:
-                break
-            order[frame.revealed] = frame.step
-            run.frames.append(Recorded(compact(frame), order, spent))
-            self.post_message(FrameReady(run.id, len(run.frames) - 1))
-            if frame.done:
-                break
-            if not run.wait_turn(lambda: worker.is_cancelled, s.pace_ms / 1000):
-                return
-        run.finished = True
-        self.post_message(RunFinished(run.id))
+        index = itertools.count()
+        if produce(run, db, lambda: worker.is_cancelled,
+                   lambda rec: self.post_message(FrameReady(run.id, next(index), rec))):
+            self.post_message(RunFinished(run.id))
 
     @on(FrameReady)
     def _frame_ready(self, message: FrameReady) -> None:
-        if self.run is not None and message.run_id == self.run.id:
-            self.frames_drawn += 1
-            self._draw()
+        pb = self.session.playback_of(message.run_id)
+        if pb is not None:
+            pb.run.record(message.rec)
+            self._draw_soon()
 
     @on(RunFinished)
     def _run_finished(self, message: RunFinished) -> None:
-        if self.run is not None and message.run_id == self.run.id:
-            self._draw()
+        pb = self.session.playback_of(message.run_id)
+        if pb is not None:
+            pb.run.finished = True
+            self._draw_soon()
 
     # ------------------------------------------------------------------ drawing
-    def shown(self) -> Recorded | None:
-        """The frame on screen: the scrubbed one, or the newest."""
-        if self.run is None or not self.run.frames:
-            return None
-        if self.view is None:
-            return self.run.frames[-1]
-        return self.run.frames[min(self.view, len(self.run.frames) - 1)]
+    def _draw_soon(self) -> None:
+        """One draw after the frames already queued (a burst of frames is drawn once)."""
+        if not self._draw_pending:
+            self._draw_pending = True
+            self.call_later(self._draw)
 
-    def shown_text(self) -> str:
-        """The plain text of the token view (tests and the tmux check read this)."""
-        return self._tokens_text.plain
+    def _make_cards(self, n: int) -> None:
+        """n cards in the grid (kept across runs; extra ones removed, missing ones added)."""
+        grid = self.query_one(SampleGrid)
+        cards = grid.cards()
+        for card in cards[n:]:
+            card.remove()
+        if len(cards) < n:
+            grid.mount_all([SampleCard(i) for i in range(len(cards), n)])
+        for card in cards[:n]:
+            card.show(Text("starting…", style="dim"), 0, 0, 0, 0)
+        self.call_after_refresh(self._mark_selected)
+
+    def _mark_selected(self) -> None:
+        for card in self.query_one(SampleGrid).cards():
+            card.selected = card.index == self.session.selected
 
     def _draw(self) -> None:
-        rec = self.shown()
-        if rec is None or self.db is None:
+        self._draw_pending = False
+        if not self.playbacks or self.db is None:
             return
-        self._tokens_text = render_tokens(self.db, rec, self.colour)
-        self.drawn = rec
-        self.query_one("#gen-tokens", Static).update(self._tokens_text)
-        f = rec.frame
-        masked = float(f.masked.double().mean())
-        self.query_one(SchedulePanel).set_position(f.step, masked)
+        mode = self.view_mode()
+        if mode == "compare":
+            self._draw_compare()
+        elif mode == "grid":
+            self._draw_grid()
+        else:
+            self._draw_single()
+        rec = self.playbacks[0].shown()
+        if rec is not None and rec is not self.drawn:
+            self.drawn = rec
+            self.frames_drawn += 1
+        active = self.session.active_playback().shown()
+        if active is not None:
+            f = active.frame
+            for widget in (self.query_one(SchedulePanel), self.query_one(ScheduleStrip)):
+                widget.set_position(f.step, float(f.masked.double().mean()))
         self._status()
+
+    def _draw_single(self) -> None:
+        rec = self.playbacks[0].shown()
+        if rec is None:
+            return
+        rows = [self.session.selected] if rec.frame.ids.shape[0] > 1 else None
+        self._tokens_text = render_tokens(self.db, rec, self.colour, rows)
+        self.query_one("#gen-tokens", Static).update(self._tokens_text)
+
+    def _draw_grid(self) -> None:
+        rec = self.playbacks[0].shown()
+        if rec is None:
+            return
+        f = rec.frame
+        L = f.ids.shape[1]
+        for card in self.query_one(SampleGrid).cards():
+            b = card.index
+            if b >= f.ids.shape[0]:
+                continue
+            row_step = int(f.row_steps[b]) if f.row_steps is not None else f.step
+            card.show(render_row(self.db, rec, b, self.colour), L - int(f.masked[b].sum()), L, row_step, f.steps)
+
+    def _draw_compare(self) -> None:
+        panes = list(self.query(ComparePane))
+        differs = differences(self.playbacks[0].run.settings, self.playbacks[-1].run.settings)
+        for side, (pb, pane) in enumerate(zip(self.playbacks, panes)):
+            pane.active = side == self.session.side
+            rec = pb.shown()
+            head = settings_line(pb.run.settings, differs)
+            if rec is None:
+                pane.show(head, Text(f"step 0/{pb.run.settings.steps} · starting", style="dim"),
+                          Text("starting…", style="dim"))
+                continue
+            row = self.session.selected if rec.frame.ids.shape[0] > 1 else None  # one sample per side
+            status = self._progress(pb, rec, row)
+            if row is not None:
+                status = Text(f"sample {row + 1}/{rec.frame.ids.shape[0]} · ").append_text(status)
+            pane.show(head, status, render_tokens(self.db, rec, self.colour, None if row is None else [row]))
+
+    def _progress(self, pb: Playback, rec, row: int | None = None) -> Text:
+        """'step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame (or one row of it)."""
+        f = rec.frame
+        if row is None:
+            step, n_masked, total = f.step, int(f.masked.sum()), f.masked.numel()
+        else:
+            step = int(f.row_steps[row]) if f.row_steps is not None else f.step
+            n_masked, total = int(f.masked[row].sum()), f.masked.shape[1]
+        text = Text()
+        text.append(f"step {step}/{f.steps}", style="bold")
+        text.append(f" · masked {n_masked}/{total} · nfe {f.nfe}")
+        if not self.app.deterministic:
+            text.append(f" · {rec.seconds:.2f}s")
+        state = pb.state()
+        text.append(f" · {state}", style="bold green" if state == "done" else "bold cyan")
+        return text
 
     def _status(self) -> None:
-        run = self.run
         text = Text()
-        if run is None or self.db is None:
+        mode = self.view_mode()
+        if self.run is None or self.db is None:
             text.append("no run", style="dim")
-        elif not run.frames:
-            text.append(f"step 0/{run.settings.steps} · starting", style="dim")
+        elif mode == "compare":
+            seeds = {pb.run.settings.seed for pb in self.playbacks}
+            text.append("compare A | B", style="bold")
+            text.append(f" · seed {'/'.join(map(str, sorted(seeds)))} · keys change {SIDES[self.session.side]}"
+                        " (Tab: switch) · c: end")
         else:
-            rec = self.shown()
-            f = rec.frame
-            n_masked, total = int(f.masked.sum()), f.masked.numel()
-            text.append(f"step {f.step}/{f.steps}", style="bold")
-            text.append(f" · masked {n_masked}/{total} · nfe {f.nfe}")
-            if not self.app.deterministic:
-                text.append(f" · {rec.seconds:.2f}s")
-            if self.view is not None and self.view < len(run.frames) - 1:
-                state = f"scrub {self.view + 1}/{len(run.frames)} (End: live)"
-            elif run.finished:
-                state = "done"
+            pb = self.playbacks[0]
+            rec = pb.shown()
+            n, selected = pb.run.settings.n, self.session.selected
+            if n > 1:
+                text.append(f"sample {selected + 1}/{n} · " if mode == "single" else f"{n} samples · ", style="bold")
+            if rec is None:
+                text.append(f"step 0/{pb.run.settings.steps} · starting", style="dim")
             else:
-                state = "playing" if run.playing else "paused"
-            text.append(f" · {state}", style="bold cyan" if state != "done" else "bold green")
+                text.append_text(self._progress(pb, rec, selected if mode == "single" and n > 1 else None))
         self.query_one("#gen-status", Static).update(text)
 
-    def _show_settings(self) -> None:
-        s = self.run.settings if self.run is not None else self.settings
-        line = (f"{s.sampler} · steps {s.steps} · temp {s.temperature:g} · top-k {s.top_k} · top-p {s.top_p:g}"
-                f" · len {s.length if s.length is not None else 'auto'} · n {s.n} · seed {s.seed}")
-        if s.prompt:
-            line += f" · prompt {s.prompt[:40]!r}"
-        self.query_one("#gen-settings", Static).update(Text(line, style="dim"))
+    def _show_curve(self) -> None:
+        curve = expected_masked(self.db, self.session.shown_settings().steps)
+        title = f"{self.db.schedule.name} T={self.db.schedule.T}"
+        for widget in (self.query_one(SchedulePanel), self.query_one(ScheduleStrip)):
+            widget.set_curve(curve, title)
 
-    # ------------------------------------------------------------------ actions
+    def _show_controls(self) -> None:
+        bar = self.query_one(ControlBar)
+        session = self.session
+        bar.settings = dataclasses.replace(session.shown_settings())
+        bar.side = SIDES[session.side] if session.partner is not None else ""
+        runs = [pb.run.settings for pb in self.playbacks]
+        fields = {f for _, _, f in CONTROLS}
+        bar.differs = frozenset(differences(runs[0], runs[-1]) & fields) if len(runs) > 1 else frozenset()
+        legend_text = legend(self.colour)
+        if session.settings.prompt:
+            legend_text.append(f"  · prompt {session.settings.prompt[:40]!r}", style="dim")
+        self.query_one("#gen-legend", Static).update(legend_text)
+
+    def watch_colour(self, value: str) -> None:
+        if self._ready:
+            self._show_controls()
+            self._draw()
+
+    # ------------------------------------------------------------------ playback
     def action_toggle_play(self) -> None:
-        if self.run is None:
+        if not self.playbacks:
             return
-        if self.run.finished:
-            self.restart()
+        if all(pb.run.finished for pb in self.playbacks):
+            self.restart()  # replay from the start
             return
-        with self.run.lock:
-            self.run.playing = not self.run.playing
-        self.view = None
-        self._status()
+        playing = not self.playbacks[0].run.playing
+        for pb in self.playbacks:
+            pb.run.set_playing(playing)
+            pb.live()
+        self._draw()
 
     def action_step(self) -> None:
-        """One reverse step (pauses the run first)."""
-        if self.run is None:
-            return
-        if self.view is not None and self.view < len(self.run.frames) - 1:
-            self.action_scrub(1)
-            return
-        with self.run.lock:
-            self.run.playing = False
-            if not self.run.finished:
-                self.run.step_budget += 1
-        self.view = None
-        self._status()
+        """One reverse step (pauses first); while scrubbing, one recorded step forward."""
+        for pb in self.playbacks:
+            pb.step()
+        self._draw()
 
     def action_scrub(self, delta: int) -> None:
-        if self.run is None or not self.run.frames:
-            return
-        last = len(self.run.frames) - 1
-        current = last if self.view is None else self.view
-        target = max(0, min(last, current + delta))
-        self.view = None if target == last else target
+        for pb in self.playbacks:
+            pb.scrub(delta)
         self._draw()
 
     def action_scrub_to(self, index: int) -> None:
-        if self.run is not None and self.run.frames:
-            self.view = max(0, min(index, len(self.run.frames) - 1))
-            self._draw()
+        for pb in self.playbacks:
+            pb.scrub_to(index)
+        self._draw()
 
     def action_live(self) -> None:
-        self.view = None
+        for pb in self.playbacks:
+            pb.live()
         self._draw()
 
     def action_restart(self) -> None:
         self.restart()
 
-    def action_new_seed(self) -> None:
-        self.settings.seed = (self.settings.seed * 1_103_515_245 + 12_345) % 2**31
-        self.restart()
-
-    def action_steps(self, factor: float) -> None:
-        self.steps = max(1, round(self.steps * factor))
-
-    def action_temperature(self, direction: int) -> None:
-        values = TEMPERATURES
-        if direction > 0:
-            self.temperature = next((v for v in values if v > self.temperature + 1e-9), self.temperature * 1.25)
-        else:
-            self.temperature = next((v for v in reversed(values) if v < self.temperature - 1e-9), self.temperature * 0.8)
-
-    def action_cycle_sampler(self) -> None:
-        from dbert_core.config import SAMPLERS
-
-        usable = SAMPLERS
-        if self.db is not None:
-            usable = [s for s in SAMPLERS if self._allows(s)]
-        current = self.run.settings.sampler if self.run is not None else self.settings.sampler
-        i = usable.index(current) if current in usable else -1
-        self.settings.sampler = usable[(i + 1) % len(usable)]
-        self.restart()
-
-    def _allows(self, sampler: str) -> bool:
-        from dataclasses import replace
-
+    # ------------------------------------------------------------------ controls
+    def _change(self, method, *args) -> None:
+        """A Session change (a control key), then a restart at once with the same seed; a value
+        the checkpoint cannot take is a notification and the run goes on."""
         from dbert_core.errors import DbertError
 
+        if self.db is None:
+            return
         try:
-            replace(self.settings, sampler=sampler).resolved(self.db)
-            return True
-        except DbertError:
-            return False
+            method(*args)
+        except DbertError as e:
+            self.app.notify(str(e), title="settings", severity="error")
+            return
+        self._restart_soon()
+
+    def action_steps(self, factor: float) -> None:
+        self._change(self.session.steps, self.db, factor)
+
+    def action_temperature(self, direction: int) -> None:
+        self._change(self.session.temperature, self.db, direction)
+
+    def action_top_k(self) -> None:
+        self._change(self.session.top_k, self.db)
+
+    def action_top_p(self) -> None:
+        self._change(self.session.top_p, self.db)
+
+    def action_cycle_sampler(self) -> None:
+        self._change(self.session.next_sampler, self.db)
+
+    def action_new_seed(self) -> None:
+        self._change(self.session.new_seed)
 
     def action_toggle_colour(self) -> None:
         self.colour = "confidence" if self.colour == "order" else "order"
 
+    # ------------------------------------------------------------------ samples and comparison
+    def action_grid(self) -> None:
+        """One sample <-> a grid of several (the last number used, 6 at first), same seed."""
+        self._change(self.session.toggle_grid)
+
+    def action_select(self, delta: int) -> None:
+        if not self.session.select(delta):
+            return
+        self._mark_selected()
+        if self.view_mode() == "grid":
+            grid = self.query_one(SampleGrid)
+            grid.scroll_to_widget(grid.cards()[self.session.selected])
+        self._draw()
+
+    def action_zoom(self) -> None:
+        if self.session.zoom():
+            self._arrange()
+            self._draw()
+
+    def action_unzoom(self) -> None:
+        if self.session.unzoom():
+            self._arrange()
+            self._draw()
+
+    @on(SampleChosen)
+    def _sample_chosen(self, message: SampleChosen) -> None:
+        if self.session.zoom(message.index):
+            self._mark_selected()
+            self._arrange()
+            self._draw()
+
+    def action_compare(self) -> None:
+        """Start a comparison (side B: side A with an eighth, or 8x, of the steps; the keys
+        change B) or end one (side A goes on alone)."""
+        if self.db is None:
+            return
+        if self.session.partner is None:
+            self.session.start_compare(self.db.schedule.T)
+            self.restart()
+            return
+        self.session.end_compare()
+        self.workers.cancel_group(self, "sample-1")
+        self._arrange()
+        self._show_curve()
+        self._show_controls()
+        self._draw()
+
+    def action_switch_side(self) -> None:
+        if self.session.switch_side():
+            self._show_curve()
+            self._show_controls()
+            self._draw()
+
+    # ------------------------------------------------------------------ dialogs
     def action_edit(self) -> None:
         from dbert_core.config import SAMPLERS
 
-        s = self.settings
+        s = self.session.active
         fields = [
             ("steps", "steps (1..T)", str(s.steps), ""),
             ("temperature", "temperature (> 0)", f"{s.temperature:g}", ""),
@@ -377,37 +524,43 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             ("sampler", "sampler", s.sampler or "", "auto: " + " | ".join(SAMPLERS)),
             ("pace_ms", "ms per step (0: fastest)", str(s.pace_ms), ""),
         ]
-        self.app.push_screen(FormDialog("Sampling settings (Enter applies and restarts)", fields, "Apply"),
-                             self._apply_settings)
+        title = "Sampling settings (Enter applies and restarts)"
+        if self.session.partner is not None:
+            title = f"Side {SIDES[self.session.side]}: " + title
+        self.app.push_screen(FormDialog(title, fields, "Apply"), self._apply_settings)
 
     def _apply_settings(self, values: dict | None) -> None:
         if not values:
             return
-        s = dataclasses.replace(self.settings)
+        from dbert_core.errors import DbertError
+
+        old = self.session.active
         try:
-            s.steps, s.top_k = int(values["steps"]), int(values["top_k"])
-            s.length = int(values["length"]) if values["length"] else self.settings.length
-            s.n, s.seed, s.pace_ms = int(values["n"]), int(values["seed"]), int(values["pace_ms"])
-            s.temperature, s.top_p = float(values["temperature"]), float(values["top_p"])
+            fields = dict(steps=int(values["steps"]), top_k=int(values["top_k"]),
+                          length=int(values["length"]) if values["length"] else old.length,
+                          n=int(values["n"]), seed=int(values["seed"]), pace_ms=int(values["pace_ms"]),
+                          temperature=float(values["temperature"]), top_p=float(values["top_p"]),
+                          sampler=values["sampler"].strip() or None)
         except ValueError as e:
             self.app.notify(f"not a number: {str(e).split(': ')[-1]}", title="settings", severity="error")
             return
-        s.sampler = values["sampler"].strip() or None
-        if s.n > 16 or s.pace_ms < 0:
-            self.app.notify("samples must be 1..16 and the pace >= 0 ms", title="settings", severity="error")
+        if not 1 <= fields["n"] <= MAX_N or fields["pace_ms"] < 0:
+            self.app.notify(f"samples must be 1..{MAX_N} and the pace >= 0 ms", title="settings", severity="error")
             return
-        if s.length != self.settings.length:
-            self._auto_length = False
-        self.settings = s
-        self.set_reactive(GenerateScreen.steps, s.steps)
-        self.set_reactive(GenerateScreen.temperature, s.temperature)
+        try:
+            self.session.change(self.db, **fields)
+        except DbertError as e:
+            self.app.notify(str(e), title="settings", severity="error")
+            return
+        if fields["length"] != old.length:
+            self.session.auto_length = False
         self.restart()
 
     def action_prompt(self) -> None:
-        self.app.push_screen(FormDialog("Prompt / infill template: text with [MASK] slots; masks are appended "
+        self.app.push_screen(FormDialog("Prompt / infill template: text with \\[MASK] slots; masks are appended "
                                         "up to the length (empty: unconditional)",
-                                        [("prompt", "template", self.settings.prompt, "the cat [MASK] on the [MASK]")],
-                                        "Use"), self._apply_prompt)
+                                        [("prompt", "template", self.session.settings.prompt,
+                                          "the cat [MASK] on the [MASK]")], "Use"), self._apply_prompt)
 
     def _apply_prompt(self, values: dict | None) -> None:
         if values is None:
@@ -417,53 +570,56 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
         if values["prompt"] and self.db is not None:
             try:
-                parse_prompt(self.db, values["prompt"], self.settings.length)
+                parse_prompt(self.db, values["prompt"], self.session.settings.length)
             except DbertError as e:
                 self.app.notify(str(e), title="prompt", severity="error")
                 return
-        self.settings.prompt = values["prompt"]
+        self.session.set_all(prompt=values["prompt"])
         self.restart()
 
+    # ------------------------------------------------------------------ files
     def _default_name(self, ext: str) -> str:
         name = Path(self.db.path).name if self.db is not None and self.db.path else "dbert"
-        return f"dbert-{name}-seed{self.settings.seed}.{ext}"
+        return f"dbert-{name}-seed{self.session.active.seed}.{ext}"
 
     def action_save(self) -> None:
-        rec = self.run.frames[-1] if self.run and self.run.frames else None
-        if rec is None:
+        pb = self.session.active_playback()  # save and export write the side the keys change
+        if pb is None or not pb.frames:
             self.app.notify("nothing to save yet", severity="warning")
             return
-        if not self.run.finished:
+        if not pb.run.finished:
             self.app.notify("the run is not finished; saving the text so far (masks kept)", severity="warning")
         self.app.push_screen(FormDialog("Save the text(s), one per line", [("path", "file", self._default_name("txt"), "")],
-                                        "Save"), self._save)
+                                        "Save"), partial(self._save, pb))
 
-    def _save(self, values: dict | None) -> None:
-        if not values or not values["path"] or self.run is None or not self.run.frames:
+    def _save(self, pb: Playback, values: dict | None) -> None:
+        if not values or not values["path"] or not pb.frames:
             return
-        texts = texts_of(self.db, self.run.frames[-1])
+        texts = texts_of(self.db, pb.frames[-1])
         try:
-            path = atomic_write(values["path"], "".join(t.replace("\n", " ") + "\n" for t in texts))
+            path = atomic_write(values["path"], "".join(t + "\n" for t in texts))
         except OSError as e:
             self.app.notify(f"cannot write {values['path']}: {e.strerror or e}", severity="error")
             return
         self.app.notify(f"saved {len(texts)} text(s) to {path}")
 
     def action_export(self) -> None:
-        if self.run is None or not self.run.frames:
+        pb = self.session.active_playback()
+        if pb is None or not pb.frames:
             self.app.notify("nothing to export yet", severity="warning")
             return
         self.app.push_screen(FormDialog("Export the trajectory (every frame) as JSON",
-                                        [("path", "file", self._default_name("json"), "")], "Export"), self._export)
+                                        [("path", "file", self._default_name("json"), "")], "Export"),
+                             partial(self._export, pb))
 
-    def _export(self, values: dict | None) -> None:
-        if not values or not values["path"] or self.run is None:
+    def _export(self, pb: Playback, values: dict | None) -> None:
+        if not values or not values["path"]:
             return
         import json
 
         try:
-            path = atomic_write(values["path"], json.dumps(trajectory(self.db, self.run)) + "\n")
+            path = atomic_write(values["path"], json.dumps(trajectory(self.db, pb.run)) + "\n")
         except OSError as e:
             self.app.notify(f"cannot write {values['path']}: {e.strerror or e}", severity="error")
             return
-        self.app.notify(f"exported {len(self.run.frames)} frames to {path}")
+        self.app.notify(f"exported {len(pb.frames)} frames to {path}")

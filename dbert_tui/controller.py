@@ -1,0 +1,428 @@
+"""The Generate screen's state, without Textual: settings, runs and their playback.
+
+- `Settings`: what a run uses (`dbert sample`'s SampleConfig with the TUI's overrides by name),
+  and the control steps the keys take (`steps_by`, `temperature_by`, `next_in`).
+- `Run`: one sampling run: its settings, the frames recorded so far, and the gate its worker
+  waits at between frames (play, pause, single steps). Only the UI thread appends frames (the
+  worker posts each one in a message); the gate is the only state both threads touch, under
+  the run's lock.
+- `Playback`: a run as a pane shows it: which frame is on screen (live or scrubbed), and what
+  play, pause, step and scrub do.
+- `produce`: the worker's loop, computing a run's frames and handing each to a callback.
+- `Session`: everything the Generate screen shows: the settings of side A (and side B while
+  comparing), the side the control keys change, the current runs' playbacks, the selected
+  sample and whether it is shown large; every control key and view key is a method here.
+
+The screen owns one Session, starts a worker per playback and draws; nothing here imports
+Textual, so these rules are unit-tested directly (tests/test_tui_controller.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from dbert_core.config import SampleConfig
+
+TEMPERATURES = (0.1, 0.25, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
+TOP_KS = (0, 5, 10, 30, 100)           # `k` cycles through these (0: off)
+TOP_PS = (1.0, 0.95, 0.9, 0.8, 0.5)    # `o` cycles through these (1: off)
+GRID_N = 6                             # samples `g` starts when there is one
+MAX_N = 16
+
+
+@dataclass
+class Settings(SampleConfig):
+    """What a sampling run uses: `dbert sample`'s defaults (config.SampleConfig), except where
+    watching differs from printing, overridden here by name. The Generate screen edits these."""
+
+    n: int = 1          # one sample to watch (the CLI prints 10)
+    seed: int = 0       # fixed, so a changed control shows its effect on the same draw
+    prompt: str = ""
+    pace_ms: int = 40   # minimum time per shown step while playing (0: as fast as the model goes)
+
+
+def steps_by(steps: int, factor: float, T: int) -> int:
+    """`[` halves and `]` doubles the step budget, within 1..T."""
+    return max(1, min(T, round(steps * factor)))
+
+
+def temperature_by(temperature: float, direction: int) -> float:
+    """`+` / `-`: the next temperature up or down the TEMPERATURES ladder (x1.25 / x0.8 past its
+    ends), within 0.05..5."""
+    if direction > 0:
+        value = next((v for v in TEMPERATURES if v > temperature + 1e-9), temperature * 1.25)
+    else:
+        value = next((v for v in reversed(TEMPERATURES) if v < temperature - 1e-9), temperature * 0.8)
+    return round(max(0.05, min(5.0, value)), 3)
+
+
+def next_in(values, current):
+    """The value after `current` in `values`, cycling (the first one when `current` is not there)."""
+    values = list(values)
+    return values[(values.index(current) + 1) % len(values)] if current in values else values[0]
+
+
+def compare_partner(s: Settings, T: int) -> Settings:
+    """The second side of a comparison: the same settings and seed with an eighth of the steps
+    (128 -> 16), or eight times as many when there are fewer than 16."""
+    steps = s.steps // 8 if s.steps >= 16 else min(T, s.steps * 8)
+    return replace(s, steps=max(1, steps))
+
+
+def differences(a: SampleConfig, b: SampleConfig) -> set[str]:
+    """Names of the fields where two settings differ."""
+    return {name for name in vars(a) if getattr(a, name) != getattr(b, name)}
+
+
+def expected_masked(db, steps: int) -> list[float]:
+    """Expected masked fraction after k reverse steps, k = 0..steps (1.0 at k=0, 0.0 at the end),
+    weighting each token's a_t(v) by its corpus frequency."""
+    import torch
+
+    from dbert_core.schedule import step_grid
+
+    grid = torch.tensor(step_grid(db.schedule.T, steps), dtype=torch.float32)  # T ... 0
+    counts = db.counts.to(torch.float64)
+    alpha = db.schedule.alpha_vocab(grid).to(torch.float64)  # (K, V) or (K, 1)
+    visible = (alpha * counts).sum(-1) / counts.sum() if alpha.shape[-1] > 1 else alpha[:, 0]
+    return [float(1.0 - v) for v in visible]
+
+
+# ------------------------------------------------------------------------------ runs
+@dataclass
+class Recorded:
+    """One recorded reverse step. `order` is shared by all frames of a run: a position's entry
+    is written once, when it is revealed, so for any frame it is exact wherever that frame
+    shows a token (positions revealed later are still masked there)."""
+
+    frame: object          # dbert_core.sample.Frame, stored compactly (int32 ids, float32 confidence)
+    order: object          # (B, L) int32: step at which each position was revealed (0: given / not yet)
+    seconds: float         # model time spent so far in this run
+
+
+def compact(frame):
+    """A Frame with smaller dtypes: a long run keeps every step for scrubbing and export."""
+    import torch
+
+    return replace(frame, ids=frame.ids.to(torch.int32), confidence=frame.confidence.to(torch.float32))
+
+
+@dataclass
+class Run:
+    """One sampling run: its settings and every frame recorded so far."""
+
+    id: int
+    settings: Settings
+    frames: list[Recorded] = field(default_factory=list)
+    finished: bool = False
+    playing: bool = True
+    step_budget: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, rec: Recorded) -> None:
+        """A frame from the worker (called on the UI thread, in the order the worker made them)."""
+        self.frames.append(rec)
+
+    def wait_turn(self, is_cancelled: Callable[[], bool], pace_s: float) -> bool:
+        """Block the worker until the next step may be computed; False when cancelled."""
+        deadline = time.monotonic() + pace_s
+        while True:
+            if is_cancelled():
+                return False
+            with self.lock:
+                if self.step_budget > 0:
+                    self.step_budget -= 1
+                    return True
+                if self.playing and time.monotonic() >= deadline:
+                    return True
+            time.sleep(0.01)
+
+    def set_playing(self, playing: bool) -> None:
+        with self.lock:
+            self.playing = playing
+
+    def allow_step(self) -> None:
+        """Pause, and let the worker compute exactly one more frame."""
+        with self.lock:
+            self.playing = False
+            if not self.finished:
+                self.step_budget += 1
+
+
+def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Recorded], None]) -> bool:
+    """The worker's loop: compute `run`'s frames (dbert_core.sample.frames, seeded by its
+    settings) and hand each to `emit`, waiting at the run's gate between frames. True when the
+    run reached its last frame, False when cancelled first."""
+    import torch
+
+    from dbert_core.sample import frames
+
+    s = run.settings
+    gen = torch.Generator().manual_seed(s.seed)
+    order = torch.zeros((s.n, s.length), dtype=torch.int32)
+    stream = frames(db, s, generator=gen)
+    spent = 0.0
+    while True:
+        if is_cancelled():
+            return False
+        t0 = time.perf_counter()
+        frame = next(stream, None)
+        spent += time.perf_counter() - t0
+        if frame is None:
+            return True
+        order[frame.revealed] = frame.step
+        emit(Recorded(compact(frame), order, spent))
+        if frame.done:
+            return True
+        if not run.wait_turn(is_cancelled, s.pace_ms / 1000):
+            return False
+
+
+class Playback:
+    """A run as a pane shows it. `view` is the index of the frame on screen, None to follow the
+    newest one."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.view: int | None = None
+
+    @property
+    def frames(self) -> list[Recorded]:
+        return self.run.frames
+
+    def shown(self) -> Recorded | None:
+        """The frame on screen: the scrubbed one, or the newest."""
+        if not self.frames:
+            return None
+        return self.frames[-1] if self.view is None else self.frames[min(self.view, len(self.frames) - 1)]
+
+    @property
+    def scrubbing(self) -> bool:
+        return self.view is not None and self.view < len(self.frames) - 1
+
+    def scrub(self, delta: int) -> None:
+        """Move the shown frame by delta recorded frames; reaching the newest follows the run again."""
+        if not self.frames:
+            return
+        last = len(self.frames) - 1
+        current = last if self.view is None else self.view
+        target = max(0, min(last, current + delta))
+        self.view = None if target == last else target
+
+    def scrub_to(self, index: int) -> None:
+        if self.frames:
+            self.view = max(0, min(index, len(self.frames) - 1))
+
+    def live(self) -> None:
+        self.view = None
+
+    def toggle_play(self) -> bool:
+        """Play or pause; False when the run is finished (the caller restarts it)."""
+        if self.run.finished:
+            return False
+        self.run.set_playing(not self.run.playing)
+        self.view = None
+        return True
+
+    def step(self) -> None:
+        """One step forward: through the record while scrubbing, else one new frame (pausing first)."""
+        if self.scrubbing:
+            self.scrub(1)
+            return
+        self.run.allow_step()
+        self.view = None
+
+    def state(self) -> str:
+        """'scrub i/n (End: live)', 'done', 'playing' or 'paused'."""
+        if self.scrubbing:
+            return f"scrub {self.view + 1}/{len(self.frames)} (End: live)"
+        if self.run.finished:
+            return "done"
+        return "playing" if self.run.playing else "paused"
+
+
+class Session:
+    """The Generate screen's state. Methods that take a `db` check the result against that
+    checkpoint and raise DbertError (leaving the state as it was) when it cannot take it; the
+    screen restarts the runs (`new_runs`) after any change of settings."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()    # side A: the run, or the left side of a comparison
+        self.partner: Settings | None = None      # side B while comparing
+        self.side = 0                             # the side the control keys change (0: A, 1: B)
+        self.playbacks: list[Playback] = []       # one per side, of the current runs
+        self.selected = 0                         # the sample shown large / highlighted in the grid
+        self.zoomed = False                       # the selected sample large instead of the grid
+        self.grid_n = self.settings.n if self.settings.n > 1 else GRID_N
+        self.auto_length = self.settings.length is None  # follow each checkpoint's training length
+        self._ids = itertools.count(1)
+
+    # ------------------------------------------------------------------ what is shown
+    @property
+    def run(self) -> Run | None:
+        """Side A's run (the only one unless comparing)."""
+        return self.playbacks[0].run if self.playbacks else None
+
+    @property
+    def active(self) -> Settings:
+        """The settings the control keys change."""
+        return self.partner if self.side == 1 and self.partner is not None else self.settings
+
+    def active_playback(self) -> Playback | None:
+        return self.playbacks[min(self.side, len(self.playbacks) - 1)] if self.playbacks else None
+
+    def shown_settings(self) -> Settings:
+        """What the control bar shows: the active side's run as resolved (sampler and length filled in)."""
+        pb = self.active_playback()
+        return pb.run.settings if pb is not None and len(self.playbacks) > self.side else self.active
+
+    def sides(self) -> list[Settings]:
+        return [self.settings] + ([self.partner] if self.partner is not None else [])
+
+    def view_mode(self) -> str:
+        """'compare', 'grid' (several samples) or 'single' (one sample large, or the only one)."""
+        if self.partner is not None:
+            return "compare"
+        n = self.run.settings.n if self.run is not None else self.settings.n
+        return "grid" if n > 1 and not self.zoomed else "single"
+
+    def playback_of(self, run_id: int) -> Playback | None:
+        return next((pb for pb in self.playbacks if pb.run.id == run_id), None)
+
+    # ------------------------------------------------------------------ runs
+    def fit(self, db) -> list[str]:
+        """Fit every side to a (new) checkpoint: steps within T, the checkpoint's length when it
+        is automatic (else within its maximum), a sampler it allows. Returns what was changed
+        that the user should hear about."""
+        from dbert_core.errors import DbertError
+        from dbert_core.sample import default_length, default_sampler
+
+        notes = []
+
+        def fitted(s: Settings) -> Settings:
+            s = replace(s, steps=max(1, min(db.schedule.T, s.steps)))
+            if self.auto_length or s.length is None:
+                s.length = default_length(db)
+            s.length = max(1, min(db.model.max_length, s.length))
+            try:
+                s.resolved(db)
+            except DbertError as e:  # e.g. `cached` on a time-conditioned model: use the default
+                s.sampler = default_sampler(db)
+                notes.append(f"{e}; using {s.sampler}")
+            return s
+
+        self.settings = fitted(self.settings)
+        if self.partner is not None:
+            self.partner = fitted(self.partner)
+        return notes
+
+    def new_runs(self, db) -> list[Playback]:
+        """Fresh runs of every side (each with its own seed setting, by default the same), still
+        to be started; they play unless the previous ones were paused. Raises DbertError if a
+        side's settings do not suit db (the current runs stay)."""
+        resolved = [s.resolved(db) for s in self.sides()]
+        playing = self.run.playing if self.run is not None else True
+        self.playbacks = [Playback(Run(next(self._ids), s, playing=playing)) for s in resolved]
+        n = resolved[0].n
+        self.selected = min(self.selected, n - 1)
+        self.zoomed = self.zoomed and n > 1
+        return self.playbacks
+
+    # ------------------------------------------------------------------ settings
+    def change(self, db, **fields) -> None:
+        """Set fields of the active side's settings, checked against db."""
+        new = replace(self.active, **fields)
+        if db is not None:
+            new.resolved(db)
+        else:
+            new.validate()
+        if self.side == 1 and self.partner is not None:
+            self.partner = new
+        else:
+            self.settings = new
+
+    def set_all(self, **fields) -> None:
+        """Set fields on every side (the seed, the prompt, the number of samples)."""
+        self.settings = replace(self.settings, **fields)
+        if self.partner is not None:
+            self.partner = replace(self.partner, **fields)
+
+    def steps(self, db, factor: float) -> None:
+        self.change(db, steps=steps_by(self.active.steps, factor, db.schedule.T))
+
+    def temperature(self, db, direction: int) -> None:
+        self.change(db, temperature=temperature_by(self.active.temperature, direction))
+
+    def top_k(self, db) -> None:
+        self.change(db, top_k=next_in(TOP_KS, self.active.top_k))
+
+    def top_p(self, db) -> None:
+        self.change(db, top_p=next_in(TOP_PS, self.active.top_p))
+
+    def next_sampler(self, db) -> None:
+        """The next sampler (SAMPLERS order) the checkpoint allows, after the one the run uses."""
+        from dbert_core.config import SAMPLERS
+        from dbert_core.errors import DbertError
+
+        def allowed(name: str) -> bool:
+            try:
+                replace(self.active, sampler=name).resolved(db)
+                return True
+            except DbertError:
+                return False
+
+        self.change(db, sampler=next_in([s for s in SAMPLERS if allowed(s)], self.shown_settings().sampler))
+
+    def new_seed(self) -> None:
+        """Another seed, the same for both sides."""
+        self.set_all(seed=(self.settings.seed * 1_103_515_245 + 12_345) % 2**31)
+
+    # ------------------------------------------------------------------ views
+    def toggle_grid(self) -> None:
+        """One sample <-> several (the number last used, GRID_N at first), on both sides."""
+        n = self.settings.n
+        if n > 1:
+            self.grid_n = n
+        self.set_all(n=1 if n > 1 else self.grid_n)
+        self.zoomed = False
+
+    def select(self, delta: int) -> bool:
+        """Select another sample (wrapping); False when there is one."""
+        n = self.run.settings.n if self.run is not None else self.settings.n
+        if n <= 1:
+            return False
+        self.selected = (self.selected + delta) % n
+        return True
+
+    def zoom(self, index: int | None = None) -> bool:
+        """Show the selected sample (or sample `index`) large; False unless the grid is shown."""
+        if self.view_mode() != "grid":
+            return False
+        if index is not None:
+            self.selected = index
+        self.zoomed = True
+        return True
+
+    def unzoom(self) -> bool:
+        was, self.zoomed = self.zoomed, False
+        return was
+
+    def start_compare(self, T: int) -> None:
+        """Side B: side A's settings and seed with an eighth (or 8x) of the steps; the keys change B."""
+        self.partner = compare_partner(self.settings, T)
+        self.side = 1
+
+    def end_compare(self) -> None:
+        """Side A goes on alone (its run is kept)."""
+        self.partner, self.side = None, 0
+        self.playbacks = self.playbacks[:1]
+
+    def switch_side(self) -> bool:
+        if self.partner is None:
+            return False
+        self.side = 1 - self.side
+        return True
