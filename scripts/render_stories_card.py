@@ -40,7 +40,7 @@ def ppl(e: dict) -> str:
 
 def row(name: str, meta: dict, e: dict | None) -> str:
     if e is None:
-        return f"| {name} | {meta['step']:,} | {meta['tokens_seen'] / 1e6:.2f} M | not evaluated yet |" + " |" * 12
+        return f"| {name} | {meta['step']:,} | {meta['tokens_seen'] / 1e6:.2f} M | not evaluated yet |" + " |" * 10
     return (f"| {name} | {meta['step']:,} | {meta['tokens_seen'] / 1e6:.2f} M | {ppl(e)} | {e['ppl_word']:.1f} | "
             f"{e['samples']} | {e['bleu4']:.3f} | {e['self_bleu4']:.3f} | {e['distinct2']:.3f} | "
             f"{e['frac_over_8_words']:.0%} | {e['frac_mask_or_unk']:.0%} | {e['frac_run3']:.1%} | "
@@ -73,6 +73,8 @@ def main() -> int:
     c = meta["train_config"]
     trim = meta["trim_vocab"]
     scratch = load("scratch-stories/dbert.json")
+    scratch_label = "same architecture from scratch" + (
+        f" (in training: {scratch['step']:,} of {c['max_steps']:,} steps)" if scratch and scratch["step"] < c["max_steps"] else "")
     ev, ev_scratch = load("eval_stories_stories.json"), load("eval_scratch-stories_stories.json")
     ev_allow = load("eval_stories_stories_allow-repeats.json")
     trimmed, untrimmed, cs = curve("stories"), curve("stories-untrimmed"), curve("scratch-stories")
@@ -152,7 +154,7 @@ protocol, length 64, top-k 30, first-hitting sampler, 128-step budget); the read
 | model | steps | tokens | ppl/token | ppl/word | N | BLEU-4 | Self-BLEU-4 | distinct-2 | > 8 words | [MASK]/[UNK] | a token 3x in a row | a word doubled / echoed over punctuation | calls/sample |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 {row("MiniLM init (this checkpoint)", meta, ev)}
-""" + (row("the same, `--allow-repeats`", meta, ev_allow) + "\n" if ev_allow else "") + """ + (row("same architecture from scratch", scratch, ev_scratch) + "\n" if scratch else
+""" + (row("the same, `--allow-repeats`", meta, ev_allow) + "\n" if ev_allow else "") + (row(scratch_label, scratch, ev_scratch) + "\n" if scratch else
        "| same architecture from scratch | not run yet: `scripts/stories_model.sh scratch`, then eval | | | | | | | | | | | | |\n") + f"""
 Samples use the CLI defaults, which include the repeat block (a revealed neighbour's token is never
 drawn; `dbert sample --help`). The `--allow-repeats` row is the same checkpoint without it, measured
@@ -164,7 +166,7 @@ Self-BLEU grows with N, so compare it only at equal N.
 ## Ten unedited samples
 
 `dbert sample --n 10 --seed 0` with the defaults (length 64, {defaults['steps']}-step budget, top-k {defaults['top_k']}, temperature 1,
-first-hitting sampler; {shown['nfe']} network calls; {shown['real']:.1f} s end to end on the 2-core CPU, {shown['seconds']:.1f} s of it
+first-hitting sampler, repeat block, the network in bf16 as `--dtype auto` picks on this CPU; {shown['nfe']} network calls; {shown['real']:.1f} s end to end on the 2-core CPU, {shown['seconds']:.1f} s of it
 sampling). Of these ten, {checks['frac_over_8_words']:.0%} have more than 8 words, {checks['frac_mask_or_unk']:.0%} keep a [MASK] or [UNK],
 {checks['frac_run3']:.0%} repeat one token 3 times in a row, {checks['frac_doubled_word']:.0%} double a word and {checks['frac_echo_over_punct']:.0%} echo one over punctuation. A sample is a 64-token stretch
 of a story, so it may start and end mid-sentence.
