@@ -22,13 +22,13 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 from .hardware import cpu_name, native_bf16
+from .layout import atomic_write_text
 from .model import forward_flops
 
 
@@ -118,8 +118,8 @@ class Bench:
     # ------------------------------------------------------------------ output
     def save(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.out / "bench.json", json.dumps(self.result, indent=2) + "\n")
-        _atomic_write(self.out / "bench.md", markdown(self.result))
+        atomic_write_text(self.out / "bench.json", json.dumps(self.result, indent=2) + "\n")
+        atomic_write_text(self.out / "bench.md", markdown(self.result))
 
     # ------------------------------------------------------------------ parts
     def peak(self, dtypes) -> None:
@@ -233,19 +233,6 @@ class Bench:
                                 "tokens_per_s": round(batch * seq_len / sec, 1), "dtype": cfg.dtype}
         say(f"train: {sec:.2f} s/step, {batch * seq_len / sec:.0f} tokens/s")
         self.save()
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def markdown(r: dict) -> str:

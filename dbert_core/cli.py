@@ -158,6 +158,7 @@ def sample(
     sampler: Annotated[Optional[Sampler], typer.Option(help="ancestral; cached (skips calls when nothing changed); first-hitting (one call per reveal) [default: first-hitting where the model allows it, else ancestral].")] = None,
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="Never draw a token equal to an already revealed neighbour (no \"there there\"); --allow-repeats samples the model's own distribution.")] = SAMPLE.block_repeats,
     stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps} as JSON on stderr.")] = False,
+    trajectory: Annotated[Optional[Path], typer.Option(help="Also write every frame of the run to this JSON file (one batch: --n <= --batch-size; format in dbert_core/trajectory.py).")] = None,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
     dtype: Annotated[Dtype, typer.Option(help="The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; draws stay float64), fp32 or bf16.")] = Dtype(SAMPLE.dtype),
 ):
@@ -168,7 +169,16 @@ def sample(
                               sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
                               device=device.value, prompt=prompt, block_repeats=block_repeats,
                               dtype=dtype.value).validate()
-    texts, st = generate(_load(checkpoint, cfg.device), cfg)
+    if trajectory is not None and cfg.n > cfg.batch_size:
+        raise DbertError("--trajectory records one batch: give --n <= --batch-size")
+    db = _load(checkpoint, cfg.device)
+    kept: list = []
+    texts, st = generate(db, cfg, on_frame=kept.append if trajectory is not None else None)
+    if trajectory is not None:
+        from .layout import atomic_write_text
+        from .trajectory import trajectory as as_json
+
+        atomic_write_text(trajectory, json.dumps(as_json(db, cfg.resolved(db), kept)) + "\n")
     sys.stdout.write("".join(t.replace("\n", " ") + "\n" for t in texts))
     sys.stdout.flush()
     if stats:

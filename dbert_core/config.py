@@ -9,7 +9,7 @@ Importing this module costs nothing (no torch), so `dbert --help` stays instant.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 from .errors import DbertError
 

@@ -269,3 +269,23 @@ def apply_umask(root: Path) -> None:
             if not os.path.islink(f):
                 os.chmod(f, 0o666 & ~mask)
         os.chmod(dirpath, 0o777 & ~mask)
+
+
+def atomic_write_text(path, text: str) -> Path:
+    """Write a text file whole or not at all: a temp file beside it, fsync, os.replace; the
+    file gets the umask's mode (mkstemp alone would leave it 0600)."""
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~umask())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+

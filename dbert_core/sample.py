@@ -45,7 +45,6 @@ Samplers (S = the step budget, grid t_0 = T > t_1 > ... > t_S = 0):
 from __future__ import annotations
 
 import functools
-import math
 import time as _time
 from dataclasses import dataclass, replace
 from typing import Iterator

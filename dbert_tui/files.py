@@ -4,14 +4,9 @@
 from __future__ import annotations
 
 import json
-import math
-import os
-import tempfile
-from dataclasses import asdict
 from pathlib import Path
 
 from .controller import Recorded, Run
-from .render import token_pieces
 
 
 def texts_of(db, rec: Recorded) -> list[str]:
@@ -19,44 +14,18 @@ def texts_of(db, rec: Recorded) -> list[str]:
 
 
 def atomic_write(path, data: str) -> Path:
-    """Write text to path via a temp file in the same directory and os.replace."""
-    path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    """Write text whole or not at all (dbert_core.layout.atomic_write_text)."""
+    from dbert_core.layout import atomic_write_text
+
+    return atomic_write_text(path, data)
 
 
 def trajectory(db, run: Run) -> dict:
-    """Every recorded frame of a run as plain JSON-able data."""
-    frames = []
-    for rec in run.frames:
-        f = rec.frame
-        conf = [[None if math.isnan(c) else round(c, 6) for c in row] for row in f.confidence.tolist()]
-        frames.append({"step": f.step, "steps": f.steps, "t": f.t, "nfe": f.nfe,
-                       "ids": f.ids.tolist(), "masked": f.masked.tolist(), "revealed": f.revealed.tolist(),
-                       "confidence": conf})
+    """Every recorded frame of a run, in the engine's trajectory format (dbert_core.trajectory)."""
+    from dbert_core.trajectory import trajectory as as_json
+
     last = run.frames[-1] if run.frames else None
-    return {
-        "format": "dbert-trajectory/1",
-        "checkpoint": str(db.path) if db.path else None,
-        "schedule": db.schedule.name, "T": db.schedule.T,
-        "settings": asdict(run.settings),
-        "mask_id": db.model.mask_id,
-        "texts": texts_of(db, last) if last else [],
-        "tokens": [token_pieces(db.tokenizer, row) for row in last.frame.ids] if last else [],
-        "reveal_step": last.order.tolist() if last else [],
-        "frames": frames,
-    }
+    return as_json(db, run.settings, [rec.frame for rec in run.frames], last.order if last else None)
 
 
 def state_file() -> Path:

@@ -14,7 +14,7 @@ import torch
 from conftest import TINYSTORIES, tiny_config
 
 from dbert_core import checkpoint, config
-from dbert_core.config import SampleConfig, TrainConfig
+from dbert_core.config import SampleConfig
 from dbert_core.errors import DbertError
 from dbert_core.train import OutLock, Trainer, resume_config
 

@@ -124,3 +124,32 @@ def test_bf16_network_keeps_the_distribution(tiny_db):
     assert tv.max() < 0.05 and tv.mean() < 0.02, (tv.max(), tv.mean())
     texts, _ = generate(tiny_db, n=4, seed=0, length=16, dtype="bf16")
     assert len(texts) == 4 and not any("[MASK]" in s for s in texts)
+
+
+def test_cli_trajectory_is_the_engines_format(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    """dbert sample --trajectory writes every frame (dbert_core.trajectory): the last frame's
+    texts are what stdout printed, reveal steps cover every position, frames end unmasked."""
+    import json
+    import sys
+
+    from dbert_core.cli import main
+
+    out = tmp_path / "traj.json"
+    monkeypatch.setattr(sys, "argv", ["dbert", "sample", "--checkpoint", str(tiny_checkpoint), "--n", "3", "--seed", "2",
+                                      "--length", "12", "--steps", "16", "--trajectory", str(out)])
+    with pytest.raises(SystemExit) as e:
+        main()
+    assert e.value.code in (0, None)
+    printed = capsys.readouterr().out.splitlines()
+    t = json.loads(out.read_text())
+    assert t["format"] == "dbert-trajectory/1" and t["settings"]["n"] == 3 and t["settings"]["sampler"] == "first-hitting"
+    assert [s.replace("\n", " ") for s in t["texts"]] == printed
+    last = t["frames"][-1]
+    assert not any(any(row) for row in last["masked"]) and len(last["ids"]) == 3 and len(last["ids"][0]) == 12
+    assert all(step >= 1 for row in t["reveal_step"] for step in row)
+    assert sum(sum(sum(r) for r in f["revealed"]) for f in t["frames"]) == 3 * 12  # each position revealed once
+    monkeypatch.setattr(sys, "argv", ["dbert", "sample", "--checkpoint", str(tiny_checkpoint), "--n", "40",
+                                      "--batch-size", "8", "--trajectory", str(out)])
+    with pytest.raises(SystemExit) as e:
+        main()
+    assert e.value.code == 2 and "one batch" in capsys.readouterr().err

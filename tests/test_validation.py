@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from dbert_core import checkpoint, hub, layout, schema, store
+from dbert_core import checkpoint, hub, schema, store
 from dbert_core.errors import DbertError
 
 ROOT = Path(__file__).resolve().parent.parent

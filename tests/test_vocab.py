@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dbert_core import checkpoint
-from dbert_core.data import read_examples, train_tokenizer
+from dbert_core.data import read_examples
 from dbert_core.errors import DbertError
 from dbert_core.train import Trainer
 from dbert_core.vocab import trim
