@@ -11,7 +11,7 @@ from rich.text import Text
 
 from dbert_core.detok import MASK_GLYPH, spans, special_names
 
-from .controller import Recorded, Settings  # noqa: F401 - Settings: also imported from here by older code
+from .controller import Recorded
 
 EARLY, MID, LATE = (95, 135, 255), (95, 215, 135), (255, 95, 95)
 LOW, HIGH = (255, 95, 95), (95, 215, 135)

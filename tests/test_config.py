@@ -79,12 +79,12 @@ def test_cli_choices_are_the_config_tuples():
 
 def test_cli_tui_and_library_resolve_the_same_defaults(tiny_db, tiny_checkpoint, monkeypatch, capsys):
     from dbert_core.sample import generate
-    from dbert_tui.render import Settings
+    from dbert_tui.controller import Settings
 
     lib = SampleConfig().resolved(tiny_db)
     tui = Settings().resolved(tiny_db)
     assert lib.sampler == "first-hitting" and lib.length == tiny_db.meta["seq_len"] and lib.top_k == 30
-    overridden = {"n", "seed", "prompt", "pace_ms"}  # the TUI's visible overrides (render.Settings)
+    overridden = {"n", "seed", "prompt", "pace_ms"}  # the TUI's visible overrides (controller.Settings)
     for f in dataclasses.fields(SampleConfig):
         if f.name not in overridden:
             assert getattr(tui, f.name) == getattr(lib, f.name), f.name
@@ -97,7 +97,7 @@ def test_cli_tui_and_library_resolve_the_same_defaults(tiny_db, tiny_checkpoint,
 
 def test_tui_command_line_defaults_are_settings(monkeypatch):
     from dbert_tui import app as tui_app
-    from dbert_tui.render import Settings
+    from dbert_tui.controller import Settings
 
     seen = {}
     monkeypatch.setattr(tui_app, "run", lambda checkpoint, settings: seen.setdefault("s", settings) and 0)

@@ -349,7 +349,7 @@ cli("bench", "--checkpoint", ckpt, "--out", bench_out, "--quick", "--steps", "4"
     "--no-bf16", "--no-train", "--samplers", "first-hitting")
 
 from dbert_tui.app import create_app
-from dbert_tui.render import Settings
+from dbert_tui.controller import Settings
 
 async def tui():
     app = create_app(checkpoint=ckpt, settings=Settings(steps=4, length=8, pace_ms=0))
