@@ -1,7 +1,7 @@
 """The denoiser: a BERT in plain torch plus optional time conditioning.
 
-Bert is transformers' BertForMaskedLM re-written small (fused QKV, scaled_dot_product_attention,
-the MLM decoder tied to the word embeddings); `pretrained.py` reads and writes its weights in
+Bert is transformers' BertForMaskedLM re-written small (fused QKV, scaled_dot_product_attention
+for inference, an explicit attention and a cheaper dropout mask for CPU training, the MLM decoder tied to the word embeddings); `pretrained.py` reads and writes its weights in
 transformers' checkpoint format, so a checkpoint stays loadable by BertForMaskedLM.
 
 time="none"      time-agnostic decoding (TAD): the model infers t from the number of masks.
@@ -120,6 +120,56 @@ class BertConfig:
                              f"{self.num_attention_heads} attention heads")
 
 
+def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+    """Inverted dropout for training: zero each element with probability p, scale the rest by 1/(1-p).
+
+    On the CPU the mask comes from the four 16-bit lanes of 64-bit random integers: one generator
+    call per four elements, where F.dropout's bernoulli_ draws a double per element (about 4x the
+    cost; docs/performance.md). p is rounded to a multiple of 2^-16 and the scale uses the rounded
+    value, so E[out] = x exactly. On CUDA torch's fused kernel is faster and is used.
+    """
+    if p <= 0.0:
+        return x
+    if x.device.type != "cpu":
+        return F.dropout(x, p, True)
+    drop = round(p * 65536)
+    if drop >= 65536:
+        return x * 0.0
+    n = x.numel()
+    lanes = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-2 ** 63, 2 ** 63 - 1).view(torch.int16)[:n]
+    keep = (lanes >= drop - 32768).view(x.shape)  # int16 lanes are uniform on [-32768, 32767]
+    return x * (keep.to(x.dtype) * (65536 / (65536 - drop)))
+
+
+class Dropout(nn.Dropout):
+    """nn.Dropout (same name, same `p`) through `dropout` above."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dropout(x, self.p) if self.training else x
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, p: float) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d)) v with dropout p on the weights; q, k, v (B, h, N, d), mask as Layer's.
+
+    Training on the CPU takes the explicit path (two matmuls, a softmax and `dropout`):
+    measured 2.3-4x faster than scaled_dot_product_attention's backward with dropout at every
+    length up to 512, and without dropout in bf16 up to 256 tokens (docs/performance.md).
+    Inference and CUDA use scaled_dot_product_attention (its fused kernels win there).
+    """
+    if q.device.type == "cpu" and torch.is_grad_enabled() and (p > 0 or (q.dtype == torch.bfloat16
+                                                                          and q.shape[-2] <= 256)):
+        return explicit_attention(q, k, v, mask, p)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+
+
+def explicit_attention(q, k, v, mask: torch.Tensor | None, p: float) -> torch.Tensor:
+    """`attention` written out: the path CPU training takes."""
+    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return dropout(s.softmax(-1), p) @ v  # in bf16 too: torch's CPU softmax accumulates in fp32
+
+
 class Embeddings(nn.Module):
     """word + token type 0 + absolute position, then LayerNorm and dropout (transformers' names)."""
 
@@ -131,7 +181,7 @@ class Embeddings(nn.Module):
                                                 _weight=torch.empty(c.max_position_embeddings, H))
         self.token_type_embeddings = nn.Embedding(c.type_vocab_size, H, _weight=torch.empty(c.type_vocab_size, H))
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+        self.dropout = Dropout(c.hidden_dropout_prob)
 
     def forward(self, words: torch.Tensor) -> torch.Tensor:
         """words (B, N, H) word embeddings -> (B, N, H) layer input."""
@@ -154,15 +204,14 @@ class Layer(nn.Module):
         self.ffn_out = nn.Linear(c.intermediate_size, H)
         self.ffn_ln = nn.LayerNorm(H, eps=c.layer_norm_eps)
         self.act = ACTIVATIONS[c.hidden_act]
-        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+        self.dropout = Dropout(c.hidden_dropout_prob)
         self.attn_dropout = c.attention_probs_dropout_prob
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """x (B, N, H); mask (B, 1, 1, N) bool, True where a key may be attended, or None (all)."""
         B, N, H = x.shape
         q, k, v = self.qkv(x).view(B, N, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)  # 3 x (B, h, N, d)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                           dropout_p=self.attn_dropout if self.training else 0.0)
+        y = attention(q, k, v, mask, self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(B, N, H)
         x = self.attn_ln(x + self.dropout(self.attn_out(y)))
         return self.ffn_ln(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))

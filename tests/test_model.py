@@ -401,3 +401,49 @@ def test_training_from_a_bertmodel_init_needs_no_transformers(tmp_path):
     encoder = pretrained.load(path, require_head=False)  # one step moved the weights, but not far
     moved = db.model.bert.layers[0].qkv.weight - encoder.layers[0].qkv.weight
     assert 0 < moved.abs().max() < 0.01
+
+
+def test_dropout_drops_p_and_keeps_the_mean():
+    """The CPU dropout: each of the four 16-bit lanes of a random int64 drops with probability p,
+    survivors are scaled so E[out] = x, and the gradient goes through the same mask."""
+    from dbert_core.model import dropout
+    torch.manual_seed(0)
+    x = torch.ones(4 * 250_000, requires_grad=True)
+    y = dropout(x, 0.1)
+    kept = y != 0
+    for lane in range(4):  # a biased lane (e.g. a random int64 with its top bit 0) would show here
+        assert abs(kept[lane::4].float().mean().item() - 0.9) < 0.003
+    scale = 65536 / (65536 - round(0.1 * 65536))
+    assert torch.equal(y[kept], torch.full_like(y[kept], scale))
+    assert abs(y.mean().item() - 1.0) < 0.003
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())  # d out / d x = mask * scale
+    torch.manual_seed(1)
+    a = dropout(torch.ones(4097), 0.3)
+    torch.manual_seed(1)
+    assert torch.equal(a, dropout(torch.ones(4097), 0.3))  # seeded like every torch draw
+    assert dropout(x, 0.0) is x
+    assert not dropout(torch.ones(99), 1.0).any()
+
+
+def test_explicit_attention_equals_sdpa():
+    """CPU training's written-out attention gives scaled_dot_product_attention's output and
+    gradients (fp32, with a padding mask), and its dropout keeps the expectation."""
+    import torch.nn.functional as F
+    from dbert_core.model import attention, explicit_attention
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 9, 8, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = torch.ones(2, 1, 1, 9, dtype=torch.bool)
+    mask[1, ..., 6:] = False
+    ours = explicit_attention(q, k, v, mask, 0.0)
+    grads = torch.autograd.grad(ours.pow(2).sum(), (q, k, v))
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
+    for a, b in zip(grads, torch.autograd.grad(ref.pow(2).sum(), (q, k, v))):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    torch.manual_seed(0)  # with dropout: one draw differs, the mean over many is the dropout-free output
+    assert (attention(q, k, v, mask, 0.5) - ref).abs().max().item() > 0.1
+    mean = sum(attention(q, k, v, mask, 0.5) for _ in range(4000)) / 4000
+    assert (mean - ref).abs().max().item() < 0.1
+    with torch.no_grad():  # inference never drops: the fused kernel, deterministic
+        assert torch.equal(attention(q, k, v, mask, 0.0), F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
