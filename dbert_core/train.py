@@ -352,8 +352,12 @@ class Trainer:
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
         groups = [{"params": decay, "weight_decay": c.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        extra = {"fused": True} if self.device.type == "cuda" else {}
-        return torch.optim.AdamW(groups, lr=c.lr, betas=(0.9, 0.98), eps=1e-6, **extra)
+        return torch.optim.AdamW(groups, lr=c.lr, betas=(0.9, 0.98), eps=1e-6, **self._fused())
+
+    def _fused(self) -> dict:
+        """One fused kernel for the whole update on CPU and CUDA: on the CPU 8x faster than the
+        per-tensor loops for MiniLM's 22.7 M parameters (docs/performance.md)."""
+        return {"fused": True} if self.device.type in ("cpu", "cuda") else {}
 
     def _autocast(self):
         c = self.cfg
@@ -376,6 +380,8 @@ class Trainer:
         from .pretrained import upgrade_optimizer_state
 
         self.optimizer.load_state_dict(upgrade_optimizer_state(state["optimizer"], self.model))  # runs of older dbert
+        for group in self.optimizer.param_groups:  # the saved groups carry the implementation of their run
+            group.update(fused=self._fused().get("fused"), foreach=None)
         rng = state["rng"].get(f"rank{self.rank}", state["rng"].get("rank0"))
         self.gen.set_state(rng["noise"])
         torch.set_rng_state(rng["torch"])

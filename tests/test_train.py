@@ -59,6 +59,24 @@ def test_resume_is_exact(tmp_path):
         assert torch.equal(a[k], b[k]), k
 
 
+def test_optimizer_is_fused_also_when_resuming_an_older_run(tmp_path):
+    """AdamW runs as one fused kernel on the CPU; a run saved by an older dbert (per-tensor
+    loops: fused None in its saved groups) is switched to it on --resume."""
+    out = tmp_path / "run"
+    first = Trainer(tiny_config(out, max_steps=3, save_every=0))
+    first.run()
+    assert all(g["fused"] for g in first.optimizer.param_groups)
+    opt = out / "trainer_state" / "optimizer.pt"
+    state = torch.load(opt, weights_only=True)
+    for g in state["param_groups"]:
+        g.update(fused=None, foreach=True)
+    torch.save(state, opt)
+    resumed = Trainer(tiny_config(out, max_steps=5, save_every=0, resume=True))
+    resumed.run()
+    assert resumed.step == 5
+    assert all(g["fused"] and not g["foreach"] for g in resumed.optimizer.param_groups)
+
+
 def test_resume_with_more_steps_extends_the_run(tmp_path):
     """--max-steps may change on --resume: the run goes on and the cosine follows the new end."""
     out = tmp_path / "run"
