@@ -178,12 +178,15 @@ class Kernel:
         return None if self.inverse is None else self.r[k][:, self.inverse]
 
     def class_mass(self, logits: torch.Tensor) -> torch.Tensor:
-        """P (M, C) float64: the mass softmax(logits) puts on each class."""
+        """P (M, C) float64 on the host: the mass softmax(logits) puts on each class.
+
+        Computed where the logits are (on a GPU only the (M, C) result crosses, not (M, V))."""
         if self.inverse is None:
             return torch.ones(logits.shape[0], 1, dtype=torch.float64)
         p = torch.softmax(logits.float(), dim=-1)
-        mass = torch.zeros(p.shape[0], self.classes, dtype=p.dtype).index_add_(1, self.inverse, p)
-        return mass.double()
+        inverse = self.inverse.to(p.device)
+        mass = torch.zeros(p.shape[0], self.classes, dtype=p.dtype, device=p.device).index_add_(1, inverse, p)
+        return mass.cpu().double()
 
 
 @functools.lru_cache(maxsize=8)
@@ -216,7 +219,10 @@ class _Net:
         self.flops = 0.0  # of the BERT forward passes (model.forward_flops)
 
     def __call__(self, x: torch.Tensor, select: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """Logits (M, V) float32 at the select (R, L) positions of rows x (R, L), row-major."""
+        """Logits (M, V) float32 at the select (R, L) positions of rows x (R, L), row-major.
+
+        They stay on the model's device: the sampler reduces them there (Kernel.class_mass) and
+        brings to the host only the rows of positions it reveals (`_draw`)."""
         R = x.shape[0]
         edge = torch.zeros(R, 1, dtype=torch.bool)
         inp = torch.cat([torch.full((R, 1), self.cls), x, torch.full((R, 1), self.sep)], dim=1)
@@ -230,7 +236,7 @@ class _Net:
         if out.isnan().any() or out.isposinf().any():  # -inf is how forbidden tokens are marked
             raise DbertError("the model's outputs are not finite (NaN or inf in its weights?); "
                              "this checkpoint cannot be sampled")
-        return out.cpu()
+        return out
 
 
 def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
@@ -244,8 +250,9 @@ def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor) -> to
 
 def _draw(logits, r_v, no_draw, shaping, u, blocked=None):
     """Tokens for revealed positions: from p'(v) r(v); returns (chosen (K,), p'(chosen) (K,)).
+    logits (K, V) on any device (copied to the host here: the draws are float64 on the CPU).
     blocked (K, 2): per position, ids it may not take (its revealed neighbours; -1: none)."""
-    logits = logits.clone()
+    logits = logits.to("cpu", copy=True)
     logits[:, no_draw] = float("-inf")
     if blocked is not None:
         rows, cols = (blocked >= 0).nonzero(as_tuple=True)
@@ -311,9 +318,9 @@ def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, block_rep
         where = torch.zeros_like(masked)
         where[idx] = masked[idx]
         if buf is None:
-            buf = torch.empty(B, L, logits.shape[-1])
+            buf = torch.empty(B, L, logits.shape[-1], device=logits.device)
             mass = torch.empty(B, L, kern.classes, dtype=torch.float64)
-        buf[where] = logits
+        buf[where.to(buf.device)] = logits
         if not token_free:
             mass[where] = kern.class_mass(logits)
         stale[idx] = False
@@ -340,9 +347,9 @@ def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, block_rep
                 if cached:
                     if (stale & revealed.any(1)).any():
                         refresh(stale & revealed.any(1), t)
-                    chosen_logits = buf[revealed]
+                    chosen_logits = buf[revealed.to(buf.device)]
                 else:
-                    chosen_logits = logits[revealed[masked]]
+                    chosen_logits = logits[revealed[masked].to(logits.device)]
                 r_v = kern.r_vocab(torch.tensor([k]))
                 blocked = neighbours(x, masked, revealed) if block_repeats else None
                 chosen, conf = _draw(chosen_logits, r_v, no_draw, shaping, u_token[revealed], blocked)
@@ -433,7 +440,7 @@ def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, bloc
         if token_free:
             logits = net(x[active], rev, grid[m])  # only the revealed positions are projected
         else:
-            logits = logits[rev[mk]]
+            logits = logits[rev[mk].to(logits.device)]
         row_of = rev.nonzero()[:, 0]
         blocked = neighbours(x[active], mk, rev) if block_repeats else None
         chosen, conf = _draw(logits, kern.r_vocab(m[row_of]), no_draw, shaping, u_token[rev], blocked)

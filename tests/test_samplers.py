@@ -332,3 +332,30 @@ def test_bench_command(tiny_checkpoint, tmp_path):
     assert "| first-hitting | 64 | 2 |" in md and md in res.stdout
     bad = CliRunner().invoke(app, ["bench", "--checkpoint", str(tiny_checkpoint), "--steps", "0"])
     assert bad.exit_code != 0 and "--steps" in str(bad.exception)
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_only_revealed_rows_of_logits_reach_the_host(any_db, sampler):
+    """The sampler reduces the logits where the model runs (a GPU) and copies to the host only
+    the rows of the positions it reveals: at most n x length vocabulary rows per sample batch,
+    where copying every call's logits would move (positions still masked) rows per call."""
+    from torch.overrides import TorchFunctionMode
+
+    V = any_db.model.bert.config.vocab_size
+    if any_db.schedule.alpha_vocab(torch.tensor(0.0)).shape[-1] > 1:
+        assert kernel(any_db.schedule, 32).classes != V  # else a class-mass copy would count as logits
+    moved = []
+
+    class Transfers(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            to_host = func is torch.Tensor.cpu or (func is torch.Tensor.to and "cpu" in map(str, args[1:]))
+            if to_host and args[0].dim() == 2 and args[0].shape[-1] == V:
+                moved.append(args[0].shape[0])
+            return out
+
+    with Transfers():
+        fs = run(any_db, sampler=sampler, n=4, length=10, steps=32)
+    assert not fs[-1].masked.any()
+    assert 0 < sum(moved) <= 4 * 10  # each position's row once, when it is revealed
