@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.reactive import reactive
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
@@ -62,6 +63,11 @@ def initial_checkpoint(requested: str | None) -> tuple[Path | None, str]:
 class DbertApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "dbert"
+
+    db = reactive(None, always_update=True)
+    """The checkpoint in use (a DBert), or None. Set in one place (on_checkpoint_loaded); the
+    Generate screen runs whatever it becomes and the Checkpoints screen marks it, both by
+    watching it."""
     BINDINGS = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("f1,1", "mode('generate')", "Generate"),
@@ -79,7 +85,6 @@ class DbertApp(App):
         self.deterministic = deterministic
         if deterministic:
             self.animation_level = "none"
-        self.db = None
         self._show_after_load = True
         self.generate_screen = GenerateScreen(settings)
         self.checkpoints_screen = CheckpointsScreen()
@@ -125,22 +130,20 @@ class DbertApp(App):
             self.post_message(CheckpointLoaded(db, path))
 
     def on_checkpoint_loaded(self, message: CheckpointLoaded) -> None:
-        previous = self.db
-        self.db = message.db
-        try:
-            self.generate_screen.use_db(message.db)
-        except Exception as e:  # noqa: BLE001 - a checkpoint the screen cannot run: say so, keep going
-            self.db = self.generate_screen.db = previous
+        try:  # the Generate screen's settings fitted to it first: a checkpoint it cannot run stays out
+            notes = self.generate_screen.session.fit(message.db)
+        except Exception as e:  # noqa: BLE001 - say so, keep the previous checkpoint
             self.checkpoints_screen.error_notice = f"could not use that checkpoint: {one_line(e)}"
             self.notify(self.checkpoints_screen.error_notice, severity="error", timeout=10)
             self.switch_mode("checkpoints")
             return
+        for note in notes:
+            self.notify(note, title="sampler", severity="warning")
         self.checkpoints_screen.error_notice = ""
+        self.db = message.db  # the screens watch it
         remember(checkpoint=str(Path(message.path).resolve()))  # only a checkpoint in use is remembered
         if self._show_after_load:
             self.switch_mode("generate")
-        if self.checkpoints_screen.is_mounted:
-            self.checkpoints_screen.refresh_store()
 
     def on_store_changed(self, message: StoreChanged) -> None:
         if self.checkpoints_screen.is_mounted:

@@ -97,6 +97,34 @@ async def test_frames_arrive_and_final_text_has_no_masks(tiny_db):
         assert Path(state["checkpoint"]) == Path(tiny_db.path).resolve()
 
 
+async def test_the_apps_checkpoint_is_the_one_route_to_the_generate_screen(tiny_db, tiny_linear_checkpoint):
+    """Loading a checkpoint sets App.db once; the Generate screen runs what it becomes (one run
+    per change) and nothing else starts a run: switching screens back and forth does not."""
+    from dbert_core import checkpoint
+
+    other = checkpoint.load(tiny_linear_checkpoint)
+    dbs = {Path(tiny_db.path).resolve(): tiny_db, Path(other.path).resolve(): other}
+    settings = Settings(steps=16, length=20, pace_ms=0, seed=0, sampler="ancestral", top_k=0)
+    app = create_app(checkpoint=tiny_db.path, loader=lambda path: dbs[Path(path).resolve()], settings=settings,
+                     deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        g = app.generate_screen
+        assert app.db is tiny_db and g.db is tiny_db and g.run.id == 1
+        app.use_checkpoint(other.path)
+        await wait_for(pilot, lambda: g.db is other and finished(app)(), what="the second checkpoint's run")
+        assert app.db is other and g.run.id == 2
+        await pilot.press("2")
+        await wait_for(pilot, lambda: app.current_mode == "checkpoints")
+        await pilot.press("1")
+        await wait_for(pilot, lambda: app.current_mode == "generate")
+        await pilot.pause(0.2)
+        assert g.run.id == 2, "coming back to the screen is not a new checkpoint"
+        app.db = tiny_db  # the reactive itself: the screen follows
+        await wait_for(pilot, lambda: g.db is tiny_db and finished(app)(), what="the run of the reassigned checkpoint")
+        assert g.run.id == 3
+
+
 async def test_changing_steps_or_temperature_restarts(tiny_db):
     app = make_app(tiny_db)
     async with app.run_test(size=SIZE) as pilot:

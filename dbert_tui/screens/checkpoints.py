@@ -49,6 +49,7 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
         table.add_columns("NAME", "SIZE", "PARAMS", "SCHEDULE", "TIME", "CREATED")
         self.query_one(ProgressBar).display = False
         self.refresh_store()
+        self.watch(self.app, "db", lambda: self.refresh_store(), init=False)  # the mark follows it
         table.focus()
 
     def on_screen_resume(self) -> None:

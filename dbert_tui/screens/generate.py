@@ -144,17 +144,10 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self._ready = True
         self._arrange()
         self._show_controls()
-        if self.db is not None:
-            self.restart()
-        elif self.app.db is not None:
-            self.use_db(self.app.db)
+        self.watch(self.app, "db", self.use_db)  # the App's checkpoint, now and whenever it changes
 
     def on_resize(self) -> None:
         self._arrange()
-
-    def on_screen_resume(self) -> None:
-        if self.app.db is not None and self.app.db is not self.db:
-            self.use_db(self.app.db)
 
     def _arrange(self) -> None:
         """Show the widgets of the current view; the schedule as a panel only where it is wide."""
@@ -171,12 +164,11 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
     # ------------------------------------------------------------------ the model
     def use_db(self, db) -> None:
-        """A (new) checkpoint: fit the settings to it and start a run."""
+        """The App's checkpoint changed (its settings are already fitted to it): start a run."""
+        if db is None:
+            return
         self.db = db
-        for note in self.session.fit(db):
-            self.app.notify(note, title="sampler", severity="warning")
-        if self._ready:  # otherwise on_mount starts the run
-            self.restart()
+        self.restart()
 
     # ------------------------------------------------------------------ runs
     def _restart_soon(self) -> None:
