@@ -34,21 +34,69 @@ def step_kl(logits, targets, rows, t, s, schedule: Schedule, with_nll: bool = Fa
 
     logits (M, V) from the model; targets (M,) clean tokens; rows (M,) the example each
     position belongs to; t, s (B,) steps per example with s < t. with_nll=True also returns
-    -log p(x_0) (M,), the cross-entropy of the hybrid loss, from the same log-softmax.
+    -log p(x_0) (M,), the cross-entropy of the hybrid loss, from the same softmax.
     """
-    logp = F.log_softmax(logits.float(), dim=-1)
-    lp_x = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    r_x = schedule.reveal_prob(t[rows], s[rows], tokens=targets)
-    r_v = schedule.reveal_prob(t.cpu(), s.cpu()).to(logits.device)  # (B, V), or (B, 1) if token-free
-    if r_v.shape[-1] == 1:  # token-free schedule: the stay-masked terms cancel exactly
-        R = r_v[rows, 0]
-    else:  # sum_v p(v) r(v): one (M, V) x (V, B) product, then each row's own example
-        R = (logp.exp() @ r_v.T).gather(1, rows.unsqueeze(1)).squeeze(1)
+    r_x = schedule.reveal_prob(t[rows], s[rows], tokens=targets).float()
+    r_v = schedule.reveal_prob(t.cpu(), s.cpu()).to(logits.device).float()  # (B, V), or (B, 1) if token-free
+    kl, nll = _StepKL.apply(logits, targets, rows, r_x, r_v)
+    return (kl, nll) if with_nll else kl
+
+
+def _stay_term(r_x, R):
+    """(1 - r(x)) log[(1 - r(x)) / (1 - R)], 0 where r(x) = 1 (the last step reveals all)."""
     stay = 1.0 - r_x
-    stay_term = stay * (torch.log(stay.clamp_min(1e-30)) - torch.log((1.0 - R).clamp_min(1e-30)))
-    stay_term = torch.where(stay > 0, stay_term, torch.zeros_like(stay_term))
-    kl = -r_x * lp_x + stay_term
-    return (kl, -lp_x) if with_nll else kl
+    term = stay * (torch.log(stay.clamp_min(1e-30)) - torch.log((1.0 - R).clamp_min(1e-30)))
+    return torch.where(stay > 0, term, torch.zeros_like(term))
+
+
+class _StepKL(torch.autograd.Function):
+    """step_kl's KL and -log p(x) with a hand-written backward.
+
+    The vocabulary-wide work is the cost of a training step's loss ((M, V) with V = 30,522 for
+    an untrimmed BERT): autograd through log_softmax, exp, gather and the (M, V) x (V, B)
+    product makes about a dozen passes over (M, V) floats. Here the forward makes three (cast,
+    log-sum-exp, p) and keeps p; the backward makes one more, from the closed form
+    (docs/method.md section 3), with a = g_kl r(x) + g_nll and c = g_kl (1 - r(x)) / (1 - R):
+
+        d/dz_j = p_j (a + c (r(j) - R)) - a [j = x],     R = sum_v p(v) r(v).
+    """
+
+    @staticmethod
+    def forward(ctx, logits, targets, rows, r_x, r_v):
+        z = logits.float()
+        lse = torch.logsumexp(z, -1, keepdim=True)
+        p = (z - lse).exp_() if z is logits else z.sub_(lse).exp_()  # in place on the fp32 copy
+        lp_x = logits.gather(-1, targets.unsqueeze(-1)).float().sub_(lse).squeeze(-1)
+        if r_v.shape[-1] == 1:
+            R = r_v[rows, 0]
+        else:
+            with torch.autocast(p.device.type, enabled=False):  # fp32: under autocast it would be a bf16 product
+                R = (p @ r_v.T).gather(1, rows.unsqueeze(1)).squeeze(1)
+        ctx.save_for_backward(p, targets, rows, r_x, r_v, R)
+        ctx.dtype = logits.dtype
+        return -r_x * lp_x + _stay_term(r_x, R), -lp_x
+
+    @staticmethod
+    def backward(ctx, g_kl, g_nll):
+        p, targets, rows, r_x, r_v, R = ctx.saved_tensors
+        a = g_kl * r_x + g_nll
+        if r_v.shape[-1] == 1:  # token-free: R does not depend on p
+            c = torch.zeros_like(a)
+        else:
+            live = (r_x < 1) & (R < 1 - 1e-30)
+            c = torch.where(live, g_kl * (1.0 - r_x) / (1.0 - R).clamp_min(1e-30), torch.zeros_like(a))
+        c0, c1 = (a - c * R).unsqueeze(1), c.unsqueeze(1)
+        if r_v.shape[-1] == 1:
+            p.mul_(c0)
+        elif rows.numel() and bool((rows[1:] >= rows[:-1]).all()):  # rows grouped by example (nonzero order)
+            bounds = torch.searchsorted(rows, torch.arange(r_v.shape[0] + 1, device=rows.device)).tolist()
+            for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+                if hi > lo:
+                    p[lo:hi].mul_(torch.addcmul(c0[lo:hi], c1[lo:hi], r_v[b]))
+        else:
+            p.mul_(torch.addcmul(c0, c1, r_v[rows]))
+        p.scatter_add_(1, targets.unsqueeze(1), -a.unsqueeze(1))
+        return p.to(ctx.dtype), None, None, None, None
 
 
 def draw_steps(B: int, steps: int, gen: torch.Generator | None, stratified: bool = True) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from dbert_core import checkpoint
@@ -77,3 +78,58 @@ def test_trained_model_beats_untrained(tiny_checkpoint, tmp_path):
     trained_ppl = perplexity(trained, data, steps=32, limit=200, unit="sentence")["ppl_token"]
     assert trained_ppl < 0.5 * untrained_ppl
     assert math.isfinite(trained_ppl)
+
+
+def _reference_step_kl(logits, targets, rows, t, s, schedule):
+    """step_kl written with autograd only (the form before the hand-written backward)."""
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    lp_x = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    r_x = schedule.reveal_prob(t[rows], s[rows], tokens=targets).double()
+    r_v = schedule.reveal_prob(t, s).double()
+    R = r_v[rows, 0] if r_v.shape[-1] == 1 else (logp.exp() * r_v[rows]).sum(-1)
+    stay = 1.0 - r_x
+    term = stay * (torch.log(stay.clamp_min(1e-30)) - torch.log((1.0 - R).clamp_min(1e-30)))
+    return -r_x * lp_x + torch.where(stay > 0, term, torch.zeros_like(term)), -lp_x
+
+
+@pytest.mark.parametrize("schedule", ["spindle", "linear"])
+@pytest.mark.parametrize("order", ["grouped", "shuffled"])
+def test_step_kl_gradient_equals_autograd(schedule, order):
+    """The hand-written backward gives autograd's gradient of any mix of the KL and the CE, for
+    both schedules, rows grouped by example (training) or not, and positions at the last step
+    (s = 0, r(x) = 1)."""
+    torch.manual_seed(0)
+    V, M = 40, 23
+    sched = make_schedule(schedule, 50, torch.randint(1, 1000, (V,)), lam=0.3)
+    logits = (3 * torch.randn(M, V, dtype=torch.float64)).requires_grad_()
+    targets = torch.randint(0, V, (M,))
+    rows = torch.randint(0, 4, (M,)).sort().values
+    if order == "shuffled":
+        rows = rows[torch.randperm(M)]
+    t, s = torch.tensor([30.0, 7.0, 50.0, 2.0]), torch.tensor([20.0, 6.0, 0.0, 0.0])
+    w_kl, w_ce = torch.rand(M, dtype=torch.float64), torch.rand(M, dtype=torch.float64)
+    kl, nll = step_kl(logits, targets, rows, t, s, sched, with_nll=True)
+    got = torch.autograd.grad((w_kl * kl + w_ce * nll).sum(), logits)[0]
+    ref_kl, ref_nll = _reference_step_kl(logits, targets, rows, t, s, sched)
+    want = torch.autograd.grad((w_kl * ref_kl + w_ce * ref_nll).sum(), logits)[0]
+    torch.testing.assert_close(kl.double(), ref_kl, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(nll.double(), ref_nll, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert (rows == 2).any() or (rows == 3).any()  # some positions are at the last step
+
+
+def test_step_kl_keeps_the_logits_dtype_and_leaves_them_alone():
+    """bf16 logits (autocast) get a bf16 gradient; fp32 logits are not modified in place."""
+    torch.manual_seed(1)
+    sched = make_schedule("spindle", 50, torch.randint(1, 1000, (30,)), lam=0.3)
+    rows, targets = torch.tensor([0, 0, 1]), torch.tensor([3, 7, 9])
+    t, s = torch.tensor([30.0, 7.0]), torch.tensor([20.0, 6.0])
+    for dtype in (torch.bfloat16, torch.float32):
+        logits = torch.randn(3, 30).to(dtype).requires_grad_()
+        before = logits.detach().clone()
+        kl = step_kl(logits, targets, rows, t, s, sched)
+        kl.sum().backward()
+        assert logits.grad.dtype == dtype and torch.equal(logits.detach(), before)
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # training's autocast: the loss stays fp32
+            under = step_kl(logits, targets, rows, t, s, sched)
+        assert under.dtype == torch.float32 and torch.equal(under, kl)
