@@ -227,8 +227,10 @@ class MLMHead(nn.Module):
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(c.vocab_size))
 
-    def forward(self, h: torch.Tensor, decoder: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.LayerNorm(self.act(self.dense(h))), decoder, self.bias)
+    def forward(self, h: torch.Tensor, decoder: torch.Tensor, forbidden: torch.Tensor | None = None) -> torch.Tensor:
+        """forbidden: ids whose logits are -inf, set through the bias (V values), not the (M, V) logits."""
+        bias = self.bias if forbidden is None else self.bias.index_fill(0, forbidden, float("-inf"))
+        return F.linear(self.LayerNorm(self.act(self.dense(h))), decoder, bias)
 
 
 class Bert(nn.Module):
@@ -289,9 +291,9 @@ class Bert(nn.Module):
             x = layer(x if layer_time is None else x + layer_time.to(x.dtype), mask)
         return x
 
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """(..., H) hidden states -> (..., V) MLM logits."""
-        return self.head(h, self.embeddings.word_embeddings.weight)
+    def logits(self, h: torch.Tensor, forbidden: torch.Tensor | None = None) -> torch.Tensor:
+        """(..., H) hidden states -> (..., V) MLM logits; -inf at the `forbidden` ids."""
+        return self.head(h, self.embeddings.word_embeddings.weight, forbidden)
 
 
 def sinusoid(t: torch.Tensor, dim: int, T: int) -> torch.Tensor:
@@ -362,10 +364,8 @@ class DiffusionBert(nn.Module):
         Forbidden ids get -inf, so p(x_0 | x_t) never puts mass on special tokens.
         """
         h = self.hidden(ids, attention, t)
-        logits = self.bert.logits(h[select])
-        if self.forbidden:
-            logits.index_fill_(-1, torch.tensor(self.forbidden, device=logits.device), float("-inf"))
-        return logits
+        forbidden = torch.tensor(self.forbidden, device=h.device) if self.forbidden else None
+        return self.bert.logits(h[select], forbidden)
 
 
 def forward_flops(config, B: int, N: int, M: int) -> float:
