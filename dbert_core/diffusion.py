@@ -54,19 +54,22 @@ class _StepKL(torch.autograd.Function):
 
     The vocabulary-wide work is the cost of a training step's loss ((M, V) with V = 30,522 for
     an untrimmed BERT): autograd through log_softmax, exp, gather and the (M, V) x (V, B)
-    product makes about a dozen passes over (M, V) floats. Here the forward makes three (cast,
-    log-sum-exp, p) and keeps p; the backward makes one more, from the closed form
-    (docs/method.md section 3), with a = g_kl r(x) + g_nll and c = g_kl (1 - r(x)) / (1 - R):
+    product makes about a dozen passes over (M, V) floats, most into fresh (M, V) arrays. Here
+    the forward works in place on one fp32 copy (cast, max, exp, sum, divide) and keeps p; the
+    backward makes one pass more, from the closed form (docs/method.md section 3.4), with
+    a = g_kl r(x) + g_nll and c = g_kl (1 - r(x)) / (1 - R):
 
         d/dz_j = p_j (a + c (r(j) - R)) - a [j = x],     R = sum_v p(v) r(v).
     """
 
     @staticmethod
     def forward(ctx, logits, targets, rows, r_x, r_v):
-        z = logits.float()
-        lse = torch.logsumexp(z, -1, keepdim=True)
-        p = (z - lse).exp_() if z is logits else z.sub_(lse).exp_()  # in place on the fp32 copy
-        lp_x = logits.gather(-1, targets.unsqueeze(-1)).float().sub_(lse).squeeze(-1)
+        p = logits.float()
+        p = p.clone() if p is logits else p  # an fp32 copy, then softmax in place: no (M, V) temporaries
+        top = p.amax(-1, keepdim=True)
+        total = p.sub_(top).exp_().sum(-1, keepdim=True)
+        p.div_(total)
+        lp_x = logits.gather(-1, targets.unsqueeze(-1)).float().sub_(top + total.log()).squeeze(-1)
         if r_v.shape[-1] == 1:
             R = r_v[rows, 0]
         else:
