@@ -29,7 +29,7 @@ import torch
 
 from .hardware import cpu_name, native_bf16
 from .layout import atomic_write_text
-from .model import forward_flops
+from .model import attention_path, forward_flops
 
 
 def say(message: str) -> None:
@@ -97,6 +97,13 @@ def time_forward(model, db, B: int, L: int, device, reps: int) -> float:
         return best_time(lambda: model(ids, attention, select, t=t), device, reps)
 
 
+def attention_report(db, length: int) -> str:
+    """The attention form of sampling and of training on this device (model.attention_path)."""
+    dev, p = db.device.type, db.model.config.attention_probs_dropout_prob
+    dtype = torch.bfloat16 if native_bf16(db.device) else torch.float32
+    return f"{attention_path(dev, False, dtype, length, 0.0)} (sampling), {attention_path(dev, True, dtype, length, p)} (training)"
+
+
 class Bench:
     """Runs the measurements and keeps the report up to date on disk."""
 
@@ -109,7 +116,7 @@ class Bench:
             "model": {"schedule": db.schedule.name, "T": db.schedule.T, "time": db.model.time,
                       "hidden": db.model.config.hidden_size, "layers": db.model.config.num_hidden_layers,
                       "vocab": db.model.config.vocab_size,
-                      "attention": "sdpa",
+                      "attention": attention_report(db, length),
                       "dtype": str(next(db.model.parameters()).dtype).removeprefix("torch.")},
             "machine": machine(self.device), "length": length,
             "peak": {}, "forward": [], "sampling": [], "train": None, "cli_defaults": None,

@@ -156,10 +156,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     length up to 512, and without dropout in bf16 up to 256 tokens (docs/performance.md).
     Inference and CUDA use scaled_dot_product_attention (its fused kernels win there).
     """
-    if q.device.type == "cpu" and torch.is_grad_enabled() and (p > 0 or (q.dtype == torch.bfloat16
-                                                                          and q.shape[-2] <= 256)):
+    if attention_path(q.device.type, torch.is_grad_enabled(), q.dtype, q.shape[-2], p) == "explicit":
         return explicit_attention(q, k, v, mask, p)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+
+
+def attention_path(device: str, grad: bool, dtype: torch.dtype, N: int, p: float) -> str:
+    """"explicit" or "sdpa": which form `attention` takes (the rule measured in docs/performance.md)."""
+    explicit = device == "cpu" and grad and (p > 0 or (dtype == torch.bfloat16 and N <= 256))
+    return "explicit" if explicit else "sdpa"
 
 
 def explicit_attention(q, k, v, mask: torch.Tensor | None, p: float) -> torch.Tensor:

@@ -328,6 +328,7 @@ def test_bench_command(tiny_checkpoint, tmp_path):
     cli = data["cli_defaults"]  # what `dbert sample --n 10` runs, not a sampler of the bench's own
     assert cli["sampler"] == "first-hitting" and cli["length"] == checkpoint.read_meta(tiny_checkpoint)["seq_len"]
     assert all(0 < f["percent_of_peak"] for f in data["forward"])
+    assert data["model"]["attention"] == "sdpa (sampling), explicit (training)"  # the tiny model has dropout
     md = (out / "bench.md").read_text()
     assert "| first-hitting | 64 | 2 |" in md and md in res.stdout
     bad = CliRunner().invoke(app, ["bench", "--checkpoint", str(tiny_checkpoint), "--steps", "0"])
