@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import functools
 import time as _time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import torch
@@ -168,6 +168,7 @@ class Kernel:
     grid: list[int]
     r: torch.Tensor
     inverse: torch.Tensor | None
+    _on_device: dict = field(default_factory=dict, repr=False)  # inverse on the model's device
 
     @property
     def classes(self) -> int:
@@ -184,7 +185,9 @@ class Kernel:
         if self.inverse is None:
             return torch.ones(logits.shape[0], 1, dtype=torch.float64)
         p = torch.softmax(logits.float(), dim=-1)
-        inverse = self.inverse.to(p.device)
+        inverse = self._on_device.get(p.device)
+        if inverse is None:  # copied once per device: the kernel is cached per schedule and budget
+            inverse = self._on_device[p.device] = self.inverse.to(p.device)
         mass = torch.zeros(p.shape[0], self.classes, dtype=p.dtype, device=p.device).index_add_(1, inverse, p)
         return mass.cpu().double()
 
