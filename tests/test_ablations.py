@@ -50,3 +50,14 @@ def test_grid_runs_resumes_and_writes_the_table(bert_dir, tmp_path):
 def test_bad_rows_are_one_line(bert_dir, tmp_path):
     with pytest.raises(SystemExit, match="--rows"):
         ablations().main(["--init", str(bert_dir), "--rows", "1,9", "--out", str(tmp_path)])
+
+
+def test_speed_is_the_median_of_logged_intervals(tmp_path):
+    """A paused interval (a shared machine, a stopped run) does not drag the row's tokens/s down."""
+    mod = ablations()
+    row = mod.ROWS[0]
+    state = tmp_path / row.name / "trainer_state" / "state.json"
+    state.parent.mkdir(parents=True)
+    history = [{"step": 10 * i, "tokens_per_s": v} for i, v in enumerate([2000.0, 12.0, 2100.0, 1900.0, 2050.0], 1)]
+    state.write_text(json.dumps({"step": 50, "history": history + [{"step": 50, "val_ppl_token": 9.0}]}))
+    assert mod.speed(row, type("A", (), {"out": tmp_path})()) == 2000.0
