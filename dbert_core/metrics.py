@@ -168,8 +168,11 @@ def readability(samples: list[str], min_words: int = 8) -> dict:
 
 @torch.no_grad()
 def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, exact: bool = False,
-               mc: int = 1, batch_size: int = 32, seed: int = 0, unit: str = "line") -> dict:
-    """ELBO perplexity of a data file's examples under db with an S-step budget."""
+               mc: int = 1, batch_size: int = 32, seed: int = 0, unit: str = "line", examples: bool = False) -> dict:
+    """ELBO perplexity of a data file's examples under db with an S-step budget.
+
+    examples=True also returns each example's bound in nats and its token count
+    ("example_nats", "example_tokens"), for paired comparisons of models on the same data."""
     if not 1 <= steps <= db.schedule.T:
         raise DbertError(f"--steps must be between 1 and T={db.schedule.T}, got {steps}")
     if mc < 1:
@@ -200,13 +203,16 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     n_words = sum(kept_words)
     total = nats.sum().item()
     se = (nats.var(unbiased=True).item() * len(nats)) ** 0.5 if len(nats) > 1 and not exact else 0.0
-    return {
+    result = {
         "examples": len(kept), "skipped_too_long": skipped, "tokens": n_tok, "words": n_words,
         "steps": steps, "T": db.schedule.T, "exact": exact, "mc_samples": None if exact else mc,
         "nats_per_token": total / n_tok, "nats_per_token_se": se / n_tok,
         "ppl_token": math.exp(total / n_tok), "ppl_word": math.exp(total / n_words),
         "nats_per_word_se": se / n_words,
     }
+    if examples:
+        result.update(example_nats=[round(v, 4) for v in nats.tolist()], example_tokens=[len(e) for e in kept])
+    return result
 
 
 def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top_k: int = 30,

@@ -63,6 +63,10 @@ def test_perplexity_word_and_token(tiny_db):
     exact = perplexity(tiny_db, [str(TINYSTORIES_VALID)], steps=16, limit=30, unit="sentence", exact=True)
     # the MC estimate lies within a few standard errors of the full sum
     assert abs(exact["nats_per_token"] - r["nats_per_token"]) < 5 * r["nats_per_token_se"] + 0.05
+    kept = perplexity(tiny_db, [str(TINYSTORIES_VALID)], steps=16, limit=30, unit="sentence", mc=2, examples=True)
+    assert len(kept["example_nats"]) == len(kept["example_tokens"]) == 30 and sum(kept["example_tokens"]) == r["tokens"]
+    assert sum(kept["example_nats"]) / r["tokens"] == pytest.approx(r["nats_per_token"], abs=1e-3)  # same seed, same draws
+    assert "example_nats" not in r
 
 
 def test_readability_counts_what_a_reader_checks_first():
