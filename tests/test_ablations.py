@@ -39,8 +39,11 @@ def test_grid_runs_resumes_and_writes_the_table(bert_dir, tmp_path):
     meta = json.loads((out / "5-scratch-spindle-tad" / "dbert.json").read_text())
     assert meta["from_scratch"] is True and meta["step"] == 4
     stamp = (out / "1-bert-spindle-tad" / "eval.json").stat().st_mtime_ns
+    doc.write_text(doc.read_text() + "\nA hand-written reading of the table.\n")  # after the notes marker
     assert mod.main(args) == 0  # nothing to do: the same runs and evaluations are reused
     assert (out / "1-bert-spindle-tad" / "eval.json").stat().st_mtime_ns == stamp
+    again = doc.read_text()
+    assert again.count(mod.NOTES) == 1 and again.rstrip().endswith("A hand-written reading of the table.")
     longer = [*args[:args.index("--steps") + 1], "6", *args[args.index("--steps") + 2:]]
     assert mod.main(longer) == 0  # more steps: every run continues and is evaluated again
     assert json.loads((out / "1-bert-spindle-tad" / "dbert.json").read_text())["step"] == 6
