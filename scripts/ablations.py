@@ -219,6 +219,12 @@ def write_doc(rows, metas, evals, a) -> None:
             f"{' (seed 1)' if r.seed else ''} | {e['ppl_token']:.1f} ± {half:.1f} | {e['ppl_word']:.1f} | "
             f"{e['bleu4']:.3f} | {e['self_bleu4']:.3f} | {e['distinct2']:.3f} | {e['frac_doubled_word']:.0%} | "
             f"{e['nfe_per_sample']:.1f} | {speed(r, a):,.0f} | {m['train_seconds'] / 60:.1f} |")
+    lines += ["", "Readability of the first set of samples (`metrics.readability`; fractions of samples):", "",
+              "| row | [MASK] or [UNK] left | a token 3 times in a row | doubled word | echo over punctuation | "
+              "over 8 words | words per sample |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.n} | {evals[r.n]['frac_mask_or_unk']:.0%} | {evals[r.n]['frac_run3']:.0%} | "
+              f"{evals[r.n]['frac_doubled_word']:.0%} | {evals[r.n]['frac_echo_over_punct']:.0%} | "
+              f"{evals[r.n]['frac_over_8_words']:.0%} | {evals[r.n]['words_per_sample']:.1f} |" for r in rows]
     lines += ["", "Train tok/s is the median over the logged intervals of the run; wall is its elapsed training "
               "time, pauses included. Both depend on what else the machine ran at the time, so compare them "
               "across rows only roughly.",
