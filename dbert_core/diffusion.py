@@ -83,21 +83,18 @@ class _StepKL(torch.autograd.Function):
     def backward(ctx, g_kl, g_nll):
         p, targets, rows, r_x, r_v, R = ctx.saved_tensors
         a = g_kl * r_x + g_nll
-        if r_v.shape[-1] == 1:  # token-free: R does not depend on p
-            c = torch.zeros_like(a)
+        if r_v.shape[-1] == 1:  # token-free: R does not depend on p, so c = 0
+            p.mul_(a.unsqueeze(1))
         else:
-            live = (r_x < 1) & (R < 1 - 1e-30)
-            c = torch.where(live, g_kl * (1.0 - r_x) / (1.0 - R).clamp_min(1e-30), torch.zeros_like(a))
-        c0, c1 = (a - c * R).unsqueeze(1), c.unsqueeze(1)
-        if r_v.shape[-1] == 1:
-            p.mul_(c0)
-        elif rows.numel() and bool((rows[1:] >= rows[:-1]).all()):  # rows grouped by example (nonzero order)
-            bounds = torch.searchsorted(rows, torch.arange(r_v.shape[0] + 1, device=rows.device)).tolist()
-            for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-                if hi > lo:
-                    p[lo:hi].mul_(torch.addcmul(c0[lo:hi], c1[lo:hi], r_v[b]))
-        else:
-            p.mul_(torch.addcmul(c0, c1, r_v[rows]))
+            c = torch.where((r_x < 1) & (R < 1), g_kl * (1.0 - r_x) / (1.0 - R).clamp_min(1e-30), torch.zeros_like(a))
+            c0, c1 = (a - c * R).unsqueeze(1), c.unsqueeze(1)
+            if rows.numel() and bool((rows[1:] >= rows[:-1]).all()):  # rows grouped by example (nonzero order)
+                bounds = torch.searchsorted(rows, torch.arange(r_v.shape[0] + 1, device=rows.device)).tolist()
+                for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+                    if hi > lo:
+                        p[lo:hi].mul_(torch.addcmul(c0[lo:hi], c1[lo:hi], r_v[b]))
+            else:
+                p.mul_(torch.addcmul(c0, c1, r_v[rows]))
         p.scatter_add_(1, targets.unsqueeze(1), -a.unsqueeze(1))
         return p.to(ctx.dtype), None, None, None, None
 

@@ -1,7 +1,8 @@
 """The denoiser: a BERT in plain torch plus optional time conditioning.
 
 Bert is transformers' BertForMaskedLM re-written small (fused QKV, scaled_dot_product_attention
-for inference, an explicit attention and a cheaper dropout mask for CPU training, the MLM decoder tied to the word embeddings); `pretrained.py` reads and writes its weights in
+for inference, an explicit attention and a cheaper dropout mask for CPU training, the MLM
+decoder tied to the word embeddings); `pretrained.py` reads and writes its weights in
 transformers' checkpoint format, so a checkpoint stays loadable by BertForMaskedLM.
 
 time="none"      time-agnostic decoding (TAD): the model infers t from the number of masks.

@@ -86,7 +86,6 @@ class GenerateScreen(ReportWorkerErrors, Screen):
     def __init__(self, settings: Settings | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.session = Session(settings)
-        self.db = None
         self._restart_pending = False
         self._draw_pending = False
         self._ready = False
@@ -163,12 +162,15 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self.query_one(SampleGrid).styles.grid_size_columns = 3 if wide else 2 if self.size.width >= 60 else 1
 
     # ------------------------------------------------------------------ the model
+    @property
+    def db(self):
+        """The checkpoint being run: the App's (DbertApp.db); the screen keeps no copy."""
+        return getattr(self.app, "db", None)
+
     def use_db(self, db) -> None:
         """The App's checkpoint changed (its settings are already fitted to it): start a run."""
-        if db is None:
-            return
-        self.db = db
-        self.restart()
+        if db is not None:
+            self.restart()
 
     # ------------------------------------------------------------------ runs
     def _restart_soon(self) -> None:
