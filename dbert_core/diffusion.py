@@ -29,16 +29,19 @@ def corrupt(ids, noisable, t, schedule: Schedule, gen: torch.Generator | None = 
     return noisable & (u >= a)
 
 
-def step_kl(logits, targets, rows, t, s, schedule: Schedule, with_nll: bool = False):
+def step_kl(logits, targets, rows, t, s, schedule: Schedule, with_nll: bool = False,
+            workspace: "Workspace | None" = None):
     """KL(q(x_s | x_t, x_0) || p(x_s | x_t)) at M masked positions, in nats: (M,).
 
     logits (M, V) from the model; targets (M,) clean tokens; rows (M,) the example each
     position belongs to; t, s (B,) steps per example with s < t. with_nll=True also returns
     -log p(x_0) (M,), the cross-entropy of the hybrid loss, from the same softmax.
+    workspace: a Workspace whose arrays the loss reuses (a trainer keeps one across steps).
     """
     r_x = schedule.reveal_prob(t[rows], s[rows], tokens=targets).float()
     r_v = schedule.reveal_prob(t.cpu(), s.cpu()).to(logits.device).float()  # (B, V), or (B, 1) if token-free
-    kl, nll = _StepKL.apply(logits, targets, rows, r_x, r_v)
+    backward = torch.is_grad_enabled() and logits.requires_grad  # will a backward come to free the workspace?
+    kl, nll = _StepKL.apply(logits, targets, rows, r_x, r_v, workspace, backward)
     return (kl, nll) if with_nll else kl
 
 
@@ -47,6 +50,52 @@ def _stay_term(r_x, R):
     stay = 1.0 - r_x
     term = stay * (torch.log(stay.clamp_min(1e-30)) - torch.log((1.0 - R).clamp_min(1e-30)))
     return torch.where(stay > 0, term, torch.zeros_like(term))
+
+
+def _segments(rows: torch.Tensor, B: int) -> list[tuple[int, int, int]] | None:
+    """(example, first, end) of each example's positions when rows are grouped by example (the
+    order of mask.nonzero(), as in training); None when they are not."""
+    if not rows.numel() or not bool((rows[1:] >= rows[:-1]).all()):
+        return None
+    bounds = torch.searchsorted(rows, torch.arange(B + 1, device=rows.device)).tolist()
+    return [(b, lo, hi) for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])) if hi > lo]
+
+
+class Workspace:
+    """Reusable (M, V) arrays for step_kl: the fp32 softmax, kept from the forward to the
+    backward, and the gradient of the logits handed to the decoder's backward.
+
+    They are a training step's largest arrays (120 and 60 MB for 1,000 masked positions and
+    V = 30,522); allocated fresh every step they cost more in page faults than in arithmetic
+    (docs/performance.md). One loss holds them at a time, from its forward to the end of its
+    backward; a loss computed while they are held (two losses summed before one backward)
+    gets fresh arrays, so the result never depends on whether a workspace was passed.
+    """
+
+    SLACK = 1.25  # grow to 25% more rows than asked: the masked count varies from step to step
+
+    def __init__(self):
+        self._arrays: dict[str, torch.Tensor] = {}
+        self.held = False
+
+    def take(self) -> bool:
+        """Hold the arrays if they are free; False if another loss holds them."""
+        if self.held:
+            return False
+        self.held = True
+        return True
+
+    def give_back(self) -> None:
+        self.held = False
+
+    def array(self, name: str, shape: tuple[int, int], dtype: torch.dtype, device) -> torch.Tensor:
+        """A (rows, cols) view of the array `name`, reallocated only when it is too small."""
+        rows, cols = shape
+        buf = self._arrays.get(name)
+        if buf is None or buf.dtype != dtype or buf.device != torch.device(device) or buf.numel() < rows * cols:
+            self._arrays.pop(name, None)  # free the old one first
+            buf = self._arrays[name] = torch.empty(int(rows * self.SLACK + 1) * cols, dtype=dtype, device=device)
+        return buf[: rows * cols].view(rows, cols)
 
 
 class _StepKL(torch.autograd.Function):
@@ -63,24 +112,40 @@ class _StepKL(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logits, targets, rows, r_x, r_v):
-        p = logits.float()
-        p = p.clone() if p is logits else p  # an fp32 copy, then softmax in place: no (M, V) temporaries
+    def forward(ctx, logits, targets, rows, r_x, r_v, workspace=None, backward=True):
+        held = workspace is not None and workspace.take()
+        if held:  # p lives in the workspace until the backward is done with it
+            p = workspace.array("p", logits.shape, torch.float32, logits.device).copy_(logits)
+        else:
+            p = logits.float()
+            p = p.clone() if p is logits else p  # an fp32 copy, then softmax in place: no (M, V) temporaries
         top = p.amax(-1, keepdim=True)
         total = p.sub_(top).exp_().sum(-1, keepdim=True)
         p.div_(total)
         lp_x = logits.gather(-1, targets.unsqueeze(-1)).float().sub_(top + total.log()).squeeze(-1)
+        ctx.segments = segments = _segments(rows, r_v.shape[0])
         if r_v.shape[-1] == 1:
             R = r_v[rows, 0]
-        else:
+        elif segments is None:
             with torch.autocast(p.device.type, enabled=False):  # fp32: under autocast it would be a bf16 product
                 R = (p @ r_v.T).gather(1, rows.unsqueeze(1)).squeeze(1)
+        else:  # one matrix-vector product per example: 2.5x faster than the (M, V) x (V, B) product
+            R = p.new_empty(rows.shape)
+            for b, lo, hi in segments:
+                torch.mv(p[lo:hi], r_v[b], out=R[lo:hi])
         ctx.save_for_backward(p, targets, rows, r_x, r_v, R)
-        ctx.dtype = logits.dtype
+        ctx.dtype, ctx.workspace, ctx.spent = logits.dtype, workspace if held else None, False
+        if held and not backward:  # no backward will come
+            workspace.give_back()
+            ctx.workspace = None
         return -r_x * lp_x + _stay_term(r_x, R), -lp_x
 
     @staticmethod
     def backward(ctx, g_kl, g_nll):
+        if ctx.spent:  # p was overwritten by the first backward
+            raise RuntimeError("step_kl's backward runs once per forward (it works in place); "
+                               "retain_graph=True is not supported")
+        ctx.spent = True
         p, targets, rows, r_x, r_v, R = ctx.saved_tensors
         a = g_kl * r_x + g_nll
         if r_v.shape[-1] == 1:  # token-free: R does not depend on p, so c = 0
@@ -88,15 +153,18 @@ class _StepKL(torch.autograd.Function):
         else:
             c = torch.where((r_x < 1) & (R < 1), g_kl * (1.0 - r_x) / (1.0 - R).clamp_min(1e-30), torch.zeros_like(a))
             c0, c1 = (a - c * R).unsqueeze(1), c.unsqueeze(1)
-            if rows.numel() and bool((rows[1:] >= rows[:-1]).all()):  # rows grouped by example (nonzero order)
-                bounds = torch.searchsorted(rows, torch.arange(r_v.shape[0] + 1, device=rows.device)).tolist()
-                for b, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-                    if hi > lo:
-                        p[lo:hi].mul_(torch.addcmul(c0[lo:hi], c1[lo:hi], r_v[b]))
+            if ctx.segments is not None:
+                for b, lo, hi in ctx.segments:
+                    p[lo:hi].mul_(torch.addcmul(c0[lo:hi], c1[lo:hi], r_v[b]))
             else:
                 p.mul_(torch.addcmul(c0, c1, r_v[rows]))
         p.scatter_add_(1, targets.unsqueeze(1), -a.unsqueeze(1))
-        return p.to(ctx.dtype), None, None, None, None
+        ws = ctx.workspace
+        if ws is None:
+            return p.to(ctx.dtype), None, None, None, None, None, None
+        grad = p if p.dtype == ctx.dtype else ws.array("grad", p.shape, ctx.dtype, p.device).copy_(p)
+        ws.give_back()
+        return grad, None, None, None, None, None, None
 
 
 def draw_steps(B: int, steps: int, gen: torch.Generator | None, stratified: bool = True) -> torch.Tensor:
@@ -107,7 +175,7 @@ def draw_steps(B: int, steps: int, gen: torch.Generator | None, stratified: bool
     return (u * steps).floor().long().clamp(0, steps - 1) + 1
 
 
-def masked_kl(model, ids, attention, noisable, k, steps, schedule, gen, return_ce=False):
+def masked_kl(model, ids, attention, noisable, k, steps, schedule, gen, return_ce=False, workspace=None):
     """Per-example sum of step-k KL terms (B,) for the budget `steps` (k (B,) in 1..steps)."""
     grid = torch.tensor(step_grid(schedule.T, steps)[::-1], device=ids.device)  # t_0 = 0 ... t_S = T
     t, s = grid[k.to(ids.device)], grid[k.to(ids.device) - 1]
@@ -116,7 +184,7 @@ def masked_kl(model, ids, attention, noisable, k, steps, schedule, gen, return_c
     logits = model(x_t, attention, mask, t=t)  # (M, V)
     rows = mask.nonzero(as_tuple=True)[0]
     targets = ids[mask]
-    kl, nll = step_kl(logits, targets, rows, t, s, schedule, with_nll=True)
+    kl, nll = step_kl(logits, targets, rows, t, s, schedule, with_nll=True, workspace=workspace)
     per_example = torch.zeros(ids.shape[0], device=ids.device).index_add_(0, rows, kl)
     if return_ce:  # the hybrid loss's CE shares the KL's log-softmax (one pass over the vocabulary)
         return per_example, nll.sum(), mask.sum()

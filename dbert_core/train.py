@@ -25,7 +25,7 @@ import torch
 from . import checkpoint as ckpt
 from .config import TrainConfig
 from .data import Special, collate, epoch_batches, pack, read_examples, token_counts, tokenize, train_tokenizer
-from .diffusion import draw_steps, elbo, masked_kl
+from .diffusion import Workspace, draw_steps, elbo, masked_kl
 from .hardware import native_bf16
 from .errors import DbertError
 
@@ -294,6 +294,7 @@ class Trainer:
             self.ddp = DistributedDataParallel(model, device_ids=ids)
         self.optimizer = self._optimizer()
         self.gen = torch.Generator().manual_seed(c.seed * 1000 + 17 + self.rank)
+        self.workspace = Workspace()  # the loss's (M, V) arrays, reused across steps
 
     @classmethod
     def on(cls, db, cfg: TrainConfig, examples: list[list[int]]) -> "Trainer":
@@ -446,7 +447,7 @@ class Trainer:
         k = draw_steps(len(examples), c.T, self.gen)  # budget T: s = t - 1
         with self._autocast():
             kl, ce, n_masked = masked_kl(self.ddp, ids, attention, noisable, k, c.T, self.db.schedule,
-                                         self.gen, return_ce=True)
+                                         self.gen, return_ce=True, workspace=self.workspace)
         n_tok = noisable.sum()
         elbo_tok = c.T * kl.sum() / n_tok  # nats per token, an unbiased estimate of the bound
         ce_mean = ce / n_masked.clamp_min(1)

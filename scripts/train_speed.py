@@ -3,7 +3,8 @@
     python scripts/train_speed.py [--steps 8] [--threads 2] LABEL=TREE[:FLAGS] ...
 
 Each TREE is a checkout of dbert (e.g. a `git worktree` of an older main); FLAGS is a comma list of
-TrainConfig overrides (`dtype=bf16,trim_vocab=1`). Every case trains the default model's
+TrainConfig overrides (`dtype=bf16,trim_vocab=1`) and environment variables for that case's process
+(upper-case names: `THP_MEM_ALLOC_ENABLE=1`). Every case trains the default model's
 configuration (MiniLM init, TinyStories sentences packed to 64 tokens, batch 32) for --steps
 optimizer steps after 2 warm-up steps (its data: --data, TinyStories by default), in a fresh process that imports that tree's code, and the
 cases alternate over --rounds so drift of a shared machine hits them alike. Prints one JSON line per
@@ -69,14 +70,18 @@ def main() -> int:
         label, _, rest = spec.partition("=")
         tree, _, flags = rest.partition(":")
         overrides = {}
+        env = {}
         for kv in filter(None, flags.split(",")):
             k, _, v = kv.partition("=")
-            overrides[k] = int(v) if v.isdigit() else v
-        cases.append((label, str(Path(tree).resolve()), overrides))
-    results = {label: [] for label, _, _ in cases}
+            if k.isupper():  # an environment variable for that case's process
+                env[k] = v
+            else:
+                overrides[k] = int(v) if v.isdigit() else v
+        cases.append((label, str(Path(tree).resolve()), overrides, env))
+    results = {label: [] for label, *_ in cases}
     for _ in range(args.rounds):
-        for label, tree, overrides in cases:
-            env = dict(os.environ, PYTHONPATH=tree, THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads),
+        for label, tree, overrides, extra_env in cases:
+            env = dict(os.environ, **extra_env, PYTHONPATH=tree, THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads),
                        OVERRIDES=json.dumps(overrides), DATA=args.data, INIT=init, STEPS=str(args.steps))
             if args.profile:
                 Path(args.profile).mkdir(parents=True, exist_ok=True)
@@ -88,8 +93,8 @@ def main() -> int:
                 return 1
             results[label].append(json.loads(out.stdout.strip().splitlines()[-1])["tokens_per_s"])
             print(f"{label}: {results[label][-1]:.0f} tokens/s", file=sys.stderr, flush=True)
-    for label, tree, overrides in cases:
-        print(json.dumps({"case": label, "tree": tree, **overrides, "threads": args.threads, "steps": args.steps,
+    for label, tree, overrides, extra_env in cases:
+        print(json.dumps({"case": label, "tree": tree, **overrides, **extra_env, "threads": args.threads, "steps": args.steps,
                           "tokens_per_s": round(statistics.median(results[label]), 1),
                           "runs": [round(x, 1) for x in results[label]]}))
     return 0

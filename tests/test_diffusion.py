@@ -7,7 +7,7 @@ import torch
 
 from dbert_core import checkpoint
 from dbert_core.data import Special, collate, read_examples, tokenize
-from dbert_core.diffusion import elbo, step_kl
+from dbert_core.diffusion import Workspace, elbo, step_kl
 from dbert_core.schedule import make_schedule
 from conftest import TINYSTORIES_VALID
 
@@ -133,3 +133,61 @@ def test_step_kl_keeps_the_logits_dtype_and_leaves_them_alone():
         with torch.autocast("cpu", dtype=torch.bfloat16):  # training's autocast: the loss stays fp32
             under = step_kl(logits, targets, rows, t, s, sched)
         assert under.dtype == torch.float32 and torch.equal(under, kl)
+
+
+def _kl_case(seed=0, V=40, M=23, dtype=torch.float32):
+    torch.manual_seed(seed)
+    sched = make_schedule("spindle", 50, torch.randint(1, 1000, (V,)), lam=0.3)
+    logits = (3 * torch.randn(M, V)).to(dtype).requires_grad_()
+    rows = torch.randint(0, 4, (M,)).sort().values
+    return sched, logits, torch.randint(0, V, (M,)), rows, torch.tensor([30.0, 7.0, 50.0, 2.0]), \
+        torch.tensor([20.0, 6.0, 0.0, 0.0])
+
+
+def _kl_grad(case, workspace=None):
+    sched, logits, targets, rows, t, s = case
+    kl, nll = step_kl(logits, targets, rows, t, s, sched, with_nll=True, workspace=workspace)
+    grad, = torch.autograd.grad((kl + 0.3 * nll).sum(), logits)
+    return kl.detach(), grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_workspace_gives_the_same_loss_and_gradient_and_is_reused(dtype):
+    """With a Workspace the loss and gradient are bit-identical to fresh arrays; its arrays are
+    allocated once, reused by a smaller batch, regrown by a larger one, and free between losses."""
+    ws = Workspace()
+    case = _kl_case(dtype=dtype)
+    want_kl, want_grad = _kl_grad(case)
+    got_kl, got_grad = _kl_grad(case, ws)
+    assert torch.equal(got_kl, want_kl) and torch.equal(got_grad, want_grad) and got_grad.dtype == dtype
+    assert not ws.held
+    p_buffer = ws._arrays["p"].data_ptr()
+    # the gradient is a workspace array: p itself (fp32 logits) or the bf16 "grad" array
+    assert got_grad.data_ptr() == ws._arrays["p" if dtype == torch.float32 else "grad"].data_ptr()
+    small = _kl_case(seed=1, M=11, dtype=dtype)
+    assert torch.equal(_kl_grad(small, ws)[1], _kl_grad(small)[1])
+    assert ws._arrays["p"].data_ptr() == p_buffer  # reused, not reallocated
+    big = _kl_case(seed=2, M=60, dtype=dtype)
+    assert torch.equal(_kl_grad(big, ws)[1], _kl_grad(big)[1])
+    assert ws._arrays["p"].numel() >= 60 * 40 * Workspace.SLACK
+
+
+def test_workspace_held_by_one_loss_at_a_time():
+    """Two losses summed before one backward: the second gets fresh arrays, so both gradients
+    are right; a second backward through the same graph is refused (the first works in place)."""
+    ws = Workspace()
+    sched, logits, targets, rows, t, s = _kl_case()
+    kl_a = step_kl(logits, targets, rows, t, s, sched, workspace=ws)
+    assert ws.held
+    kl_b = step_kl(logits * 0.5, targets, rows, t, s, sched, workspace=ws)
+    got, = torch.autograd.grad(kl_a.sum() + 2 * kl_b.sum(), logits, retain_graph=True)
+    ref_a = step_kl(logits, targets, rows, t, s, sched)
+    ref_b = step_kl(logits * 0.5, targets, rows, t, s, sched)
+    want, = torch.autograd.grad(ref_a.sum() + 2 * ref_b.sum(), logits)
+    torch.testing.assert_close(got, want)
+    assert not ws.held
+    with pytest.raises(RuntimeError, match="runs once"):
+        torch.autograd.grad(kl_a.sum(), logits)
+    with torch.no_grad():  # no backward will come: the arrays are not kept held
+        step_kl(logits, targets, rows, t, s, sched, workspace=ws)
+    assert not ws.held
