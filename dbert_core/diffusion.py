@@ -135,10 +135,9 @@ class _StepKL(torch.autograd.Function):
             for b, lo, hi in segments:
                 torch.mv(p[lo:hi], r_v[b], out=R[lo:hi])
         ctx.save_for_backward(p, targets, rows, r_x, r_v, R)
-        ctx.dtype, ctx.workspace, ctx.spent = logits.dtype, workspace if held else None, False
-        if held and not backward:  # no backward will come
+        ctx.dtype, ctx.workspace, ctx.spent = logits.dtype, workspace if held and backward else None, False
+        if held and not backward:  # no backward will come to give the arrays back
             workspace.give_back()
-            ctx.workspace = None
         return -r_x * lp_x + _stay_term(r_x, R), -lp_x
 
     @staticmethod
@@ -149,7 +148,7 @@ class _StepKL(torch.autograd.Function):
         ctx.spent = True
         p, targets, rows, r_x, r_v, R = ctx.saved_tensors
         a = g_kl * r_x + g_nll
-        if r_v.shape[-1] == 1:  # token-free: R does not depend on p, so c = 0
+        if r_v.shape[-1] == 1:  # token-free: R does not depend on p, so c = 0 (and there are no segments)
             p.mul_(a.unsqueeze(1))
         else:
             c = torch.where((r_x < 1) & (R < 1), g_kl * (1.0 - r_x) / (1.0 - R).clamp_min(1e-30), torch.zeros_like(a))

@@ -69,15 +69,14 @@ def main() -> int:
     for spec in args.cases:
         label, _, rest = spec.partition("=")
         tree, _, flags = rest.partition(":")
-        overrides = {}
-        env = {}
+        overrides, extra_env = {}, {}
         for kv in filter(None, flags.split(",")):
             k, _, v = kv.partition("=")
             if k.isupper():  # an environment variable for that case's process
-                env[k] = v
+                extra_env[k] = v
             else:
                 overrides[k] = int(v) if v.isdigit() else v
-        cases.append((label, str(Path(tree).resolve()), overrides, env))
+        cases.append((label, str(Path(tree).resolve()), overrides, extra_env))
     results = {label: [] for label, *_ in cases}
     for _ in range(args.rounds):
         for label, tree, overrides, extra_env in cases:
