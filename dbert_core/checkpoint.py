@@ -9,6 +9,7 @@ never imports transformers.
       dbert.json                            schedule, T, lambda, time conditioning, provenance
       dbert_tokens.safetensors              corpus token counts (the spindle schedule's table)
       dbert_time.safetensors                time-embedding weights (prefix/layerwise only)
+      dbert_truecase.json                   each word's written form (truecase.py; optional)
       trainer_state/                        optimizer, RNG and data position (for --resume)
 
 A save writes a complete new directory in a marked swap folder beside the old one and swaps
@@ -32,7 +33,7 @@ from pathlib import Path
 import torch
 
 from .errors import DbertError
-from .layout import META, apply_umask, discard, inspect, readable, recover, temp_dir
+from .layout import META, TRUECASE, apply_umask, discard, inspect, readable, recover, temp_dir
 from .layout import read_meta  # noqa: F401 - part of this module's API (tests, TUI)
 from .model import DiffusionBert, count_parameters
 from .schedule import Schedule, make_schedule
@@ -53,6 +54,7 @@ class DBert:
     counts: torch.Tensor
     meta: dict = field(default_factory=dict)
     path: Path | None = None
+    truecase: dict | None = None  # {uncased word: written form}; None: sentence capitals and "I" only
 
     @property
     def device(self) -> torch.device:
@@ -66,7 +68,7 @@ class DBert:
 
         names = special_names(self.tokenizer)
         return detokenize(self.tokenizer.convert_ids_to_tokens([int(i) for i in ids]), paragraph=" ",
-                          placeholder=names["mask"], **names)
+                          placeholder=names["mask"], truecase=self.truecase, **names)
 
 
 def special_forbidden(tokenizer) -> tuple[int, ...]:
@@ -131,6 +133,11 @@ def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype 
         pretrained.save(db.model.bert, new, dtype)
         db.tokenizer.save_pretrained(new)
         save_file({"counts": db.counts.cpu().contiguous()}, str(new / TOKENS))
+        if db.truecase is not None:
+            from .truecase import to_json
+
+            (new / TRUECASE).write_text(json.dumps(to_json(db.truecase), ensure_ascii=False, indent=0) + "\n",
+                                        encoding="utf-8")
         tsd = db.model.time_state_dict()
         if tsd:
             save_file({k: v.detach().cpu().contiguous() for k, v in tsd.items()}, str(new / TIME))
@@ -215,6 +222,7 @@ def load(path, device: str | torch.device = "cpu", dtype: torch.dtype | None = N
     except ValueError as e:
         raise DbertError(f"checkpoint {path}: {e}") from None
     _load_time(db, source, path, dtype or torch.float32)
+    db.truecase = _load_truecase(source, path)
     db.path = path
     db.model.to(device).eval()
     return db
@@ -261,6 +269,20 @@ def _load_time(db: DBert, source: Path, path: Path, dtype: torch.dtype) -> None:
         detail = " ".join(str(e).split())[:160]
         raise DbertError(f"checkpoint {path}: {TIME} does not fit the model ({detail})") from None
     db.model.time_embed.to(dtype)
+
+
+def _load_truecase(source: Path, path: Path) -> dict | None:
+    from .truecase import from_json
+
+    file = source / TRUECASE
+    if not file.is_file():
+        return None
+    if file.stat().st_size > 16 * 2**20:
+        raise DbertError(f"checkpoint {path}: {TRUECASE} is larger than 16 MB")
+    try:
+        return from_json(json.loads(file.read_text(encoding="utf-8")))
+    except (ValueError, RecursionError, UnicodeDecodeError) as e:
+        raise DbertError(f"checkpoint {path}: {TRUECASE} is not valid ({str(e).splitlines()[0][:100]})") from None
 
 
 def load_trainer_state(path) -> dict | None:

@@ -18,7 +18,14 @@ import torch
 
 from .errors import DbertError
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+# A sentence ends at . ! or ? (closing quotes and brackets stay with it) followed by white space and
+# a capital or digit (an opening quote or bracket may come first); in text with no capital at all
+# (lower-cased corpora) a lower-case letter may start the next sentence too. Only the white space
+# between two sentences is consumed.
+_CLOSERS = "\"'\u201d\u2019)\\]"
+_OPENERS = "\"'\u201c\u2018(\\["
+_SENTENCE_END = re.compile(rf"[.!?][{_CLOSERS}]*(\s+)(?=[{_OPENERS}]?[A-Z0-9])")
+_SENTENCE_END_UNCASED = re.compile(rf"[.!?][{_CLOSERS}]*(\s+)(?=[{_OPENERS}]?[a-z0-9])")
 
 
 def expand_paths(patterns: list[str]) -> list[str]:
@@ -35,27 +42,58 @@ def expand_paths(patterns: list[str]) -> list[str]:
     return paths
 
 
+def _file_lines(path: str) -> list[str]:
+    """A UTF-8 text file's stripped lines, blank ones included; one clear error if it has no text."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            got = [ln.strip() for ln in f]
+    except UnicodeDecodeError as e:
+        raise DbertError(f"data file is not UTF-8 text: {path} (byte {e.start})") from None
+    except OSError as e:
+        raise DbertError(f"cannot read data file {path}: {e.strerror}") from None
+    if not any(got):
+        raise DbertError(f"data file is empty: {path}")
+    return got
+
+
 def read_lines(patterns: list[str]) -> list[str]:
     """Non-empty stripped lines of UTF-8 text files."""
-    lines: list[str] = []
+    return [ln for path in expand_paths(patterns) for ln in _file_lines(path) if ln]
+
+
+def read_documents(patterns: list[str]) -> list[list[str]]:
+    """The documents of UTF-8 text files: runs of non-empty lines (paragraphs) between blank
+    lines; a file's end ends a document too. A story corpus with a blank line between stories
+    gives one document per story; one with a blank line after every paragraph, one per paragraph."""
+    docs: list[list[str]] = []
     for path in expand_paths(patterns):
-        try:
-            with open(path, encoding="utf-8") as f:
-                got = [ln.strip() for ln in f]
-        except UnicodeDecodeError as e:
-            raise DbertError(f"data file is not UTF-8 text: {path} (byte {e.start})") from None
-        except OSError as e:
-            raise DbertError(f"cannot read data file {path}: {e.strerror}") from None
-        got = [ln for ln in got if ln]
-        if not got:
-            raise DbertError(f"data file is empty: {path}")
-        lines.extend(got)
-    return lines
+        doc: list[str] = []
+        for ln in _file_lines(path):
+            if ln:
+                doc.append(ln)
+            elif doc:
+                docs.append(doc)
+                doc = []
+        if doc:
+            docs.append(doc)
+    return docs
 
 
 def split_sentences(text: str) -> list[str]:
-    """A light rule-based splitter: after . ! ? when a capital or digit follows."""
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+    """A light rule-based splitter: after . ! ? (and any closing quotes or brackets, which stay
+    with their sentence) when a capital or digit follows; in text without capitals, any letter."""
+    end = _SENTENCE_END if any(ch.isupper() for ch in text) else _SENTENCE_END_UNCASED
+    out, start = [], 0
+    for m in end.finditer(text):
+        out.append(text[start:m.start(1)])
+        start = m.end(1)
+    out.append(text[start:])
+    return [s.strip() for s in out if s.strip()]
+
+
+def document_sentences(docs: list[list[str]]) -> list[list[str]]:
+    """Each document's sentences, in order, across its paragraphs."""
+    return [[s for para in doc for s in split_sentences(para)] for doc in docs]
 
 
 def read_examples(patterns: list[str], unit: str = "line") -> list[str]:
@@ -109,6 +147,34 @@ def pack(examples: list[list[int]], seq_len: int, sep_id: int) -> list[list[int]
         stream.extend(ids)
         stream.append(sep_id)
     return [stream[i:i + seq_len] for i in range(0, len(stream) - seq_len + 1, seq_len)]
+
+
+def pack_sentences(docs: list[list[list[int]]], seq_len: int, sep_id: int) -> list[list[int]]:
+    """Sentence-start windows: each document's sentences (token ids) in order, [SEP] before a
+    document's first sentence, whole sentences filling a window of at most seq_len tokens; a
+    sentence that does not fit begins the next window, so every window starts at a sentence
+    start and ends at a sentence end (its unused room is padding). A window that starts a
+    document starts with [SEP]: the model learns where stories begin. A sentence longer than a
+    window is cut, its rest beginning the next windows."""
+    windows: list[list[int]] = []
+    cur: list[int] = []
+    for doc in docs:
+        first = True
+        for sent in doc:
+            if not sent:
+                continue
+            unit = [sep_id, *sent] if first else list(sent)
+            first = False
+            if cur and len(cur) + len(unit) > seq_len:
+                windows.append(cur)
+                cur = []
+            while len(unit) > seq_len:
+                windows.append(unit[:seq_len])
+                unit = unit[seq_len:]
+            cur.extend(unit)
+    if cur:
+        windows.append(cur)
+    return windows
 
 
 @dataclass

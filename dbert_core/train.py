@@ -24,7 +24,8 @@ import torch
 
 from . import checkpoint as ckpt
 from .config import TrainConfig
-from .data import Special, collate, epoch_batches, pack, read_examples, token_counts, tokenize, train_tokenizer
+from .data import (Special, collate, document_sentences, encode, epoch_batches, pack, pack_sentences, read_documents,
+                   read_examples, read_lines, token_counts, tokenize, train_tokenizer)
 from .diffusion import Workspace, draw_steps, elbo, masked_kl
 from .hardware import native_bf16
 from .errors import DbertError
@@ -232,8 +233,14 @@ class Trainer:
         elif out.exists() and any(out.iterdir()):
             raise DbertError(f"{out} already holds files; pass --resume to continue it or choose another --out")
 
-        texts = read_examples(c.data, c.unit)
-        train_texts, val_texts = self._split(texts)
+        by_document = c.pack and c.unit == "sentence"  # sentence-start windows (data.pack_sentences)
+        if by_document:
+            train_docs = document_sentences(read_documents(c.data))
+            val_docs = document_sentences(read_documents(c.val_data)) if c.val_data else None
+            texts = train_texts = [s for d in train_docs for s in d]
+        else:
+            texts = read_examples(c.data, c.unit)
+            train_texts, val_texts = self._split(texts)
         init, trimmed = c.init, None
         if state is not None:
             self.db = ckpt.load(out, device="cpu")
@@ -244,10 +251,14 @@ class Trainer:
                 init, trimmed = self._trim(train_texts)
             tokenizer = self._tokenizer(texts, init)
         self.special = Special.of(tokenizer)
-        train = tokenize(train_texts, tokenizer, c.seq_len)
-        val = tokenize(val_texts, tokenizer, c.seq_len)
-        if c.pack:
-            train, val = pack(train, c.seq_len, self.special.sep), pack(val, c.seq_len, self.special.sep)
+        if by_document:
+            train = self._windows(train_docs, tokenizer)
+            train, val = self._hold_out(train, None if val_docs is None else self._windows(val_docs, tokenizer))
+        else:
+            train = tokenize(train_texts, tokenizer, c.seq_len)
+            val = tokenize(val_texts, tokenizer, c.seq_len)
+            if c.pack:
+                train, val = pack(train, c.seq_len, self.special.sep), pack(val, c.seq_len, self.special.sep)
         if len(train) < c.batch_size:
             raise DbertError(f"only {len(train)} training examples, fewer than --batch-size {c.batch_size}")
         if not val:
@@ -274,6 +285,10 @@ class Trainer:
             if trimmed is not None:
                 meta["trim_vocab"] = trimmed
             self.db = ckpt.assemble(bert, tokenizer, c.schedule, c.T, counts, c.lam, c.time, meta)
+        if self.is_main:  # learnt afresh on every start (a resumed run of an older dbert gets one too)
+            from .truecase import learn
+
+            self.db.truecase = learn(read_lines(c.data))
         self._attach()
         if state is not None:
             self._restore(state)
@@ -335,11 +350,24 @@ class Trainer:
         size = c.vocab_size or PRESETS[c.preset]["vocab_size"]
         return train_tokenizer(texts[:200_000], size)
 
+    def _windows(self, docs: list[list[str]], tokenizer) -> list[list[int]]:
+        """Documents' sentences -> sentence-start training windows ([SEP] opens a document)."""
+        flat = encode([s for d in docs for s in d], tokenizer)
+        grouped, i = [], 0
+        for d in docs:
+            grouped.append(flat[i:i + len(d)])
+            i += len(d)
+        return pack_sentences(grouped, self.cfg.seq_len, self.special.sep)
+
     def _split(self, texts):
         c = self.cfg
+        return self._hold_out(texts, read_examples(c.val_data, c.unit) if c.val_data else None)
+
+    def _hold_out(self, texts, val=None):
+        """(train, validation): val_examples of `val` at random, or, without it, of `texts` (held out)."""
+        c = self.cfg
         g = torch.Generator().manual_seed(c.seed + 99)
-        if c.val_data:
-            val = read_examples(c.val_data, c.unit)
+        if val is not None:
             keep = torch.randperm(len(val), generator=g)[:c.val_examples].sort().values.tolist()
             return texts, [val[i] for i in keep]
         n_val = min(c.val_examples, max(1, len(texts) // 20))
