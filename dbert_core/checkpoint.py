@@ -60,15 +60,20 @@ class DBert:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def decode(self, ids) -> str:
+    def decode(self, ids, *, cased: bool = True, paragraph: str | None = None,
+               verbatim: dict[int, str] | None = None) -> str:
         """Token ids -> one line of text as a reader sees it (detok.detokenize: word pieces joined,
-        punctuation and contractions closed up); inner [SEP]s (packed training) become spaces,
-        a masked position reads [MASK]. The TUI lays out its token views with the same function."""
-        from .detok import detokenize, special_names
+        punctuation, quotes and contractions closed up; cased: words as the training text wrote
+        them, with this checkpoint's truecasing table); inner [SEP]s (story starts) become
+        `paragraph` (default detok.STORY_BREAK), a masked position reads [MASK]; verbatim:
+        {position: text} shown as given (a prompt's own words). The TUI lays out its token
+        views with the same function."""
+        from .detok import STORY_BREAK, detokenize, special_names
 
         names = special_names(self.tokenizer)
-        return detokenize(self.tokenizer.convert_ids_to_tokens([int(i) for i in ids]), paragraph=" ",
-                          placeholder=names["mask"], truecase=self.truecase, **names)
+        return detokenize(self.tokenizer.convert_ids_to_tokens([int(i) for i in ids]),
+                          paragraph=STORY_BREAK if paragraph is None else paragraph, placeholder=names["mask"],
+                          cased=cased, truecase=self.truecase, verbatim=verbatim, **names)
 
 
 def special_forbidden(tokenizer) -> tuple[int, ...]:

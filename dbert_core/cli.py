@@ -157,12 +157,14 @@ def sample(
     prompt: Annotated[Optional[str], typer.Option(help="Template with [MASK] slots; masks are appended up to --length.")] = SAMPLE.prompt,
     sampler: Annotated[Optional[Sampler], typer.Option(help="ancestral; cached (skips calls when nothing changed); first-hitting (one call per reveal) [default: first-hitting where the model allows it, else ancestral].")] = None,
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="Never draw a token equal to an already revealed neighbour (no \"there there\"); --allow-repeats samples the model's own distribution.")] = SAMPLE.block_repeats,
+    lowercase: Annotated[bool, typer.Option("--lowercase", help="Print the model's raw lower-case words (no truecasing; a prompt's words stay as typed).")] = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps} as JSON on stderr.")] = False,
     trajectory: Annotated[Optional[Path], typer.Option(help="Also write every frame of the run to this JSON file (one batch: --n <= --batch-size; format in dbert_core/trajectory.py).")] = None,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
     dtype: Annotated[Dtype, typer.Option(help="The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; draws stay float64), fp32 or bf16.")] = Dtype(SAMPLE.dtype),
 ):
-    """Generate N samples, one per line on stdout."""
+    """Generate N samples, one per line on stdout; a story start inside a sample reads " ¶ "."""
+    from .detok import STORY_BREAK
     from .sample import generate
 
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
@@ -173,7 +175,13 @@ def sample(
         raise DbertError("--trajectory records one batch: give --n <= --batch-size")
     db = _load(checkpoint, cfg.device)
     kept: list = []
-    texts, st = generate(db, cfg, on_frame=kept.append if trajectory is not None else None)
+    try:
+        STORY_BREAK.encode(sys.stdout.encoding or "utf-8")
+        paragraph = STORY_BREAK
+    except (UnicodeEncodeError, LookupError):
+        paragraph = " | "  # a terminal or pipe that cannot show the pilcrow
+    texts, st = generate(db, cfg, on_frame=kept.append if trajectory is not None else None,
+                         cased=not lowercase, paragraph=paragraph)
     if trajectory is not None:
         from .layout import atomic_write_text
         from .trajectory import trajectory as as_json

@@ -6,13 +6,22 @@ out here:
 - a WordPiece continuation (`##ing`) joins the piece before it: `play ##ing` -> `playing`;
 - no space before closing punctuation (`. , ! ? ; : ) ] } %`) or after an opening bracket;
 - contractions close up: `it ' s` -> `it's`, `didn ' t` -> `didn't`; a plural possessive
-  keeps its apostrophe (`dogs ' bone` -> `dogs' bone`); other single quotes and double quotes
-  open and close in turn (`said " hi "` -> `said "hi"`);
+  keeps its apostrophe (`dogs ' bone` -> `dogs' bone`);
+- a double quote opens or closes by where it stands (`_quote_roles`): at a paragraph's start
+  or after an opening bracket it opens, at its end or before . , ! ? it closes, after a comma
+  or a sentence end and before a speech tag (`, " she said`) it closes; where its neighbours do
+  not tell, it is the other of the quote before it (a sample that starts inside a quotation
+  is read from the first quote whose place is clear). An opening quote attaches to the next
+  word, a closing one to the previous;
 - `.`, `:` or `/` between two numbers joins them (`3 . 5` -> `3.5`, `10 : 30` -> `10:30`), and
   so does `,` before three digits (`1 , 000` -> `1,000`, but `3, 2, 1` stays a list); a hyphen
-  keeps its spaces (`lesson - to` is a dash as often as `well - known` is a compound);
-- [SEP] ends a paragraph (the caller says what a break is: a newline on screen, a space on a
-  one-line output); [CLS] and [PAD] vanish;
+  or dash between two words joins them (`well - known` -> `well-known`: in the story corpora
+  compounds outnumber spaced dashes);
+- [SEP] ends a paragraph or story (the caller says what a break is: a newline on screen,
+  STORY_BREAK on a one-line output); [CLS], [PAD] and [UNK] vanish;
+- cased=True writes words as the training text did (truecase.py: "Lily", "I", a capital at
+  every sentence start, after [SEP] and inside an opening quote); `verbatim` gives positions
+  whose text is the user's own (a prompt's words, case and accents as typed).
 - a masked position is a placeholder of fixed width (`░░░`), whatever token will land there.
 
 `spans` says where each token goes, so a view can colour every token on its own;
@@ -22,14 +31,23 @@ out here:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
+
+from .truecase import cased as _cased_word, compound
 
 MASK_GLYPH = "░░░"
+STORY_BREAK = " ¶ "                          # a [SEP] in one-line output (`dbert sample`)
 _CLOSE = frozenset(".,!?;:)]}%…")           # attach to what precedes them
 _OPEN = frozenset("([{")                     # what follows attaches to them
-_QUOTES = frozenset('"`')                    # open and close in turn
+_ENDS = frozenset(".!?…")                    # a sentence ends: the next word takes a capital
+_JOIN = frozenset({"-", "—", "–"})           # word - word -> word-word
 _NUMBER_JOINERS = frozenset(".:/")           # 3 . 5, 10 : 30, 1 / 2
 _CONTRACTIONS = frozenset({"s", "t", "m", "d", "re", "ve", "ll"})
+_SPEECH_VERBS = frozenset({"said", "says", "asked", "replied", "shouted", "cried", "whispered", "yelled", "called",
+                           "exclaimed", "answered", "added", "thought", "laughed", "explained", "told", "screamed",
+                           "sang", "begged", "giggled", "agreed", "announced", "wondered", "suggested", "continued"})
+_SPEECH_TAGS = _SPEECH_VERBS | {"she", "he", "they", "mom", "dad", "mommy", "daddy", "mum", "the", "his", "her"}
+_NAMING = frozenset({"named"})     # "a dog named tucker": the next word is a name
 
 
 @dataclass(frozen=True)
@@ -46,15 +64,99 @@ def _ends_word(text: str) -> bool:
     return bool(text) and text[-1].isalnum()
 
 
+def _word(pieces: Sequence[str], i: int, step: int) -> str:
+    """The whole word whose piece at i ends (step -1) or starts (step 1) there."""
+    if not 0 <= i < len(pieces):
+        return ""
+    if step < 0:
+        j = i
+        while j > 0 and pieces[j].startswith("##"):
+            j -= 1
+        i, j = j, i
+    else:
+        j = i
+        while j + 1 < len(pieces) and pieces[j + 1].startswith("##"):
+            j += 1
+    return "".join(p[2:] if p.startswith("##") else p for p in pieces[i:j + 1])
+
+
+def _quote_roles(pieces: Sequence[str], hidden: Sequence[bool], sep: str, drop: Sequence[str]) -> dict[int, bool]:
+    """{position of each visible double quote: True if it opens}. Decided by its neighbours where
+    they tell (see the module docstring), else as the other of the quote before it."""
+    n = len(pieces)
+
+    def neighbour(i: int, step: int) -> str | None:
+        """The next shown piece from i in this paragraph ("" for a masked one, None past it)."""
+        j = i + step
+        while 0 <= j < n:
+            if hidden[j]:
+                return ""
+            if pieces[j] == sep:
+                return None
+            if pieces[j] not in drop:
+                return pieces[j]
+            j += step
+        return None
+
+    def _back(i: int) -> int:
+        """The position of the shown piece before i."""
+        j = i - 1
+        while j > 0 and pieces[j] in drop:
+            j -= 1
+        return j
+
+    quotes = [i for i in range(n) if not hidden[i] and pieces[i] in ('"', "`")]
+    clear: dict[int, bool | None] = {}
+    for i in quotes:
+        before, after = neighbour(i, -1), neighbour(i, 1)
+        role = None
+        if before is None or before in _OPEN:
+            role = True
+        elif after is None or after in _CLOSE or after in (")", "]"):
+            role = False
+        elif before in _SPEECH_VERBS or (before == "," and neighbour(_back(i), -1) in _SPEECH_VERBS):
+            role = True                                  # said "hi / said, "hi
+        elif before in _ENDS or before == ",":
+            role = False if after in _SPEECH_TAGS else None   # "hi," she said / "stop!" he cried
+        elif _ends_word(before) and after.startswith("##"):
+            role = False
+        clear[i] = role
+    roles: dict[int, bool] = {}
+    paragraph_start = {i: neighbour(i, -1) is None for i in quotes}
+    state: bool | None = None  # is a quotation open?
+    for k, i in enumerate(quotes):
+        if paragraph_start[i]:
+            state = None
+        role = clear[i]
+        if role is None:
+            if state is None:  # the first quote of a paragraph, unclear: read back from the next clear one
+                rest = []
+                for j in quotes[k + 1:]:  # this paragraph's later quotes
+                    if paragraph_start[j]:
+                        break
+                    rest.append(j)
+                at = next((m for m, j in enumerate(rest) if clear[j] is not None and not paragraph_start[j]), None)
+                # quotes alternate: with m unclear ones between, this one is the clear one's role if m is odd
+                role = True if at is None else (not clear[rest[at]] if at % 2 == 0 else clear[rest[at]])
+            else:
+                role = not state
+        roles[i] = role
+        state = role
+    return roles
+
+
 def spans(pieces: Sequence[str], masked: Sequence[bool] | None = None, *, sep: str = "[SEP]",
-          drop: Sequence[str] = ("[CLS]", "[PAD]"), mask: str = "[MASK]", paragraph: str = "\n",
-          placeholder: str = MASK_GLYPH) -> list[Span]:
+          drop: Sequence[str] = ("[CLS]", "[PAD]", "[UNK]"), mask: str = "[MASK]", paragraph: str = "\n",
+          placeholder: str = MASK_GLYPH, cased: bool = False, truecase: dict | None = None,
+          verbatim: Mapping[int, str] | None = None) -> list[Span]:
     """The spans of `pieces` (WordPiece tokens; `masked[i]` True where position i is still
     masked, or the piece is `mask`). [SEP]s (`sep`) become one `paragraph` gap before the next
-    token; `drop` pieces are left out."""
+    token; `drop` pieces are left out. cased: words in their written form (truecase.cased with
+    `truecase`, or its fallback); verbatim: {position: the text to show there}."""
     n = len(pieces)
     hidden = [bool(masked[i]) if masked is not None else False for i in range(n)]
     hidden = [hidden[i] or pieces[i] == mask for i in range(n)]
+    roles = _quote_roles(pieces, hidden, sep, drop)
 
     def visible(i: int) -> str | None:
         """Piece i as text when it is a revealed, ordinary token (None: masked, special or past the end)."""
@@ -64,16 +166,18 @@ def spans(pieces: Sequence[str], masked: Sequence[bool] | None = None, *, sep: s
         return p[2:] if p.startswith("##") and len(p) > 2 else p
 
     out: list[Span] = []
+    joined: list[bool] = []  # span continues the word before it (a ## piece)
     broken = False         # a [SEP] since the last span
     glue_next = False      # the last span wants no space after it
-    double_open = single_open = False
+    single_open = False
     for i, piece in enumerate(pieces):
         if piece == sep and not hidden[i]:
             broken = bool(out)
             continue
-        if piece in drop and not hidden[i]:
+        if piece in drop and not hidden[i] and not (verbatim and i in verbatim):
             continue
         prev = out[-1] if out and not broken else None
+        cont = False
         if hidden[i]:
             text, glue = placeholder, False
             gap = "" if prev is not None and glue_next else " "
@@ -89,12 +193,11 @@ def spans(pieces: Sequence[str], masked: Sequence[bool] | None = None, *, sep: s
                 gap = " "
             if text in _OPEN:
                 glue = True
-            elif text in _QUOTES:
-                if double_open:
-                    gap = ""
-                else:
+            elif i in roles:
+                if roles[i]:
                     glue = True
-                double_open = not double_open
+                else:
+                    gap = ""
             elif text == "'":
                 if prev_text is not None and _ends_word(prev_text) and after in _CONTRACTIONS:
                     gap, glue = "", True                           # it's, didn't, we're
@@ -104,14 +207,76 @@ def spans(pieces: Sequence[str], masked: Sequence[bool] | None = None, *, sep: s
                     gap, single_open = "", False
                 else:
                     glue, single_open = True, True
+            elif text in _JOIN and prev_text is not None and _ends_word(prev_text) and _ends_word(after or "") and (
+                    text != "-" or compound(_word(pieces, i - 1, -1), _word(pieces, i + 1, 1), truecase)):
+                gap, glue = "", True                               # well-known, a word—or two
             elif prev_text is not None and prev_text[-1:].isdigit() and (after or "")[:1].isdigit() and (
                     text in _NUMBER_JOINERS or (text == "," and len(after) == 3 and after.isdigit())):
                 gap, glue = "", True                               # 3.5, 10:30, 1,000
         if prev is None:
             gap = paragraph if broken else ""
+        if verbatim is not None and i in verbatim:
+            text = verbatim[i]
         out.append(Span(i, gap, text, hidden[i]))
+        joined.append(cont and prev is not None and not prev.masked and gap == "")
         broken, glue_next = False, glue
+    if cased:
+        out = _cased(out, joined, roles, paragraph, truecase, verbatim or {})
     return out
+
+
+def _cased(out: list[Span], joined: list[bool], roles: dict[int, bool], paragraph: str,
+           table: dict | None, verbatim: Mapping[int, str]) -> list[Span]:
+    """The spans with each word in its written form and a capital at every sentence start."""
+    result = list(out)
+    words = []  # (first span, end span, word)
+    k = 0
+    while k < len(out):
+        end = k + 1
+        while end < len(out) and joined[end]:
+            end += 1
+        words.append((k, end, "" if out[k].masked else "".join(x.text for x in out[k:end])))
+        k = end
+    names = {w for (_, _, before), (_, _, w) in zip(words, words[1:]) if before in _NAMING and w.isalpha()}
+    if names:  # a name in this text is a name wherever it stands in it
+        table = {**(table or {}), **{w: w[:1].upper() + w[1:] for w in names if (table or {}).get(w, w) == w}}
+    capital = True
+    k = 0
+    while k < len(out):
+        s = out[k]
+        if s.gap == paragraph and k > 0:
+            capital = True
+        end = k + 1
+        while end < len(out) and joined[end]:
+            end += 1
+        word = "".join(x.text for x in out[k:end])
+        if s.masked:
+            capital = False
+        elif any(x.index in verbatim for x in out[k:end]):
+            capital = word[-1:] in _ENDS
+        elif word[:1].isalpha():
+            form = _cased_word(word, table, capital)
+            if len(form) == len(word) and form != word:
+                at = 0
+                for j in range(k, end):
+                    w = len(out[j].text)
+                    result[j] = Span(out[j].index, out[j].gap, form[at:at + w], out[j].masked)
+                    at += w
+            capital = False
+        elif s.index in roles:
+            if roles[s.index]:
+                capital = True                                   # said, "Hello
+            elif k > 0 and out[k - 1].text in ("!", "?", ",") and end < len(out) and \
+                    out[end].text.lower() in _SPEECH_TAGS:
+                capital = False                                  # "Hi!" said Sue / "Yes," she said
+        elif word in _ENDS:
+            capital = True
+        elif word[:1].isdigit() or word not in _CLOSE:
+            capital = False if word[:1].isalnum() else capital
+        elif word in (",", ";", ":"):
+            capital = False
+        k = end
+    return result
 
 
 def detokenize(pieces: Sequence[str], masked: Sequence[bool] | None = None, **options) -> str:
@@ -121,4 +286,5 @@ def detokenize(pieces: Sequence[str], masked: Sequence[bool] | None = None, **op
 
 def special_names(tokenizer) -> dict:
     """`spans` options naming a tokenizer's own special tokens."""
-    return dict(sep=tokenizer.sep_token, drop=(tokenizer.cls_token, tokenizer.pad_token), mask=tokenizer.mask_token)
+    return dict(sep=tokenizer.sep_token, drop=(tokenizer.cls_token, tokenizer.pad_token, tokenizer.unk_token),
+                mask=tokenizer.mask_token)

@@ -226,8 +226,8 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
                        sampler=sampler, block_repeats=block_repeats).resolved(db)
     sampler = cfg.sampler
     refs = read_examples(data, unit)
-    first, st1 = generate(db, cfg)
-    second, st2 = generate(db, cfg, seed=seed + 1)
+    first, st1 = generate(db, cfg, paragraph=" ")
+    second, st2 = generate(db, cfg, seed=seed + 1, paragraph=" ")
     return {
         "samples": n, "sample_steps": steps, "sample_length": length, "top_k": top_k, "sampler": sampler,
         "block_repeats": block_repeats,

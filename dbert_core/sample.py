@@ -139,6 +139,20 @@ def default_length(db) -> int:
     return min(int(db.meta.get("seq_len", 64)), db.model.max_length)
 
 
+def prompt_words(db, template: str) -> dict[int, str]:
+    """{position: the prompt's own text there} for the tokens of a template (not its [MASK]s):
+    what is printed for them, case and accents as the user typed them."""
+    tok = db.tokenizer
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        return {}
+    enc = backend.encode(template, add_special_tokens=False)
+    if len(enc.ids) != len(tok.encode(template, add_special_tokens=False)):
+        return {}
+    return {i: template[a:b] for i, (t, (a, b)) in enumerate(zip(enc.ids, enc.offsets))
+            if t != tok.mask_token_id and b > a}
+
+
 def parse_prompt(db, template: str, length: int) -> torch.Tensor:
     """Token ids (length,) of a template with [MASK] slots, masks appended up to length."""
     tok = db.tokenizer
@@ -464,10 +478,14 @@ def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, bloc
                     row_steps=torch.full((B,), S))
 
 
-def generate(db, cfg: SampleConfig | None = None, on_frame=None, **overrides) -> tuple[list[str], dict]:
+def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool = True, paragraph: str | None = None,
+             **overrides) -> tuple[list[str], dict]:
     """cfg.n texts, cfg.batch_size per network call (keeps each batch's last frame), and stats
-    {nfe, rows, gflop, seconds, samples, steps}. Same settings, same seed: same texts."""
+    {nfe, rows, gflop, seconds, samples, steps}. Same settings, same seed: same texts.
+    Texts as DBert.decode writes them (cased, paragraph: its options); a prompt's words are
+    printed as typed."""
     cfg = _config(db, cfg, overrides)
+    verbatim = prompt_words(db, cfg.prompt) if cfg.prompt else None
     gen = torch.Generator().manual_seed(cfg.seed if cfg.seed is not None else torch.seed() % 2**63)
     texts: list[str] = []
     nfe = rows = 0
@@ -481,7 +499,7 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, **overrides) ->
         nfe += last.nfe
         rows += last.rows
         flops += last.flops
-        texts.extend(db.decode(row) for row in last.ids)
+        texts.extend(db.decode(row, cased=cased, paragraph=paragraph, verbatim=verbatim) for row in last.ids)
     stats = {"nfe": nfe, "rows": rows, "gflop": float(f"{flops / 1e9:.4g}"), "seconds": round(_time.perf_counter() - start, 3),
              "samples": cfg.n, "steps": cfg.steps}
     return texts, stats

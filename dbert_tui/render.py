@@ -53,12 +53,12 @@ def token_style(rec: Recorded, b: int, pos: int, mode: str) -> str:
 
 
 def render_row(db, rec: Recorded, b: int, mode: str = "order", paragraph: str = "\n") -> Text:
-    """Sample b as a reader sees it (dbert_core.detok: the words `dbert sample` prints, [SEP] a
-    line break here), every token in its own colour, masked positions as fixed-width MASK_GLYPH."""
+    """Sample b as a reader sees it (dbert_core.detok: the words `dbert sample` prints, cased
+    the same way, [SEP] a line break here), every token in its own colour, masked positions as fixed-width MASK_GLYPH."""
     f = rec.frame
     out = Text()
     for span in spans(token_pieces(db.tokenizer, f.ids[b]), f.masked[b].tolist(), paragraph=paragraph,
-                      **special_names(db.tokenizer)):
+                      cased=True, truecase=db.truecase, **special_names(db.tokenizer)):
         out.append(span.gap)
         out.append(span.text, style="grey42" if span.masked else token_style(rec, b, span.index, mode))
     return out

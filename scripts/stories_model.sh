@@ -36,7 +36,7 @@ train() {  # $1 = out dir, rest = extra flags
   OMP_NUM_THREADS=$THREADS dbert train --init "${INIT:-$(minilm)}" "$@" \
     $(for f in $files; do echo --data "$(realpath "$f")"; done) --val-data "$(realpath "$DATA/stories-heldout.txt")" \
     --trim-vocab --unit sentence --pack --seq-len "${SEQ_LEN:-128}" --schedule spindle --time none --batch-size 32 \
-    --lr "${LR:-3e-4}" --warmup "${WARMUP:-100}" --max-steps "${MAX_STEPS:-2000}" --eval-every 100 --save-every 25 \
+    --lr "${LR:-3e-4}" --warmup "${WARMUP:-100}" --max-steps "${MAX_STEPS:-6000}" --eval-every 100 --save-every 100 \
     --log-every 10 --seed "${SEED:-0}" --dtype "${DTYPE:-auto}" --device "${DEVICE:-auto}" --out "$out" \
     ${EXTRA:-} $resume
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dbert_core.detok import MASK_GLYPH, detokenize, spans
+from dbert_core.detok import MASK_GLYPH, STORY_BREAK, detokenize, spans
 
 
 @pytest.mark.parametrize("pieces, text", [
@@ -48,10 +48,16 @@ def test_dbert_decode_is_the_same_detokenisation(tiny_db):
     ids = tok.encode("once upon a time, tim's dog didn't play. \"hi!\" said sue.", add_special_tokens=False)
     ids = ids[:8] + [tok.sep_token_id] + ids[8:] + [tok.mask_token_id]
     pieces = tok.convert_ids_to_tokens(ids)
-    text = tiny_db.decode(ids)
+    text = tiny_db.decode(ids, cased=False, paragraph=" ")
     assert "\n" not in text and text == detokenize(pieces, paragraph=" ", placeholder="[MASK]")
     assert "didn't" in text and "tim's" in text and '"hi!" said sue.' in text and text.endswith(" [MASK]")
     assert " ##" not in text and "[SEP]" not in text
+    # what `dbert sample` prints: cased by the checkpoint's table, the story start marked
+    shown = tiny_db.decode(ids)
+    assert shown == detokenize(pieces, paragraph=STORY_BREAK, placeholder="[MASK]", cased=True,
+                               truecase=tiny_db.truecase)
+    assert shown.startswith("Once upon a time, Tim's") and STORY_BREAK + "Dog didn't" in shown
+    assert '"Hi!" said Sue.' in shown
 
 
 def test_token_view_colours_each_token_and_keeps_words(tiny_db):
@@ -74,7 +80,9 @@ def test_token_view_colours_each_token_and_keeps_words(tiny_db):
                   step=L - 1, steps=L, t=1, nfe=L - 1)
     rec = Recorded(frame, order, 0.0)
     text = render_row(tiny_db, rec, 0)
-    assert text.plain == detokenize(tok.convert_ids_to_tokens(shown[0]), masked[0].tolist())
+    assert text.plain == detokenize(tok.convert_ids_to_tokens(shown[0]), masked[0].tolist(), cased=True,
+                                    truecase=tiny_db.truecase)
+    assert text.plain.startswith("The dog") and ". The cat" in text.plain  # cased as `dbert sample` prints
     assert "didn't" in text.plain and text.plain.endswith(MASK_GLYPH)
     styles = [str(s.style) for s in text.spans]
     assert len(styles) == L and len(set(styles[:-1])) == L - 1  # one colour per reveal step
