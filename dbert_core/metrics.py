@@ -143,6 +143,40 @@ def _doubled(tokens: list[str]) -> bool:
     return any(a == b and a[0].isalnum() for a, b in zip(tokens, tokens[1:]))
 
 
+def _repeats(tokens: list[str]) -> bool:
+    """A word said twice in a row, across a comma, or in an 'x and x and x' chain: "was was",
+    "once, once", "red and red and red"."""
+    for i, a in enumerate(tokens):
+        if not a[0].isalnum():
+            continue
+        if tokens[i + 1:i + 2] == [a] or tokens[i + 1:i + 3] == [",", a] or tokens[i + 1:i + 5] == ["and", a, "and", a]:
+            return True
+    return False
+
+
+def _starts_sentence(text: str) -> bool:
+    """The text begins as a sentence does: a capital letter or a digit, after any opening quote."""
+    s = text.lstrip().lstrip("\"'\u201c\u2018(")
+    return bool(s) and (s[0].isupper() or s[0].isdigit())
+
+
+def _quotes_balanced(text: str) -> bool:
+    """Every double quote pairs up: an even number, opening ones before closing ones (an opening
+    quote has a space or the start before it, a closing one a space, punctuation or the end after)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch != '"':
+            continue
+        opening = (i == 0 or text[i - 1] in " (\u00b6") and (i + 1 < len(text) and text[i + 1] not in " .,!?")
+        if opening and depth == 0:
+            depth = 1
+        elif not opening and depth == 1:
+            depth = 0
+        else:
+            return False
+    return depth == 0
+
+
 def readability(samples: list[str], min_words: int = 8) -> dict:
     """The first checks a reader makes: length in words, leftover [MASK]/[UNK], one token repeated.
 
@@ -150,7 +184,10 @@ def readability(samples: list[str], min_words: int = 8) -> dict:
     runs are counted over the BLEU tokens (words and punctuation), so '" " "' is a run of 3 like
     'the the the'; a doubled word is one alphanumeric token twice in a row ("there there");
     "liked it. it was" is not one, but frac_echo_over_punct counts those too (the word is the
-    same on both sides of punctuation: "timmy. timmy").
+    same on both sides of punctuation: "timmy. timmy"). frac_repeat: a word twice in a row,
+    across a comma or in an "x and x and x" chain; frac_sentence_start: the sample begins with a
+    capital (after any opening quote); frac_quotes_balanced: its double quotes pair up, opening
+    before closing; frac_ends_sentence: it ends with . ! ? or a closing quote.
     """
     n = max(len(samples), 1)
     lengths = [sum(any(c.isalnum() for c in w) for w in s.replace("[MASK]", " ").replace("[UNK]", " ").split())
@@ -163,6 +200,10 @@ def readability(samples: list[str], min_words: int = 8) -> dict:
         "frac_run3": sum(_longest_run(t) >= 3 for t in toks) / n,
         "frac_doubled_word": sum(_doubled(t) for t in toks) / n,
         "frac_echo_over_punct": sum(_longest_run([w for w in t if w[0].isalnum()]) >= 2 for t in toks) / n,
+        "frac_repeat": sum(_repeats(t) for t in toks) / n,
+        "frac_sentence_start": sum(_starts_sentence(s) for s in samples) / n,
+        "frac_quotes_balanced": sum(_quotes_balanced(s) for s in samples) / n,
+        "frac_ends_sentence": sum(s.rstrip()[-1:] in ('.', '!', '?', '"') for s in samples) / n,
     }
 
 
