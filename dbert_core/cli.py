@@ -148,7 +148,7 @@ def sample(
     checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
     n: Annotated[int, typer.Option("--n", help="Number of samples (lines on stdout).")] = SAMPLE.n,
     steps: Annotated[int, typer.Option(help="Reverse steps S (1..T).")] = SAMPLE.steps,
-    temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (> 0).")] = SAMPLE.temperature,
+    temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (0: greedy, the most likely token).")] = SAMPLE.temperature,
     top_k: Annotated[int, typer.Option(help="Keep the k most likely tokens (0: off).")] = SAMPLE.top_k,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling mass in (0, 1].")] = SAMPLE.top_p,
     length: Annotated[Optional[int], typer.Option(help="Tokens per sample [default: the length the checkpoint was trained on].")] = SAMPLE.length,

@@ -180,7 +180,7 @@ class SampleConfig:
 
     n: int = 10                        # samples
     steps: int = 128                   # reverse steps S (1..T)
-    temperature: float = 1.0
+    temperature: float = 1.0           # 0: greedy, the most likely token (ties broken by the seeded draw)
     top_k: int = 30                    # 0: off (the paper: 30)
     top_p: float = 1.0
     length: int | None = None          # None: the length the checkpoint was trained on
@@ -196,7 +196,7 @@ class SampleConfig:
         """Checks that need no checkpoint; `resolved` adds the ones that do."""
         _int("--n", self.n, 1)
         _int("--steps", self.steps, 1, MAX_T)
-        _float("--temperature", self.temperature, 0.0, 1e6, lo_open=True)
+        _float("--temperature", self.temperature, 0.0, 1e6)  # 0: greedy (the most likely token)
         _int("--top-k", self.top_k, 0)
         _float("--top-p", self.top_p, 0.0, 1.0, lo_open=True)
         if self.length is not None:

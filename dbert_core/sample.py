@@ -93,7 +93,13 @@ class Frame:
 
 
 def shape_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """p' = softmax(logits / temperature) restricted to top-k / nucleus top-p, float64 (M, V)."""
+    """p' = softmax(logits / temperature) restricted to top-k / nucleus top-p, float64 (M, V).
+    temperature 0 is its limit: the most likely tokens, equally likely where several tie (the
+    seeded draw picks among them), whatever top-k and top-p say."""
+    if temperature == 0:
+        z = logits.double()
+        best = z == z.max(dim=-1, keepdim=True).values
+        return best.double() / best.sum(-1, keepdim=True)
     z = logits.double() / temperature
     if top_k and top_k < z.shape[-1]:
         kth = torch.topk(z, top_k, dim=-1).values[..., -1:]

@@ -509,7 +509,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         s = self.session.active
         fields = [
             ("steps", "steps (1..T)", str(s.steps), ""),
-            ("temperature", "temperature (> 0)", f"{s.temperature:g}", ""),
+            ("temperature", "temperature (0: greedy)", f"{s.temperature:g}", ""),
             ("top_k", "top-k (0: off)", str(s.top_k), ""),
             ("top_p", "top-p (0..1]", f"{s.top_p:g}", ""),
             ("length", "length (tokens)", "" if s.length is None else str(s.length), "the checkpoint's"),
