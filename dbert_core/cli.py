@@ -439,7 +439,11 @@ def serve(
     application = create_app(db, name, api_key=api_key, limits=limits, batching=batch, max_rows=batch_rows,
                              device=device.value, dtype=dtype.value)
     say(f"dbert serve: {name} ({db.path}) on http://{host}:{port}/v1 ; stop with Ctrl+C")
-    run(application, host, port, grace=grace)
+    try:
+        run(application, host, port, grace=grace)  # SIGTERM: ends by the signal once shut down, as uvicorn does
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on
+        pass
+    say("dbert serve: stopped")
 
 
 def main() -> None:

@@ -304,6 +304,12 @@ def create_app(db, model_name: str, *, api_key: str | None = None, limits: Limit
             for job in jobs:
                 job.cancel()  # a no-op for finished jobs; stops the others at their next step
 
+    def begin_shutdown(grace: float) -> None:
+        """SIGINT/SIGTERM: no new work now; after `grace` seconds, what still runs is cancelled."""
+        scheduler.refuse()
+        asyncio.get_running_loop().call_later(grace, scheduler.stop_all,
+                                              "the server is shutting down; the request was cancelled")
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
         scheduler.start()
@@ -322,6 +328,7 @@ def create_app(db, model_name: str, *, api_key: str | None = None, limits: Limit
                             Route("/v1/completions", completions, methods=["POST"])],
                     exception_handlers={ApiError: api_error, HTTPException: http_error}, lifespan=lifespan)
     app.state.scheduler = scheduler
+    app.state.begin_shutdown = begin_shutdown
     return app
 
 
@@ -450,11 +457,22 @@ def log_config() -> dict:
     return cfg
 
 
-def run(app: Starlette, host: str, port: int, grace: float = 10.0, sockets=None) -> None:
-    """Serve until SIGINT/SIGTERM: then take no new connections, let running requests finish for
-    `grace` seconds, cancel what is left (the sampler stops at its next step), stop the worker."""
+def server(app: Starlette, host: str = "127.0.0.1", port: int = 8000, grace: float = 10.0, access_log: bool = True):
+    """The uvicorn server of the app (its `run()` blocks; tests run it in a thread). On shutdown
+    the app itself cancels what runs past `grace` (each request then ends with a 503 or an error
+    event); uvicorn's own cancelling of tasks, a few seconds later, is only a backstop."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_config=log_config(), timeout_graceful_shutdown=grace,
-                            lifespan="on")
-    uvicorn.Server(config).run(sockets=sockets)
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None):
+            app.state.begin_shutdown(grace)
+            await super().shutdown(sockets)
+
+    return Server(uvicorn.Config(app, host=host, port=port, log_config=log_config(), access_log=access_log,
+                                 timeout_graceful_shutdown=grace + 5, lifespan="on"))
+
+
+def run(app: Starlette, host: str, port: int, grace: float = 10.0) -> None:
+    """Serve until SIGINT/SIGTERM: then take no new connections, let running requests finish for
+    `grace` seconds, cancel what is left (the sampler stops at its next step), stop the worker."""
+    server(app, host, port, grace).run()

@@ -55,6 +55,7 @@ class Job:
     cased: bool = True                   # DBert.decode's cased (`dbert sample --lowercase`: False)
     cancelled: threading.Event = field(default_factory=threading.Event)
     verbatim: dict | None = field(default=None, init=False)  # the prompt's words as typed, by position
+    reason: tuple = field(default=("cancelled", "the request was cancelled"), init=False)
 
     def bind(self, db) -> "Job":
         """Read the prompt's own words (sample.prompt_words, as generate() does)."""
@@ -68,8 +69,11 @@ class Job:
         words = {k - start: v for k, v in (self.verbatim or {}).items() if start <= k < stop}
         return db.decode(ids[start:stop], cased=self.cased, verbatim=words or None)
 
-    def cancel(self) -> None:
-        self.cancelled.set()
+    def cancel(self, kind: str = "cancelled", message: str = "the request was cancelled") -> None:
+        """Stop at the next reverse step with ("error", kind, message) (a no-op once finished)."""
+        if not self.cancelled.is_set():
+            self.reason = (kind, message)
+            self.cancelled.set()
 
     @property
     def batch_key(self) -> tuple | None:
@@ -82,11 +86,13 @@ class Job:
     def check(self) -> None:
         """Between steps: stop if the client went away or the time limit passed."""
         if self.cancelled.is_set():
-            raise _Stop("cancelled", "the request was cancelled")
+            raise _Stop(*self.reason)
         if time.monotonic() > self.deadline:
             raise _Stop("timeout", "the request ran past the server's time limit (--timeout)")
 
     def send(self, event: tuple) -> None:
+        if event[0] != "step":
+            self.cancelled.set()  # finished: a later cancel() changes nothing
         try:
             self.notify(event)
         except RuntimeError:  # the receiving event loop is closed (shutdown): nobody is listening
@@ -111,8 +117,10 @@ class Scheduler:
         self._cv = threading.Condition()
         self._closed = False
         self._busy = False
+        self._running: list[Job] = []
         self.calls = 0          # sampler runs so far
         self.shared = 0         # of which several jobs shared one call
+        self.stopped: list[tuple[str, int, int]] = []  # (kind, step, steps) of each job abandoned mid-run
         self._thread = threading.Thread(target=self._run, name="dbert-serve-worker", daemon=True)
 
     # ------------------------------------------------------------------ the HTTP side
@@ -137,6 +145,23 @@ class Scheduler:
     def busy(self) -> bool:
         return self._busy
 
+    def stop_all(self, message: str = "the server is shutting down") -> None:
+        """Take no more jobs; fail the queued ones and stop the running ones at their next step."""
+        with self._cv:
+            self._closed = True
+            queued, running, self._pending = list(self._pending), list(self._running), collections.deque()
+            self._cv.notify_all()
+        for job in running:
+            job.cancel("shutdown", message)
+        for job in queued:
+            job.send(("error", "shutdown", message))
+
+    def refuse(self) -> None:
+        """Take no more jobs (the ones queued still run)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+
     def close(self, timeout: float | None = 30.0) -> None:
         """Take no more jobs; queued ones get a shutdown error; the running one stops at its next
         step if its request was cancelled, else finishes. Waits for the worker thread."""
@@ -160,6 +185,7 @@ class Scheduler:
                     return
                 group = self._take()
                 self._busy = bool(group)
+                self._running = group
             try:
                 if len(group) == 1:
                     self._alone(group[0])
@@ -169,7 +195,9 @@ class Scheduler:
                 for job in group:
                     job.send(("error", "engine", str(e) or type(e).__name__))
             finally:
-                self._busy = False
+                with self._cv:
+                    self._busy = False
+                    self._running = []
 
     def _take(self) -> list[Job]:
         """The next job and, with batching, the queued jobs that can share its call (under the lock)."""
@@ -196,8 +224,10 @@ class Scheduler:
         db, n = self.db, job.cfg.n
         finals: list[torch.Tensor] = []  # the last frame's ids of each batch generate() runs
         partial = None
+        reached = [0]
 
         def on_frame(f) -> None:
+            reached[0] = f.step
             job.check()
             lo = sum(len(ids) for ids in finals)
             if f.done:
@@ -212,6 +242,7 @@ class Scheduler:
                 partial = [job.line(db, parse_prompt(db, job.cfg.prompt or "", job.cfg.length))] * n
             texts, stats = generate(db, job.cfg, on_frame=on_frame, cased=job.cased)
         except _Stop as e:
+            self.stopped.append((e.args[0], reached[0], job.cfg.steps))
             job.send(("error", *e.args))
             return
         self.calls += 1
@@ -237,6 +268,7 @@ class Scheduler:
                     try:
                         group[i].check()
                     except _Stop as e:
+                        self.stopped.append((e.args[0], last.step, last.steps))
                         group[i].send(("error", *e.args))
                         live.discard(i)
                 if not live:
