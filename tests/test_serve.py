@@ -311,10 +311,20 @@ def test_a_client_that_goes_away_cancels_its_work(tiny_db):
 
 
 # ---------------------------------------------------------------------------------- load
-def test_load_nothing_lost_or_mixed(served, tiny_db):
+@pytest.mark.parametrize("batching", [True, False])
+def test_load_nothing_lost_or_mixed(served, tiny_db, batching):
     """200 requests from 16 concurrent clients: every one answered with its own prompt's text;
-    seeded ones exactly as alone; unseeded ones of equal settings share sampler calls."""
-    app, url = served
+    seeded ones exactly as alone; unseeded ones of equal settings share sampler calls.
+    (Its figures are no benchmark: scripts/serve_bench.py, docs/performance.md.)"""
+    if batching:
+        _load(*served, tiny_db, batching)
+    else:
+        app = create_app(tiny_db, "tiny", dtype="fp32", models=[], batching=False)
+        with running(app) as url:
+            _load(app, url, tiny_db, batching)
+
+
+def _load(app, url, tiny_db, batching):
     sched = app.state.scheduler
     tok = tiny_db.tokenizer
     words = [w for w in ("cat", "dog", "girl", "boy", "ball", "tree", "sun", "mom", "dad", "park", "big", "red",
@@ -338,8 +348,13 @@ def test_load_nothing_lost_or_mixed(served, tiny_db):
         status, body = post(url, {"prompt": p, "max_tokens": 6, "n": 2, "echo": True, "dbert": settings, **extra})
         return i, p, status, body, time.perf_counter() - start
 
+    start = time.perf_counter()
     with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(one, range(200)))
+    seconds = time.perf_counter() - start
+    latency = sorted(r[4] for r in results)
+    print(f"batching={batching}: {200 / seconds:.0f} requests/s, p50 {latency[99] * 1000:.0f} ms, "
+          f"p99 {latency[197] * 1000:.0f} ms, {sched.calls} sampler calls")
     assert len(results) == 200
     for i, p, status, body, _ in results:
         assert status == 200, body
@@ -347,7 +362,10 @@ def test_load_nothing_lost_or_mixed(served, tiny_db):
         assert len(texts) == 2 and all(t.startswith(p) and "[MASK]" not in t for t in texts), (p, texts)
         if i in expected:
             assert texts == expected[i]
-    assert sched.shared > shared_before  # requests that arrived together shared sampler calls
+    if batching:
+        assert sched.shared > shared_before  # requests that arrived together shared sampler calls
+    else:
+        assert sched.shared == 0
     assert sched.queued == 0
 
 
