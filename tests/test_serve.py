@@ -310,6 +310,27 @@ def test_a_client_that_goes_away_cancels_its_work(tiny_db):
                 time.sleep(0.01)
 
 
+def test_an_engine_failure_fails_one_request(tiny_db, monkeypatch):
+    from dbert_core import serve_queue
+
+    real = serve_queue.generate
+    calls = []
+
+    def broken_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the model's outputs are not finite")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(serve_queue, "generate", broken_once)
+    app = create_app(tiny_db, "tiny", dtype="fp32", models=[])
+    with running(app) as url:
+        status, body = post(url, {"prompt": "a", "max_tokens": 2, "seed": 1, "dbert": {"steps": 4}})
+        assert status == 500 and "not finite" in body["error"]["message"]
+        status, body = post(url, {"prompt": "a", "max_tokens": 2, "seed": 1, "dbert": {"steps": 4}})
+        assert status == 200 and len(body["choices"]) == 1  # the worker kept serving
+
+
 # ---------------------------------------------------------------------------------- load
 @pytest.mark.parametrize("batching", [True, False])
 def test_load_nothing_lost_or_mixed(served, tiny_db, batching):
