@@ -443,6 +443,9 @@ def serve(
         run(application, host, port, grace=grace)  # SIGTERM: ends by the signal once shut down, as uvicorn does
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on
         pass
+    except SystemExit as e:  # uvicorn's exit when it cannot start (its ERROR line says why)
+        if e.code:
+            raise DbertError(f"could not serve on {host}:{port} (the port in use, or the address not this machine's?)") from None
     say("dbert serve: stopped")
 
 

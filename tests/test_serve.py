@@ -446,3 +446,16 @@ def test_sigint_with_no_grace_cancels_running_requests(tiny_checkpoint):
     out, err = proc.communicate(timeout=30)
     assert out == "" and "Traceback" not in err
     assert proc.returncode == 0 and "dbert serve: stopped" in err
+
+
+@pytest.mark.slow
+def test_a_port_in_use_is_one_line_and_exit_2(tiny_checkpoint):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+        done = subprocess.run([sys.executable, "-m", "dbert_core.cli", "serve", "--checkpoint", str(tiny_checkpoint),
+                               "--port", str(port)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert f"dbert: error: could not serve on 127.0.0.1:{port}" in done.stderr
