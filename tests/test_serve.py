@@ -142,6 +142,19 @@ def test_a_list_of_prompts_and_n(served, client):
     assert all(c.text.startswith("a big dog") for c in r.choices[2:])
 
 
+def test_frames_takes_one_template_per_row(tiny_db):
+    """The engine side of batching: rows of different prompts in one call keep their own tokens."""
+    import torch
+
+    from dbert_core.sample import frames, parse_prompt
+
+    rows = torch.stack([parse_prompt(tiny_db, "the cat [MASK] [MASK] happy", 10),
+                        parse_prompt(tiny_db, "[MASK] dog went [MASK] the", 10)])
+    last = list(frames(tiny_db, n=2, length=10, steps=8, seed=0, dtype="fp32", template=rows))[-1]
+    given = rows != tiny_db.model.mask_id
+    assert torch.equal(last.ids[given], rows[given]) and not last.masked.any()
+
+
 # ---------------------------------------------------------------------------------- streaming
 def test_stream_with_the_openai_client(served, client):
     kw = dict(model="tiny", prompt="one day", max_tokens=6, n=2, seed=9, extra_body={"dbert": {"steps": STEPS}})
