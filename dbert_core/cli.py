@@ -401,6 +401,54 @@ def bench(
     sys.stdout.flush()
 
 
+# ---------------------------------------------------------------------------------- serve
+@app.command()
+def serve(
+    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback is reachable from other machines (set --api-key).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    api_key: Annotated[Optional[str], typer.Option(envvar="DBERT_API_KEY", help="Require Authorization: Bearer KEY (or set DBERT_API_KEY, which stays out of the process list).")] = None,
+    max_n: Annotated[int, typer.Option(help="Completions per request at most (prompts x n).")] = 16,
+    max_tokens: Annotated[int, typer.Option(help="max_tokens (the span length) at most.")] = 256,
+    max_queue: Annotated[int, typer.Option(help="Prompts waiting for the model at most; more get HTTP 429.")] = 64,
+    timeout: Annotated[float, typer.Option(help="Seconds a request may take, queueing included; then HTTP 504.")] = 120.0,
+    max_body: Annotated[int, typer.Option(help="Bytes of a request body at most; more get HTTP 413.")] = 65536,
+    batch: Annotated[bool, typer.Option("--batch/--no-batch", help="Let unseeded requests with the same settings share a sampler call.")] = True,
+    batch_rows: Annotated[int, typer.Option(help="Samples per shared sampler call at most.")] = 32,
+    grace: Annotated[float, typer.Option(help="On SIGINT/SIGTERM, seconds running requests may finish before they are cancelled.")] = 10.0,
+    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
+    dtype: Annotated[Dtype, typer.Option(help="The network's precision, as in `dbert sample`.")] = Dtype(SAMPLE.dtype),
+):
+    """Serve the checkpoint over HTTP: OpenAI-compatible /v1/completions with infill (suffix)."""
+    for value, option in ((max_n, "--max-n"), (max_tokens, "--max-tokens"), (max_queue, "--max-queue"),
+                          (max_body, "--max-body"), (batch_rows, "--batch-rows")):
+        if value < 1:
+            raise DbertError(f"{option} must be >= 1")
+    if not 0 < port < 65536:
+        raise DbertError(f"--port must be in [1, 65535], got {port}")
+    if timeout <= 0 or grace < 0:
+        raise DbertError("--timeout must be > 0 and --grace >= 0")
+    from .serve import Limits, create_app, is_loopback, run
+
+    if not is_loopback(host) and not api_key:
+        say(f"dbert serve: warning: listening on {host} without --api-key: anyone who can reach this port can use it")
+    name = checkpoint if checkpoint is None or "/" not in checkpoint else Path(checkpoint).name
+    name = name or "default"
+    db = _load(checkpoint, device.value)
+    limits = Limits(max_n=max_n, max_tokens=max_tokens, max_queue=max_queue, timeout=timeout, max_body=max_body)
+    application = create_app(db, name, api_key=api_key, limits=limits, batching=batch, max_rows=batch_rows,
+                             device=device.value, dtype=dtype.value)
+    say(f"dbert serve: {name} ({db.path}) on http://{host}:{port}/v1 ; stop with Ctrl+C")
+    try:
+        run(application, host, port, grace=grace)  # SIGTERM: ends by the signal once shut down, as uvicorn does
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on
+        pass
+    except SystemExit as e:  # uvicorn's exit when it cannot start (its ERROR line says why)
+        if e.code:
+            raise DbertError(f"could not serve on {host}:{port} (the port in use, or the address not this machine's?)") from None
+    say("dbert serve: stopped")
+
+
 def main() -> None:
     """Entry point: run the app; expected failures become one line on stderr."""
     try:

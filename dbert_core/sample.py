@@ -305,7 +305,8 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
 
     cfg holds the settings (SampleConfig's defaults where None); keyword overrides replace
     single fields (frames(db, n=2, steps=16)). template: token ids (length,) with [MASK] slots,
-    instead of cfg.prompt's text.
+    instead of cfg.prompt's text, or (n, length): one template per row (a server batching
+    requests of different prompts into one call).
     """
     cfg = _config(db, cfg, overrides)
     gen = generator or torch.Generator().manual_seed(cfg.seed if cfg.seed is not None else torch.seed() % 2**63)
@@ -313,7 +314,7 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
     if template is None:
         template = parse_prompt(db, cfg.prompt, cfg.length) if cfg.prompt else \
             torch.full((cfg.length,), mask_id, dtype=torch.long)
-    x = template.unsqueeze(0).repeat(cfg.n, 1)  # (B, L)
+    x = template.unsqueeze(0).repeat(cfg.n, 1) if template.dim() == 1 else template.clone()  # (B, L)
     state = dict(
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
         kern=kernel(db.schedule, cfg.steps), net=_Net(db, cfg.dtype), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
