@@ -155,8 +155,6 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
     if max_tokens is not None and not 1 <= max_tokens <= limits.max_tokens:
         raise ApiError(400, f"max_tokens must be in [1, {limits.max_tokens}] (got {max_tokens})", param="max_tokens")
     temperature = _optional(body, "temperature", (int, float), "a number", 1.0)
-    if temperature == 0:
-        raise ApiError(400, "temperature must be > 0: dbert has no greedy decoding yet", param="temperature")
     top_p = _optional(body, "top_p", (int, float), "a number", 1.0)
     n = _optional(body, "n", int, "a whole number", 1)
     if n < 1:
