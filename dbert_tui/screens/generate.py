@@ -275,12 +275,19 @@ class GenerateScreen(ReportWorkerErrors, Screen):
                 widget.set_position(f.step, float(f.masked.double().mean()))
         self._status()
 
+    def _prompt_words(self, prompt: str | None = None) -> dict[int, str] | None:
+        """The prompt's own words by position (shown as typed), for the session's prompt or this one."""
+        from dbert_core.sample import prompt_words
+
+        prompt = self.session.settings.prompt if prompt is None else prompt
+        return prompt_words(self.db, prompt) if prompt and self.db is not None else None
+
     def _draw_single(self) -> None:
         rec = self.playbacks[0].shown()
         if rec is None:
             return
         rows = [self.session.selected] if rec.frame.ids.shape[0] > 1 else None
-        self._tokens_text = render_tokens(self.db, rec, self.colour, rows)
+        self._tokens_text = render_tokens(self.db, rec, self.colour, rows, self._prompt_words())
         self.query_one("#gen-tokens", Static).update(self._tokens_text)
 
     def _draw_grid(self) -> None:
@@ -294,7 +301,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             if b >= f.ids.shape[0]:
                 continue
             row_step = int(f.row_steps[b]) if f.row_steps is not None else f.step
-            card.show(render_row(self.db, rec, b, self.colour), L - int(f.masked[b].sum()), L, row_step, f.steps)
+            card.show(render_row(self.db, rec, b, self.colour, verbatim=self._prompt_words()),
+                      L - int(f.masked[b].sum()), L, row_step, f.steps)
 
     def _draw_compare(self) -> None:
         panes = list(self.query(ComparePane))
@@ -311,7 +319,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             status = self._progress(pb, rec, row)
             if row is not None:
                 status = Text(f"sample {row + 1}/{rec.frame.ids.shape[0]} · ").append_text(status)
-            pane.show(head, status, render_tokens(self.db, rec, self.colour, None if row is None else [row]))
+            pane.show(head, status, render_tokens(self.db, rec, self.colour, None if row is None else [row],
+                                                  self._prompt_words(pb.run.settings.prompt)))
 
     def _progress(self, pb: Playback, rec, row: int | None = None) -> Text:
         """'step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame (or one row of it)."""
