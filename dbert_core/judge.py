@@ -109,14 +109,17 @@ class Judge:
         return nats, counts, [r[1:] if self.start is not None else r for r in rows]
 
     def score(self, texts: list[str], batch_size: int = 16) -> dict:
-        """gen-PPL of texts (exp of nats per judge token over all of them) and their mean unigram
-        entropy over the judge's tokens."""
+        """gen-PPL of texts (exp of nats per judge token over all of them) with the standard error
+        of its log, and their mean unigram entropy over the judge's tokens."""
         nats, counts, ids = self.nll(texts, batch_size)
         total = sum(counts)
         if total == 0:
             raise DbertError("--judge: the texts have no tokens to score")
-        return {"gen_ppl": math.exp(sum(nats) / total), "judge_tokens_per_text": total / len(texts),
-                "entropy": sum(token_entropy(r) for r in ids) / len(ids)}
+        rate = sum(nats) / total
+        n = len(texts)  # the ratio estimator's standard error (texts are the independent units)
+        se = math.sqrt(n / max(n - 1, 1) * sum((a - rate * c) ** 2 for a, c in zip(nats, counts))) / total
+        return {"gen_ppl": math.exp(rate), "log_gen_ppl_se": se, "judge_tokens_per_text": total / n,
+                "entropy": sum(token_entropy(r) for r in ids) / n}
 
 
 def token_entropy(ids: list[int]) -> float:

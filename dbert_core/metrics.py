@@ -244,7 +244,8 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
         "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second),
         "distinct1": distinct_n(first, 1), "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),
         "unigram_entropy": unigram_entropy(first), **readability(first),
-        "nfe_per_sample": (st1["nfe"] + st2["nfe"]) / (2 * math.ceil(n / batch_size)),  # calls each sample saw
+        "nfe_per_sample": (st1["nfe"] + st2["nfe"]) / (2 * math.ceil(n / batch_size)),  # calls each batch made
+        "rows_per_sample": (st1["rows"] + st2["rows"]) / (2 * n),  # calls that evaluated each sample's row
         "seconds_per_sample": (st1["seconds"] + st2["seconds"]) / (2 * n),
     }
     if texts is not None:
@@ -257,7 +258,8 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
         mine = judge.score(first)
         human = human_chunks(refs, n, out["words_per_sample"])
         theirs = judge.score(human)
-        out.update(judge=judge.name, gen_ppl=mine["gen_ppl"], judge_entropy=mine["entropy"],
+        out.update(judge=judge.name, gen_ppl=mine["gen_ppl"], log_gen_ppl_se=mine["log_gen_ppl_se"],
+                   judge_entropy=mine["entropy"],
                    judge_tokens_per_sample=mine["judge_tokens_per_text"], human_texts=len(human),
                    human_gen_ppl=theirs["gen_ppl"], human_judge_entropy=theirs["entropy"],
                    human_unigram_entropy=unigram_entropy(human))
