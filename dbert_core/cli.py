@@ -155,7 +155,7 @@ def sample(
     batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = SAMPLE.batch_size,
     seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same output).")] = SAMPLE.seed,
     prompt: Annotated[Optional[str], typer.Option(help="Template with [MASK] slots; masks are appended up to --length.")] = SAMPLE.prompt,
-    sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy. " + strategies.help_text() + " [default: first-hitting where the model allows it, else ancestral].")] = None,
+    sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy. " + strategies.help_text() + ". Default: first-hitting where the model allows it, else ancestral.")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable), e.g. --param tau=0.8.")] = None,
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="Never draw a token equal to an already revealed neighbour (no \"there there\"); --allow-repeats samples the model's own distribution.")] = SAMPLE.block_repeats,
     stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps, sampler, exact, params} as JSON on stderr.")] = False,

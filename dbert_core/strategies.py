@@ -220,4 +220,4 @@ def help_text() -> str:
             ps = s.resolve(None)
             items.append(n + (" (" + ", ".join(f"{k}={_fmt(v)}" for k, v in ps.items()) + ")" if ps else ""))
         parts.append(f"{label}: " + "; ".join(items))
-    return ". ".join(parts) + ". Set parameters with --param NAME=VALUE."
+    return ". ".join(parts) + ". Set parameters with --param NAME=VALUE"
