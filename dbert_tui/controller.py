@@ -74,8 +74,9 @@ def compare_partner(s: Settings, T: int) -> Settings:
 
 
 def differences(a: SampleConfig, b: SampleConfig) -> set[str]:
-    """Names of the fields where two settings differ."""
-    return {name for name in vars(a) if getattr(a, name) != getattr(b, name)}
+    """Names of the fields where two settings differ (a strategy's parameters count as its sampler's)."""
+    out = {name for name in vars(a) if getattr(a, name) != getattr(b, name)}
+    return out | {"sampler"} if "params" in out else out
 
 
 def expected_masked(db, steps: int) -> list[float]:
