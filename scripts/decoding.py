@@ -305,6 +305,11 @@ def findings(rows) -> list[str]:
               math.log(r["gen_ppl"]) < math.log(base["gen_ppl"]) - 2 * math.hypot(se, r.get("log_gen_ppl_se", 0.0))]
     lines.append("Settings with a lower gen-PPL than the exact default beyond two standard errors at no less entropy "
                  "(within 0.05 nats): " + (", ".join(r["key"] for r in better) if better else "none") + ".")
+    lines.append("The default: " + (
+        "keep the exact first-hitting sampler; no setting reads measurably better at matched entropy." if not better else
+        f"{', '.join(r['key'] for r in better)} read better than first-hitting beyond the noise here; change the "
+        "default only if the full run (the baseline judge, 200 + 200 samples) confirms it, since it would make the "
+        "default sample another law than the model's."))
     return lines
 
 
