@@ -305,6 +305,13 @@ def findings(rows) -> list[str]:
               math.log(r["gen_ppl"]) < math.log(base["gen_ppl"]) - 2 * math.hypot(se, r.get("log_gen_ppl_se", 0.0))]
     lines.append("Settings with a lower gen-PPL than the exact default beyond two standard errors at no less entropy "
                  "(within 0.05 nats): " + (", ".join(r["key"] for r in better) if better else "none") + ".")
+    human = base.get("human_gen_ppl")
+    if human is not None:
+        worse = [r["key"] for r in rows if r["gen_ppl"] > human]
+        lines.append(f"Held-out human text: gen-PPL {human:.2f} at entropy {base['human_judge_entropy']:.3f}; " + (
+            "every setting scores better than human text under this judge: it rewards the generic, frequent phrasing "
+            "the denoiser favours, so a lower gen-PPL is not better text by itself (hence the entropy beside it)."
+            if not worse else f"settings scoring worse than it: {', '.join(worse)}."))
     lines.append("The default: " + (
         "keep the exact first-hitting sampler; no setting reads measurably better at matched entropy." if not better else
         f"{', '.join(r['key'] for r in better)} read better than first-hitting beyond the noise here; change the "
@@ -324,6 +331,12 @@ def write_doc(a) -> None:
     doc = a.doc
     old = doc.read_text() if doc.exists() else ""
     notes = old[old.index(NOTES):] if NOTES in old else NOTES + "\n"
+    def rel(path) -> str:
+        try:
+            return str(Path(path).resolve().relative_to(ROOT))
+        except ValueError:
+            return str(path)
+
     L = ["# Decoding strategies: exact or heuristic, and measured", "",
          "Written by `python scripts/decoding.py` (see its docstring; `--doc-only` rebuilds this page from the "
          "runs under `--out`). Every strategy runs on the one frame generator (`dbert_core/sample.py`); the "
@@ -376,11 +389,11 @@ def write_doc(a) -> None:
                      f"tokenizer, final training loss {j['final_loss']:.2f}; not the same-budget baseline the issue "
                      "asks for (item 4), so read its gen-PPL as a ranking of settings, not as a figure to compare "
                      "with papers.")
-        L += [f"Checkpoint `{r0['checkpoint']}`; {r0['samples']} + {r0['samples']} samples of {r0['sample_length']} "
+        L += [f"Checkpoint `{rel(r0['checkpoint'])}`; {r0['samples']} + {r0['samples']} samples of {r0['sample_length']} "
               f"tokens per setting (BLEU-4 on the first set against the held-out sentences, Self-BLEU-4 on the "
               f"second), top-k {r0['top_k']}, repeat block {'on' if r0['block_repeats'] else 'off'}, batch "
               f"{a.batch_size}; on {r0['machine']}. Calls per sample: the network calls that evaluated the "
-              f"sample's row (a batch's call count is its slowest row's). Judge: `{r0['judge']}`.{jinfo}", ""]
+              f"sample's row (a batch's call count is its slowest row's). Judge: `{rel(r0['judge'])}`.{jinfo}", ""]
         if a.preliminary:
             L += ["**Preliminary**: " + a.preliminary, ""]
         L += ["| setting | strategy | label | parameters | calls/sample | s/sample | gen-PPL | judge entropy | word "
