@@ -275,3 +275,49 @@ def test_tv_distance_exact_within_the_floor_heuristic_outside(tiny_db):
     assert not by["cached"]["outside"] and not by["first-hitting"]["outside"]
     assert by["confidence"]["outside"] and by["threshold"]["outside"]
     assert by["confidence"]["tv"] > 2 * r["floor"]["mean"]
+
+
+@pytest.mark.anyio
+async def test_tui_m_key_runs_a_heuristic_and_the_dialog_sets_its_parameters(tiny_db, monkeypatch):
+    """The m key reaches the heuristic strategies; the bar says so; the settings dialog takes
+    NAME=VALUE parameters for the strategy it names (and refuses a wrong one in a notification)."""
+    import asyncio
+
+    from dbert_core import store
+    from dbert_tui.app import create_app
+    from dbert_tui.controller import Settings
+    from dbert_tui.screens.dialogs import FormDialog
+    from dbert_tui.widgets.controls import ControlBar
+
+    monkeypatch.setattr(store, "shipped", lambda name: None)
+    app = create_app(checkpoint=tiny_db.path, loader=lambda path: tiny_db, deterministic=True,
+                     settings=Settings(steps=16, length=12, pace_ms=0, seed=0, sampler="first-hitting", top_k=0))
+
+    async def until(pilot, condition):
+        end = asyncio.get_running_loop().time() + 60
+        while not condition():
+            assert asyncio.get_running_loop().time() < end, "timed out"
+            await pilot.pause(0.05)
+
+    async with app.run_test(size=(100, 24)) as pilot:
+        g = app.generate_screen
+        done = lambda: g.run is not None and g.run.finished and g.drawn is g.run.frames[-1]  # noqa: E731
+        await until(pilot, done)
+        await pilot.press("m")  # first-hitting -> the first heuristic
+        await until(pilot, lambda: g.run.settings.sampler == "confidence" and done())
+        assert "m confidence~" in g.query_one(ControlBar).plain()
+        assert not g.run.frames[-1].frame.masked.any()
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, FormDialog))
+        app.screen.query_one("#field-sampler").value = "threshold"
+        app.screen.query_one("#field-params").value = "tau=0.5"
+        await pilot.press("enter")
+        await until(pilot, lambda: g.run.settings.sampler == "threshold" and done())
+        assert g.run.settings.params == {"tau": 0.5} and "m threshold~ tau 0.5" in g.query_one(ControlBar).plain()
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, FormDialog))
+        app.screen.query_one("#field-params").value = "gamma=1"
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert g.run.settings.params == {"tau": 0.5}
+        assert any("no parameter 'gamma'" in n.message for n in app._notifications)
