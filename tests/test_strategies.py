@@ -321,3 +321,43 @@ async def test_tui_m_key_runs_a_heuristic_and_the_dialog_sets_its_parameters(tin
         await pilot.pause(0.2)
         assert g.run.settings.params == {"tau": 0.5}
         assert any("no parameter 'gamma'" in n.message for n in app._notifications)
+
+
+class _Recorder(torch.nn.Module):
+    """The tiny model, reporting itself as time-conditioned and recording the t of every call."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.mask_id, self.forbidden, self.time = inner.mask_id, inner.forbidden, "layerwise"
+        self.max_length, self.config, self.bert = inner.max_length, inner.config, inner.bert
+        self.calls: list[list[int]] = []
+
+    def forward(self, ids, attention, select, t=None):
+        self.calls.append(t.tolist())
+        return self.inner(ids, attention, select, t=t)
+
+
+@pytest.mark.parametrize("sampler,params", [("confidence", None), ("threshold", {"tau": 1.0}),
+                                            ("remdm", {"schedule": "loop", "eta": 0.3})])
+def test_a_time_conditioned_model_is_called_at_the_time_each_frame_stands_for(tiny_db, sampler, params):
+    import dataclasses
+
+    from dbert_core.sample import kernel
+
+    db = dataclasses.replace(tiny_db, model=_Recorder(tiny_db.model))
+    S, L = 16, 8
+    fs = run(db, n=2, length=L, steps=S, sampler=sampler, params=params)
+    times = [c[0] for c in db.model.calls]
+    assert all(len(set(c)) == 1 for c in db.model.calls) or sampler == "threshold"
+    assert times == sorted(times, reverse=True)  # never back up
+    if sampler == "confidence":  # at the grid step whose reveals it makes (none expected at the first ones)
+        grid = kernel(db.schedule, S).grid
+        made = [grid[f.step - 1] for f in fs if f.revealed.any()]
+        assert times == made
+    elif sampler == "threshold":  # one reveal per call: the row's masked fraction sets the time
+        assert times[0] == db.schedule.T and len(times) == L and all(f.t == kernel(db.schedule, S).grid[f.step] for f in fs)
+    else:
+        path = remdm_path(db, S, strategies.get("remdm").resolve(params))
+        plateau = max(set(path), key=path.count)
+        assert times[0] == db.schedule.T and times.count(plateau) > 1 and set(times) <= set(path[:-1])
