@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import config
+from . import config, strategies
 from .errors import DbertError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -31,7 +31,7 @@ def _choice(name: str, values: tuple[str, ...]) -> type[Enum]:
 Schedule = _choice("Schedule", config.SCHEDULES)
 Time = _choice("Time", config.TIME_MODES)
 Device = _choice("Device", config.DEVICES)
-Sampler = _choice("Sampler", config.SAMPLERS)
+Sampler = _choice("Sampler", config.STRATEGIES)
 Unit = _choice("Unit", config.UNITS)
 Loss = _choice("Loss", config.LOSSES)
 Decay = _choice("Decay", config.DECAYS)
@@ -155,10 +155,11 @@ def sample(
     batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = SAMPLE.batch_size,
     seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same output).")] = SAMPLE.seed,
     prompt: Annotated[Optional[str], typer.Option(help="Template with [MASK] slots; masks are appended up to --length.")] = SAMPLE.prompt,
-    sampler: Annotated[Optional[Sampler], typer.Option(help="ancestral; cached (skips calls when nothing changed); first-hitting (one call per reveal) [default: first-hitting where the model allows it, else ancestral].")] = None,
+    sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy. " + strategies.help_text() + ". Default: first-hitting where the model allows it, else ancestral.")] = None,
+    param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable), e.g. --param tau=0.8.")] = None,
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="Never draw a token equal to an already revealed neighbour (no \"there there\"); --allow-repeats samples the model's own distribution.")] = SAMPLE.block_repeats,
     lowercase: Annotated[bool, typer.Option("--lowercase", help="Print the model's raw lower-case words (no truecasing; a prompt's words stay as typed).")] = False,
-    stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps} as JSON on stderr.")] = False,
+    stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps, sampler, exact, params} as JSON on stderr.")] = False,
     trajectory: Annotated[Optional[Path], typer.Option(help="Also write every frame of the run to this JSON file (one batch: --n <= --batch-size; format in dbert_core/trajectory.py).")] = None,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
     dtype: Annotated[Dtype, typer.Option(help="The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; draws stay float64), fp32 or bf16.")] = Dtype(SAMPLE.dtype),
@@ -169,6 +170,7 @@ def sample(
 
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
                               sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
+                              params=strategies.parse_params(sampler.value, param) if sampler else _no_params(param),
                               device=device.value, prompt=prompt, block_repeats=block_repeats,
                               dtype=dtype.value).validate()
     if trajectory is not None and cfg.n > cfg.batch_size:
@@ -193,6 +195,12 @@ def sample(
         say(json.dumps(st))
 
 
+def _no_params(param: list[str] | None) -> None:
+    if param:
+        raise DbertError("--param needs --sampler (the default sampler has no parameters)")
+    return None
+
+
 # ---------------------------------------------------------------------------------- eval
 @app.command("eval")
 def evaluate(
@@ -208,12 +216,16 @@ def evaluate(
     sample_length: Annotated[int, typer.Option(help="Tokens per sample (the paper: 64).")] = 64,
     top_k: Annotated[int, typer.Option(help="top-k of the samples (the paper: 30).")] = SAMPLE.top_k,
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="As in `dbert sample`.")] = SAMPLE.block_repeats,
+    sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy of the samples, as in `dbert sample`. Default: the model's fastest exact sampler.")] = None,
+    param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable).")] = None,
+    temperature: Annotated[float, typer.Option(help="Softmax temperature of the samples' token choice.")] = SAMPLE.temperature,
+    judge: Annotated[Optional[str], typer.Option(metavar="MODEL", help="Also score the samples and as much held-out --data text under this Hugging Face causal LM (a local folder or a hub id such as gpt2-large; safetensors only, no remote code): gen-PPL and unigram entropy.")] = None,
     batch_size: Annotated[int, typer.Option(help="Examples per batch.")] = 32,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
 ):
-    """ELBO perplexity (per token and per word) and, with --samples, BLEU-4 / Self-BLEU-4."""
+    """ELBO perplexity (per token and per word) and, with --samples, BLEU-4 / Self-BLEU-4 (and gen-PPL with --judge)."""
     from .metrics import perplexity, quality
 
     if limit is not None and limit < 1:
@@ -222,17 +234,25 @@ def evaluate(
         raise DbertError("--samples must be >= 0")
     if batch_size < 1:
         raise DbertError("--batch-size must be >= 1")
+    if judge is not None and not samples:
+        raise DbertError("--judge scores samples: give --samples N")
+    params = strategies.parse_params(sampler.value, param) if sampler else _no_params(param)
+    config.SampleConfig(sampler=sampler.value if sampler else None, params=params, temperature=temperature).validate()
     db = _load(checkpoint, device.value)
     result = {"checkpoint": str(db.path), **perplexity(db, data, steps=steps, limit=limit, exact=exact,
                                                        mc=mc_samples, batch_size=batch_size, seed=seed,
                                                        unit=unit.value)}
     if samples:
         result.update(quality(db, data, samples, steps=sample_steps, length=sample_length, top_k=top_k,
-                              batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats))
+                              batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
+                              sampler=sampler.value if sampler else None, params=params, temperature=temperature,
+                              judge=judge))
     if as_json:
         print(json.dumps(result))
     else:
         for key, value in result.items():
+            if isinstance(value, dict):
+                value = json.dumps(value)
             print(f"{key:>22}  {value:.4f}" if isinstance(value, float) else f"{key:>22}  {value}")
 
 
@@ -364,7 +384,7 @@ def bench(
     quick: Annotated[bool, typer.Option("--quick", help="Steps 16,128 only, fewer repetitions (minutes, not an hour).")] = False,
     steps: Annotated[Optional[str], typer.Option(help="Step budgets, comma-separated (default 16,128,512,2048).")] = None,
     batch: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "1,32",
-    samplers: Annotated[str, typer.Option(help="Samplers, comma-separated.")] = "ancestral,cached,first-hitting",
+    samplers: Annotated[str, typer.Option(help="Samplers, comma-separated (any of: " + ", ".join(config.STRATEGIES) + "; each at its default parameters).")] = ",".join(config.SAMPLERS),
     length: Annotated[int, typer.Option(help="Tokens per sample.")] = 64,
     measure_train: Annotated[bool, typer.Option("--train/--no-train", help="Measure training tokens/s.")] = True,
     bf16: Annotated[bool, typer.Option(help="Also time the forward pass in bfloat16.")] = True,
@@ -382,9 +402,9 @@ def bench(
     step_list = _int_list(steps, "--steps") if steps else ([16, 128] if quick else [16, 128, 512, 2048])
     batches = _int_list(batch, "--batch")
     chosen = [s.strip() for s in samplers.split(",") if s.strip()]
-    unknown = [s for s in chosen if s not in config.SAMPLERS]
+    unknown = [s for s in chosen if s not in config.STRATEGIES]
     if unknown or not chosen:
-        raise DbertError(f"--samplers: choose from {', '.join(config.SAMPLERS)}, got {samplers!r}")
+        raise DbertError(f"--samplers: choose from {', '.join(config.STRATEGIES)}, got {samplers!r}")
     if threads is not None:
         if threads < 1:
             raise DbertError("--threads must be >= 1")

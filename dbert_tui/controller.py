@@ -74,8 +74,9 @@ def compare_partner(s: Settings, T: int) -> Settings:
 
 
 def differences(a: SampleConfig, b: SampleConfig) -> set[str]:
-    """Names of the fields where two settings differ."""
-    return {name for name in vars(a) if getattr(a, name) != getattr(b, name)}
+    """Names of the fields where two settings differ (a strategy's parameters count as its sampler's)."""
+    out = {name for name in vars(a) if getattr(a, name) != getattr(b, name)}
+    return out | {"sampler"} if "params" in out else out
 
 
 def expected_masked(db, steps: int) -> list[float]:
@@ -364,18 +365,20 @@ class Session:
         self.change(db, top_p=next_in(TOP_PS, self.active.top_p))
 
     def next_sampler(self, db) -> None:
-        """The next sampler (SAMPLERS order) the checkpoint allows, after the one the run uses."""
-        from dbert_core.config import SAMPLERS
+        """The next strategy (config.STRATEGIES order: the exact samplers, then the heuristic ones)
+        the checkpoint allows, after the one the run uses, at its default parameters."""
+        from dbert_core.config import STRATEGIES
         from dbert_core.errors import DbertError
 
         def allowed(name: str) -> bool:
             try:
-                replace(self.active, sampler=name).resolved(db)
+                replace(self.active, sampler=name, params=None).resolved(db)
                 return True
             except DbertError:
                 return False
 
-        self.change(db, sampler=next_in([s for s in SAMPLERS if allowed(s)], self.shown_settings().sampler))
+        self.change(db, sampler=next_in([s for s in STRATEGIES if allowed(s)], self.shown_settings().sampler),
+                    params=None)
 
     def new_seed(self) -> None:
         """Another seed, the same for both sides."""

@@ -68,7 +68,7 @@ def test_cli_choices_are_the_config_tuples():
     from dbert_core import cli
 
     pairs = [(cli.Schedule, config.SCHEDULES), (cli.Time, config.TIME_MODES), (cli.Device, config.DEVICES),
-             (cli.Sampler, config.SAMPLERS), (cli.Unit, config.UNITS), (cli.Loss, config.LOSSES),
+             (cli.Sampler, config.STRATEGIES), (cli.Unit, config.UNITS), (cli.Loss, config.LOSSES),
              (cli.Decay, config.DECAYS), (cli.Dtype, config.DTYPES), (cli.Preset, config.PRESETS)]
     for enum, values in pairs:
         assert tuple(e.value for e in enum) == values

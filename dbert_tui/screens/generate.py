@@ -513,7 +513,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
     # ------------------------------------------------------------------ dialogs
     def action_edit(self) -> None:
-        from dbert_core.config import SAMPLERS
+        from dbert_core.config import STRATEGIES
 
         s = self.session.active
         fields = [
@@ -524,7 +524,9 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             ("length", "length (tokens)", "" if s.length is None else str(s.length), "the checkpoint's"),
             ("n", "samples", str(s.n), ""),
             ("seed", "seed", str(s.seed), ""),
-            ("sampler", "sampler", s.sampler or "", "auto: " + " | ".join(SAMPLERS)),
+            ("sampler", "sampler", s.sampler or "", "auto: " + " | ".join(STRATEGIES)),
+            ("params", "sampler parameters", " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                                      for k, v in (s.params or {}).items()), "NAME=VALUE ...: defaults"),
             ("pace_ms", "ms per step (0: fastest)", str(s.pace_ms), ""),
         ]
         title = "Sampling settings (Enter applies and restarts)"
@@ -551,6 +553,13 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             self.app.notify(f"samples must be 1..{MAX_N} and the pace >= 0 ms", title="settings", severity="error")
             return
         try:
+            fields["params"] = None
+            if values.get("params", "").strip():
+                if fields["sampler"] is None:
+                    raise DbertError("sampler parameters need a sampler named")
+                from dbert_core.strategies import parse_params
+
+                fields["params"] = parse_params(fields["sampler"], values["params"].split())
             self.session.change(self.db, **fields)
         except DbertError as e:
             self.app.notify(str(e), title="settings", severity="error")
