@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -145,8 +146,9 @@ def train(
 # ---------------------------------------------------------------------------------- sample
 @app.command()
 def sample(
-    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
-    n: Annotated[int, typer.Option("--n", help="Number of samples (lines on stdout).")] = SAMPLE.n,
+    prompt_arg: Annotated[Optional[str], typer.Argument(metavar="[PROMPT]", show_default=False, help="A prompt template with [MASK] slots (\"Once upon a time [MASK*20]\"), or - to read prompts from stdin, one per line.")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
+    n: Annotated[int, typer.Option("--n", "-n", help="Number of samples (lines on stdout), for each prompt.")] = SAMPLE.n,
     steps: Annotated[int, typer.Option(help="Reverse steps S (1..T).")] = SAMPLE.steps,
     temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (0: greedy, the most likely token).")] = SAMPLE.temperature,
     top_k: Annotated[int, typer.Option(help="Keep the k most likely tokens (0: off).")] = SAMPLE.top_k,
@@ -154,7 +156,9 @@ def sample(
     length: Annotated[Optional[int], typer.Option(help="Tokens per sample [default: the length the checkpoint was trained on].")] = SAMPLE.length,
     batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = SAMPLE.batch_size,
     seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same output).")] = SAMPLE.seed,
-    prompt: Annotated[Optional[str], typer.Option(help="Template with [MASK] slots; masks are appended up to --length.")] = SAMPLE.prompt,
+    prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Template with [MASK] slots ([MASK*N]: N of them); masks are appended up to --length.")] = SAMPLE.prompt,
+    prompt_file: Annotated[Optional[Path], typer.Option("--prompt-file", help="Prompts from a file, one per line (- : stdin); --n samples each.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the samples to this JSON Lines file: text, prompt, seed and settings per sample.")] = None,
     sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy. " + strategies.help_text() + ". Default: first-hitting where the model allows it, else ancestral.")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable), e.g. --param tau=0.8.")] = None,
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="Never draw a token equal to an already revealed neighbour (no \"there there\"); --allow-repeats samples the model's own distribution.")] = SAMPLE.block_repeats,
@@ -164,17 +168,26 @@ def sample(
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
     dtype: Annotated[Dtype, typer.Option(help="The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; draws stay float64), fp32 or bf16.")] = Dtype(SAMPLE.dtype),
 ):
-    """Generate N samples, one per line on stdout; a story start inside a sample reads " ¶ "."""
+    """Generate N samples, one per line on stdout; a story start inside a sample reads " ¶ ".
+
+    Example: dbert sample "Once upon a time [MASK*20]" -n 3 --seed 1 -o stories.jsonl
+    """
     from .detok import STORY_BREAK
+    from .progress import SampleProgress
     from .sample import generate
 
+    prompts = _prompts(prompt_arg, prompt, prompt_file)
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
                               sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
                               params=strategies.parse_params(sampler.value, param) if sampler else _no_params(param),
-                              device=device.value, prompt=prompt, block_repeats=block_repeats,
+                              device=device.value, prompt=None, block_repeats=block_repeats,
                               dtype=dtype.value).validate()
-    if trajectory is not None and cfg.n > cfg.batch_size:
-        raise DbertError("--trajectory records one batch: give --n <= --batch-size")
+    if trajectory is not None and (cfg.n > cfg.batch_size or len(prompts) > 1):
+        raise DbertError("--trajectory records one batch: give --n <= --batch-size and one prompt")
+    if cfg.seed is None:  # drawn once here, so --output can say which seed made each sample
+        import random
+
+        cfg = replace(cfg, seed=random.SystemRandom().randrange(config.MAX_SEED))
     db = _load(checkpoint, cfg.device)
     kept: list = []
     try:
@@ -182,13 +195,35 @@ def sample(
         paragraph = STORY_BREAK
     except (UnicodeEncodeError, LookupError):
         paragraph = " | "  # a terminal or pipe that cannot show the pilcrow
-    texts, st = generate(db, cfg, on_frame=kept.append if trajectory is not None else None,
-                         cased=not lowercase, paragraph=paragraph)
+    progress = SampleProgress(cfg.n * len(prompts), cfg.batch_size)
+    texts, records, st = [], [], None
+
+    def on_frame(frame):
+        progress(frame)
+        if trajectory is not None:
+            kept.append(frame)
+
+    for p in prompts:
+        run = replace(cfg, prompt=p)
+        got, st_p = generate(db, run, on_frame=on_frame, cased=not lowercase, paragraph=paragraph)
+        texts.extend(got)
+        resolved = run.resolved(db)
+        records.extend({"text": t, "prompt": p, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
+                        "settings": {k: getattr(resolved, k) for k in ("steps", "temperature", "top_k", "top_p", "length",
+                                                                       "sampler", "params", "block_repeats", "dtype")},
+                        "stats": st_p} for i, t in enumerate(got))
+        st = st_p if st is None else {k: (st[k] + st_p[k] if k in ("nfe", "rows", "gflop", "seconds", "samples") else st_p[k])
+                                      for k in st_p}
+    progress.close()
     if trajectory is not None:
         from .layout import atomic_write_text
         from .trajectory import trajectory as as_json
 
-        atomic_write_text(trajectory, json.dumps(as_json(db, cfg.resolved(db), kept)) + "\n")
+        atomic_write_text(trajectory, json.dumps(as_json(db, replace(cfg, prompt=prompts[0]).resolved(db), kept)) + "\n")
+    if output is not None:
+        from .layout import atomic_write_text
+
+        atomic_write_text(output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     sys.stdout.write("".join(t.replace("\n", " ") + "\n" for t in texts))
     sys.stdout.flush()
     if stats:
@@ -199,6 +234,29 @@ def _no_params(param: list[str] | None) -> None:
     if param:
         raise DbertError("--param needs --sampler (the default sampler has no parameters)")
     return None
+
+
+def _prompts(arg: str | None, option: str | None, file: Path | None) -> list[str | None]:
+    """The prompts of a `dbert sample` run: the positional one, --prompt, or --prompt-file / - (stdin,
+    one per line, blank lines skipped); [None] for an unconditional run."""
+    given = [x for x in (arg, option, file) if x is not None]
+    if len(given) > 1:
+        raise DbertError("give one prompt source: PROMPT, --prompt or --prompt-file")
+    if file is not None or arg == "-":
+        if arg == "-" or str(file) == "-":
+            text = sys.stdin.read()
+        else:
+            try:
+                text = Path(file).read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                raise DbertError(f"--prompt-file {file} is not UTF-8 text") from None
+            except OSError as e:
+                raise DbertError(f"cannot read --prompt-file {file}: {e.strerror}") from None
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        if not lines:
+            raise DbertError("no prompts given (the prompt file or stdin holds no text)")
+        return lines
+    return [arg if arg is not None else option]
 
 
 # ---------------------------------------------------------------------------------- eval

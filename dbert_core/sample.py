@@ -65,6 +65,8 @@ tokens from p' (temperature, top-k, top-p, repeat block) as in the exact sampler
 
 from __future__ import annotations
 
+import re
+
 import functools
 import math
 import time as _time
@@ -172,6 +174,14 @@ def default_length(db) -> int:
     return min(int(db.meta.get("seq_len", 64)), db.model.max_length)
 
 
+_MASK_RUN = re.compile(r"\[mask\s*\*\s*(\d{1,5})\]", re.IGNORECASE)
+
+
+def expand_template(template: str) -> str:
+    """A prompt template with each `[MASK*N]` written out as N `[MASK]` slots."""
+    return _MASK_RUN.sub(lambda m: " ".join(["[MASK]"] * int(m.group(1))), template)
+
+
 def prompt_words(db, template: str) -> dict[int, str]:
     """{position: the prompt's own text there} for the tokens of a template (not its [MASK]s):
     what is printed for them, case and accents as the user typed them."""
@@ -179,6 +189,7 @@ def prompt_words(db, template: str) -> dict[int, str]:
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
         return {}
+    template = expand_template(template)
     enc = backend.encode(template, add_special_tokens=False)
     if len(enc.ids) != len(tok.encode(template, add_special_tokens=False)):
         return {}
@@ -187,8 +198,10 @@ def prompt_words(db, template: str) -> dict[int, str]:
 
 
 def parse_prompt(db, template: str, length: int) -> torch.Tensor:
-    """Token ids (length,) of a template with [MASK] slots, masks appended up to length."""
+    """Token ids (length,) of a template with [MASK] slots ([MASK*N]: N of them), masks appended
+    up to length."""
     tok = db.tokenizer
+    template = expand_template(template)
     ids = tok.encode(template, add_special_tokens=False)
     bad = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id}
     ids = [tok.unk_token_id if i in bad else i for i in ids]

@@ -62,7 +62,7 @@ def test_eval_json(tiny_checkpoint, capsys, monkeypatch):
 BAD = [
     (["sample", "--checkpoint", "{ck}", "--steps", "0"], "--steps"),
     (["sample", "--checkpoint", "{ck}", "--steps", "999999"], "--steps"),
-    (["sample", "--checkpoint", "{ck}", "--temperature", "0"], "--temperature"),
+    (["sample", "--checkpoint", "{ck}", "--temperature", "-0.5"], "--temperature"),
     (["sample", "--checkpoint", "{ck}", "--temperature", "-1"], "--temperature"),
     (["sample", "--checkpoint", "{ck}", "--top-p", "0"], "--top-p"),
     (["sample", "--checkpoint", "{ck}", "--top-p", "1.5"], "--top-p"),
@@ -165,3 +165,46 @@ def test_ctrl_c_saves_and_resume_continues(tmp_path, sig):
                              env=env, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((out / "trainer_state" / "state.json").read_text())["step"] == state["step"] + 2
+
+
+def test_generation_conventions(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    """A positional prompt with [MASK*N], short options, prompts from a file or stdin (--n each),
+    --output JSON Lines with text, prompt, seed and settings; progress on stderr only."""
+    import io
+
+    ck = str(tiny_checkpoint)
+    code, out, err = run(["sample", "Once upon a time [MASK*6]", "-c", ck, "-n", "2", "--seed", "4",
+                          "--length", "12", "--steps", "8"], capsys, monkeypatch)
+    assert code == 0 and len(out.splitlines()) == 2
+    assert all(line.startswith("Once upon a time") for line in out.splitlines())
+    assert "[MASK" not in out and "sampling 2/2" in err  # a plain progress line: stderr is not a terminal
+    # the same run through -p gives the same lines
+    code, again, _ = run(["sample", "-p", "Once upon a time [MASK*6]", "-c", ck, "-n", "2", "--seed", "4",
+                          "--length", "12", "--steps", "8"], capsys, monkeypatch)
+    assert again == out
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Once upon a time [MASK*6]\n\nThe dog [MASK] ran\n", encoding="utf-8")
+    jsonl = tmp_path / "out.jsonl"
+    code, out2, err2 = run(["sample", "--prompt-file", str(prompts), "-c", ck, "-n", "2", "--seed", "4",
+                            "--length", "12", "--steps", "8", "-o", str(jsonl)], capsys, monkeypatch)
+    lines = out2.splitlines()
+    assert code == 0 and len(lines) == 4 and lines[:2] == out.splitlines()  # each prompt: its own seeded run
+    records = [json.loads(x) for x in jsonl.read_text(encoding="utf-8").splitlines()]
+    assert [r["text"] for r in records] == lines
+    assert [r["prompt"] for r in records] == ["Once upon a time [MASK*6]"] * 2 + ["The dog [MASK] ran"] * 2
+    assert {r["seed"] for r in records} == {4} and records[2]["index"] == 0
+    assert records[0]["settings"]["steps"] == 8 and records[0]["settings"]["length"] == 12
+    assert records[0]["settings"]["sampler"] and records[0]["stats"]["nfe"] > 0
+    monkeypatch.setattr(sys, "stdin", io.StringIO("The dog [MASK] ran\n"))
+    code, out3, _ = run(["sample", "-", "-c", ck, "-n", "2", "--seed", "4", "--length", "12", "--steps", "8"],
+                        capsys, monkeypatch)
+    assert code == 0 and out3.splitlines() == lines[2:]
+    # without --seed, the seed drawn is written down and reproduces the run
+    code, out4, _ = run(["sample", "-c", ck, "-n", "1", "--length", "12", "--steps", "8", "-o", str(jsonl)],
+                        capsys, monkeypatch)
+    seed = json.loads(jsonl.read_text(encoding="utf-8"))["seed"]
+    code, out5, _ = run(["sample", "-c", ck, "-n", "1", "--length", "12", "--steps", "8", "--seed", str(seed)],
+                        capsys, monkeypatch)
+    assert out5 == out4
+    code, _, err = run(["sample", "a [MASK]", "-p", "b [MASK]", "-c", ck], capsys, monkeypatch)
+    assert code != 0 and "one prompt source" in err and "Traceback" not in err
