@@ -77,7 +77,7 @@ def _load(checkpoint: str | None, device: str):
 @app.command()
 def train(
     ctx: typer.Context,
-    data: Annotated[Optional[list[str]], typer.Option("--data", help="Training text files or globs (repeatable; with --resume: the checkpoint's).")] = None,
+    data: Annotated[Optional[list[str]], typer.Option("--data", help="Training text files or globs (repeatable; recorded as absolute paths; with --resume: the checkpoint's, or the same files moved).")] = None,
     out: Annotated[str, typer.Option(help="Output checkpoint: a bare NAME goes to the store; anything with a path separator (./x, runs/x) is a directory.")] = ...,
     preset: Annotated[Preset, typer.Option(help="Model size for a random init.")] = Preset(TRAIN.preset),
     init: Annotated[Optional[str], typer.Option(help="Start from a pretrained BERT (path or hub id).")] = TRAIN.init,
@@ -108,13 +108,15 @@ def train(
     device: Annotated[Device, typer.Option(help="Where to train.")] = Device(TRAIN.device),
     dtype: Annotated[Dtype, typer.Option(help="auto (bf16 autocast where native: CUDA, CPUs with AVX512-BF16/AMX), fp32 or bf16.")] = Dtype(TRAIN.dtype),
     seed: Annotated[int, typer.Option(help="Random seed.")] = TRAIN.seed,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run saved in --out exactly (its own settings; only --max-steps, --eval-every, --save-every, --log-every, --device and --dtype may change).")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run saved in --out exactly (its own settings; only --max-steps, --eval-every, --save-every, --log-every, --device and --dtype may change; --data / --val-data again only for the same files moved elsewhere, checked by size and hash).")] = False,
 ):
     """Train a DiffusionBERT on your text files (stdout stays empty)."""
     from .progress import TrainProgress
     from .store import out_path
+    from .data import absolute_patterns
     from .train import Trainer, TrainConfig, resume_config
 
+    data, val_data = absolute_patterns(data), absolute_patterns(val_data)  # a run resumes from anywhere
     values = dict(
         data=data, preset=None if init else preset.value, init=init, from_scratch=from_scratch, trim_vocab=trim_vocab,
         vocab_size=vocab_size, unit=unit.value, pack=pack, seq_len=seq_len, batch_size=batch_size,

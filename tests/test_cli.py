@@ -208,3 +208,47 @@ def test_generation_conventions(tiny_checkpoint, tmp_path, capsys, monkeypatch):
     assert out5 == out4
     code, _, err = run(["sample", "a [MASK]", "-p", "b [MASK]", "-c", ck], capsys, monkeypatch)
     assert code != 0 and "one prompt source" in err and "Traceback" not in err
+
+
+def test_resume_from_anywhere_and_moved_data(tmp_path, capsys, monkeypatch):
+    """A run records absolute data paths (it resumes from another folder), and --data may be given
+    again on resume for the same files moved elsewhere, checked by content, never for other files."""
+    import shutil
+
+    home = tmp_path / "project"
+    home.mkdir()
+    shutil.copy(TINYSTORIES, home / "stories.txt")
+    monkeypatch.setenv("DBERT_HOME", str(tmp_path / "dbhome"))
+    monkeypatch.chdir(home)
+    args = ["--max-steps", "2", "--batch-size", "8", "--seq-len", "16", "--T", "64", "--eval-steps", "8",
+            "--eval-every", "0", "--device", "cpu"]
+    code, _, err = run(["train", "--data", "stories.txt", "--out", "anywhere", *args], capsys, monkeypatch)
+    assert code == 0, err
+    meta = json.loads((tmp_path / "dbhome" / "checkpoints" / "anywhere" / "dbert.json").read_text())
+    assert meta["train_config"]["data"] == [str(home / "stories.txt")] and meta["data_files"][0]["size"] > 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, _, err = run(["train", "--out", "anywhere", "--resume", "--max-steps", "3"], capsys, monkeypatch)
+    assert code == 0, err
+    # the files moved: given again, they are checked by size and hash
+    (home / "stories.txt").rename(elsewhere / "moved.txt")
+    code, _, err = run(["train", "--out", "anywhere", "--resume", "--max-steps", "4"], capsys, monkeypatch)
+    assert code != 0 and "data file not found" in err
+    code, _, err = run(["train", "--out", "anywhere", "--resume", "--max-steps", "4", "--data", "moved.txt"],
+                       capsys, monkeypatch)
+    assert code == 0, err
+    (elsewhere / "other.txt").write_text("A different story. It is not the run's.\n" * 50)
+    code, _, err = run(["train", "--out", "anywhere", "--resume", "--max-steps", "5", "--data", "other.txt"],
+                       capsys, monkeypatch)
+    assert code != 0 and "not the run's" in err and "Traceback" not in err
+
+
+def test_the_default_answers_to_both_names(capsys, monkeypatch):
+    from dbert_core.store import resolve
+
+    assert resolve("dbert-minilm-stories") == resolve("default") == resolve(None)
+    code, _, err = run(["sample", "-c", "dbert-minilm-stori", "-n", "1"], capsys, monkeypatch)
+    assert code == 2 and "did you mean 'dbert-minilm-stories'" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(["train", "--data", str(TINYSTORIES), "--out", "dbert-minilm-stories"], capsys, monkeypatch)
+    assert code == 2 and "shipped checkpoint" in err
