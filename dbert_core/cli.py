@@ -18,6 +18,23 @@ import typer
 from . import config, strategies
 from .errors import DbertError
 
+def flags_without_type() -> None:
+    """Help lists a flag (--lowercase, --block-repeats/--allow-repeats, --help) without a `<bool>`
+    type column: it takes no value."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "dbert", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich.dbert = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+flags_without_type()
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="DiffusionBERT: train, sample and evaluate text diffusion models.")
 checkpoints_app = typer.Typer(no_args_is_help=True, help="List and manage stored checkpoints.")
@@ -101,7 +118,7 @@ def train(
     dropout: Annotated[Optional[float], typer.Option(help="Override the model's dropout rates.")] = TRAIN.dropout,
     val_data: Annotated[Optional[list[str]], typer.Option(help="Held-out files (default: a slice of --data).")] = TRAIN.val_data,
     eval_every: Annotated[int, typer.Option(help="Validation ELBO every N steps (0: never).")] = TRAIN.eval_every,
-    eval_steps: Annotated[Optional[int], typer.Option(help="Step budget of the validation ELBO [default: min(128, T)].")] = TRAIN.eval_steps,
+    eval_steps: Annotated[Optional[int], typer.Option(help="Step budget of the validation ELBO (default: min(128, T)).")] = TRAIN.eval_steps,
     save_every: Annotated[int, typer.Option(help="Checkpoint every N steps (0: only at the end).")] = TRAIN.save_every,
     log_every: Annotated[int, typer.Option(help="Progress line every N steps (non-terminal stderr).")] = TRAIN.log_every,
     gpu: Annotated[bool, typer.Option("--gpu", help="Train on CUDA; an error if there is none.")] = False,
@@ -110,7 +127,10 @@ def train(
     seed: Annotated[int, typer.Option(help="Random seed.")] = TRAIN.seed,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run saved in --out exactly (its own settings; only --max-steps, --eval-every, --save-every, --log-every, --device and --dtype may change; --data / --val-data again only for the same files moved elsewhere, checked by size and hash).")] = False,
 ):
-    """Train a DiffusionBERT on your text files (stdout stays empty)."""
+    """Train a DiffusionBERT on your text files (stdout stays empty).
+
+    Example: dbert train --data stories.txt --unit sentence --preset tiny --max-steps 300 --lr 3e-3 --out tiny
+    """
     from .progress import TrainProgress
     from .store import out_path
     from .data import absolute_patterns
@@ -149,15 +169,15 @@ def train(
 @app.command()
 def sample(
     prompt_arg: Annotated[Optional[str], typer.Argument(metavar="[PROMPT]", show_default=False, help="A prompt template with [MASK] slots (\"Once upon a time [MASK*20]\"), or - to read prompts from stdin, one per line.")] = None,
-    checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
     n: Annotated[int, typer.Option("--n", "-n", help="Number of samples (lines on stdout), for each prompt.")] = SAMPLE.n,
     steps: Annotated[int, typer.Option(help="Reverse steps S (1..T).")] = SAMPLE.steps,
     temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (0: greedy, the most likely token).")] = SAMPLE.temperature,
     top_k: Annotated[int, typer.Option(help="Keep the k most likely tokens (0: off).")] = SAMPLE.top_k,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling mass in (0, 1].")] = SAMPLE.top_p,
-    length: Annotated[Optional[int], typer.Option(help="Tokens per sample [default: the length the checkpoint was trained on].")] = SAMPLE.length,
+    length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length: 128 for the shipped model).")] = SAMPLE.length,
     batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = SAMPLE.batch_size,
-    seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same output).")] = SAMPLE.seed,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed: the same seed gives the same output (default: a fresh one, written to --output).")] = SAMPLE.seed,
     prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Template with [MASK] slots ([MASK*N]: N of them); masks are appended up to --length.")] = SAMPLE.prompt,
     prompt_file: Annotated[Optional[Path], typer.Option("--prompt-file", help="Prompts from a file, one per line (- : stdin); --n samples each.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the samples to this JSON Lines file: text, prompt, seed and settings per sample.")] = None,
@@ -265,7 +285,7 @@ def _prompts(arg: str | None, option: str | None, file: Path | None) -> list[str
 @app.command("eval")
 def evaluate(
     data: Annotated[list[str], typer.Option("--data", help="Text file(s) to score: one example per line.")],
-    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
     steps: Annotated[int, typer.Option(help="Step budget S of the ELBO.")] = 128,
     limit: Annotated[Optional[int], typer.Option(help="Score only the first N examples.")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Sum all S terms per example (slow).")] = False,
@@ -285,7 +305,10 @@ def evaluate(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
 ):
-    """ELBO perplexity (per token and per word) and, with --samples, BLEU-4 / Self-BLEU-4 (and gen-PPL with --judge)."""
+    """ELBO perplexity (per token and per word) and, with --samples, BLEU-4 / Self-BLEU-4 (and gen-PPL with --judge).
+
+    Example: dbert eval --data held-out.txt --unit sentence --limit 200 --samples 20 --json
+    """
     from .metrics import perplexity, quality
 
     if limit is not None and limit < 1:
@@ -319,7 +342,10 @@ def evaluate(
 # ---------------------------------------------------------------------------------- checkpoints
 @checkpoints_app.command("list")
 def checkpoints_list(as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False):
-    """Stored checkpoints (the shipped default first) and the store's location."""
+    """Stored checkpoints (the shipped default first) and the store's location.
+
+    Example: dbert checkpoints list --json
+    """
     from .store import entries, human_size, store_dir
 
     rows = entries()
@@ -371,7 +397,10 @@ def checkpoints_fetch(
     revision: Annotated[Optional[str], typer.Option(help="Hub branch, tag or commit to pin.")] = None,
     name: Annotated[Optional[str], typer.Option(help="Store name (default: the repo's or archive's name).")] = None,
 ):
-    """Download a checkpoint into the store; prints its path on stdout."""
+    """Download a checkpoint into the store; prints its path on stdout.
+
+    Example: dbert checkpoints fetch user/my-dbert --name my-dbert
+    """
     from .hub import fetch
 
     bar = _FetchProgress()
@@ -387,7 +416,10 @@ def checkpoints_import(
     directory: Annotated[str, typer.Argument(metavar="DIR", help="A checkpoint directory to copy into the store.")],
     name: Annotated[Optional[str], typer.Option(help="Store name (default: the directory's name).")] = None,
 ):
-    """Copy a local checkpoint into the store; prints its path on stdout."""
+    """Copy a local checkpoint into the store; prints its path on stdout.
+
+    Example: dbert checkpoints import runs/stories --name stories
+    """
     from .hub import import_dir
 
     print(import_dir(directory, name=name))
@@ -398,7 +430,10 @@ def checkpoints_remove(
     name: Annotated[str, typer.Argument(help="Store name of the checkpoint to delete.")],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ):
-    """Delete a checkpoint from the store (asks first unless --yes)."""
+    """Delete a checkpoint from the store (asks first unless --yes).
+
+    Example: dbert checkpoints remove stories --yes
+    """
     from .hub import remove
     from .store import resolve
 
@@ -412,18 +447,18 @@ def checkpoints_remove(
     say(f"removed {path}")
 
 
-@app.command()
-def tui(
-    checkpoint: Annotated[Optional[str], typer.Option(help="Store name or directory to start with.")] = None,
-):
-    """Open the interactive terminal app (same as `dbert-tui`)."""
-    from dbert_tui.app import run
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
+def tui(ctx: typer.Context):
+    """Open the interactive terminal app: `dbert-tui` with every option it takes (dbert tui --help).
 
-    if checkpoint is not None:
-        from .store import resolve
+    Example: dbert tui --checkpoint dbert-minilm-wiki --steps 64
+    """
+    from importlib.metadata import entry_points
 
-        resolve(checkpoint)  # a bad name is one line and exit 2, before the screen opens
-    raise typer.Exit(run(checkpoint=checkpoint))
+    found = [e for e in entry_points(group="console_scripts") if e.name == "dbert-tui"]
+    if not found:  # the engine reaches the front end through its entry point, never by import
+        raise DbertError("the terminal app is not installed (no dbert-tui entry point): pip install dbert")
+    found[0].load()(list(ctx.args), prog_name="dbert tui")
 
 
 # ---------------------------------------------------------------------------------- bench
@@ -439,7 +474,7 @@ def _int_list(text: str, option: str) -> list[int]:
 
 @app.command()
 def bench(
-    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
     out: Annotated[str, typer.Option(help="Directory for bench.json and bench.md.")] = "bench",
     quick: Annotated[bool, typer.Option("--quick", help="Steps 16,128 only, fewer repetitions (minutes, not an hour).")] = False,
     steps: Annotated[Optional[str], typer.Option(help="Step budgets, comma-separated (default 16,128,512,2048).")] = None,
@@ -451,7 +486,10 @@ def bench(
     threads: Annotated[Optional[int], typer.Option(help="torch threads (default: torch's choice); the forward is also timed with 1..cores.")] = None,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
 ):
-    """Measure sampling speed, training tokens/s and forward efficiency on this machine (Markdown on stdout)."""
+    """Measure sampling speed, training tokens/s and forward efficiency on this machine (Markdown on stdout).
+
+    Example: dbert bench --quick --out bench-results
+    """
     import os
     import time
 
@@ -484,7 +522,7 @@ def bench(
 # ---------------------------------------------------------------------------------- serve
 @app.command()
 def serve(
-    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback is reachable from other machines (set --api-key).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     api_key: Annotated[Optional[str], typer.Option(envvar="DBERT_API_KEY", help="Require Authorization: Bearer KEY (or set DBERT_API_KEY, which stays out of the process list).")] = None,
@@ -499,7 +537,10 @@ def serve(
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
     dtype: Annotated[Dtype, typer.Option(help="The network's precision, as in `dbert sample`.")] = Dtype(SAMPLE.dtype),
 ):
-    """Serve the checkpoint over HTTP: OpenAI-compatible /v1/completions with infill (suffix)."""
+    """Serve the checkpoint over HTTP: OpenAI-compatible /v1/completions with infill (suffix).
+
+    Example: dbert serve --port 8000 --api-key secret
+    """
     for value, option in ((max_n, "--max-n"), (max_tokens, "--max-tokens"), (max_queue, "--max-queue"),
                           (max_body, "--max-body"), (batch_rows, "--batch-rows")):
         if value < 1:

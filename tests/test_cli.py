@@ -252,3 +252,32 @@ def test_the_default_answers_to_both_names(capsys, monkeypatch):
     assert code == 2 and "did you mean 'dbert-minilm-stories'" in err and len(err.strip().splitlines()) == 1
     code, _, err = run(["train", "--data", str(TINYSTORIES), "--out", "dbert-minilm-stories"], capsys, monkeypatch)
     assert code == 2 and "shipped checkpoint" in err
+
+
+@pytest.mark.parametrize("command", [["train"], ["sample"], ["eval"], ["bench"], ["serve"], ["tui"],
+                                     ["checkpoints", "list"], ["checkpoints", "fetch"], ["checkpoints", "import"],
+                                     ["checkpoints", "remove"]])
+def test_help_reads_cleanly(command, capsys, monkeypatch):
+    """Each command's help: an example, no `<bool>` on flags, no " ." left by swallowed markup."""
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out, _ = run([*command, "--help"], capsys, monkeypatch)
+    assert code == 0 and "Example:" in out
+    assert "<bool>" not in out and " .\n" not in out.replace("│", "\n") and " . " not in out
+    if command == ["sample"]:
+        flat = " ".join(out.replace("│", " ").split())
+        assert "default: a fresh one" in flat and "default: the checkpoint's training length" in flat
+
+
+def test_dbert_tui_takes_every_option_of_dbert_tui(capsys, monkeypatch):
+    from dbert_tui import app as tui_app
+    from dbert_tui.controller import Settings
+
+    seen = {}
+    monkeypatch.setattr(tui_app, "run", lambda checkpoint, settings: seen.update(c=checkpoint, s=settings) or 0)
+    code, _, err = run(["tui", "--steps", "64", "--temperature", "0", "--top-k", "5", "--length", "20", "--seed", "3",
+                        "--device", "cpu", "--pace-ms", "0", "-c", "dbert-minilm-wiki"], capsys, monkeypatch)
+    assert code == 0, err
+    assert seen["c"] == "dbert-minilm-wiki"
+    assert seen["s"] == Settings(steps=64, temperature=0.0, top_k=5, length=20, seed=3, device="cpu", pace_ms=0)
+    code, _, err = run(["tui", "--steps", "0"], capsys, monkeypatch)
+    assert code == 2 and "--steps" in err and "Traceback" not in err
