@@ -217,6 +217,11 @@ def sample(
         paragraph = STORY_BREAK
     except (UnicodeEncodeError, LookupError):
         paragraph = " | "  # a terminal or pipe that cannot show the pilcrow
+    from .sample import prompt_notes
+
+    for p in dict.fromkeys(x for x in prompts if x is not None):
+        for note in prompt_notes(db, p):
+            say(f"dbert: note: {note}" + (f" ({p[:40]!r})" if len(prompts) > 1 else ""))
     progress = SampleProgress(cfg.n * len(prompts), cfg.batch_size)
     texts, records, st = [], [], None
 

@@ -197,6 +197,25 @@ def prompt_words(db, template: str) -> dict[int, str]:
             if t != tok.mask_token_id and b > a}
 
 
+def prompt_notes(db, template: str) -> list[str]:
+    """What a user should know about a prompt before sampling: no [MASK] slot (the masks are
+    appended after it), and the words the tokenizer cannot spell (the model sees [UNK] there;
+    the output keeps them as typed)."""
+    notes = []
+    full = expand_template(template)
+    if not re.search(r"\[mask\]", full, re.IGNORECASE):
+        notes.append("the prompt has no [MASK] slot: masks are appended after it up to --length")
+    tok = db.tokenizer
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None:
+        enc = backend.encode(full, add_special_tokens=False)
+        unknown = [full[a:b] for t, (a, b) in zip(enc.ids, enc.offsets) if t == tok.unk_token_id and b > a]
+        if unknown:
+            shown = ", ".join(repr(u) for u in dict.fromkeys(unknown[:5]))
+            notes.append(f"the tokenizer cannot spell {shown}: the model sees [UNK] there (printed as typed)")
+    return notes
+
+
 def parse_prompt(db, template: str, length: int) -> torch.Tensor:
     """Token ids (length,) of a template with [MASK] slots ([MASK*N]: N of them), masks appended
     up to length."""

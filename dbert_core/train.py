@@ -368,8 +368,9 @@ class Trainer:
             from .pretrained import local_dir
             from .tokenizer import WordPieceTokenizer
 
+            folder = local_dir(init)  # its own message when a hub id cannot be downloaded
             try:
-                return WordPieceTokenizer.load(local_dir(init))
+                return WordPieceTokenizer.load(folder)
             except DbertError as e:
                 raise DbertError(f"cannot load a tokenizer from --init {c.init}: {e}") from None
         from .model import PRESETS

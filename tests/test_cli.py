@@ -281,3 +281,25 @@ def test_dbert_tui_takes_every_option_of_dbert_tui(capsys, monkeypatch):
     assert seen["s"] == Settings(steps=64, temperature=0.0, top_k=5, length=20, seed=3, device="cpu", pace_ms=0)
     code, _, err = run(["tui", "--steps", "0"], capsys, monkeypatch)
     assert code == 2 and "--steps" in err and "Traceback" not in err
+
+
+def test_errors_that_say_what_happened(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    """A prompt without a slot or with unspellable characters gets a note; a hub id that cannot be
+    downloaded says the Hub is unreachable and how to use a local folder; a folder that is no
+    checkpoint says which files are missing."""
+    code, out, err = run(["sample", "-c", str(tiny_checkpoint), "-p", "the cat 🐱", "-n", "1", "--length", "8",
+                          "--steps", "4", "--seed", "1"], capsys, monkeypatch)
+    assert code == 0 and out.startswith("the cat 🐱")
+    assert "no [MASK] slot" in err and "cannot spell '🐱'" in err
+    code, _, err = run(["sample", "-c", str(tiny_checkpoint), "-p", "the [mask] sat", "-n", "1", "--length", "8",
+                        "--steps", "4"], capsys, monkeypatch)
+    assert code == 0 and "no [MASK] slot" not in err
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("DBERT_HOME", str(tmp_path / "home"))
+    code, _, err = run(["train", "--init", "bert-base-uncased", "--data", str(TINYSTORIES), "--out", str(tmp_path / "x"),
+                        "--max-steps", "1"], capsys, monkeypatch)
+    assert code == 2 and "not reachable" in err and "--init ./bert-base-uncased" in err
+    (tmp_path / "notck").mkdir()
+    (tmp_path / "notck" / "config.json").write_text("{}")
+    code, _, err = run(["checkpoints", "import", str(tmp_path / "notck")], capsys, monkeypatch)
+    assert code == 2 and "missing" in err and "model.safetensors" in err and "config.json," not in err
