@@ -326,15 +326,26 @@ def evaluate(
         raise DbertError("--judge scores samples: give --samples N")
     params = strategies.parse_params(sampler.value, param) if sampler else _no_params(param)
     config.SampleConfig(sampler=sampler.value if sampler else None, params=params, temperature=temperature).validate()
+    from .progress import CountProgress, SampleProgress
+
     db = _load(checkpoint, device.value)
+    scoring = CountProgress(1, batch_size, label="scoring")
+
+    def scored(done: int, total: int) -> None:
+        scoring.total = total
+        scoring.update(done)
+
     result = {"checkpoint": str(db.path), **perplexity(db, data, steps=steps, limit=limit, exact=exact,
                                                        mc=mc_samples, batch_size=batch_size, seed=seed,
-                                                       unit=unit.value)}
+                                                       unit=unit.value, progress=scored)}
+    scoring.close()
     if samples:
+        sampling = SampleProgress(2 * samples, batch_size)
         result.update(quality(db, data, samples, steps=sample_steps, length=sample_length, top_k=top_k,
                               batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
                               sampler=sampler.value if sampler else None, params=params, temperature=temperature,
-                              judge=judge))
+                              judge=judge, on_frame=sampling))
+        sampling.close()
     if as_json:
         print(json.dumps(result))
     else:

@@ -130,3 +130,22 @@ class SampleProgress:
     def close(self) -> None:
         if self.live and self.stream is not None:
             self._write("\r\x1b[K")
+
+
+class CountProgress(SampleProgress):
+    """Progress of a loop over N items (`dbert eval`'s scoring): update(done) after each batch."""
+
+    def update(self, done: int) -> None:
+        if self.stream is None:
+            return
+        elapsed = time.perf_counter() - self.start
+        fraction = done / max(1, self.total)
+        now = time.perf_counter()
+        text = f"{self.label} {done}/{self.total} · {_fmt_time(elapsed)} · eta {self._eta(fraction)}"
+        if self.live:
+            if done >= self.total or now - self._shown > 0.1:
+                self._shown = now
+                self._write(f"\r{text}\x1b[K")
+        elif done >= self.total or now - self._shown > 10:  # plain lines: every 10 s and at the end
+            self._shown = now
+            self._write(text + "\n")

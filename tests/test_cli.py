@@ -303,3 +303,35 @@ def test_errors_that_say_what_happened(tiny_checkpoint, tmp_path, capsys, monkey
     (tmp_path / "notck" / "config.json").write_text("{}")
     code, _, err = run(["checkpoints", "import", str(tmp_path / "notck")], capsys, monkeypatch)
     assert code == 2 and "missing" in err and "model.safetensors" in err and "config.json," not in err
+
+
+def test_eval_and_sample_show_progress_on_stderr_only(tiny_checkpoint, capsys, monkeypatch):
+    code, out, err = run(["eval", "--checkpoint", str(tiny_checkpoint), "--data", str(TINYSTORIES_VALID), "--unit",
+                          "sentence", "--limit", "40", "--batch-size", "16", "--steps", "8", "--samples", "4",
+                          "--sample-steps", "4", "--sample-length", "8", "--json"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["examples"] == 40  # stdout: the JSON alone
+    assert "scoring 40/40" in err and "sampling 8/8" in err
+
+
+def test_progress_line_on_a_terminal():
+    import io
+
+    import torch
+
+    from dbert_core.progress import SampleProgress
+    from dbert_core.sample import Frame
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Tty()
+    bar = SampleProgress(4, 2, stream=stream)
+    masked = torch.ones(2, 3, dtype=torch.bool)
+    for step, done in ((1, False), (2, True)):
+        m = torch.zeros_like(masked) if done else masked
+        bar(Frame(ids=torch.zeros(2, 3, dtype=torch.long), masked=m, revealed=torch.zeros_like(m),
+                  confidence=torch.zeros(2, 3), step=step, steps=2, t=0, nfe=step))
+    bar.close()
+    text = stream.getvalue()
+    assert "\r" in text and "sampling 2/4 · step 2/2 · 2 calls" in text and "\n" not in text
