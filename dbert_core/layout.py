@@ -37,6 +37,7 @@ KINDS = ("swap", "fetch", "import", "remove")
 STALE_SECONDS = 24 * 3600  # an owner alive for longer is taken for a reused pid
 META = "dbert.json"
 REQUIRED = ("config.json", "model.safetensors", META, "dbert_tokens.safetensors")
+TUI_STATE = "tui.json"  # in $DBERT_HOME: the checkpoint the TUI last used
 TRUECASE = "dbert_truecase.json"  # optional: the truecasing table (truecase.py); older checkpoints lack it
 _NAME = re.compile(r"^\.(?P<name>.+)\.dbert-(?P<kind>" + "|".join(KINDS) + r")-(?P<pid>\d+)-[A-Za-z0-9_]+$")
 

@@ -137,6 +137,13 @@ class Entry:
     time: str
     created: str
     broken: str | None = None  # why the entry cannot be used; the other fields are then placeholders
+    step: int | None = None    # optimizer steps trained
+    val_ppl: float | None = None  # the last held-out bound per token measured while training
+
+    @property
+    def label(self) -> str:
+        """The name as a listing shows it: the default with its own name too."""
+        return f"{SHIPPED[self.name]} ({self.name})" if self.name == DEFAULT_NAME else self.name
 
 
 def _size(path: Path) -> int:
@@ -164,7 +171,38 @@ def _entry(name: str, path: Path) -> Entry:
     if schedule == "spindle":
         schedule = f"spindle({meta.get('lambda', 0.3):g})"
     return Entry(name, path, size, meta.get("parameters"), schedule, meta.get("time", "none"),
-                 meta.get("created", "?"))
+                 meta.get("created", "?"), step=meta.get("step"), val_ppl=_val_ppl(path, meta))
+
+
+def _val_ppl(path: Path, meta: dict) -> float | None:
+    """The last validation bound: dbert.json's (saved since dbert records it), else the trainer state's."""
+    if isinstance(meta.get("val_ppl_token"), (int, float)):
+        return float(meta["val_ppl_token"])
+    state = path / "trainer_state" / "state.json"
+    try:
+        if state.is_file() and state.stat().st_size < 16 * 2**20:
+            import json
+
+            history = json.loads(state.read_text()).get("state", {}).get("history", [])
+            vals = [h["val_ppl_token"] for h in history if isinstance(h, dict) and "val_ppl_token" in h]
+            return float(vals[-1]) if vals else None
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):
+        pass
+    return None
+
+
+def tui_checkpoint() -> Path | None:
+    """The checkpoint the TUI last used ($DBERT_HOME/tui.json, layout.TUI_STATE), if it names one."""
+    import json
+
+    try:
+        file = home() / layout.TUI_STATE
+        if not file.is_file() or file.stat().st_size > 2**20:
+            return None
+        last = json.loads(file.read_text()).get("checkpoint")
+        return Path(last) if isinstance(last, str) and last else None
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
 
 
 def entries() -> list[Entry]:
