@@ -349,10 +349,28 @@ def evaluate(
     if as_json:
         print(json.dumps(result))
     else:
-        for key, value in result.items():
-            if isinstance(value, dict):
-                value = json.dumps(value)
-            print(f"{key:>22}  {value:.4f}" if isinstance(value, float) else f"{key:>22}  {value}")
+        for line in eval_lines(result):
+            print(line)
+
+
+def eval_lines(result: dict) -> list[str]:
+    """`dbert eval` for a reader: the bounds with their 95% intervals and what they mean, then
+    every figure by name (--json gives the same figures as one object)."""
+    import math
+
+    out = []
+    if "ppl_token" in result:
+        for unit in ("token", "word"):
+            ppl, se = result[f"ppl_{unit}"], result[f"nats_per_{unit}_se"]
+            lo, hi = math.exp(math.log(ppl) - 1.96 * se), math.exp(math.log(ppl) + 1.96 * se)
+            out.append(f"{'perplexity per ' + unit:>22}  <= {ppl:.2f}  (95%: {lo:.2f} to {hi:.2f})")
+        out.append(f"{'':>22}  upper bounds: the {result['steps']}-step ELBO of {result['examples']} examples; "
+                   "the model's true perplexity is lower")
+    for key, value in result.items():
+        if isinstance(value, dict):
+            value = json.dumps(value)
+        out.append(f"{key:>22}  {value:.4f}" if isinstance(value, float) else f"{key:>22}  {value}")
+    return out
 
 
 # ---------------------------------------------------------------------------------- checkpoints

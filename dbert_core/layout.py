@@ -224,6 +224,15 @@ def read_meta(path) -> dict:
     return check(meta, path)
 
 
+def missing(path) -> list[str]:
+    """The files a checkpoint folder needs and lacks (nothing is opened or read)."""
+    path = Path(path)
+    gaps = [f for f in REQUIRED if not (path / f).is_file()]
+    if not ((path / "tokenizer.json").is_file() or (path / "vocab.txt").is_file()):
+        gaps.append("tokenizer.json or vocab.txt")
+    return gaps
+
+
 def inspect(path) -> dict:
     """The quick checks of a checkpoint folder (files present, no code, dbert.json valid): its
     meta, or DbertError with the reason. The tensors are checked by checkpoint.load."""
@@ -232,11 +241,9 @@ def inspect(path) -> dict:
     path = Path(path)
     if not path.is_dir():
         raise DbertError(f"checkpoint directory not found: {path}")
-    missing = [f for f in REQUIRED if not (path / f).is_file()]
-    if not ((path / "tokenizer.json").is_file() or (path / "vocab.txt").is_file()):
-        missing.append("tokenizer.json or vocab.txt")
-    if missing:
-        raise DbertError(f"checkpoint {path} is missing {', '.join(missing)}")
+    gaps = missing(path)
+    if gaps:
+        raise DbertError(f"checkpoint {path} is missing {', '.join(gaps)}")
     refuse_code(path)
     return read_meta(path)
 

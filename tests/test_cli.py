@@ -362,3 +362,21 @@ def test_checkpoints_list_fits_80_columns_and_marks_the_tuis(tiny_checkpoint, tm
     code, out, _ = run(["checkpoints", "list", "--json"], capsys, monkeypatch)
     rows = {r["name"]: r for r in map(json.loads, out.splitlines())}
     assert rows["mine"]["tui"] and not rows["default"]["tui"] and rows["mine"]["step"] == meta["step"]
+
+
+def test_import_of_a_folder_that_is_no_checkpoint_says_what_is_missing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DBERT_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    (folder / "scanhist.sh").write_text("echo hi\n")
+    code, _, err = run(["checkpoints", "import", str(folder)], capsys, monkeypatch)
+    assert code == 2 and "is not a dbert checkpoint" in err and "model.safetensors" in err
+    assert "custom code" not in err
+
+
+def test_eval_text_output_reads_as_bounds(tiny_checkpoint, capsys, monkeypatch):
+    code, out, _ = run(["eval", "--checkpoint", str(tiny_checkpoint), "--data", str(TINYSTORIES_VALID), "--unit",
+                        "sentence", "--limit", "20", "--steps", "8"], capsys, monkeypatch)
+    assert code == 0
+    assert "perplexity per token  <= " in out and "(95%: " in out and "upper bounds" in out
+    assert "nats_per_word " in out and "nats_per_word_se" in out
