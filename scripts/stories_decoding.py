@@ -29,7 +29,6 @@ GRID = [  # (temperature, top_k, top_p, block_repeats)
     (1.0, 0, 0.9, True),
     (0.9, 30, 1.0, True),
     (0.8, 30, 1.0, True),
-    (0.9, 0, 0.9, True),
     (1.0, 30, 1.0, False),
 ]
 
