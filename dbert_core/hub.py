@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 from . import layout
 from .errors import DbertError
-from .trust import PICKLE_SUFFIXES, is_code
+from .trust import PICKLE_SUFFIXES, is_code, pickled
 
 MAX_BYTES = 4 * 1024**3  # 4 GiB downloaded
 ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "tokenizer*", "*.model"]
@@ -78,7 +78,7 @@ def _skipped(parts) -> bool:
 def _check_tree(path: Path) -> None:
     """Only plain files and folders: no links, devices or FIFOs (a FIFO would hang a copy), no
     code, and pickles only in a skipped trainer_state/ folder."""
-    for dirpath, dirnames, filenames in os.walk(path):
+    for dirpath, dirnames, filenames in layout.walk(path):  # links not followed; a huge or deep tree refused
         for name in dirnames + filenames:
             f = Path(dirpath) / name
             rel = f.relative_to(path)
@@ -91,6 +91,10 @@ def _check_tree(path: Path) -> None:
                 raise DbertError(f"refusing {rel}: a checkpoint may not carry custom code")
             if name.lower().endswith(PICKLE_SUFFIXES) and not _skipped(rel.parts):
                 raise DbertError(f"refusing {rel}: pickle weights are not accepted (safetensors only)")
+            if stat.S_ISREG(mode) and not _skipped(rel.parts):
+                with open(f, "rb") as fh:
+                    if pickled(name, fh.read(8)):
+                        raise DbertError(f"refusing {rel}: it is a pickle, whatever its name (safetensors only)")
 
 
 def _validate(path: Path) -> None:
@@ -290,6 +294,8 @@ def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress
     where = f"{repo_id}@{revision}" if revision else repo_id
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         raise DbertError(f"cannot fetch {where}: offline (HF_HUB_OFFLINE=1 is set)")
+    if os.environ.get("DBERT_OFFLINE") == "1":
+        raise DbertError(f"cannot fetch {where}: DBERT_OFFLINE=1 is set")
     download = tmp / "hub"
     configure_hub()
     try:
@@ -304,7 +310,7 @@ def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress
         raise _hub_error(e, repo_id, where) from None
     for leftover in (".cache", *SKIP_DIRS):
         shutil.rmtree(download / leftover, ignore_errors=True)
-    size = sum(f.stat().st_size for f in download.rglob("*") if f.is_file())
+    size = sum(os.lstat(Path(d) / f).st_size for d, _, files in layout.walk(download) for f in files)
     if size > max_bytes:
         raise DbertError(f"{repo_id} is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.1f} MB limit")
     if not (download / "dbert.json").is_file():

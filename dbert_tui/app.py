@@ -150,6 +150,15 @@ class DbertApp(App):
             self.checkpoints_screen.refresh_store(select=message.path)
 
     # ------------------------------------------------------------------ errors
+    def notify(self, message: str, *, title: str = "", severity="information", timeout: float | None = None,
+               markup: bool = False) -> None:
+        """Every notification, made safe to show: its text often quotes a checkpoint's fields, a
+        file name or a URL, so it is plain text (no markup) with control characters escaped."""
+        from dbert_core.display import safe_text
+
+        super().notify(safe_text(message, 500), title=safe_text(title, 80), severity=severity, timeout=timeout,
+                       markup=markup)
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         self.report_worker(event.worker, event.state)
 
