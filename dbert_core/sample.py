@@ -139,10 +139,19 @@ def default_length(db) -> int:
     return min(int(db.meta.get("seq_len", 64)), db.model.max_length)
 
 
+def _slots(tok, template: str) -> str:
+    """The template with its mask slots spelled as the tokenizer's mask token in any case
+    (`[mask]` is a slot too, not three word pieces); the length is unchanged, so offsets hold."""
+    import re
+
+    return re.sub(re.escape(tok.mask_token), lambda m: tok.mask_token, template, flags=re.IGNORECASE)
+
+
 def prompt_words(db, template: str) -> dict[int, str]:
     """{position: the prompt's own text there} for the tokens of a template (not its [MASK]s):
     what is printed for them, case and accents as the user typed them."""
     tok = db.tokenizer
+    template = _slots(tok, template)
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
         return {}
@@ -156,7 +165,7 @@ def prompt_words(db, template: str) -> dict[int, str]:
 def parse_prompt(db, template: str, length: int) -> torch.Tensor:
     """Token ids (length,) of a template with [MASK] slots, masks appended up to length."""
     tok = db.tokenizer
-    ids = tok.encode(template, add_special_tokens=False)
+    ids = tok.encode(_slots(tok, template), add_special_tokens=False)
     bad = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id}
     ids = [tok.unk_token_id if i in bad else i for i in ids]
     if len(ids) > length:

@@ -214,10 +214,20 @@ def create_app(**kwargs) -> DbertApp:
 
 
 def run(checkpoint: str | None = None, settings: Settings | None = None) -> int:
-    """Run the app in this terminal; returns the exit status."""
+    """Run the app in this terminal; returns the exit status. No terminal (stdin or stdout
+    redirected, a cron job, a pipe) is one DbertError line, not a screen drawn into a file."""
+    if not (_isatty(sys.stdin) and _isatty(sys.stdout)):
+        raise DbertError("the TUI needs a terminal: stdin and stdout must both be one (use `dbert sample` in scripts)")
     app = create_app(checkpoint=checkpoint, settings=settings)
     app.run()
     return app.return_code or 0
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (OSError, ValueError):
+        return False
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -248,7 +258,14 @@ def main(argv: list[str] | None = None) -> None:
     except DbertError as e:
         print(f"dbert-tui: error: {e}", file=sys.stderr)
         sys.exit(2)
-    sys.exit(run(args.checkpoint, settings))
+    try:
+        code = run(args.checkpoint, settings)
+    except DbertError as e:
+        from dbert_core.display import safe_text
+
+        print(f"dbert-tui: error: {safe_text(e, 2000)}", file=sys.stderr)
+        code = 2
+    sys.exit(code)
 
 
 if __name__ == "__main__":

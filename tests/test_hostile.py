@@ -581,3 +581,73 @@ def test_a_checkpoint_between_the_two_renames_of_a_save_is_readable(tiny_checkpo
     os.rename(ck, swap / "old")  # a save's first rename done, its second not yet
     assert store.resolve(str(ck)) == ck
     assert checkpoint.load(store.resolve(str(ck))).model is not None
+
+
+# ------------------------------------------------------------------ 9. a server that trickles
+@pytest.fixture
+def trickle():
+    """A server that sends its answer one byte at a time, 0.1 s apart: headers (mode 'head'), or
+    good headers and then a body that trickles (mode 'body')."""
+    import socket
+    import threading
+
+    sock = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve():
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.recv(65536)
+                head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n"
+                data = head if mode["kind"] == "head" else b""
+                if mode["kind"] == "body":
+                    conn.sendall(head)
+                try:
+                    for ch in (data or b"\x1f" * 1000000):
+                        if stop.is_set():
+                            break
+                        conn.sendall(bytes([ch]))
+                        time.sleep(0.1)
+                except OSError:
+                    pass
+
+    mode = {"kind": "head"}
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}", mode
+    stop.set()
+    thread.join(5)
+    sock.close()
+
+
+@pytest.mark.parametrize("kind,needle", [("head", "no answer .* headers never came"), ("body", "too slowly")])
+def test_a_trickling_server_is_one_line_within_the_timeout(trickle, kind, needle, monkeypatch):
+    url, mode = trickle
+    mode["kind"] = kind
+    monkeypatch.setenv("DBERT_FETCH_TIMEOUT", "1")
+    start = time.monotonic()
+    with pytest.raises(DbertError, match=needle) as e:
+        hub.fetch(f"{url}/ckpt.tar.gz", name="slow")
+    assert time.monotonic() - start < 10 and "\n" not in str(e.value)
+    root = store.store_dir()
+    assert not root.exists() or list(root.iterdir()) == []
+
+
+def test_the_tui_without_a_terminal_is_one_line():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "dbert_tui.app"], stdin=subprocess.DEVNULL, capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert r.returncode == 2 and r.stdout == "" and "needs a terminal" in one_line(r.stderr)
+
+
+def test_a_lower_case_mask_in_a_prompt_is_a_slot(tiny_db):
+    from dbert_core.sample import parse_prompt
+
+    lower = parse_prompt(tiny_db, "once [mask] a [Mask] time", 8)
+    upper = parse_prompt(tiny_db, "once [MASK] a [MASK] time", 8)
+    assert torch.equal(lower, upper) and int((lower[:5] == tiny_db.tokenizer.mask_token_id).sum()) == 2
