@@ -651,3 +651,29 @@ def test_a_lower_case_mask_in_a_prompt_is_a_slot(tiny_db):
     lower = parse_prompt(tiny_db, "once [mask] a [Mask] time", 8)
     upper = parse_prompt(tiny_db, "once [MASK] a [MASK] time", 8)
     assert torch.equal(lower, upper) and int((lower[:5] == tiny_db.tokenizer.mask_token_id).sum()) == 2
+
+
+@pytest.mark.anyio
+async def test_the_checkpoints_screen_shows_escape_codes_escaped(tiny_checkpoint, monkeypatch):
+    from dbert_tui.app import create_app
+    from dbert_tui.controller import Settings
+    from test_tui import SIZE, wait_for
+
+    monkeypatch.setattr(store, "shipped", lambda name: None)
+    good = copy_of(tiny_checkpoint, store.store_dir() / "good")
+    copy_of(tiny_checkpoint, store.store_dir() / "evil", created=ESC)
+    copy_of(tiny_checkpoint, store.store_dir() / "evil-broken", created=ESC, seq_len=ESC)
+    app = create_app(checkpoint=str(good), settings=Settings(steps=8, length=8, pace_ms=0), deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await wait_for(pilot, lambda: app.current_mode == "checkpoints")
+        ck = app.checkpoints_screen
+        table = ck.query_one("#ck-table")
+        cells = [str(c) for r in range(table.row_count) for c in table.get_row_at(r)]
+        assert len(cells) == 18 and any("\\x1b" in c for c in cells)
+        assert not any("\x1b" in c or "\x07" in c for c in cells)
+        table.move_cursor(row=[e.name for e in ck.rows].index("evil-broken"))
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        shown = [n.message for n in app._notifications]
+        assert any("broken" in m for m in shown) and not any("\x1b" in m for m in shown)
