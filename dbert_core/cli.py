@@ -277,14 +277,17 @@ def checkpoints_list(as_json: Annotated[bool, typer.Option("--json", help="One J
                                                                "time": e.time, "created": e.created})
             print(json.dumps(row))
         return
+    from .display import safe_text
+
     header = f"{'NAME':<20} {'SIZE':>9} {'PARAMS':>8} {'SCHEDULE':<13} {'TIME':<9} {'CREATED':<25} PATH"
     print(header)
-    for e in rows:
+    for e in rows:  # store.Entry's text fields are safe to show; the path holds $DBERT_HOME
+        path = safe_text(e.path, None)
         if e.broken:  # a bad entry is a row saying why, never a crash
-            print(f"{e.name:<20} {human_size(e.size):>9} {'?':>8} broken: {e.broken}  {e.path}")
+            print(f"{e.name:<20} {human_size(e.size):>9} {'?':>8} broken: {e.broken}  {path}")
             continue
         params = f"{e.parameters / 1e6:.1f}M" if e.parameters else "?"
-        print(f"{e.name:<20} {human_size(e.size):>9} {params:>8} {e.schedule:<13} {e.time:<9} {e.created:<25} {e.path}")
+        print(f"{e.name:<20} {human_size(e.size):>9} {params:>8} {e.schedule:<13} {e.time:<9} {e.created:<25} {path}")
     say(f"store: {store_dir()}")
 
 

@@ -202,7 +202,7 @@ def _fetch_url(url: str, tmp: Path, progress: Progress, max_bytes: int, cancel: 
     archive = tmp / "download"
     host = urlparse(url).netloc
     try:
-        with open_url(url) as response:
+        with open_url(url, cancel) as response:
             total = response.headers.get("Content-Length")
             total = int(total) if total and total.isdigit() else None
             if total is not None and total > max_bytes:

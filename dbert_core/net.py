@@ -23,6 +23,7 @@ from .errors import DbertError
 
 TIMEOUT = 30.0
 MIN_BYTES = 1024  # of an archive's body in every DBERT_FETCH_TIMEOUT seconds
+POLL = 0.25  # seconds between looks at a cancel request while a read waits
 SCHEMES = ("http", "https")
 
 
@@ -79,20 +80,20 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
 class _Pace:
     """The clock of one download: headers due by a deadline, then MIN_BYTES per window."""
 
-    def __init__(self, seconds: float, url: str):
-        self.seconds, self.url, self.host = seconds, url, urlparse(url).netloc
+    def __init__(self, seconds: float, url: str, cancel=None):
+        self.seconds, self.url, self.host, self.cancel = seconds, url, urlparse(url).netloc, cancel
         self.headers_by = time.monotonic() + seconds
         self.window = None  # (start, bytes) once the body is being read
 
-    def before(self, sock) -> None:
+    def before(self) -> float:
+        """Seconds the next read may wait (DbertError once the headers' deadline has passed)."""
         if self.window is None:
             left = self.headers_by - time.monotonic()
             if left <= 0:
                 raise DbertError(f"cannot fetch {self.url}: no answer from {self.host} within {self.seconds:g} s "
                                  "(its headers never came whole; set DBERT_FETCH_TIMEOUT to wait longer)")
-            sock.settimeout(min(self.seconds, left))
-        else:
-            sock.settimeout(self.seconds)
+            return min(self.seconds, left)
+        return self.seconds
 
     def after(self, n: int) -> None:
         if self.window is None:
@@ -125,13 +126,22 @@ class _PacedSocket:
         return self._sock.makefile(mode, *args, **kwargs)
 
     def recv_into(self, buffer, nbytes=0, flags=0):
-        self._pace.before(self._sock)
-        try:
-            n = self._sock.recv_into(buffer, nbytes, flags)
-        except TimeoutError:
-            self._pace.before(self._sock)  # past the headers' deadline: say so
-            raise
-        self._pace.after(n)
+        pace = self._pace
+        limit, waited = pace.before(), 0.0
+        while True:  # in slices of POLL seconds, so a cancel (the TUI's Esc or Ctrl-Q) is seen at once
+            step = min(POLL, limit - waited) if pace.cancel is not None else limit
+            self._sock.settimeout(max(step, 0.001))
+            try:
+                n = self._sock.recv_into(buffer, nbytes, flags)
+                break
+            except TimeoutError:
+                waited += step
+                if pace.cancel is not None and pace.cancel():
+                    raise DbertError("download cancelled") from None
+                if waited >= limit:
+                    pace.before()  # past the headers' deadline: say so
+                    raise
+        pace.after(n)
         return n
 
 
@@ -144,10 +154,11 @@ def _paced(base, pace: _Pace):
     return Connection
 
 
-def open_url(url: str):
-    """urlopen under the policy above; the response's reads time out and may not trickle."""
+def open_url(url: str, cancel=None):
+    """urlopen under the policy above; the response's reads time out and may not trickle.
+    cancel: polled every POLL seconds while a read waits; True ends it ("download cancelled")."""
     check_url(url)
-    pace = _Pace(timeout(), url)
+    pace = _Pace(timeout(), url, cancel)
 
     class Http(urllib.request.HTTPHandler):
         def http_open(self, req):

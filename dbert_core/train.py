@@ -116,7 +116,7 @@ class OutLock:
                 fd = os.open(self.path, flags, 0o666)
             except OSError as e:
                 what = "a symbolic link" if os.path.islink(self.path) else (e.strerror or str(e))
-                raise DbertError(f"cannot lock {out}: {self.path} is {what}; dbert will not open it "
+                raise DbertError(f"cannot lock {out}: {self.path}: {what}; dbert will not open it "
                                  "(remove it if it is not yours)") from None
             f = os.fdopen(fd, "r+b", buffering=0)
             try:

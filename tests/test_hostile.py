@@ -677,3 +677,20 @@ async def test_the_checkpoints_screen_shows_escape_codes_escaped(tiny_checkpoint
         await pilot.pause(0.3)
         shown = [n.message for n in app._notifications]
         assert any("broken" in m for m in shown) and not any("\x1b" in m for m in shown)
+
+
+def test_a_cancelled_fetch_ends_while_a_read_waits(monkeypatch):
+    """The TUI's Esc or Ctrl-Q during a blocked download: the read ends within a second, not at the timeout."""
+    import socket
+
+    sock = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
+    monkeypatch.setenv("DBERT_FETCH_TIMEOUT", "30")
+    start = time.monotonic()
+    try:
+        with pytest.raises(DbertError, match="cancelled"):
+            hub.fetch(f"http://127.0.0.1:{sock.getsockname()[1]}/x.tar.gz", cancel=lambda: time.monotonic() - start > 0.5)
+    finally:
+        sock.close()
+    assert time.monotonic() - start < 5
+    root = store.store_dir()
+    assert not root.exists() or list(root.iterdir()) == []
