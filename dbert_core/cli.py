@@ -249,10 +249,19 @@ def evaluate(
             raise DbertError(f"{option} must be >= {lo}, got {value}")
     if not 0 <= seed <= config.MAX_SEED:
         raise DbertError(f"--seed must be in [0, {config.MAX_SEED}], got {seed}")
+    import math
+
     db = _load(checkpoint, device.value)
-    result = {"checkpoint": str(db.path), **perplexity(db, data, steps=steps, limit=limit, exact=exact,
-                                                       mc=mc_samples, batch_size=batch_size, seed=seed,
-                                                       unit=unit.value)}
+    try:
+        scored = perplexity(db, data, steps=steps, limit=limit, exact=exact, mc=mc_samples, batch_size=batch_size,
+                            seed=seed, unit=unit.value)
+    except OverflowError:  # math.exp of a bound past ~709 nats per token
+        scored = {"nats_per_token": math.inf}
+    bad = [k for k, v in scored.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:  # a score of inf or NaN is no answer: the weights' outputs overflow
+        raise DbertError(f"the checkpoint's scores are not finite ({', '.join(bad)}): its outputs overflow "
+                         "(weights far too large, or a diverged run)")
+    result = {"checkpoint": str(db.path), **scored}
     if samples:
         result.update(quality(db, data, samples, steps=sample_steps, length=sample_length, top_k=top_k,
                               batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats))

@@ -51,6 +51,9 @@ def _target(name: str) -> Path:
     if layout.exists(path):
         raise DbertError(f"a checkpoint named {name!r} already exists in the store; choose another --name "
                          "or remove it first")
+    if os.path.lexists(path):  # a dangling link or a stray file of that name
+        raise DbertError(f"{path} is in the way (a link or a file, not a checkpoint); remove it or choose another "
+                         "--name")
     return path
 
 

@@ -694,3 +694,15 @@ def test_a_cancelled_fetch_ends_while_a_read_waits(monkeypatch):
     assert time.monotonic() - start < 5
     root = store.store_dir()
     assert not root.exists() or list(root.iterdir()) == []
+
+
+def test_eval_of_weights_whose_outputs_overflow_is_one_line(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    from safetensors.torch import load_file, save_file
+
+    ck = copy_of(tiny_checkpoint, tmp_path / "huge")
+    tensors = load_file(str(ck / "model.safetensors"))
+    tensors = {k: v * 1e30 if "LayerNorm" in k or "transform.dense" in k else v for k, v in tensors.items()}
+    save_file(tensors, str(ck / "model.safetensors"), metadata={"format": "pt"})
+    code, out, err = run(["eval", "--checkpoint", str(ck), "--data", str(TINYSTORIES), "--limit", "4", "--steps", "4",
+                          "--device", "cpu"], capsys, monkeypatch)
+    assert code == 2 and out == "" and "not finite" in one_line(err)
