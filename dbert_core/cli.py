@@ -243,10 +243,12 @@ def evaluate(
         raise DbertError("--samples must be >= 0")
     if batch_size < 1:
         raise DbertError("--batch-size must be >= 1")
-    for option, value, lo in (("--steps", steps, 1), ("--mc-samples", mc_samples, 1), ("--sample-steps", sample_steps, 1),
-                              ("--sample-length", sample_length, 1), ("--top-k", top_k, 0)):
+    for option, value, lo, what in (("--steps", steps, 1, ""), ("--mc-samples", mc_samples, 1, ""),
+                                    ("--sample-steps", sample_steps, 1, " (the samples' --steps)"),
+                                    ("--sample-length", sample_length, 1, " (the samples' --length)"),
+                                    ("--top-k", top_k, 0, "")):
         if value < lo:  # checked whether or not --samples asks for them: a wrong value is never silently unused
-            raise DbertError(f"{option} must be >= {lo}, got {value}")
+            raise DbertError(f"{option} must be >= {lo}{what}, got {value}")
     if not 0 <= seed <= config.MAX_SEED:
         raise DbertError(f"--seed must be in [0, {config.MAX_SEED}], got {seed}")
     import math

@@ -706,3 +706,26 @@ def test_eval_of_weights_whose_outputs_overflow_is_one_line(tiny_checkpoint, tmp
     code, out, err = run(["eval", "--checkpoint", str(ck), "--data", str(TINYSTORIES), "--limit", "4", "--steps", "4",
                           "--device", "cpu"], capsys, monkeypatch)
     assert code == 2 and out == "" and "not finite" in one_line(err)
+
+
+def test_a_full_disk_during_import_is_one_line_and_leaves_nothing(tiny_checkpoint, capsys, monkeypatch):
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hub.shutil, "copytree", full)
+    code, out, err = run(["checkpoints", "import", str(tiny_checkpoint), "--name", "x"], capsys, monkeypatch)
+    assert code == 2 and out == "" and "No space left" in one_line(err)
+    root = store.store_dir()
+    assert not root.exists() or list(root.iterdir()) == []
+
+
+def test_a_full_disk_while_a_resumed_run_saves_keeps_the_last_checkpoint(resumable, monkeypatch):
+    def full(root):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "_fsync_tree", full)
+    with pytest.raises(OSError):
+        Trainer(resume_config(resumable, max_steps=151)).run()
+    assert json.loads((resumable / "trainer_state" / "state.json").read_text())["step"] == 150
+    checkpoint.load(resumable)
+    assert [p.name for p in resumable.parent.iterdir() if p.name.startswith(".")] == []
