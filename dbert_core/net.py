@@ -27,18 +27,23 @@ POLL = 0.25  # seconds between looks at a cancel request while a read waits
 SCHEMES = ("http", "https")
 
 
-def timeout() -> float:
-    """Seconds to wait for a connection or for the next bytes (DBERT_FETCH_TIMEOUT overrides)."""
-    text = os.environ.get("DBERT_FETCH_TIMEOUT")
+def seconds(variable: str, default: float) -> float:
+    """A positive, finite number of seconds from the environment variable, else default."""
+    text = os.environ.get(variable)
     if text is None or not text.strip():
-        return TIMEOUT
+        return default
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise DbertError(f"DBERT_FETCH_TIMEOUT must be a positive number of seconds, got {text!r}")
+        raise DbertError(f"{variable} must be a positive number of seconds, got {text[:40]!r}")
     return value
+
+
+def timeout() -> float:
+    """Seconds to wait for a connection or for the next bytes (DBERT_FETCH_TIMEOUT overrides)."""
+    return seconds("DBERT_FETCH_TIMEOUT", TIMEOUT)
 
 
 def check_url(url: str) -> None:

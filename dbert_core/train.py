@@ -208,16 +208,9 @@ DIST_TIMEOUT = 1800.0  # seconds; torch's own default for a rendezvous and for e
 
 def dist_timeout() -> float:
     """How long the processes of a torchrun launch wait for each other (DBERT_DIST_TIMEOUT)."""
-    text = os.environ.get("DBERT_DIST_TIMEOUT", "").strip()
-    if not text:
-        return DIST_TIMEOUT
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise DbertError(f"DBERT_DIST_TIMEOUT must be a positive number of seconds, got {text[:40]!r}")
-    return value
+    from .net import seconds
+
+    return seconds("DBERT_DIST_TIMEOUT", DIST_TIMEOUT)
 
 
 def _dist():

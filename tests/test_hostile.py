@@ -729,3 +729,23 @@ def test_a_full_disk_while_a_resumed_run_saves_keeps_the_last_checkpoint(resumab
     assert json.loads((resumable / "trainer_state" / "state.json").read_text())["step"] == 150
     checkpoint.load(resumable)
     assert [p.name for p in resumable.parent.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"WORLD_SIZE": "two"}, "WORLD_SIZE"),
+    ({"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, "RANK is not set"),
+    ({"WORLD_SIZE": "2", "RANK": "5", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, "RANK must be"),
+    ({"WORLD_SIZE": "2", "RANK": "0"}, "MASTER_ADDR"),
+    ({"DBERT_DIST_TIMEOUT": "soon"}, "DBERT_DIST_TIMEOUT"),
+], ids=["world-text", "rank-missing", "rank-out-of-range", "master-missing", "timeout-text"])
+def test_torchrun_variables_are_checked_in_one_line(env, needle, tmp_path, monkeypatch):
+    from conftest import tiny_config
+    from dbert_core.train import dist_timeout
+
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(DbertError, match=needle):
+        Trainer(tiny_config(tmp_path / "run"))
+        dist_timeout()
