@@ -278,8 +278,9 @@ def _load_time(db: DBert, source: Path, path: Path, dtype: torch.dtype) -> None:
 
 
 def _load_truecase(source: Path, path: Path) -> dict | None:
-    """The truecasing table, if the checkpoint has one: at most 16 MiB (jsonfile's limits), and
-    every entry a casing of its word with nothing a terminal would act on (display.is_safe)."""
+    """The truecasing table, if the checkpoint has one: read as every JSON file of a checkpoint is
+    (jsonfile: at most 4 MiB, 64 deep), and every entry a casing of its word with nothing a
+    terminal would act on (display.is_safe), since its forms are printed in every sample."""
     from .display import is_safe
     from .jsonfile import read_json
     from .truecase import from_json
@@ -288,7 +289,7 @@ def _load_truecase(source: Path, path: Path) -> dict | None:
     if not file.exists():
         return None
     what = f"checkpoint {path}: {TRUECASE}"
-    data = read_json(file, what, max_bytes=16 << 20)
+    data = read_json(file, what)
     try:
         table = from_json(data)
     except ValueError as e:

@@ -142,8 +142,7 @@ def train(
     target = str(out_path(out))
     if resume:  # the checkpoint's own config, changed only where the command line says so
         field_of = {"spindle_lambda": "lam", "gpu": "device"}
-        given = {field_of.get(k, k) for k in ctx.params
-                 if getattr(ctx.get_parameter_source(k), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")}
+        given = {field_of.get(k, k) for k in ctx.params if _given(ctx, k)}
         given -= {"out", "resume"}
         if "init" in given:
             given.add("preset")

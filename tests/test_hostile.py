@@ -749,3 +749,14 @@ def test_torchrun_variables_are_checked_in_one_line(env, needle, tmp_path, monke
     with pytest.raises(DbertError, match=needle):
         Trainer(tiny_config(tmp_path / "run"))
         dist_timeout()
+
+
+@pytest.mark.parametrize("forms,needle", [
+    ({"\x1b]0;x\x07": "\x1b]0;X\x07"}, "control characters"),  # a casing of its word, and an escape code
+    ({"lily": "Lily", "pad": "p" * 10}, "not valid"),
+], ids=["escape-codes", "not-a-casing"])
+def test_a_truecasing_table_cannot_smuggle_text_into_samples(tiny_checkpoint, tmp_path, forms, needle):
+    ck = copy_of(tiny_checkpoint, tmp_path / "tc")
+    (ck / "dbert_truecase.json").write_text(json.dumps({"format": 1, "forms": forms}))
+    with pytest.raises(DbertError, match=needle):
+        checkpoint.load(ck)
