@@ -7,7 +7,8 @@ compare (a shared or busy machine moves absolute times, much less their ratios):
                      the vocabulary: achieved GFLOP/s (counted from the architecture) vs peak
     threads, bf16    the same forward with 1..cores threads, and in bfloat16
     sampling         per sampler x steps x batch: seconds, samples/s, network calls per batch,
-                     rows evaluated per sample, and the speed-up over ancestral
+                     rows evaluated per sample, and the speed-up over ancestral (any strategy of
+                     strategies.py at its default parameters; a heuristic one is marked so)
     train            optimizer steps on a copy of the model: tokens/s (masked-only logits)
 
 Results go to OUT/bench.json and OUT/bench.md (each rewritten atomically after every
@@ -185,7 +186,8 @@ class Bench:
                     _, st = generate(self.db, n=batch, batch_size=batch, seed=seed, length=self.length,
                                      steps=steps, top_k=top_k, sampler=sampler)
                     sec = st["seconds"]
-                    row = {"sampler": sampler, "steps": steps, "batch": batch, "seconds": sec,
+                    row = {"sampler": sampler, "exact": st["exact"], "params": st["params"], "steps": steps,
+                           "batch": batch, "seconds": sec,
                            "samples_per_s": round(batch / sec, 4), "calls_per_batch": st["nfe"],
                            "rows_per_sample": round(st["rows"] / batch, 2), **self._compute(st)}
                     if sampler == "ancestral":
@@ -258,7 +260,8 @@ def markdown(r: dict) -> str:
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for s in r["sampling"]:
             sp = s.get("speedup_vs_ancestral")
-            lines.append(f"| {s['sampler']} | {s['steps']} | {s['batch']} | {s['seconds']:.2f} | "
+            name = s["sampler"] + ("" if s.get("exact", True) else " (heuristic)")
+            lines.append(f"| {name} | {s['steps']} | {s['batch']} | {s['seconds']:.2f} | "
                          f"{s['samples_per_s']:.3f} | {s['calls_per_batch']} | {s['rows_per_sample']} | "
                          f"{'' if sp is None else f'{sp:.1f}x'} | {s.get('gflop', '')} | "
                          f"{s.get('seconds_at_peak', '')} |")

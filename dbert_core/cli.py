@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import config
+from . import config, strategies
 from .errors import DbertError, Interrupted
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -31,7 +31,7 @@ def _choice(name: str, values: tuple[str, ...]) -> type[Enum]:
 Schedule = _choice("Schedule", config.SCHEDULES)
 Time = _choice("Time", config.TIME_MODES)
 Device = _choice("Device", config.DEVICES)
-Sampler = _choice("Sampler", config.SAMPLERS)
+Sampler = _choice("Sampler", config.STRATEGIES)
 Unit = _choice("Unit", config.UNITS)
 Loss = _choice("Loss", config.LOSSES)
 Decay = _choice("Decay", config.DECAYS)
@@ -164,17 +164,18 @@ def sample(
     checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
     n: Annotated[int, typer.Option("--n", help="Number of samples (lines on stdout).")] = SAMPLE.n,
     steps: Annotated[int, typer.Option(help="Reverse steps S (1..T).")] = SAMPLE.steps,
-    temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (> 0).")] = SAMPLE.temperature,
+    temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (0: greedy, the most likely token).")] = SAMPLE.temperature,
     top_k: Annotated[int, typer.Option(help="Keep the k most likely tokens (0: off).")] = SAMPLE.top_k,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling mass in (0, 1].")] = SAMPLE.top_p,
     length: Annotated[Optional[int], typer.Option(help="Tokens per sample [default: the length the checkpoint was trained on].")] = SAMPLE.length,
     batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = SAMPLE.batch_size,
     seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same output).")] = SAMPLE.seed,
     prompt: Annotated[Optional[str], typer.Option(help="Template with [MASK] slots; masks are appended up to --length.")] = SAMPLE.prompt,
-    sampler: Annotated[Optional[Sampler], typer.Option(help="ancestral; cached (skips calls when nothing changed); first-hitting (one call per reveal) [default: first-hitting where the model allows it, else ancestral].")] = None,
+    sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy. " + strategies.help_text() + ". Default: first-hitting where the model allows it, else ancestral.")] = None,
+    param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable), e.g. --param tau=0.8.")] = None,
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="Never draw a token equal to an already revealed neighbour (no \"there there\"); --allow-repeats samples the model's own distribution.")] = SAMPLE.block_repeats,
     lowercase: Annotated[bool, typer.Option("--lowercase", help="Print the model's raw lower-case words (no truecasing; a prompt's words stay as typed).")] = False,
-    stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps} as JSON on stderr.")] = False,
+    stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps, sampler, exact, params} as JSON on stderr.")] = False,
     trajectory: Annotated[Optional[Path], typer.Option(help="Also write every frame of the run to this JSON file (one batch: --n <= --batch-size; format in dbert_core/trajectory.py).")] = None,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
     dtype: Annotated[Dtype, typer.Option(help="The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; draws stay float64), fp32 or bf16.")] = Dtype(SAMPLE.dtype),
@@ -185,6 +186,7 @@ def sample(
 
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
                               sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
+                              params=strategies.parse_params(sampler.value, param) if sampler else _no_params(param),
                               device=device.value, prompt=prompt, block_repeats=block_repeats,
                               dtype=dtype.value).validate()
     if trajectory is not None:
@@ -213,6 +215,12 @@ def sample(
         say(json.dumps(st))
 
 
+def _no_params(param: list[str] | None) -> None:
+    if param:
+        raise DbertError("--param needs --sampler (the default sampler has no parameters)")
+    return None
+
+
 # ---------------------------------------------------------------------------------- eval
 @app.command("eval")
 def evaluate(
@@ -228,12 +236,16 @@ def evaluate(
     sample_length: Annotated[int, typer.Option(help="Tokens per sample (the paper: 64).")] = 64,
     top_k: Annotated[int, typer.Option(help="top-k of the samples (the paper: 30).")] = SAMPLE.top_k,
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="As in `dbert sample`.")] = SAMPLE.block_repeats,
+    sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy of the samples, as in `dbert sample`. Default: the model's fastest exact sampler.")] = None,
+    param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable).")] = None,
+    temperature: Annotated[float, typer.Option(help="Softmax temperature of the samples' token choice.")] = SAMPLE.temperature,
+    judge: Annotated[Optional[str], typer.Option(metavar="MODEL", help="Also score the samples and as much held-out --data text under this Hugging Face causal LM (a local folder or a hub id such as gpt2-large; safetensors only, no remote code): gen-PPL and unigram entropy.")] = None,
     batch_size: Annotated[int, typer.Option(help="Examples per batch.")] = 32,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
 ):
-    """ELBO perplexity (per token and per word) and, with --samples, BLEU-4 / Self-BLEU-4."""
+    """ELBO perplexity (per token and per word) and, with --samples, BLEU-4 / Self-BLEU-4 (and gen-PPL with --judge)."""
     from .metrics import perplexity, quality
 
     if limit is not None and limit < 1:
@@ -250,6 +262,10 @@ def evaluate(
             raise DbertError(f"{option} must be >= {lo}{what}, got {value}")
     if not 0 <= seed <= config.MAX_SEED:
         raise DbertError(f"--seed must be in [0, {config.MAX_SEED}], got {seed}")
+    if judge is not None and not samples:
+        raise DbertError("--judge scores samples: give --samples N")
+    params = strategies.parse_params(sampler.value, param) if sampler else _no_params(param)
+    config.SampleConfig(sampler=sampler.value if sampler else None, params=params, temperature=temperature).validate()
     import math
 
     db = _load(checkpoint, device.value)
@@ -265,11 +281,15 @@ def evaluate(
     result = {"checkpoint": str(db.path), **scored}
     if samples:
         result.update(quality(db, data, samples, steps=sample_steps, length=sample_length, top_k=top_k,
-                              batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats))
+                              batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
+                              sampler=sampler.value if sampler else None, params=params, temperature=temperature,
+                              judge=judge))
     if as_json:
         print(json.dumps(result))
     else:
         for key, value in result.items():
+            if isinstance(value, dict):
+                value = json.dumps(value)
             print(f"{key:>22}  {value:.4f}" if isinstance(value, float) else f"{key:>22}  {value}")
 
 
@@ -419,7 +439,7 @@ def bench(
     quick: Annotated[bool, typer.Option("--quick", help="Steps 16,128 only, fewer repetitions (minutes, not an hour).")] = False,
     steps: Annotated[Optional[str], typer.Option(help="Step budgets, comma-separated (default 16,128,512,2048).")] = None,
     batch: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "1,32",
-    samplers: Annotated[str, typer.Option(help="Samplers, comma-separated.")] = "ancestral,cached,first-hitting",
+    samplers: Annotated[str, typer.Option(help="Samplers, comma-separated (any of: " + ", ".join(config.STRATEGIES) + "; each at its default parameters).")] = ",".join(config.SAMPLERS),
     length: Annotated[int, typer.Option(help="Tokens per sample.")] = 64,
     measure_train: Annotated[bool, typer.Option("--train/--no-train", help="Measure training tokens/s.")] = True,
     bf16: Annotated[bool, typer.Option(help="Also time the forward pass in bfloat16.")] = True,
@@ -442,9 +462,9 @@ def bench(
 
     check_output(out, "--out", folder=True)  # before the hour of measuring, not after it
     chosen = [s.strip() for s in samplers.split(",") if s.strip()]
-    unknown = [s for s in chosen if s not in config.SAMPLERS]
+    unknown = [s for s in chosen if s not in config.STRATEGIES]
     if unknown or not chosen:
-        raise DbertError(f"--samplers: choose from {', '.join(config.SAMPLERS)}, got {samplers!r}")
+        raise DbertError(f"--samplers: choose from {', '.join(config.STRATEGIES)}, got {samplers!r}")
     if threads is not None:
         if threads < 1:
             raise DbertError("--threads must be >= 1")
@@ -459,6 +479,55 @@ def bench(
                  bf16=bf16, threads=range(1, (os.cpu_count() or 1) + 1))
     sys.stdout.write(markdown(result))
     sys.stdout.flush()
+
+
+# ---------------------------------------------------------------------------------- serve
+@app.command()
+def serve(
+    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback is reachable from other machines (set --api-key).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    api_key: Annotated[Optional[str], typer.Option(envvar="DBERT_API_KEY", help="Require Authorization: Bearer KEY (or set DBERT_API_KEY, which stays out of the process list).")] = None,
+    max_n: Annotated[int, typer.Option(help="Completions per request at most (prompts x n).")] = 16,
+    max_tokens: Annotated[int, typer.Option(help="max_tokens (the span length) at most.")] = 256,
+    max_queue: Annotated[int, typer.Option(help="Prompts waiting for the model at most; more get HTTP 429.")] = 64,
+    timeout: Annotated[float, typer.Option(help="Seconds a request may take, queueing included; then HTTP 504.")] = 120.0,
+    max_body: Annotated[int, typer.Option(help="Bytes of a request body at most; more get HTTP 413.")] = 65536,
+    batch: Annotated[bool, typer.Option("--batch/--no-batch", help="Let unseeded requests with the same settings share a sampler call.")] = True,
+    batch_rows: Annotated[int, typer.Option(help="Samples per shared sampler call at most.")] = 32,
+    grace: Annotated[float, typer.Option(help="On SIGINT/SIGTERM, seconds running requests may finish before they are cancelled.")] = 10.0,
+    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
+    dtype: Annotated[Dtype, typer.Option(help="The network's precision, as in `dbert sample`.")] = Dtype(SAMPLE.dtype),
+):
+    """Serve the checkpoint over HTTP: OpenAI-compatible /v1/completions with infill (suffix)."""
+    for value, option in ((max_n, "--max-n"), (max_tokens, "--max-tokens"), (max_queue, "--max-queue"),
+                          (max_body, "--max-body"), (batch_rows, "--batch-rows")):
+        if value < 1:
+            raise DbertError(f"{option} must be >= 1")
+    if not 0 < port < 65536:
+        raise DbertError(f"--port must be in [1, 65535], got {port}")
+    if timeout <= 0 or grace < 0:
+        raise DbertError("--timeout must be > 0 and --grace >= 0")
+    from .serve import Limits, create_app, is_loopback, run
+
+    if not is_loopback(host) and not api_key:
+        say(f"dbert serve: warning: listening on {host} without --api-key: anyone who can reach this port can use it")
+    name = checkpoint if checkpoint is None or "/" not in checkpoint else Path(checkpoint).name
+    name = name or "default"
+    db = _load(checkpoint, device.value)
+    limits = Limits(max_n=max_n, max_tokens=max_tokens, max_queue=max_queue, timeout=timeout, max_body=max_body)
+    application = create_app(db, name, api_key=api_key, limits=limits, batching=batch, max_rows=batch_rows,
+                             device=device.value, dtype=dtype.value)
+    say(f"dbert serve: {name} ({db.path}) on http://{host}:{port}/v1 ; stop with Ctrl+C")
+    _restore_signals()  # uvicorn handles SIGINT and SIGTERM itself (a grace period), then re-raises them
+    try:
+        run(application, host, port, grace=grace)  # SIGTERM: ends by the signal once shut down, as uvicorn does
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on
+        pass
+    except SystemExit as e:  # uvicorn's exit when it cannot start (its ERROR line says why)
+        if e.code:
+            raise DbertError(f"could not serve on {host}:{port} (the port in use, or the address not this machine's?)") from None
+    say("dbert serve: stopped")
 
 
 def _std_streams() -> None:
@@ -515,6 +584,17 @@ def _on_signal(signum, frame) -> None:
     raise Interrupted(signal.Signals(signum).name)
 
 
+_saved_handlers: dict = {}  # what main() found, put back by _restore_signals
+
+
+def _restore_signals() -> None:
+    """The signal handlers as main() found them (serve hands its signals to uvicorn)."""
+    import signal
+
+    for sig, handler in _saved_handlers.items():
+        signal.signal(sig, handler)
+
+
 def _stop_signals() -> dict:
     """Ctrl-C, SIGTERM and SIGHUP end a command through Interrupted: its `finally` blocks clean up
     (a fetch deletes its temp folder), then one line. `train` installs its own handlers while it
@@ -563,10 +643,8 @@ def main() -> None:
     traceback, and stdout carries only data."""
     import os
 
-    import signal
-
     _std_streams()
-    old_handlers = _stop_signals()
+    _saved_handlers.update(_stop_signals())
     code = 0
     try:  # typer itself prints usage errors and help, and exits (SystemExit) for them
         app()
@@ -588,8 +666,8 @@ def main() -> None:
                 os.close(null)
         except (OSError, ValueError, AttributeError):
             pass
-    for sig, handler in old_handlers.items():  # as they were (main() runs inside other programs' tests too)
-        signal.signal(sig, handler)
+    _restore_signals()  # as they were (main() runs inside other programs' tests too)
+    _saved_handlers.clear()
     sys.exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
+from . import strategies
 from .errors import DbertError
 
 # ---------------------------------------------------------------------------------- choices
 SCHEDULES = ("linear", "spindle")
 TIME_MODES = ("none", "prefix", "layerwise")      # time-agnostic (TAD), prefix token (PTE), layer-wise (LTE)
-SAMPLERS = ("ancestral", "cached", "first-hitting")
+SAMPLERS = strategies.EXACT                        # the exact samplers: the model's own law
+STRATEGIES = strategies.NAMES                      # every --sampler choice: exact and heuristic (strategies.py)
 DEVICES = ("auto", "cpu", "cuda", "mps")
 UNITS = ("line", "sentence")
 LOSSES = ("hybrid", "elbo", "ce")
@@ -180,11 +182,12 @@ class SampleConfig:
 
     n: int = 10                        # samples
     steps: int = 128                   # reverse steps S (1..T)
-    temperature: float = 1.0
+    temperature: float = 1.0           # 0: greedy, the most likely token (ties broken by the seeded draw)
     top_k: int = 30                    # 0: off (the paper: 30)
     top_p: float = 1.0
     length: int | None = None          # None: the length the checkpoint was trained on
     sampler: str | None = None         # None: the fastest exact sampler the checkpoint allows
+    params: dict | None = None         # the strategy's parameters (strategies.py); None: its defaults
     batch_size: int = 32               # samples per network call
     seed: int | None = None            # None: a fresh random seed
     device: str = "auto"
@@ -196,13 +199,16 @@ class SampleConfig:
         """Checks that need no checkpoint; `resolved` adds the ones that do."""
         _int("--n", self.n, 1)
         _int("--steps", self.steps, 1, MAX_T)
-        _float("--temperature", self.temperature, 0.0, 1e6, lo_open=True)
+        _float("--temperature", self.temperature, 0.0, 1e6)  # 0: greedy (the most likely token)
         _int("--top-k", self.top_k, 0)
         _float("--top-p", self.top_p, 0.0, 1.0, lo_open=True)
         if self.length is not None:
             _int("--length", self.length, 1)
         if self.sampler is not None:
-            _one_of("--sampler", self.sampler, SAMPLERS)
+            _one_of("--sampler", self.sampler, STRATEGIES)
+            strategies.check_pair(self.sampler, strategies.get(self.sampler).resolve(self.params))
+        else:
+            _need(not self.params, "--param needs --sampler (the default sampler has no parameters)")
         _int("--batch-size", self.batch_size, 1)
         if self.seed is not None:
             _int("--seed", self.seed, 0, MAX_SEED)
@@ -218,7 +224,8 @@ class SampleConfig:
         from .hardware import native_bf16
 
         dtype = self.dtype if self.dtype != "auto" else ("bf16" if native_bf16(db.device) else "fp32")
+        sampler = self.sampler if self.sampler is not None else default_sampler(db)
         out = replace(self, length=self.length if self.length is not None else default_length(db),
-                      sampler=self.sampler if self.sampler is not None else default_sampler(db), dtype=dtype)
-        validate(db, out.steps, out.length, out.sampler)
+                      sampler=sampler, dtype=dtype, params=strategies.get(sampler).resolve(self.params))
+        validate(db, out.steps, out.length, out.sampler, out.params)
         return out

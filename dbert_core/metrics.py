@@ -1,4 +1,5 @@
-"""Evaluation: ELBO perplexity, BLEU-4 / Self-BLEU-4 (the paper's protocol), distinct-n.
+"""Evaluation: ELBO perplexity, BLEU-4 / Self-BLEU-4 (the paper's protocol), distinct-n, and
+gen-PPL under a causal judge (judge.py).
 
 Perplexity comes from the S-step ELBO (diffusion.elbo), a true upper bound on -log p(x_0):
 ppl_token divides the nats by WordPiece tokens, ppl_word by whitespace words of the text
@@ -143,6 +144,40 @@ def _doubled(tokens: list[str]) -> bool:
     return any(a == b and a[0].isalnum() for a, b in zip(tokens, tokens[1:]))
 
 
+def _repeats(tokens: list[str]) -> bool:
+    """A word said twice in a row, across a comma, or in an 'x and x and x' chain: "was was",
+    "once, once", "red and red and red"."""
+    for i, a in enumerate(tokens):
+        if not a[0].isalnum():
+            continue
+        if tokens[i + 1:i + 2] == [a] or tokens[i + 1:i + 3] == [",", a] or tokens[i + 1:i + 5] == ["and", a, "and", a]:
+            return True
+    return False
+
+
+def _starts_sentence(text: str) -> bool:
+    """The text begins as a sentence does: a capital letter or a digit, after any opening quote."""
+    s = text.lstrip().lstrip("\"'\u201c\u2018(")
+    return bool(s) and (s[0].isupper() or s[0].isdigit())
+
+
+def _quotes_balanced(text: str) -> bool:
+    """Every double quote pairs up: an even number, opening ones before closing ones (an opening
+    quote has a space or the start before it, a closing one a space, punctuation or the end after)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch != '"':
+            continue
+        opening = (i == 0 or text[i - 1] in " (\u00b6") and (i + 1 < len(text) and text[i + 1] not in " .,!?")
+        if opening and depth == 0:
+            depth = 1
+        elif not opening and depth == 1:
+            depth = 0
+        else:
+            return False
+    return depth == 0
+
+
 def readability(samples: list[str], min_words: int = 8) -> dict:
     """The first checks a reader makes: length in words, leftover [MASK]/[UNK], one token repeated.
 
@@ -150,7 +185,10 @@ def readability(samples: list[str], min_words: int = 8) -> dict:
     runs are counted over the BLEU tokens (words and punctuation), so '" " "' is a run of 3 like
     'the the the'; a doubled word is one alphanumeric token twice in a row ("there there");
     "liked it. it was" is not one, but frac_echo_over_punct counts those too (the word is the
-    same on both sides of punctuation: "timmy. timmy").
+    same on both sides of punctuation: "timmy. timmy"). frac_repeat: a word twice in a row,
+    across a comma or in an "x and x and x" chain; frac_sentence_start: the sample begins with a
+    capital (after any opening quote); frac_quotes_balanced: its double quotes pair up, opening
+    before closing; frac_ends_sentence: it ends with . ! ? or a closing quote.
     """
     n = max(len(samples), 1)
     lengths = [sum(any(c.isalnum() for c in w) for w in s.replace("[MASK]", " ").replace("[UNK]", " ").split())
@@ -163,6 +201,10 @@ def readability(samples: list[str], min_words: int = 8) -> dict:
         "frac_run3": sum(_longest_run(t) >= 3 for t in toks) / n,
         "frac_doubled_word": sum(_doubled(t) for t in toks) / n,
         "frac_echo_over_punct": sum(_longest_run([w for w in t if w[0].isalnum()]) >= 2 for t in toks) / n,
+        "frac_repeat": sum(_repeats(t) for t in toks) / n,
+        "frac_sentence_start": sum(_starts_sentence(s) for s in samples) / n,
+        "frac_quotes_balanced": sum(_quotes_balanced(s) for s in samples) / n,
+        "frac_ends_sentence": sum(s.rstrip()[-1:] in ('.', '!', '?', '"') for s in samples) / n,
     }
 
 
@@ -217,23 +259,51 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
 
 def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top_k: int = 30,
             batch_size: int = 32, seed: int = 0, unit: str = "line", sampler: str | None = None,
-            block_repeats: bool = True) -> dict:
-    """The paper's protocol: n samples for BLEU-4 against the data, n more for Self-BLEU-4."""
+            block_repeats: bool = True, params: dict | None = None, temperature: float = 1.0,
+            judge=None, texts: dict | None = None) -> dict:
+    """The paper's protocol: n samples for BLEU-4 against the data, n more for Self-BLEU-4.
+
+    sampler and params: the decoding strategy (strategies.py). judge (a judge.Judge or the name
+    of a causal LM): also the first n samples' gen-PPL and entropy under it, and the same for n
+    pieces of the data of the samples' mean length in words ("human_"). texts: a dict that
+    receives the samples ("first", "second") and the human pieces, for whoever keeps them."""
     from .config import SampleConfig
     from .sample import generate
+    from .strategies import get
 
     cfg = SampleConfig(n=n, steps=steps, length=length, top_k=top_k, batch_size=batch_size, seed=seed,
-                       sampler=sampler, block_repeats=block_repeats).resolved(db)
+                       sampler=sampler, block_repeats=block_repeats, params=params,
+                       temperature=temperature).resolved(db)
     sampler = cfg.sampler
     refs = read_examples(data, unit)
     first, st1 = generate(db, cfg, paragraph=" ")
     second, st2 = generate(db, cfg, seed=seed + 1, paragraph=" ")
-    return {
+    out = {
         "samples": n, "sample_steps": steps, "sample_length": length, "top_k": top_k, "sampler": sampler,
+        "exact": get(sampler).exact, "params": cfg.params, "temperature": temperature,
         "block_repeats": block_repeats,
         "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second),
         "distinct1": distinct_n(first, 1), "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),
         "unigram_entropy": unigram_entropy(first), **readability(first),
-        "nfe_per_sample": (st1["nfe"] + st2["nfe"]) / (2 * math.ceil(n / batch_size)),  # calls each sample saw
+        "nfe_per_sample": (st1["nfe"] + st2["nfe"]) / (2 * math.ceil(n / batch_size)),  # calls each batch made
+        "rows_per_sample": (st1["rows"] + st2["rows"]) / (2 * n),  # calls that evaluated each sample's row
         "seconds_per_sample": (st1["seconds"] + st2["seconds"]) / (2 * n),
     }
+    if texts is not None:
+        texts.update(first=first, second=second)
+    if judge is not None:
+        from .judge import Judge, human_chunks
+
+        if not isinstance(judge, Judge):
+            judge = Judge(judge, db.device)
+        mine = judge.score(first)
+        human = human_chunks(refs, n, out["words_per_sample"])
+        theirs = judge.score(human)
+        out.update(judge=judge.name, gen_ppl=mine["gen_ppl"], log_gen_ppl_se=mine["log_gen_ppl_se"],
+                   judge_entropy=mine["entropy"],
+                   judge_tokens_per_sample=mine["judge_tokens_per_text"], human_texts=len(human),
+                   human_gen_ppl=theirs["gen_ppl"], human_judge_entropy=theirs["entropy"],
+                   human_unigram_entropy=unigram_entropy(human))
+        if texts is not None:
+            texts.update(human=human)
+    return out

@@ -40,17 +40,40 @@ Samplers (S = the step budget, grid t_0 = T > t_1 > ... > t_S = 0):
                    the event's t). Several positions can share a step (always at the last one,
                    where r = 1), so an event may reveal more than one token; for S >> L that is
                    rare and the call count approaches L.
+
+Those three are exact: they draw from the law above. The heuristic strategies change it
+(strategies.py names each one, its label and parameters; docs/decoding.md measures them):
+    confidence, margin, entropy
+                   each step reveals the k masked positions the model is surest of (top-1
+                   probability, top-1 minus top-2, lowest entropy), k such that a row's revealed
+                   count follows the schedule's expected masked fraction (frequency-weighted
+                   over the vocabulary, as the TUI's curve); no call at a step where no row
+                   reveals anything, so S >= L costs about L calls and S < L costs S.
+    threshold, entropy-bounded
+                   one call per frame until nothing is masked: reveal every position whose
+                   top-1 probability exceeds tau (Fast-dLLM), or the lowest-entropy positions
+                   while sum(H) - max(H) <= gamma (EB-sampler); at least one per row and call.
+                   --steps sets only the time grid: a frame's step is the grid step whose
+                   expected masked fraction the row has reached (the model is called there).
+    remdm          ancestral with remasking (ReMDM): a masked position reveals v with
+                   p(v) (a_s - (1 - sigma) a_t) / (1 - a_t), a revealed one is masked again
+                   with sigma, per token class as the kernel above; sigma from the cap, rescale
+                   or loop schedule. sigma = 0 is the ancestral sampler.
+The scores that rank positions come from the raw p (with the never-drawn ids left out), the
+tokens from p' (temperature, top-k, top-p, repeat block) as in the exact samplers.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import time as _time
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import torch
 
+from . import strategies
 from .config import SampleConfig
 from .errors import DbertError
 from .model import forward_flops
@@ -73,6 +96,7 @@ class Frame:
     flops       floating-point operations of those calls (the BERT forward, model.forward_flops)
     row_steps   (B,) the step each row's state belongs to (first-hitting: rows run apart, and a
                 finished row stays at the step of its last reveal)
+    remasked    (B, L) bool, masked again at this step (remdm; None for the strategies that never remask)
     """
 
     ids: torch.Tensor
@@ -86,6 +110,7 @@ class Frame:
     rows: int = 0
     row_steps: torch.Tensor | None = None
     flops: float = 0.0
+    remasked: torch.Tensor | None = None
 
     @property
     def done(self) -> bool:
@@ -93,7 +118,13 @@ class Frame:
 
 
 def shape_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """p' = softmax(logits / temperature) restricted to top-k / nucleus top-p, float64 (M, V)."""
+    """p' = softmax(logits / temperature) restricted to top-k / nucleus top-p, float64 (M, V).
+    temperature 0 is its limit: the most likely tokens, equally likely where several tie (the
+    seeded draw picks among them), whatever top-k and top-p say."""
+    if temperature == 0:
+        z = logits.double()
+        best = z == z.max(dim=-1, keepdim=True).values
+        return best.double() / best.sum(-1, keepdim=True)
     z = logits.double() / temperature
     if top_k and top_k < z.shape[-1]:
         kth = torch.topk(z, top_k, dim=-1).values[..., -1:]
@@ -115,7 +146,7 @@ def categorical(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, x, right=True).squeeze(-1).clamp_max(p.shape[-1] - 1)
 
 
-def validate(db, steps: int, length: int, sampler: str) -> None:
+def validate(db, steps: int, length: int, sampler: str, params: dict | None = None) -> None:
     """The checks that need the checkpoint (SampleConfig.validate makes the others)."""
     T = db.schedule.T
     if not 1 <= steps <= T:
@@ -127,6 +158,8 @@ def validate(db, steps: int, length: int, sampler: str) -> None:
     if sampler == "first-hitting" and db.model.time != "none" and not _token_free(db.schedule):
         raise DbertError("the first-hitting sampler needs a time-agnostic model with the "
                          f"{db.schedule.name} schedule; this one uses time={db.model.time!r}")
+    if sampler == "remdm" and (params or {}).get("schedule") == "loop" and steps < 2:
+        raise DbertError("remdm's loop schedule needs --steps >= 2 (one step to reveal, one to finish)")
 
 
 def default_sampler(db) -> str:
@@ -308,7 +341,8 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
 
     cfg holds the settings (SampleConfig's defaults where None); keyword overrides replace
     single fields (frames(db, n=2, steps=16)). template: token ids (length,) with [MASK] slots,
-    instead of cfg.prompt's text.
+    instead of cfg.prompt's text, or (n, length): one template per row (a server batching
+    requests of different prompts into one call).
     """
     cfg = _config(db, cfg, overrides)
     gen = generator or torch.Generator().manual_seed(cfg.seed if cfg.seed is not None else torch.seed() % 2**63)
@@ -316,17 +350,29 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
     if template is None:
         template = parse_prompt(db, cfg.prompt, cfg.length) if cfg.prompt else \
             torch.full((cfg.length,), mask_id, dtype=torch.long)
-    x = template.unsqueeze(0).repeat(cfg.n, 1)  # (B, L)
+    x = template.unsqueeze(0).repeat(cfg.n, 1) if template.dim() == 1 else template.clone()  # (B, L)
     state = dict(
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
         kern=kernel(db.schedule, cfg.steps), net=_Net(db, cfg.dtype), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id}),  # never sampled
         block_repeats=cfg.block_repeats,
     )
+    params = strategies.get(cfg.sampler).resolve(cfg.params)
     if cfg.sampler == "first-hitting":
         yield from _first_hitting(**state)
-    else:
+    elif cfg.sampler in ("ancestral", "cached"):
         yield from _stepwise(cached=cfg.sampler == "cached", **state)
+    elif cfg.sampler in ("confidence", "margin", "entropy"):
+        yield from _ordered(by=cfg.sampler, curve=masked_curve(db, cfg.steps), **state)
+    elif cfg.sampler in ("threshold", "entropy-bounded"):
+        yield from _adaptive(rule=cfg.sampler, value=params.get("tau", params.get("gamma")),
+                             curve=masked_curve(db, cfg.steps), **state)
+    elif cfg.sampler == "remdm":
+        kern, sigma = remdm_kernel(db, cfg.steps, params)
+        yield from _remdm(**{**state, "kern": kern}, sigma=sigma, mask_id=mask_id,
+                          time_agnostic=db.model.time == "none")
+    else:  # a name in the registry with no sampler here is a bug, not a user error
+        raise AssertionError(f"no sampler for strategy {cfg.sampler!r}")
 
 
 def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, cached: bool) -> Iterator[Frame]:
@@ -487,12 +533,252 @@ def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, bloc
                     row_steps=torch.full((B,), S))
 
 
+# ---------------------------------------------------------------------------------- heuristics
+def masked_curve(db, steps: int) -> torch.Tensor:
+    """(S+1,) float64: the expected masked fraction after k of S reverse steps (1 at k = 0, 0 at
+    k = S), each token's a_t(v) weighted by its corpus frequency (the TUI draws the same curve)."""
+    return _masked_at(db, torch.tensor(step_grid(db.schedule.T, steps), dtype=torch.float32))
+
+
+def _masked_at(db, t: torch.Tensor) -> torch.Tensor:
+    """The expected masked fraction at times t (K,), frequency-weighted: (K,) float64."""
+    alpha = db.schedule.alpha_vocab(t).to(torch.float64)  # (K, V) or (K, 1)
+    if alpha.shape[-1] == 1:
+        return 1.0 - alpha[:, 0]
+    counts = db.counts.to(torch.float64)
+    return 1.0 - (alpha * counts).sum(-1) / counts.sum().clamp_min(1e-300)
+
+
+def position_scores(logits: torch.Tensor, no_draw: list[int], by: str) -> torch.Tensor:
+    """(M,) float64 on the host: how sure the model is of each position, from its raw p (softmax
+    of the logits with the never-drawn ids left out), computed where the logits are.
+
+    confidence: top-1 probability; margin: top-1 minus top-2; entropy: H(p) in nats."""
+    z = logits.float().clone()
+    if no_draw:
+        z[:, torch.tensor(no_draw, device=z.device)] = float("-inf")
+    logp = torch.log_softmax(z, dim=-1)
+    p = logp.exp()
+    if by == "confidence":
+        out = p.max(-1).values
+    elif by == "margin":
+        top = p.topk(min(2, p.shape[-1]), dim=-1).values
+        out = top[:, 0] - (top[:, 1] if top.shape[-1] > 1 else 0.0)
+    elif by == "entropy":
+        out = -(p * logp.masked_fill(p == 0, 0.0)).sum(-1)
+    else:
+        raise ValueError(f"unknown score {by!r}")
+    return out.cpu().double()
+
+
+def _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token, block_repeats):
+    """Draw tokens from p' at the rev (R, L) positions of batch rows `rows` (their masked
+    positions mk, the logits of those in row-major order) and write them in; returns the (B, L)
+    revealed mask."""
+    revealed = torch.zeros_like(masked)
+    if not rev.any():
+        return revealed
+    blocked = neighbours(x[rows], mk, rev) if block_repeats else None
+    chosen, conf = _draw(logits[rev[mk].to(logits.device)], None, no_draw, shaping, u_token[rows][rev], blocked)
+    revealed[rows] = rev
+    x[revealed] = chosen
+    confidence[revealed] = conf
+    masked &= ~revealed
+    return revealed
+
+
+def _ordered(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, by: str,
+             curve: torch.Tensor) -> Iterator[Frame]:
+    """confidence, margin, entropy: each step reveals the k surest masked positions of each row,
+    k such that the row's revealed count is round(n0 (1 - curve[k+1])) after step k."""
+    B, L = x.shape
+    S = len(kern.grid) - 1
+    n0 = masked.sum(1)
+    target = torch.round(n0.double().unsqueeze(0) * (1.0 - curve[1:]).unsqueeze(1)).long()  # (S, B)
+    target[-1] = n0
+    for k in range(S):
+        u_token = torch.rand(x.shape, generator=gen, dtype=torch.float64)
+        need = torch.minimum(target[k] - (n0 - masked.sum(1)), masked.sum(1))
+        revealed = torch.zeros_like(masked)
+        if (need > 0).any():
+            rows = (need > 0).nonzero().squeeze(1)
+            mk = masked[rows]
+            logits = net(x[rows], mk, torch.full((len(rows),), kern.grid[k]))
+            score = position_scores(logits, no_draw, by)
+            if by == "entropy":
+                score = -score
+            full = torch.full(mk.shape, float("-inf"), dtype=torch.float64)
+            full[mk] = score
+            order = torch.argsort(full, dim=1, descending=True, stable=True)  # ties: leftmost first
+            rank = torch.empty_like(order).scatter_(1, order, torch.arange(L).expand_as(order).contiguous())
+            rev = mk & (rank < need[rows].unsqueeze(1))
+            revealed = _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token,
+                                      block_repeats)
+        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
+                    step=k + 1, steps=S, t=kern.grid[k + 1], nfe=net.nfe, rows=net.rows, flops=net.flops,
+                    row_steps=torch.full((B,), k + 1))
+
+
+def _adaptive(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, rule: str, value: float,
+              curve: torch.Tensor) -> Iterator[Frame]:
+    """threshold and entropy-bounded: one call per frame, each row revealing as many positions as
+    its rule allows (at least one), until nothing is masked."""
+    B, L = x.shape
+    S = len(kern.grid) - 1
+    grid = torch.tensor(kern.grid)
+    n0 = masked.sum(1).clamp_min(1)
+
+    def step_of(left: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The grid step whose expected masked fraction each row's `left` masked count has reached."""
+        f = left.double() / n0[rows]
+        return (curve[1:].unsqueeze(0) >= f.unsqueeze(1) - 1e-12).sum(1)
+
+    everyone = torch.arange(B)
+    while masked.any():
+        rows = masked.any(1).nonzero().squeeze(1)
+        mk = masked[rows]
+        u_token = torch.rand(x.shape, generator=gen, dtype=torch.float64)
+        k = step_of(mk.sum(1), rows).clamp_max(S - 1)
+        logits = net(x[rows], mk, grid[k])
+        if rule == "threshold":
+            full = torch.full(mk.shape, float("-inf"), dtype=torch.float64)
+            full[mk] = position_scores(logits, no_draw, "confidence")
+            rev = mk & (full > value)
+            rev[torch.arange(len(rows)), full.argmax(1)] = True  # at least the most confident one
+        else:  # entropy-bounded: sorted by entropy, the longest prefix with sum(H) - max(H) <= gamma
+            full = torch.full(mk.shape, float("inf"), dtype=torch.float64)
+            full[mk] = position_scores(logits, no_draw, "entropy")
+            h, order = torch.sort(full, dim=1, stable=True)
+            before = h.cumsum(1) - h  # the sum of the smaller entropies: sum(H) - max(H) of the prefix
+            ok = torch.isfinite(h) & (before <= value + 1e-12)
+            ok[:, 0] = True
+            rev = torch.zeros_like(mk).scatter_(1, order, ok) & mk
+        revealed = _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token,
+                                  block_repeats)
+        row_steps = step_of(masked.sum(1), everyone).clamp_min(1)
+        left = masked.any(1)
+        step = int(row_steps[left].min()) if left.any() else S
+        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
+                    step=step, steps=S, t=kern.grid[step], nfe=net.nfe, rows=net.rows, flops=net.flops,
+                    row_steps=row_steps)
+    if net.nfe == 0:  # nothing to fill in
+        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=torch.zeros_like(masked),
+                    confidence=confidence.clone(), step=S, steps=S, t=0, nfe=0, rows=0,
+                    row_steps=torch.full((B,), S))
+
+
+def remdm_path(db, steps: int, params: dict) -> list[int]:
+    """The S+1 times of ReMDM's reverse path. cap and rescale: the usual grid. loop: the grid from
+    T down to t_on_time (the time at which the expected visible fraction is alpha_on) in
+    round(S (1 - t_on)) steps, round(S t_off) steps from there to 0 at the end, and the steps
+    between at t_on_time itself (remasking at constant alpha)."""
+    T = db.schedule.T
+    if params["schedule"] != "loop":
+        return step_grid(T, steps)
+    lo, hi = 0, T  # the smallest integer time whose expected masked fraction reaches 1 - alpha_on
+    goal = 1.0 - params["alpha_on"]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if float(_masked_at(db, torch.tensor([float(mid)]))[0]) >= goal - 1e-12:
+            hi = mid
+        else:
+            lo = mid + 1
+    t_loop = lo
+    n1 = max(1, round(steps * (1.0 - params["t_on"])))
+    n3 = max(1, round(steps * params["t_off"]))
+    if n1 + n3 > steps:
+        n1 = steps - n3
+    n2 = steps - n1 - n3
+    first = [round(T - j * (T - t_loop) / n1) for j in range(n1 + 1)]
+    last = [round(t_loop - j * t_loop / n3) for j in range(1, n3 + 1)]
+    return first + [t_loop] * n2 + last
+
+
+def remdm_kernel(db, steps: int, params: dict) -> tuple[Kernel, torch.Tensor]:
+    """ReMDM's per-step reveal probabilities r' (S, C) as a Kernel over its path, and sigma (S, C).
+
+    For a token class with a_t, a_s at a step: sigma = min(eta, (1 - a_s) / a_t) (cap and loop;
+    the cap keeps r' <= 1) or eta * min(1, (1 - a_s) / a_t) (rescale), r' = (a_s - (1 - sigma)
+    a_t) / (1 - a_t). At the last step a_s = 1: sigma = 0 and r' = 1."""
+    schedule = db.schedule
+    path = remdm_path(db, steps, params)
+    t = torch.tensor(path[:-1], dtype=torch.float32).unsqueeze(-1)  # (S, 1)
+    s = torch.tensor(path[1:], dtype=torch.float32).unsqueeze(-1)
+    if _token_free(schedule):
+        a_t, a_s = schedule.alpha_vocab(t.squeeze(-1)).double(), schedule.alpha_vocab(s.squeeze(-1)).double()  # (S, 1)
+        inverse = None
+    else:
+        _, inverse = torch.unique(schedule.centered, return_inverse=True)
+        C = int(inverse.max()) + 1
+        rep = torch.empty(C, dtype=torch.long).scatter_(0, inverse, torch.arange(len(inverse)))
+        a_t, a_s = schedule.alpha(t, rep).double(), schedule.alpha(s, rep).double()  # (S, C)
+    room = torch.where(a_t > 0, (1.0 - a_s) / a_t.clamp_min(1e-300), torch.full_like(a_t, math.inf))
+    eta = params["eta"]
+    sigma = eta * room.clamp_max(1.0) if params["schedule"] == "rescale" else room.clamp_max(eta)
+    denom = 1.0 - a_t
+    r = torch.where(denom > 0, ((a_s - (1.0 - sigma) * a_t) / denom.clamp_min(1e-300)).clamp(0.0, 1.0),
+                    torch.ones_like(a_t))
+    r[-1] = 1.0
+    sigma[-1] = 0.0
+    return Kernel(path, r.contiguous(), inverse), sigma.contiguous()
+
+
+def _remdm(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, sigma, mask_id: int,
+           time_agnostic: bool) -> Iterator[Frame]:
+    """ancestral with remasking: per step, masked positions reveal as in ancestral with r', and
+    revealed ones (not the prompt's) are masked again with sigma of their token's class."""
+    B, L = x.shape
+    S = kern.r.shape[0]
+    token_free = kern.inverse is None
+    given = ~masked.clone()
+    logits, dirty = None, True  # a time-agnostic model's logits stay valid while no row changes
+    for k in range(S):
+        t = kern.grid[k]
+        u_reveal = torch.rand(x.shape, generator=gen, dtype=torch.float64)
+        u_token = torch.rand(x.shape, generator=gen, dtype=torch.float64)
+        u_remask = torch.rand(x.shape, generator=gen, dtype=torch.float64)
+        shown = ~masked & ~given
+        revealed = torch.zeros_like(masked)
+        chosen = conf = None
+        if masked.any():
+            rows = masked.any(1).nonzero().squeeze(1)
+            if dirty or not time_agnostic or logits is None:
+                logits = net(x[rows], masked[rows], torch.full((len(rows),), t))
+                dirty = False
+            if k == S - 1:
+                revealed = masked.clone()
+            elif token_free:
+                revealed = masked & (u_reveal < kern.r[k, 0])
+            else:
+                revealed[masked] = u_reveal[masked] < kern.class_mass(logits) @ kern.r[k]
+            if revealed.any():
+                blocked = neighbours(x, masked, revealed) if block_repeats else None
+                chosen, conf = _draw(logits[revealed[masked].to(logits.device)], kern.r_vocab(torch.tensor([k])),
+                                     no_draw, shaping, u_token[revealed], blocked)
+        remasked = torch.zeros_like(masked)
+        if shown.any() and float(sigma[k].max()) > 0:
+            sig = sigma[k, 0] if token_free else sigma[k][kern.inverse[x[shown]]]
+            remasked[shown] = u_remask[shown] < sig
+        if chosen is not None:
+            x[revealed] = chosen
+            confidence[revealed] = conf
+            masked &= ~revealed
+        if remasked.any():
+            x[remasked] = mask_id
+            confidence[remasked] = float("nan")
+            masked |= remasked
+        dirty = dirty or bool(revealed.any()) or bool(remasked.any())
+        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
+                    step=k + 1, steps=S, t=kern.grid[k + 1], nfe=net.nfe, rows=net.rows, flops=net.flops,
+                    row_steps=torch.full((B,), k + 1), remasked=remasked)
+
+
 def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool = True, paragraph: str | None = None,
              **overrides) -> tuple[list[str], dict]:
     """cfg.n texts, cfg.batch_size per network call (keeps each batch's last frame), and stats
-    {nfe, rows, gflop, seconds, samples, steps}. Same settings, same seed: same texts.
-    Texts as DBert.decode writes them (cased, paragraph: its options); a prompt's words are
-    printed as typed."""
+    {nfe, rows, gflop, seconds, samples, steps, sampler, exact, params}. Same settings, same
+    seed: same texts. Texts as DBert.decode writes them (cased, paragraph: its options); a
+    prompt's words are printed as typed."""
     cfg = _config(db, cfg, overrides)
     verbatim = prompt_words(db, cfg.prompt) if cfg.prompt else None
     gen = torch.Generator().manual_seed(cfg.seed if cfg.seed is not None else torch.seed() % 2**63)
@@ -509,6 +795,8 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
         rows += last.rows
         flops += last.flops
         texts.extend(db.decode(row, cased=cased, paragraph=paragraph, verbatim=verbatim) for row in last.ids)
+    strategy = strategies.get(cfg.sampler)
     stats = {"nfe": nfe, "rows": rows, "gflop": float(f"{flops / 1e9:.4g}"), "seconds": round(_time.perf_counter() - start, 3),
-             "samples": cfg.n, "steps": cfg.steps}
+             "samples": cfg.n, "steps": cfg.steps, "sampler": cfg.sampler, "exact": strategy.exact,
+             "params": strategy.resolve(cfg.params)}
     return texts, stats

@@ -58,6 +58,8 @@ FIELDS = {
     "parameters": (False, _whole(0)),
     "step": (False, _whole(0)),
     "tokens_seen": (False, _whole(0)),
+    "train_examples": (False, _whole(0)),
+    "train_tokens": (False, _whole(0)),
     "train_seconds": (False, _number(0.0)),
     "world_size": (False, _whole(1)),
     "pack": (False, _kind(bool)),

@@ -362,6 +362,7 @@ class Trainer:
         if not val:
             raise DbertError("the validation slice is empty; give more data or --val-data")
         self.train_examples, self.val_examples = train, val
+        train_record = {"train_examples": len(train), "train_tokens": sum(len(e) for e in train)}
         self.lengths = [len(e) for e in train]
 
         if self.db is None:
@@ -382,6 +383,7 @@ class Trainer:
                     "unit": c.unit, "data": [str(p) for p in c.data]}
             if trimmed is not None:
                 meta["trim_vocab"] = trimmed
+            meta.update(train_record)
             self.db = ckpt.assemble(bert, tokenizer, c.schedule, c.T, counts, c.lam, c.time, meta)
         if self.is_main:  # learnt afresh on every start (a resumed run of an older dbert gets one too)
             from .truecase import learn

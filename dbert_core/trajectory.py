@@ -4,11 +4,14 @@ Written by `dbert sample --trajectory FILE` and by the TUI's export, read by any
 to replay or study how the text was filled in. One object:
 
     format, checkpoint, schedule, T, settings (the SampleConfig used), mask_id,
+    strategy: {name, label ("exact" or "heuristic"), exact, params} (strategies.py),
     texts (the final texts), tokens (the final word pieces per row),
     reveal_step (B, L): the frame step at which each position was revealed (0: given),
     frames: [{step, steps, t, nfe, ids, masked, revealed, confidence}, ...]
 
-confidence is p'(chosen token) when the position was revealed, null while masked.
+confidence is p'(chosen token) when the position was revealed, null while masked. A strategy
+that masks revealed tokens again (remdm) adds "remasked" to each frame, and a position's
+reveal_step is then its last reveal.
 """
 
 from __future__ import annotations
@@ -31,8 +34,22 @@ def reveal_order(frames) -> torch.Tensor:
 
 def frame_record(f) -> dict:
     conf = [[None if math.isnan(c) else round(c, 6) for c in row] for row in f.confidence.tolist()]
-    return {"step": f.step, "steps": f.steps, "t": f.t, "nfe": f.nfe, "ids": f.ids.tolist(),
-            "masked": f.masked.tolist(), "revealed": f.revealed.tolist(), "confidence": conf}
+    out = {"step": f.step, "steps": f.steps, "t": f.t, "nfe": f.nfe, "ids": f.ids.tolist(),
+           "masked": f.masked.tolist(), "revealed": f.revealed.tolist(), "confidence": conf}
+    if getattr(f, "remasked", None) is not None:
+        out["remasked"] = f.remasked.tolist()
+    return out
+
+
+def strategy_record(settings: dict) -> dict | None:
+    """What the settings' sampler is: its name, label and parameters (None if no sampler is named)."""
+    from .strategies import get
+
+    name = settings.get("sampler")
+    if name is None:
+        return None
+    s = get(name)
+    return {"name": name, "label": s.label, "exact": s.exact, "params": s.resolve(settings.get("params"))}
 
 
 def trajectory(db, settings, frames, order: torch.Tensor | None = None) -> dict:
@@ -41,11 +58,13 @@ def trajectory(db, settings, frames, order: torch.Tensor | None = None) -> dict:
     last = frames[-1] if frames else None
     if order is None:
         order = reveal_order(frames)
+    settings = asdict(settings) if is_dataclass(settings) else dict(settings)
     return {
         "format": FORMAT,
         "checkpoint": str(db.path) if db.path else None,
         "schedule": db.schedule.name, "T": db.schedule.T,
-        "settings": asdict(settings) if is_dataclass(settings) else dict(settings),
+        "settings": settings,
+        "strategy": strategy_record(settings),
         "mask_id": db.model.mask_id,
         "texts": [db.decode(row) for row in last.ids] if last is not None else [],
         "tokens": [db.tokenizer.convert_ids_to_tokens([int(i) for i in row]) for row in last.ids] if last is not None else [],

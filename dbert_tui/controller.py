@@ -27,7 +27,7 @@ from typing import Callable
 
 from dbert_core.config import SampleConfig
 
-TEMPERATURES = (0.1, 0.25, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
+TEMPERATURES = (0.0, 0.1, 0.25, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
 TOP_KS = (0, 5, 10, 30, 100)           # `k` cycles through these (0: off)
 TOP_PS = (1.0, 0.95, 0.9, 0.8, 0.5)    # `o` cycles through these (1: off)
 GRID_N = 6                             # samples `g` starts when there is one
@@ -52,12 +52,12 @@ def steps_by(steps: int, factor: float, T: int) -> int:
 
 def temperature_by(temperature: float, direction: int) -> float:
     """`+` / `-`: the next temperature up or down the TEMPERATURES ladder (x1.25 / x0.8 past its
-    ends), within 0.05..5."""
+    top), within 0..5; its first rung, 0, is greedy decoding."""
     if direction > 0:
         value = next((v for v in TEMPERATURES if v > temperature + 1e-9), temperature * 1.25)
     else:
-        value = next((v for v in reversed(TEMPERATURES) if v < temperature - 1e-9), temperature * 0.8)
-    return round(max(0.05, min(5.0, value)), 3)
+        value = next((v for v in reversed(TEMPERATURES) if v < temperature - 1e-9), 0.0)
+    return round(max(0.0, min(5.0, value)), 3)
 
 
 def next_in(values, current):
@@ -74,8 +74,9 @@ def compare_partner(s: Settings, T: int) -> Settings:
 
 
 def differences(a: SampleConfig, b: SampleConfig) -> set[str]:
-    """Names of the fields where two settings differ."""
-    return {name for name in vars(a) if getattr(a, name) != getattr(b, name)}
+    """Names of the fields where two settings differ (a strategy's parameters count as its sampler's)."""
+    out = {name for name in vars(a) if getattr(a, name) != getattr(b, name)}
+    return out | {"sampler"} if "params" in out else out
 
 
 def expected_masked(db, steps: int) -> list[float]:
@@ -364,18 +365,20 @@ class Session:
         self.change(db, top_p=next_in(TOP_PS, self.active.top_p))
 
     def next_sampler(self, db) -> None:
-        """The next sampler (SAMPLERS order) the checkpoint allows, after the one the run uses."""
-        from dbert_core.config import SAMPLERS
+        """The next strategy (config.STRATEGIES order: the exact samplers, then the heuristic ones)
+        the checkpoint allows, after the one the run uses, at its default parameters."""
+        from dbert_core.config import STRATEGIES
         from dbert_core.errors import DbertError
 
         def allowed(name: str) -> bool:
             try:
-                replace(self.active, sampler=name).resolved(db)
+                replace(self.active, sampler=name, params=None).resolved(db)
                 return True
             except DbertError:
                 return False
 
-        self.change(db, sampler=next_in([s for s in SAMPLERS if allowed(s)], self.shown_settings().sampler))
+        self.change(db, sampler=next_in([s for s in STRATEGIES if allowed(s)], self.shown_settings().sampler),
+                    params=None)
 
     def new_seed(self) -> None:
         """Another seed, the same for both sides."""

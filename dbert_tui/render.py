@@ -52,19 +52,21 @@ def token_style(rec: Recorded, b: int, pos: int, mode: str) -> str:
     return order_colour(step, f.steps).name
 
 
-def render_row(db, rec: Recorded, b: int, mode: str = "order", paragraph: str = "\n") -> Text:
+def render_row(db, rec: Recorded, b: int, mode: str = "order", paragraph: str = "\n",
+               verbatim: dict[int, str] | None = None) -> Text:
     """Sample b as a reader sees it (dbert_core.detok: the words `dbert sample` prints, cased
     the same way, [SEP] a line break here), every token in its own colour, masked positions as fixed-width MASK_GLYPH."""
     f = rec.frame
     out = Text()
     for span in spans(token_pieces(db.tokenizer, f.ids[b]), f.masked[b].tolist(), paragraph=paragraph,
-                      cased=True, truecase=db.truecase, **special_names(db.tokenizer)):
+                      cased=True, truecase=db.truecase, verbatim=verbatim, **special_names(db.tokenizer)):
         out.append(span.gap)
         out.append(span.text, style="grey42" if span.masked else token_style(rec, b, span.index, mode))
     return out
 
 
-def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None = None) -> Text:
+def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None = None,
+                  verbatim: dict[int, str] | None = None) -> Text:
     """Several samples (default: all of the batch) one below the other, each under a heading
     when there are more than one."""
     rows = list(range(rec.frame.ids.shape[0])) if rows is None else rows
@@ -72,7 +74,7 @@ def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None
     for i, b in enumerate(rows):
         if len(rows) > 1:
             out.append(f"{'' if i == 0 else chr(10)}sample {b + 1}\n", style="bold dim")
-        out.append_text(render_row(db, rec, b, mode))
+        out.append_text(render_row(db, rec, b, mode, verbatim=verbatim))
     return out
 
 

@@ -172,7 +172,7 @@ the session could not spare. Self-BLEU grows with N, so compare it only at equal
 the paper reports 63.78 per word on LM1B (bert-base, 1.9 M steps): these numbers are far from it.
 
 Reproduce: `SAMPLES=200 scripts/default_model.sh eval runs/stage3 stage3` (and `runs/stage2 pretrained`,
-`runs/scratch-wiki scratch`; each writes `runs/eval_TAG_{{wiki,lm1b}}.json`).
+`runs/scratch-wiki scratch`; each writes `runs/eval_TAG_wiki.json` and `runs/eval_TAG_lm1b.json`).
 
 ### Step budget: quality against time
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # How the shipped stories checkpoint (assets/dbert-minilm-stories, the default) is made, end to end.
-# Usage: scripts/stories_model.sh data|train|eval [DIR TAG]|export   (each step resumable / repeatable)
+# Usage: scripts/stories_model.sh data|train|report|export|shown   (in this order; each repeatable)
+#   train: resumable (Ctrl-C saves); report: evaluations of this and the previous default, the decoding
+#   study; export: float16 copy into assets/ with the card; shown: samples at the CLI defaults, the card.
 # Env: OUT, INIT, SEED, LR, WARMUP, MAX_STEPS, SEQ_LEN, THREADS, DTYPE, EXTRA (more `dbert train` flags).
 # Data (../shared/data, never committed): every TinyStories file (train.txt, valid.txt, more/*.txt;
 # CDLA-Sharing-1.0) and the TinyFabulist fables (MIT / Apache-2.0 generators). Held out: the last 1,000
@@ -43,14 +45,31 @@ train() {  # $1 = out dir, rest = extra flags
 
 evaluate() {  # $1 = checkpoint dir, $2 = tag
   data
+  local length; length=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['seq_len'])" "$1/dbert.json")
   dbert eval --checkpoint "$1" --data "$DATA/stories-heldout.txt" --unit sentence --steps 128 --limit 1000 \
-    --samples "${SAMPLES:-200}" --sample-steps 128 --top-k 30 --json > "runs/eval_$2_stories.json"
+    --samples "${SAMPLES:-200}" --sample-steps 128 --sample-length "$length" --top-k 30 --json > "runs/eval_$2_stories.json"
+}
+
+report() {  # after training: what the card states (the previous default is read from git's HEAD)
+  data
+  [ -d runs/previous-stories ] || { mkdir -p runs/previous-stories && git archive HEAD assets/dbert-minilm-stories | tar -x -C runs/previous-stories --strip-components 2; }
+  evaluate runs/stories stories
+  evaluate runs/previous-stories previous
+  python scripts/stories_decoding.py runs/stories --n 200 --out runs/decoding.json > runs/decoding.md
+}
+
+shown() {  # with the exported default: 200 samples at the CLI defaults and the timed ten
+  dbert sample --n 200 --seed 0 > runs/samples200.txt
+  { time dbert sample --n 10 --seed 0 --stats > runs/samples10.txt; } 2> runs/samples10.time
+  python scripts/render_stories_card.py > runs/STORIES_CARD.md && cp runs/STORIES_CARD.md assets/dbert-minilm-stories/MODEL_CARD.md
 }
 
 case "${1:-}" in
   data) data ;;
   train) train "${OUT:-runs/stories}" ;;
   eval) evaluate "${2:-runs/stories}" "${3:-$(basename "${2:-runs/stories}")}" ;;
+  report) report ;;
+  shown) shown ;;
   export) python scripts/export_default.py "${SRC:-runs/stories}" assets/dbert-minilm-stories --card runs/STORIES_CARD.md ;;
-  *) echo "usage: $0 data|train|eval [DIR TAG]|export" >&2; exit 2 ;;
+  *) echo "usage: $0 data|train|report|export|shown|eval [DIR TAG]" >&2; exit 2 ;;
 esac

@@ -51,7 +51,7 @@ def test_validate_does_not_mutate(tmp_path):
 
 
 BAD_SAMPLE = [
-    (dict(n=0), "--n"), (dict(steps=0), "--steps"), (dict(temperature=0.0), "--temperature"),
+    (dict(n=0), "--n"), (dict(steps=0), "--steps"), (dict(temperature=-0.5), "--temperature"),
     (dict(temperature=math.nan), "--temperature"), (dict(top_k=-1), "--top-k"), (dict(top_p=0.0), "--top-p"),
     (dict(top_p=1.5), "--top-p"), (dict(length=0), "--length"), (dict(sampler="magic"), "--sampler"),
     (dict(batch_size=0), "--batch-size"), (dict(seed=2**40), "--seed"), (dict(device="tpu"), "--device"),
@@ -68,7 +68,7 @@ def test_cli_choices_are_the_config_tuples():
     from dbert_core import cli
 
     pairs = [(cli.Schedule, config.SCHEDULES), (cli.Time, config.TIME_MODES), (cli.Device, config.DEVICES),
-             (cli.Sampler, config.SAMPLERS), (cli.Unit, config.UNITS), (cli.Loss, config.LOSSES),
+             (cli.Sampler, config.STRATEGIES), (cli.Unit, config.UNITS), (cli.Loss, config.LOSSES),
              (cli.Decay, config.DECAYS), (cli.Dtype, config.DTYPES), (cli.Preset, config.PRESETS)]
     for enum, values in pairs:
         assert tuple(e.value for e in enum) == values

@@ -96,7 +96,7 @@ def test_top_k_and_top_p_shape_the_distribution():
 
 
 @pytest.mark.parametrize("kw,msg", [
-    (dict(steps=0), "--steps"), (dict(steps=10**6), "--steps"), (dict(temperature=0.0), "--temperature"),
+    (dict(steps=0), "--steps"), (dict(steps=10**6), "--steps"), (dict(temperature=-1.0), "--temperature"),
     (dict(top_p=0.0), "--top-p"), (dict(top_p=1.5), "--top-p"), (dict(top_k=-1), "--top-k"),
     (dict(length=10**4), "--length"), (dict(sampler="magic"), "--sampler"),
 ])
@@ -153,3 +153,20 @@ def test_cli_trajectory_is_the_engines_format(tiny_checkpoint, tmp_path, monkeyp
     with pytest.raises(SystemExit) as e:
         main()
     assert e.value.code == 2 and "one batch" in capsys.readouterr().err
+
+
+def test_temperature_zero_is_greedy(tiny_db):
+    """--temperature 0: every revealed token is the most likely one (ties by the seeded draw), the
+    same whatever top-k / top-p say, and the same for every seed when nothing ties."""
+    import torch
+
+    from dbert_core.sample import categorical, generate, shape_probs
+
+    logits = torch.tensor([[1.0, 3.0, 2.0, 3.0], [0.0, -1.0, 5.0, 4.0]])
+    p = shape_probs(logits, 0.0, top_k=1, top_p=0.5)
+    assert p.tolist() == [[0.0, 0.5, 0.0, 0.5], [0.0, 0.0, 1.0, 0.0]]
+    assert categorical(p, torch.tensor([0.2, 0.9])).tolist() == [1, 2]
+    assert categorical(p, torch.tensor([0.7, 0.1])).tolist() == [3, 2]  # a tie: the draw decides
+    a, _ = generate(tiny_db, n=2, steps=16, length=12, seed=0, temperature=0.0, sampler="ancestral")
+    b, _ = generate(tiny_db, n=2, steps=16, length=12, seed=0, temperature=0.0, top_k=0, top_p=0.3, sampler="ancestral")
+    assert a == b

@@ -18,7 +18,8 @@ def test_control_steps():
     assert steps_by(1, 0.5, 256) == 1 and steps_by(3, 0.5, 256) == 2
     assert temperature_by(1.0, 1) == 1.1 and temperature_by(1.0, -1) == 0.9
     assert temperature_by(0.7, -1) == 0.5 and temperature_by(3.0, 1) == 3.75 and temperature_by(4.5, 1) == 5.0
-    assert temperature_by(0.1, -1) == 0.08 and temperature_by(0.06, -1) == 0.05
+    assert temperature_by(0.1, -1) == 0.0 and temperature_by(0.06, -1) == 0.0 and temperature_by(0.0, -1) == 0.0
+    assert temperature_by(0.0, 1) == 0.1 and TEMPERATURES[0] == 0.0  # the first rung: greedy
     assert temperature_by(0.95, 1) == 1.0 and temperature_by(0.95, -1) == 0.9  # off the ladder: the next rung
     assert all(temperature_by(t, 1) > t for t in TEMPERATURES)
     assert next_in(TOP_KS, 30) == 100 and next_in(TOP_KS, 100) == 0 and next_in(TOP_KS, 7) == 0

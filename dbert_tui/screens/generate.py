@@ -279,12 +279,19 @@ class GenerateScreen(ReportWorkerErrors, Screen):
                 widget.set_position(f.step, float(f.masked.double().mean()))
         self._status()
 
+    def _prompt_words(self, prompt: str | None = None) -> dict[int, str] | None:
+        """The prompt's own words by position (shown as typed), for the session's prompt or this one."""
+        from dbert_core.sample import prompt_words
+
+        prompt = self.session.settings.prompt if prompt is None else prompt
+        return prompt_words(self.db, prompt) if prompt and self.db is not None else None
+
     def _draw_single(self) -> None:
         rec = self.playbacks[0].shown()
         if rec is None:
             return
         rows = [self.session.selected] if rec.frame.ids.shape[0] > 1 else None
-        self._tokens_text = render_tokens(self.db, rec, self.colour, rows)
+        self._tokens_text = render_tokens(self.db, rec, self.colour, rows, self._prompt_words())
         self.query_one("#gen-tokens", Static).update(self._tokens_text)
 
     def _draw_grid(self) -> None:
@@ -298,7 +305,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             if b >= f.ids.shape[0]:
                 continue
             row_step = int(f.row_steps[b]) if f.row_steps is not None else f.step
-            card.show(render_row(self.db, rec, b, self.colour), L - int(f.masked[b].sum()), L, row_step, f.steps)
+            card.show(render_row(self.db, rec, b, self.colour, verbatim=self._prompt_words()),
+                      L - int(f.masked[b].sum()), L, row_step, f.steps)
 
     def _draw_compare(self) -> None:
         panes = list(self.query(ComparePane))
@@ -315,7 +323,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             status = self._progress(pb, rec, row)
             if row is not None:
                 status = Text(f"sample {row + 1}/{rec.frame.ids.shape[0]} · ").append_text(status)
-            pane.show(head, status, render_tokens(self.db, rec, self.colour, None if row is None else [row]))
+            pane.show(head, status, render_tokens(self.db, rec, self.colour, None if row is None else [row],
+                                                  self._prompt_words(pb.run.settings.prompt)))
 
     def _progress(self, pb: Playback, rec, row: int | None = None) -> Text:
         """'step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame (or one row of it)."""
@@ -508,18 +517,20 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
     # ------------------------------------------------------------------ dialogs
     def action_edit(self) -> None:
-        from dbert_core.config import SAMPLERS
+        from dbert_core.config import STRATEGIES
 
         s = self.session.active
         fields = [
             ("steps", "steps (1..T)", str(s.steps), ""),
-            ("temperature", "temperature (> 0)", f"{s.temperature:g}", ""),
+            ("temperature", "temperature (0: greedy)", f"{s.temperature:g}", ""),
             ("top_k", "top-k (0: off)", str(s.top_k), ""),
             ("top_p", "top-p (0..1]", f"{s.top_p:g}", ""),
             ("length", "length (tokens)", "" if s.length is None else str(s.length), "the checkpoint's"),
             ("n", "samples", str(s.n), ""),
             ("seed", "seed", str(s.seed), ""),
-            ("sampler", "sampler", s.sampler or "", "auto: " + " | ".join(SAMPLERS)),
+            ("sampler", "sampler", s.sampler or "", "auto: " + " | ".join(STRATEGIES)),
+            ("params", "sampler parameters", " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                                      for k, v in (s.params or {}).items()), "NAME=VALUE ...: defaults"),
             ("pace_ms", "ms per step (0: fastest)", str(s.pace_ms), ""),
         ]
         title = "Sampling settings (Enter applies and restarts)"
@@ -546,6 +557,13 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             self.app.notify(f"samples must be 1..{MAX_N} and the pace >= 0 ms", title="settings", severity="error")
             return
         try:
+            fields["params"] = None
+            if values.get("params", "").strip():
+                if fields["sampler"] is None:
+                    raise DbertError("sampler parameters need a sampler named")
+                from dbert_core.strategies import parse_params
+
+                fields["params"] = parse_params(fields["sampler"], values["params"].split())
             self.session.change(self.db, **fields)
         except DbertError as e:
             self.app.notify(str(e), title="settings", severity="error")

@@ -19,6 +19,11 @@ CONTROLS = (
 
 def _value(settings, name: str) -> str:
     value = getattr(settings, name)
+    if name == "sampler" and value is not None:  # a heuristic strategy says so, with its parameters
+        from dbert_core.strategies import STRATEGIES
+
+        strategy = STRATEGIES.get(value)
+        return strategy.short(getattr(settings, "params", None)) if strategy is not None else str(value)
     if name == "top_k" and value == 0:
         return "off"
     if name == "top_p" and value >= 1.0:
