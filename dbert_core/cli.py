@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -17,6 +18,23 @@ import typer
 from . import config, strategies
 from .errors import DbertError, Interrupted
 
+def flags_without_type() -> None:
+    """Help lists a flag (--lowercase, --block-repeats/--allow-repeats, --help) without a `<bool>`
+    type column: it takes no value."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "dbert", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich.dbert = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+flags_without_type()
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="DiffusionBERT: train, sample and evaluate text diffusion models.")
 checkpoints_app = typer.Typer(no_args_is_help=True, help="List and manage stored checkpoints.")
@@ -91,7 +109,7 @@ def _load(checkpoint: str | None, device: str):
 @app.command()
 def train(
     ctx: typer.Context,
-    data: Annotated[Optional[list[str]], typer.Option("--data", help="Training text files or globs (repeatable; with --resume: the checkpoint's).")] = None,
+    data: Annotated[Optional[list[str]], typer.Option("--data", help="Training text files or globs (repeatable; recorded as absolute paths; with --resume: the checkpoint's, or the same files moved).")] = None,
     out: Annotated[str, typer.Option(help="Output checkpoint: a bare NAME goes to the store; anything with a path separator (./x, runs/x) is a directory.")] = ...,
     preset: Annotated[Preset, typer.Option(help="Model size for a random init.")] = Preset(TRAIN.preset),
     init: Annotated[Optional[str], typer.Option(help="Start from a pretrained BERT (path or hub id).")] = TRAIN.init,
@@ -115,20 +133,25 @@ def train(
     dropout: Annotated[Optional[float], typer.Option(help="Override the model's dropout rates.")] = TRAIN.dropout,
     val_data: Annotated[Optional[list[str]], typer.Option(help="Held-out files (default: a slice of --data).")] = TRAIN.val_data,
     eval_every: Annotated[int, typer.Option(help="Validation ELBO every N steps (0: never).")] = TRAIN.eval_every,
-    eval_steps: Annotated[Optional[int], typer.Option(help="Step budget of the validation ELBO [default: min(128, T)].")] = TRAIN.eval_steps,
+    eval_steps: Annotated[Optional[int], typer.Option(help="Step budget of the validation ELBO (default: min(128, T)).")] = TRAIN.eval_steps,
     save_every: Annotated[int, typer.Option(help="Checkpoint every N steps (0: only at the end).")] = TRAIN.save_every,
     log_every: Annotated[int, typer.Option(help="Progress line every N steps (non-terminal stderr).")] = TRAIN.log_every,
     gpu: Annotated[bool, typer.Option("--gpu", help="Train on CUDA; an error if there is none.")] = False,
     device: Annotated[Device, typer.Option(help="Where to train.")] = Device(TRAIN.device),
     dtype: Annotated[Dtype, typer.Option(help="auto (bf16 autocast where native: CUDA, CPUs with AVX512-BF16/AMX), fp32 or bf16.")] = Dtype(TRAIN.dtype),
     seed: Annotated[int, typer.Option(help="Random seed.")] = TRAIN.seed,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run saved in --out exactly (its own settings; only --max-steps, --eval-every, --save-every, --log-every, --device and --dtype may change).")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run saved in --out exactly (its own settings; only --max-steps, --eval-every, --save-every, --log-every, --device and --dtype may change; --data / --val-data again only for the same files moved elsewhere, checked by size and hash).")] = False,
 ):
-    """Train a DiffusionBERT on your text files (stdout stays empty)."""
+    """Train a DiffusionBERT on your text files (stdout stays empty).
+
+    Example: dbert train --data stories.txt --unit sentence --preset tiny --max-steps 300 --lr 3e-3 --out tiny
+    """
     from .progress import TrainProgress
     from .store import out_path
+    from .data import absolute_patterns
     from .train import Trainer, TrainConfig, resume_config
 
+    data, val_data = absolute_patterns(data), absolute_patterns(val_data)  # a run resumes from anywhere
     values = dict(
         data=data, preset=None if init else preset.value, init=init, from_scratch=from_scratch, trim_vocab=trim_vocab,
         vocab_size=vocab_size, unit=unit.value, pack=pack, seq_len=seq_len, batch_size=batch_size,
@@ -161,16 +184,19 @@ def train(
 # ---------------------------------------------------------------------------------- sample
 @app.command()
 def sample(
-    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
-    n: Annotated[int, typer.Option("--n", help="Number of samples (lines on stdout).")] = SAMPLE.n,
+    prompt_arg: Annotated[Optional[str], typer.Argument(metavar="[PROMPT]", show_default=False, help="A prompt template with [MASK] slots (\"Once upon a time [MASK*20]\"), or - to read prompts from stdin, one per line.")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
+    n: Annotated[int, typer.Option("--n", "-n", help="Number of samples (lines on stdout), for each prompt.")] = SAMPLE.n,
     steps: Annotated[int, typer.Option(help="Reverse steps S (1..T).")] = SAMPLE.steps,
     temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (0: greedy, the most likely token).")] = SAMPLE.temperature,
     top_k: Annotated[int, typer.Option(help="Keep the k most likely tokens (0: off).")] = SAMPLE.top_k,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling mass in (0, 1].")] = SAMPLE.top_p,
-    length: Annotated[Optional[int], typer.Option(help="Tokens per sample [default: the length the checkpoint was trained on].")] = SAMPLE.length,
+    length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length: 128 for the shipped model).")] = SAMPLE.length,
     batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = SAMPLE.batch_size,
-    seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same output).")] = SAMPLE.seed,
-    prompt: Annotated[Optional[str], typer.Option(help="Template with [MASK] slots; masks are appended up to --length.")] = SAMPLE.prompt,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed: the same seed gives the same output (default: a fresh one, written to --output).")] = SAMPLE.seed,
+    prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Template with [MASK] slots ([MASK*N]: N of them); masks are appended up to --length.")] = SAMPLE.prompt,
+    prompt_file: Annotated[Optional[Path], typer.Option("--prompt-file", help="Prompts from a file, one per line (- : stdin); --n samples each.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the samples to this JSON Lines file: text, prompt, seed and settings per sample.")] = None,
     sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy. " + strategies.help_text() + ". Default: first-hitting where the model allows it, else ancestral.")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable), e.g. --param tau=0.8.")] = None,
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="Never draw a token equal to an already revealed neighbour (no \"there there\"); --allow-repeats samples the model's own distribution.")] = SAMPLE.block_repeats,
@@ -180,21 +206,30 @@ def sample(
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
     dtype: Annotated[Dtype, typer.Option(help="The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; draws stay float64), fp32 or bf16.")] = Dtype(SAMPLE.dtype),
 ):
-    """Generate N samples, one per line on stdout; a story start inside a sample reads " ¶ "."""
+    """Generate N samples, one per line on stdout; a story start inside a sample reads " ¶ ".
+
+    Example: dbert sample "Once upon a time [MASK*20]" -n 3 --seed 1 -o stories.jsonl
+    """
     from .detok import STORY_BREAK
+    from .progress import SampleProgress
     from .sample import generate
 
+    prompts = _prompts(prompt_arg, prompt, prompt_file)
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
                               sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
                               params=strategies.parse_params(sampler.value, param) if sampler else _no_params(param),
-                              device=device.value, prompt=prompt, block_repeats=block_repeats,
+                              device=device.value, prompt=None, block_repeats=block_repeats,
                               dtype=dtype.value).validate()
     if trajectory is not None:
-        if cfg.n > cfg.batch_size:
-            raise DbertError("--trajectory records one batch: give --n <= --batch-size")
+        if cfg.n > cfg.batch_size or len(prompts) > 1:
+            raise DbertError("--trajectory records one batch: give --n <= --batch-size and one prompt")
         from .layout import check_output
 
         check_output(trajectory, "--trajectory")  # before the run, not after it
+    if cfg.seed is None:  # drawn once here, so --output can say which seed made each sample
+        import random
+
+        cfg = replace(cfg, seed=random.SystemRandom().randrange(config.MAX_SEED))
     db = _load(checkpoint, cfg.device)
     kept: list = []
     try:
@@ -202,13 +237,40 @@ def sample(
         paragraph = STORY_BREAK
     except (UnicodeEncodeError, LookupError):
         paragraph = " | "  # a terminal or pipe that cannot show the pilcrow
-    texts, st = generate(db, cfg, on_frame=kept.append if trajectory is not None else None,
-                         cased=not lowercase, paragraph=paragraph)
+    from .sample import prompt_notes
+
+    for p in dict.fromkeys(x for x in prompts if x is not None):
+        for note in prompt_notes(db, p):
+            say(f"dbert: note: {note}" + (f" ({p[:40]!r})" if len(prompts) > 1 else ""))
+    progress = SampleProgress(cfg.n * len(prompts), cfg.batch_size)
+    texts, records, st = [], [], None
+
+    def on_frame(frame):
+        progress(frame)
+        if trajectory is not None:
+            kept.append(frame)
+
+    for p in prompts:
+        run = replace(cfg, prompt=p)
+        got, st_p = generate(db, run, on_frame=on_frame, cased=not lowercase, paragraph=paragraph)
+        texts.extend(got)
+        resolved = run.resolved(db)
+        records.extend({"text": t, "prompt": p, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
+                        "settings": {k: getattr(resolved, k) for k in ("steps", "temperature", "top_k", "top_p", "length",
+                                                                       "sampler", "params", "block_repeats", "dtype")},
+                        "stats": st_p} for i, t in enumerate(got))
+        st = st_p if st is None else {k: (st[k] + st_p[k] if k in ("nfe", "rows", "gflop", "seconds", "samples") else st_p[k])
+                                      for k in st_p}
+    progress.close()
     if trajectory is not None:
         from .layout import atomic_write_text
         from .trajectory import trajectory as as_json
 
-        atomic_write_text(trajectory, json.dumps(as_json(db, cfg.resolved(db), kept)) + "\n")
+        atomic_write_text(trajectory, json.dumps(as_json(db, replace(cfg, prompt=prompts[0]).resolved(db), kept)) + "\n")
+    if output is not None:
+        from .layout import atomic_write_text
+
+        atomic_write_text(output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     sys.stdout.write("".join(t.replace("\n", " ") + "\n" for t in texts))
     sys.stdout.flush()
     if stats:
@@ -221,11 +283,34 @@ def _no_params(param: list[str] | None) -> None:
     return None
 
 
+def _prompts(arg: str | None, option: str | None, file: Path | None) -> list[str | None]:
+    """The prompts of a `dbert sample` run: the positional one, --prompt, or --prompt-file / - (stdin,
+    one per line, blank lines skipped); [None] for an unconditional run."""
+    given = [x for x in (arg, option, file) if x is not None]
+    if len(given) > 1:
+        raise DbertError("give one prompt source: PROMPT, --prompt or --prompt-file")
+    if file is not None or arg == "-":
+        if arg == "-" or str(file) == "-":
+            text = sys.stdin.read()
+        else:
+            try:
+                text = Path(file).read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                raise DbertError(f"--prompt-file {file} is not UTF-8 text") from None
+            except OSError as e:
+                raise DbertError(f"cannot read --prompt-file {file}: {e.strerror}") from None
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        if not lines:
+            raise DbertError("no prompts given (the prompt file or stdin holds no text)")
+        return lines
+    return [arg if arg is not None else option]
+
+
 # ---------------------------------------------------------------------------------- eval
 @app.command("eval")
 def evaluate(
     data: Annotated[list[str], typer.Option("--data", help="Text file(s) to score: one example per line.")],
-    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
     steps: Annotated[int, typer.Option(help="Step budget S of the ELBO.")] = 128,
     limit: Annotated[Optional[int], typer.Option(help="Score only the first N examples.")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Sum all S terms per example (slow).")] = False,
@@ -245,7 +330,10 @@ def evaluate(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
 ):
-    """ELBO perplexity (per token and per word) and, with --samples, BLEU-4 / Self-BLEU-4 (and gen-PPL with --judge)."""
+    """ELBO perplexity (per token and per word) and, with --samples, BLEU-4 / Self-BLEU-4 (and gen-PPL with --judge).
+
+    Example: dbert eval --data held-out.txt --unit sentence --limit 200 --samples 20 --json
+    """
     from .metrics import perplexity, quality
 
     if limit is not None and limit < 1:
@@ -268,22 +356,34 @@ def evaluate(
     config.SampleConfig(sampler=sampler.value if sampler else None, params=params, temperature=temperature).validate()
     import math
 
+    from .progress import CountProgress, SampleProgress
+
     db = _load(checkpoint, device.value)
+    scoring = CountProgress(1, batch_size, label="scoring")
+
+    def counted(done: int, total: int) -> None:
+        scoring.total = total
+        scoring.update(done)
+
     try:
         scored = perplexity(db, data, steps=steps, limit=limit, exact=exact, mc=mc_samples, batch_size=batch_size,
-                            seed=seed, unit=unit.value)
+                            seed=seed, unit=unit.value, progress=counted)
     except OverflowError:  # math.exp of a bound past ~709 nats per token
         scored = {"nats_per_token": math.inf}
+    finally:
+        scoring.close()
     bad = [k for k, v in scored.items() if isinstance(v, float) and not math.isfinite(v)]
     if bad:  # a score of inf or NaN is no answer: the weights' outputs overflow
         raise DbertError(f"the checkpoint's scores are not finite ({', '.join(bad)}): its outputs overflow "
                          "(weights far too large, or a diverged run)")
     result = {"checkpoint": str(db.path), **scored}
     if samples:
+        sampling = SampleProgress(2 * samples, batch_size)
         result.update(quality(db, data, samples, steps=sample_steps, length=sample_length, top_k=top_k,
                               batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
                               sampler=sampler.value if sampler else None, params=params, temperature=temperature,
-                              judge=judge))
+                              judge=judge, on_frame=sampling))
+        sampling.close()
     if as_json:
         print(json.dumps(result))
     else:
@@ -296,7 +396,10 @@ def evaluate(
 # ---------------------------------------------------------------------------------- checkpoints
 @checkpoints_app.command("list")
 def checkpoints_list(as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False):
-    """Stored checkpoints (the shipped default first) and the store's location."""
+    """Stored checkpoints (the shipped default first) and the store's location.
+
+    Example: dbert checkpoints list --json
+    """
     from .store import entries, human_size, store_dir
 
     rows = entries()
@@ -360,7 +463,10 @@ def checkpoints_fetch(
     revision: Annotated[Optional[str], typer.Option(help="Hub branch, tag or commit to pin.")] = None,
     name: Annotated[Optional[str], typer.Option(help="Store name (default: the repo's or archive's name).")] = None,
 ):
-    """Download a checkpoint into the store; prints its path on stdout."""
+    """Download a checkpoint into the store; prints its path on stdout.
+
+    Example: dbert checkpoints fetch user/my-dbert --name my-dbert
+    """
     from .hub import fetch
 
     if source.strip().lower().startswith("http://"):
@@ -379,7 +485,10 @@ def checkpoints_import(
     directory: Annotated[str, typer.Argument(metavar="DIR", help="A checkpoint directory to copy into the store.")],
     name: Annotated[Optional[str], typer.Option(help="Store name (default: the directory's name).")] = None,
 ):
-    """Copy a local checkpoint into the store; prints its path on stdout."""
+    """Copy a local checkpoint into the store; prints its path on stdout.
+
+    Example: dbert checkpoints import runs/stories --name stories
+    """
     from .hub import import_dir
 
     print(import_dir(directory, name=name))
@@ -390,7 +499,10 @@ def checkpoints_remove(
     name: Annotated[str, typer.Argument(help="Store name of the checkpoint to delete.")],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ):
-    """Delete a checkpoint from the store (asks first unless --yes)."""
+    """Delete a checkpoint from the store (asks first unless --yes).
+
+    Example: dbert checkpoints remove stories --yes
+    """
     from .hub import remove
     from .store import resolve
 
@@ -404,18 +516,18 @@ def checkpoints_remove(
     say(f"removed {path}")
 
 
-@app.command()
-def tui(
-    checkpoint: Annotated[Optional[str], typer.Option(help="Store name or directory to start with.")] = None,
-):
-    """Open the interactive terminal app (same as `dbert-tui`)."""
-    from dbert_tui.app import run
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
+def tui(ctx: typer.Context):
+    """Open the interactive terminal app: `dbert-tui` with every option it takes (dbert tui --help).
 
-    if checkpoint is not None:
-        from .store import resolve
+    Example: dbert tui --checkpoint dbert-minilm-wiki --steps 64
+    """
+    from importlib.metadata import entry_points
 
-        resolve(checkpoint)  # a bad name is one line and exit 2, before the screen opens
-    raise typer.Exit(run(checkpoint=checkpoint))
+    found = [e for e in entry_points(group="console_scripts") if e.name == "dbert-tui"]
+    if not found:  # the engine reaches the front end through its entry point, never by import
+        raise DbertError("the terminal app is not installed (no dbert-tui entry point): pip install dbert")
+    found[0].load()(list(ctx.args), prog_name="dbert tui")
 
 
 # ---------------------------------------------------------------------------------- bench
@@ -434,7 +546,7 @@ MAX_BENCH_LENGTH = 4096  # tokens; the checkpoint's own position limit is checke
 
 @app.command()
 def bench(
-    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
     out: Annotated[str, typer.Option(help="Directory for bench.json and bench.md.")] = "bench",
     quick: Annotated[bool, typer.Option("--quick", help="Steps 16,128 only, fewer repetitions (minutes, not an hour).")] = False,
     steps: Annotated[Optional[str], typer.Option(help="Step budgets, comma-separated (default 16,128,512,2048).")] = None,
@@ -446,7 +558,10 @@ def bench(
     threads: Annotated[Optional[int], typer.Option(help="torch threads (default: torch's choice); the forward is also timed with 1..cores.")] = None,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
 ):
-    """Measure sampling speed, training tokens/s and forward efficiency on this machine (Markdown on stdout)."""
+    """Measure sampling speed, training tokens/s and forward efficiency on this machine (Markdown on stdout).
+
+    Example: dbert bench --quick --out bench-results
+    """
     import os
     import time
 
@@ -484,7 +599,7 @@ def bench(
 # ---------------------------------------------------------------------------------- serve
 @app.command()
 def serve(
-    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory [default: the shipped model].")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback is reachable from other machines (set --api-key).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     api_key: Annotated[Optional[str], typer.Option(envvar="DBERT_API_KEY", help="Require Authorization: Bearer KEY (or set DBERT_API_KEY, which stays out of the process list).")] = None,
@@ -499,7 +614,10 @@ def serve(
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
     dtype: Annotated[Dtype, typer.Option(help="The network's precision, as in `dbert sample`.")] = Dtype(SAMPLE.dtype),
 ):
-    """Serve the checkpoint over HTTP: OpenAI-compatible /v1/completions with infill (suffix)."""
+    """Serve the checkpoint over HTTP: OpenAI-compatible /v1/completions with infill (suffix).
+
+    Example: dbert serve --port 8000 --api-key secret
+    """
     for value, option in ((max_n, "--max-n"), (max_tokens, "--max-tokens"), (max_queue, "--max-queue"),
                           (max_body, "--max-body"), (batch_rows, "--batch-rows")):
         if value < 1:

@@ -47,6 +47,30 @@ def expand_paths(patterns: list[str]) -> list[str]:
     return paths
 
 
+def absolute_patterns(patterns: list[str] | None) -> list[str] | None:
+    """Paths or globs made absolute (~ expanded), as a run records them: it resumes from any folder."""
+    if patterns is None:
+        return None
+    return [os.path.abspath(os.path.expanduser(p)) for p in patterns]
+
+
+def fingerprints(patterns: list[str]) -> list[dict]:
+    """{path, size, sha256} of each file the patterns name, in order: what a run's data is, by content."""
+    import hashlib
+
+    out = []
+    for path in expand_paths(patterns):
+        h = hashlib.sha256()
+        try:
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        except OSError as e:
+            raise DbertError(f"cannot read data file {path}: {e.strerror}") from None
+        out.append({"path": os.path.abspath(path), "size": os.path.getsize(path), "sha256": h.hexdigest()})
+    return out
+
+
 def _file_lines(path: str) -> list[str]:
     """A UTF-8 text file's stripped lines, blank ones included; one clear error if it has no text."""
     try:

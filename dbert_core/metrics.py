@@ -210,11 +210,13 @@ def readability(samples: list[str], min_words: int = 8) -> dict:
 
 @torch.no_grad()
 def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, exact: bool = False,
-               mc: int = 1, batch_size: int = 32, seed: int = 0, unit: str = "line", examples: bool = False) -> dict:
+               mc: int = 1, batch_size: int = 32, seed: int = 0, unit: str = "line", examples: bool = False,
+               progress=None) -> dict:
     """ELBO perplexity of a data file's examples under db with an S-step budget.
 
     examples=True also returns each example's bound in nats and its token count
-    ("example_nats", "example_tokens"), for paired comparisons of models on the same data."""
+    ("example_nats", "example_tokens"), for paired comparisons of models on the same data.
+    progress: called with (examples scored, examples) after each batch."""
     if not 1 <= steps <= db.schedule.T:
         raise DbertError(f"--steps must be between 1 and T={db.schedule.T}, got {steps}")
     if mc < 1:
@@ -240,6 +242,8 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     for i in range(0, len(kept), batch_size):
         ids, att, noisable = collate(kept[i:i + batch_size], special, db.device)
         per_example.append(elbo(model, ids, att, noisable, db.schedule, steps, gen, exact=exact, mc=mc).cpu())
+        if progress is not None:
+            progress(min(i + batch_size, len(kept)), len(kept))
     nats = torch.cat(per_example)
     n_tok = sum(len(e) for e in kept)
     n_words = sum(kept_words)
@@ -260,8 +264,9 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
 def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top_k: int = 30,
             batch_size: int = 32, seed: int = 0, unit: str = "line", sampler: str | None = None,
             block_repeats: bool = True, params: dict | None = None, temperature: float = 1.0,
-            judge=None, texts: dict | None = None) -> dict:
-    """The paper's protocol: n samples for BLEU-4 against the data, n more for Self-BLEU-4.
+            judge=None, texts: dict | None = None, on_frame=None) -> dict:
+    """The paper's protocol: n samples for BLEU-4 against the data, n more for Self-BLEU-4
+    (on_frame: called with every frame of both runs, for progress).
 
     sampler and params: the decoding strategy (strategies.py). judge (a judge.Judge or the name
     of a causal LM): also the first n samples' gen-PPL and entropy under it, and the same for n
@@ -276,8 +281,8 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
                        temperature=temperature).resolved(db)
     sampler = cfg.sampler
     refs = read_examples(data, unit)
-    first, st1 = generate(db, cfg, paragraph=" ")
-    second, st2 = generate(db, cfg, seed=seed + 1, paragraph=" ")
+    first, st1 = generate(db, cfg, on_frame, paragraph=" ")
+    second, st2 = generate(db, cfg, on_frame, seed=seed + 1, paragraph=" ")
     out = {
         "samples": n, "sample_steps": steps, "sample_length": length, "top_k": top_k, "sampler": sampler,
         "exact": get(sampler).exact, "params": cfg.params, "temperature": temperature,

@@ -196,8 +196,24 @@ def local_dir(init: str) -> Path:
         if not list(got.glob("*.safetensors")):  # an older repo: pickled weights, read with weights_only
             got = Path(snapshot_download(init, allow_patterns=HUB_FILES + ["pytorch_model.bin"]))
     except Exception as e:  # noqa: BLE001 - offline, no such repo, network errors: one line for the user
-        raise DbertError(str(e).splitlines()[0][:160] or type(e).__name__) from None
+        raise DbertError(_hub_failure(init, e)) from None
     return got
+
+
+def _hub_failure(init: str, error: Exception) -> str:
+    """What a failed hub download means, in one line: unreachable, or no such model."""
+    text = str(error).splitlines()[0][:160] if str(error).strip() else type(error).__name__
+    names = " ".join(type(c).__name__ for c in (error, error.__cause__, error.__context__) if c is not None)
+    unreachable = any(w in names + text for w in ("ConnectError", "ConnectionError", "ConnectTimeout", "Timeout",
+                                                   "Name or service not known", "LocalEntryNotFound",
+                                                   "OfflineModeIsEnabled", "offline", "Network is unreachable"))
+    if unreachable:
+        return (f"the Hugging Face Hub is not reachable, so --init {init} (a hub id) cannot be downloaded; "
+                f"download it where there is a network (e.g. `hf download {init} --local-dir ./{init.split('/')[-1]}`) "
+                f"and pass the folder: --init ./{init.split('/')[-1]}")
+    if any(w in names + text for w in ("RepositoryNotFound", "404")):
+        return f"--init {init}: no such model on the Hugging Face Hub (a local folder needs ./ or a path)"
+    return f"--init {init}: the download failed ({text})"
 
 
 def build_bert(preset: str | None = None, init: str | None = None, vocab_size: int | None = None,

@@ -109,3 +109,79 @@ class TrainProgress(Callback):
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+class SampleProgress:
+    """`dbert sample` / `dbert eval` progress on stderr, fed every frame of the run (on_frame):
+    on a terminal one live line (samples done, the batch's step, network calls, elapsed, ETA),
+    elsewhere a plain line per finished batch. Nothing ever goes to stdout."""
+
+    def __init__(self, total: int, batch_size: int, label: str = "sampling", stream=None):
+        self.total, self.batch_size, self.label = total, max(1, batch_size), label
+        self.stream = stream or sys.stderr
+        try:
+            self.live = self.stream.isatty()
+        except (AttributeError, ValueError):
+            self.live = False
+        self.done = self.nfe = 0
+        self.start = time.perf_counter()
+        self._shown = 0.0
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # a closed or broken progress stream never stops the work
+            self.live = False
+            self.stream = None
+
+    def _eta(self, fraction: float) -> str:
+        elapsed = time.perf_counter() - self.start
+        if fraction <= 0:
+            return "?"
+        return _fmt_time(elapsed / fraction * (1 - fraction))
+
+    def __call__(self, frame) -> None:
+        if self.stream is None:
+            return
+        rows = int(frame.ids.shape[0])
+        finished = not bool(frame.masked.any())
+        batch_nfe = int(frame.nfe)
+        if finished:
+            self.done = min(self.total, self.done + rows)
+            self.nfe += batch_nfe
+        elapsed = time.perf_counter() - self.start
+        fraction = (self.done + (0 if finished else rows * frame.step / max(1, frame.steps))) / self.total
+        if self.live:
+            now = time.perf_counter()
+            if finished or now - self._shown > 0.1:
+                self._shown = now
+                self._write(f"\r{self.label} {self.done}/{self.total} · step {frame.step}/{frame.steps} · "
+                            f"{self.nfe + (0 if finished else batch_nfe)} calls · {_fmt_time(elapsed)} · "
+                            f"eta {self._eta(fraction)}\x1b[K")
+        elif finished:
+            self._write(f"{self.label} {self.done}/{self.total} · {self.nfe} calls · {_fmt_time(elapsed)} · "
+                        f"eta {self._eta(fraction)}\n")
+
+    def close(self) -> None:
+        if self.live and self.stream is not None:
+            self._write("\r\x1b[K")
+
+
+class CountProgress(SampleProgress):
+    """Progress of a loop over N items (`dbert eval`'s scoring): update(done) after each batch."""
+
+    def update(self, done: int) -> None:
+        if self.stream is None:
+            return
+        elapsed = time.perf_counter() - self.start
+        fraction = done / max(1, self.total)
+        now = time.perf_counter()
+        text = f"{self.label} {done}/{self.total} · {_fmt_time(elapsed)} · eta {self._eta(fraction)}"
+        if self.live:
+            if done >= self.total or now - self._shown > 0.1:
+                self._shown = now
+                self._write(f"\r{text}\x1b[K")
+        elif done >= self.total or now - self._shown > 10:  # plain lines: every 10 s and at the end
+            self._shown = now
+            self._write(text + "\n")

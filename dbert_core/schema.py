@@ -60,6 +60,8 @@ FIELDS = {
     "tokens_seen": (False, _whole(0)),
     "train_examples": (False, _whole(0)),
     "train_tokens": (False, _whole(0)),
+    "data_files": (False, _kind(list)),
+    "val_data_files": (False, _kind(list)),
     "train_seconds": (False, _number(0.0)),
     "world_size": (False, _whole(1)),
     "pack": (False, _kind(bool)),

@@ -3,7 +3,8 @@
     $DBERT_HOME (default: platformdirs' user data dir for "dbert")/checkpoints/<name>/
 
 Shipped checkpoints live in the package's assets/ and are listed first, under their names in
-SHIPPED: "default" (what every command uses when none is named) and the others. `resolve`
+SHIPPED: "default" (what every command uses when none is named; its folder's own name,
+"dbert-minilm-stories", names it too) and the others. `resolve`
 turns what a user typed (a store name, a shipped name, or a path) into a directory.
 """
 
@@ -47,7 +48,7 @@ def assets_dir() -> Path:
 
 def shipped(name: str) -> Path | None:
     """The directory of a shipped checkpoint by name, if it is installed."""
-    folder = SHIPPED.get(name)
+    folder = SHIPPED.get(name) or (name if name in SHIPPED.values() else None)  # "default" or its own name
     path = assets_dir() / folder if folder else None
     return path if path is not None and (path / "dbert.json").is_file() else None
 
@@ -71,7 +72,7 @@ def out_path(out: str) -> Path:
     that name exists here: write ./X for that), else the path."""
     if not out.strip():
         raise DbertError("--out must name a checkpoint (a store name or a directory)")
-    if out in SHIPPED:
+    if out in SHIPPED or out in SHIPPED.values():
         raise DbertError(f"--out {out!r} is the name of a shipped checkpoint; choose another name")
     path = store_dir() / out if is_name(out) else Path(out)
     if "/" not in out and os.sep not in out and not is_name(out):
@@ -104,11 +105,29 @@ def resolve(name_or_path: str | None) -> Path:
             return entry
         if p.is_dir():
             return p
-        raise DbertError(f"no checkpoint named {name_or_path!r} in {store_dir()} and no such directory "
-                         "(see `dbert checkpoints list`)")
+        raise DbertError(f"no checkpoint named {name_or_path!r} in {store_dir()} and no such directory"
+                         f"{_did_you_mean(name_or_path)} (see `dbert checkpoints list`)")
     if layout.exists(p):  # a checkpoint between a save's two renames is still there to read
         return p
     raise DbertError(f"checkpoint directory not found: {name_or_path}")
+
+
+def known_names() -> list[str]:
+    """Every name a checkpoint answers to: the shipped ones (by both names) and the store's entries."""
+    names = [n for n in (*SHIPPED, *SHIPPED.values()) if shipped(n) is not None]
+    root = store_dir()
+    try:
+        names += sorted(p.name for p in root.iterdir() if is_name(p.name) and p.is_dir()) if root.is_dir() else []
+    except OSError:
+        pass
+    return list(dict.fromkeys(names))
+
+
+def _did_you_mean(name: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, known_names(), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def human_size(n: float) -> str:

@@ -26,8 +26,8 @@ import torch
 
 from . import checkpoint as ckpt
 from .config import TrainConfig
-from .data import (Special, collate, document_sentences, encode, epoch_batches, pack, pack_sentences, read_documents,
-                   read_examples, read_lines, token_counts, tokenize, train_tokenizer)
+from .data import (Special, collate, document_sentences, encode, epoch_batches, fingerprints, pack, pack_sentences,
+                   read_documents, read_examples, read_lines, token_counts, tokenize, train_tokenizer)
 from .diffusion import Workspace, draw_steps, elbo, masked_kl
 from .hardware import native_bf16
 from .errors import DbertError, Interrupted
@@ -62,13 +62,35 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * progress))
 
 
+def moved_data(saved: dict, meta: dict, given: dict, out) -> dict:
+    """The saved train_config with --data / --val-data replaced by the given paths when those name
+    the run's own files moved elsewhere (the same sizes and SHA-256, meta's *_files); DbertError
+    when they name other files."""
+    for key in ("data", "val_data"):
+        paths, recorded = given.get(key), meta.get(f"{key}_files")
+        if not paths or paths == saved.get(key):
+            continue
+        flag = "--" + key.replace("_", "-")
+        if recorded is None:
+            raise DbertError(f"--resume: {flag} differs from the run's and {out} predates the record of its files' "
+                             "contents; give the original paths")
+        if [(f["size"], f["sha256"]) for f in fingerprints(paths)] != [(f["size"], f["sha256"]) for f in recorded]:
+            raise DbertError(f"--resume: the files of {flag} are not the run's ({len(recorded)} files; sizes or "
+                             "SHA-256 differ): a resumed run trains on the same data")
+        saved = {**saved, key: list(paths)}
+    return saved
+
+
 def resume_config(out, **changes) -> TrainConfig:
     """The config that continues the run saved in `out`: the checkpoint's own train_config with
     `changes` on top (only TrainConfig.RESUMABLE fields may differ from it)."""
     src = ckpt.readable(Path(out))
     if not (src / ckpt.STATE / "state.json").is_file():
         raise DbertError(f"--resume: no trainer state in {out} (nothing to resume)")
-    saved = ckpt.read_meta(src).get("train_config")
+    meta = ckpt.read_meta(src)
+    saved = meta.get("train_config")
+    if saved is not None:
+        saved = moved_data(saved, meta, changes, out)
     if saved is None:  # written before dbert kept its settings: the caller's, checked against the model
         if not changes.get("data"):
             raise DbertError(f"--resume: {out} predates saved training settings; give them again (--data, ...)")
@@ -270,6 +292,7 @@ class Trainer:
         meta = ckpt.read_meta(ckpt.readable(out))
         saved = meta.get("train_config")
         if saved is not None:
+            saved = moved_data(saved, meta, {"data": self.cfg.data, "val_data": self.cfg.val_data}, out)
             self.cfg = TrainConfig.from_dict(saved).continued(self.cfg)
 
     def _check_model(self) -> None:
@@ -383,7 +406,9 @@ class Trainer:
                     "unit": c.unit, "data": [str(p) for p in c.data]}
             if trimmed is not None:
                 meta["trim_vocab"] = trimmed
-            meta.update(train_record)
+            meta.update(train_record, data_files=fingerprints(c.data))
+            if c.val_data:
+                meta["val_data_files"] = fingerprints(c.val_data)
             self.db = ckpt.assemble(bert, tokenizer, c.schedule, c.T, counts, c.lam, c.time, meta)
         if self.is_main:  # learnt afresh on every start (a resumed run of an older dbert gets one too)
             from .truecase import learn
@@ -441,8 +466,9 @@ class Trainer:
             from .pretrained import local_dir
             from .tokenizer import WordPieceTokenizer
 
+            folder = local_dir(init)  # its own message when a hub id cannot be downloaded
             try:
-                return WordPieceTokenizer.load(local_dir(init))
+                return WordPieceTokenizer.load(folder)
             except DbertError as e:
                 raise DbertError(f"cannot load a tokenizer from --init {c.init}: {e}") from None
         from .model import PRESETS

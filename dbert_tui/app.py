@@ -7,10 +7,11 @@ and stop cursor blinking for snapshots.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Annotated, Callable, Iterable, Optional
+
+import typer
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -230,42 +231,55 @@ def _isatty(stream) -> bool:
         return False
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
+    """`dbert-tui [OPTIONS]` (and `dbert tui [OPTIONS]`, which forwards here): the command line
+    in the style of `dbert`'s own help (Typer), then the app."""
+    from dbert_core.cli import flags_without_type
+
+    flags_without_type()
     d = Settings()  # the defaults: dbert sample's, with the TUI's few overrides (controller.Settings)
-    parser = argparse.ArgumentParser(prog="dbert-tui", description="Watch DiffusionBERT generate; fetch or train checkpoints.")
-    parser.add_argument("--checkpoint", help="store name or checkpoint directory to start with")
-    parser.add_argument("--steps", type=int, default=d.steps, help=f"reverse steps of the first run (default {d.steps})")
-    parser.add_argument("--temperature", type=float, default=d.temperature, help=f"softmax temperature (default {d.temperature:g})")
-    parser.add_argument("--top-k", type=int, default=d.top_k, help=f"top-k, 0: off (default {d.top_k})")
-    parser.add_argument("--length", type=int, default=d.length,
-                        help="tokens per sample (default: the checkpoint's training length)")
-    parser.add_argument("--seed", type=int, default=d.seed, help=f"seed of the first run (default {d.seed})")
-    parser.add_argument("--device", choices=DEVICES, default=d.device, help=f"where to sample (default {d.device})")
-    parser.add_argument("--pace-ms", type=int, default=d.pace_ms, help=f"ms per shown step while playing (default {d.pace_ms})")
-    args = parser.parse_args(argv)
-    if args.checkpoint:
-        from dbert_core.store import resolve
+    command = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
-        try:
-            resolve(args.checkpoint)
-        except DbertError as e:
-            print(f"dbert-tui: error: {e}", file=sys.stderr)
+    @command.command(help="Watch DiffusionBERT generate; fetch or train checkpoints.\n\n"
+                          "Example: dbert-tui --checkpoint dbert-minilm-wiki --steps 64 --seed 7")
+    def tui(
+        checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="Store name or checkpoint directory to start with (default: the last one used, else the shipped model).")] = None,
+        steps: Annotated[int, typer.Option(help="Reverse steps of the first run.")] = d.steps,
+        temperature: Annotated[float, typer.Option(help="Softmax temperature (0: greedy).")] = d.temperature,
+        top_k: Annotated[int, typer.Option(help="Keep the k most likely tokens (0: off).")] = d.top_k,
+        length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length).")] = d.length,
+        seed: Annotated[int, typer.Option(help="Seed of the first run.")] = d.seed,
+        device: Annotated[str, typer.Option(help=f"Where to sample: {', '.join(DEVICES)}.")] = d.device,
+        pace_ms: Annotated[int, typer.Option(help="Milliseconds per shown step while playing (0: full speed).")] = d.pace_ms,
+    ):
+        def fail(message: str):
+            from dbert_core.display import safe_text
+
+            print(f"{prog_name}: error: {safe_text(message, 2000)}", file=sys.stderr)
             sys.exit(2)
-    settings = Settings(steps=args.steps, temperature=args.temperature, top_k=args.top_k, length=args.length,
-                        seed=args.seed, device=args.device, pace_ms=max(0, args.pace_ms))
-    try:
-        settings.validate()
-    except DbertError as e:
-        print(f"dbert-tui: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    try:
-        code = run(args.checkpoint, settings)
-    except DbertError as e:
-        from dbert_core.display import safe_text
 
-        print(f"dbert-tui: error: {safe_text(e, 2000)}", file=sys.stderr)
-        code = 2
-    sys.exit(code)
+        if device not in DEVICES:
+            fail(f"--device must be one of {', '.join(DEVICES)} (got {device!r})")
+        if checkpoint:
+            from dbert_core.store import resolve
+
+            try:
+                resolve(checkpoint)
+            except DbertError as e:
+                fail(str(e))
+        settings = Settings(steps=steps, temperature=temperature, top_k=top_k, length=length,
+                            seed=seed, device=device, pace_ms=max(0, pace_ms))
+        try:
+            settings.validate()
+        except DbertError as e:
+            fail(str(e))
+        try:
+            code = run(checkpoint, settings)
+        except DbertError as e:  # no terminal
+            fail(str(e))
+        sys.exit(code)
+
+    typer.main.get_command(command)(args=sys.argv[1:] if argv is None else list(argv), prog_name=prog_name)
 
 
 if __name__ == "__main__":

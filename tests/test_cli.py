@@ -62,7 +62,7 @@ def test_eval_json(tiny_checkpoint, capsys, monkeypatch):
 BAD = [
     (["sample", "--checkpoint", "{ck}", "--steps", "0"], "--steps"),
     (["sample", "--checkpoint", "{ck}", "--steps", "999999"], "--steps"),
-    (["sample", "--checkpoint", "{ck}", "--temperature", "0"], "--temperature"),
+    (["sample", "--checkpoint", "{ck}", "--temperature", "-0.5"], "--temperature"),
     (["sample", "--checkpoint", "{ck}", "--temperature", "-1"], "--temperature"),
     (["sample", "--checkpoint", "{ck}", "--top-p", "0"], "--top-p"),
     (["sample", "--checkpoint", "{ck}", "--top-p", "1.5"], "--top-p"),
@@ -165,3 +165,173 @@ def test_ctrl_c_saves_and_resume_continues(tmp_path, sig):
                              env=env, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((out / "trainer_state" / "state.json").read_text())["step"] == state["step"] + 2
+
+
+def test_generation_conventions(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    """A positional prompt with [MASK*N], short options, prompts from a file or stdin (--n each),
+    --output JSON Lines with text, prompt, seed and settings; progress on stderr only."""
+    import io
+
+    ck = str(tiny_checkpoint)
+    code, out, err = run(["sample", "Once upon a time [MASK*6]", "-c", ck, "-n", "2", "--seed", "4",
+                          "--length", "12", "--steps", "8"], capsys, monkeypatch)
+    assert code == 0 and len(out.splitlines()) == 2
+    assert all(line.startswith("Once upon a time") for line in out.splitlines())
+    assert "[MASK" not in out and "sampling 2/2" in err  # a plain progress line: stderr is not a terminal
+    # the same run through -p gives the same lines
+    code, again, _ = run(["sample", "-p", "Once upon a time [MASK*6]", "-c", ck, "-n", "2", "--seed", "4",
+                          "--length", "12", "--steps", "8"], capsys, monkeypatch)
+    assert again == out
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Once upon a time [MASK*6]\n\nThe dog [MASK] ran\n", encoding="utf-8")
+    jsonl = tmp_path / "out.jsonl"
+    code, out2, err2 = run(["sample", "--prompt-file", str(prompts), "-c", ck, "-n", "2", "--seed", "4",
+                            "--length", "12", "--steps", "8", "-o", str(jsonl)], capsys, monkeypatch)
+    lines = out2.splitlines()
+    assert code == 0 and len(lines) == 4 and lines[:2] == out.splitlines()  # each prompt: its own seeded run
+    records = [json.loads(x) for x in jsonl.read_text(encoding="utf-8").splitlines()]
+    assert [r["text"] for r in records] == lines
+    assert [r["prompt"] for r in records] == ["Once upon a time [MASK*6]"] * 2 + ["The dog [MASK] ran"] * 2
+    assert {r["seed"] for r in records} == {4} and records[2]["index"] == 0
+    assert records[0]["settings"]["steps"] == 8 and records[0]["settings"]["length"] == 12
+    assert records[0]["settings"]["sampler"] and records[0]["stats"]["nfe"] > 0
+    monkeypatch.setattr(sys, "stdin", io.StringIO("The dog [MASK] ran\n"))
+    code, out3, _ = run(["sample", "-", "-c", ck, "-n", "2", "--seed", "4", "--length", "12", "--steps", "8"],
+                        capsys, monkeypatch)
+    assert code == 0 and out3.splitlines() == lines[2:]
+    # without --seed, the seed drawn is written down and reproduces the run
+    code, out4, _ = run(["sample", "-c", ck, "-n", "1", "--length", "12", "--steps", "8", "-o", str(jsonl)],
+                        capsys, monkeypatch)
+    seed = json.loads(jsonl.read_text(encoding="utf-8"))["seed"]
+    code, out5, _ = run(["sample", "-c", ck, "-n", "1", "--length", "12", "--steps", "8", "--seed", str(seed)],
+                        capsys, monkeypatch)
+    assert out5 == out4
+    code, _, err = run(["sample", "a [MASK]", "-p", "b [MASK]", "-c", ck], capsys, monkeypatch)
+    assert code != 0 and "one prompt source" in err and "Traceback" not in err
+
+
+def test_resume_from_anywhere_and_moved_data(tmp_path, capsys, monkeypatch):
+    """A run records absolute data paths (it resumes from another folder), and --data may be given
+    again on resume for the same files moved elsewhere, checked by content, never for other files."""
+    import shutil
+
+    home = tmp_path / "project"
+    home.mkdir()
+    shutil.copy(TINYSTORIES, home / "stories.txt")
+    monkeypatch.setenv("DBERT_HOME", str(tmp_path / "dbhome"))
+    monkeypatch.chdir(home)
+    args = ["--max-steps", "2", "--batch-size", "8", "--seq-len", "16", "--T", "64", "--eval-steps", "8",
+            "--eval-every", "0", "--device", "cpu"]
+    code, _, err = run(["train", "--data", "stories.txt", "--out", "anywhere", *args], capsys, monkeypatch)
+    assert code == 0, err
+    meta = json.loads((tmp_path / "dbhome" / "checkpoints" / "anywhere" / "dbert.json").read_text())
+    assert meta["train_config"]["data"] == [str(home / "stories.txt")] and meta["data_files"][0]["size"] > 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, _, err = run(["train", "--out", "anywhere", "--resume", "--max-steps", "3"], capsys, monkeypatch)
+    assert code == 0, err
+    # the files moved: given again, they are checked by size and hash
+    (home / "stories.txt").rename(elsewhere / "moved.txt")
+    code, _, err = run(["train", "--out", "anywhere", "--resume", "--max-steps", "4"], capsys, monkeypatch)
+    assert code != 0 and "data file not found" in err
+    code, _, err = run(["train", "--out", "anywhere", "--resume", "--max-steps", "4", "--data", "moved.txt"],
+                       capsys, monkeypatch)
+    assert code == 0, err
+    (elsewhere / "other.txt").write_text("A different story. It is not the run's.\n" * 50)
+    code, _, err = run(["train", "--out", "anywhere", "--resume", "--max-steps", "5", "--data", "other.txt"],
+                       capsys, monkeypatch)
+    assert code != 0 and "not the run's" in err and "Traceback" not in err
+
+
+def test_the_default_answers_to_both_names(capsys, monkeypatch):
+    from dbert_core.store import resolve
+
+    assert resolve("dbert-minilm-stories") == resolve("default") == resolve(None)
+    code, _, err = run(["sample", "-c", "dbert-minilm-stori", "-n", "1"], capsys, monkeypatch)
+    assert code == 2 and "did you mean 'dbert-minilm-stories'" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(["train", "--data", str(TINYSTORIES), "--out", "dbert-minilm-stories"], capsys, monkeypatch)
+    assert code == 2 and "shipped checkpoint" in err
+
+
+@pytest.mark.parametrize("command", [["train"], ["sample"], ["eval"], ["bench"], ["serve"], ["tui"],
+                                     ["checkpoints", "list"], ["checkpoints", "fetch"], ["checkpoints", "import"],
+                                     ["checkpoints", "remove"]])
+def test_help_reads_cleanly(command, capsys, monkeypatch):
+    """Each command's help: an example, no `<bool>` on flags, no " ." left by swallowed markup."""
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out, _ = run([*command, "--help"], capsys, monkeypatch)
+    assert code == 0 and "Example:" in out
+    assert "<bool>" not in out and " .\n" not in out.replace("│", "\n") and " . " not in out
+    if command == ["sample"]:
+        flat = " ".join(out.replace("│", " ").split())
+        assert "default: a fresh one" in flat and "default: the checkpoint's training length" in flat
+
+
+def test_dbert_tui_takes_every_option_of_dbert_tui(capsys, monkeypatch):
+    from dbert_tui import app as tui_app
+    from dbert_tui.controller import Settings
+
+    seen = {}
+    monkeypatch.setattr(tui_app, "run", lambda checkpoint, settings: seen.update(c=checkpoint, s=settings) or 0)
+    code, _, err = run(["tui", "--steps", "64", "--temperature", "0", "--top-k", "5", "--length", "20", "--seed", "3",
+                        "--device", "cpu", "--pace-ms", "0", "-c", "dbert-minilm-wiki"], capsys, monkeypatch)
+    assert code == 0, err
+    assert seen["c"] == "dbert-minilm-wiki"
+    assert seen["s"] == Settings(steps=64, temperature=0.0, top_k=5, length=20, seed=3, device="cpu", pace_ms=0)
+    code, _, err = run(["tui", "--steps", "0"], capsys, monkeypatch)
+    assert code == 2 and "--steps" in err and "Traceback" not in err
+
+
+def test_errors_that_say_what_happened(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    """A prompt without a slot or with unspellable characters gets a note; a hub id that cannot be
+    downloaded says the Hub is unreachable and how to use a local folder; a folder that is no
+    checkpoint says which files are missing."""
+    code, out, err = run(["sample", "-c", str(tiny_checkpoint), "-p", "the cat 🐱", "-n", "1", "--length", "8",
+                          "--steps", "4", "--seed", "1"], capsys, monkeypatch)
+    assert code == 0 and out.startswith("the cat 🐱")
+    assert "no [MASK] slot" in err and "cannot spell '🐱'" in err
+    code, _, err = run(["sample", "-c", str(tiny_checkpoint), "-p", "the [mask] sat", "-n", "1", "--length", "8",
+                        "--steps", "4"], capsys, monkeypatch)
+    assert code == 0 and "no [MASK] slot" not in err
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("DBERT_HOME", str(tmp_path / "home"))
+    code, _, err = run(["train", "--init", "bert-base-uncased", "--data", str(TINYSTORIES), "--out", str(tmp_path / "x"),
+                        "--max-steps", "1"], capsys, monkeypatch)
+    assert code == 2 and "not reachable" in err and "--init ./bert-base-uncased" in err
+    (tmp_path / "notck").mkdir()
+    (tmp_path / "notck" / "config.json").write_text("{}")
+    code, _, err = run(["checkpoints", "import", str(tmp_path / "notck")], capsys, monkeypatch)
+    assert code == 2 and "missing" in err and "model.safetensors" in err and "config.json," not in err
+
+
+def test_eval_and_sample_show_progress_on_stderr_only(tiny_checkpoint, capsys, monkeypatch):
+    code, out, err = run(["eval", "--checkpoint", str(tiny_checkpoint), "--data", str(TINYSTORIES_VALID), "--unit",
+                          "sentence", "--limit", "40", "--batch-size", "16", "--steps", "8", "--samples", "4",
+                          "--sample-steps", "4", "--sample-length", "8", "--json"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["examples"] == 40  # stdout: the JSON alone
+    assert "scoring 40/40" in err and "sampling 8/8" in err
+
+
+def test_progress_line_on_a_terminal():
+    import io
+
+    import torch
+
+    from dbert_core.progress import SampleProgress
+    from dbert_core.sample import Frame
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Tty()
+    bar = SampleProgress(4, 2, stream=stream)
+    masked = torch.ones(2, 3, dtype=torch.bool)
+    for step, done in ((1, False), (2, True)):
+        m = torch.zeros_like(masked) if done else masked
+        bar(Frame(ids=torch.zeros(2, 3, dtype=torch.long), masked=m, revealed=torch.zeros_like(m),
+                  confidence=torch.zeros(2, 3), step=step, steps=2, t=0, nfe=step))
+    bar.close()
+    text = stream.getvalue()
+    assert "\r" in text and "sampling 2/4 · step 2/2 · 2 calls" in text and "\n" not in text
