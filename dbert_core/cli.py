@@ -387,10 +387,28 @@ def evaluate(
     if as_json:
         print(json.dumps(result))
     else:
-        for key, value in result.items():
-            if isinstance(value, dict):
-                value = json.dumps(value)
-            print(f"{key:>22}  {value:.4f}" if isinstance(value, float) else f"{key:>22}  {value}")
+        for line in eval_lines(result):
+            print(line)
+
+
+def eval_lines(result: dict) -> list[str]:
+    """`dbert eval` for a reader: the bounds with their 95% intervals and what they mean, then
+    every figure by name (--json gives the same figures as one object)."""
+    import math
+
+    out = []
+    if "ppl_token" in result:
+        for unit in ("token", "word"):
+            ppl, se = result[f"ppl_{unit}"], result[f"nats_per_{unit}_se"]
+            lo, hi = math.exp(math.log(ppl) - 1.96 * se), math.exp(math.log(ppl) + 1.96 * se)
+            out.append(f"{'perplexity per ' + unit:>22}  <= {ppl:.2f}  (95%: {lo:.2f} to {hi:.2f})")
+        out.append(f"{'':>22}  upper bounds: the {result['steps']}-step ELBO of {result['examples']} examples; "
+                   "the model's true perplexity is lower")
+    for key, value in result.items():
+        if isinstance(value, dict):
+            value = json.dumps(value)
+        out.append(f"{key:>22}  {value:.4f}" if isinstance(value, float) else f"{key:>22}  {value}")
+    return out
 
 
 # ---------------------------------------------------------------------------------- checkpoints
@@ -400,28 +418,55 @@ def checkpoints_list(as_json: Annotated[bool, typer.Option("--json", help="One J
 
     Example: dbert checkpoints list --json
     """
-    from .store import entries, human_size, store_dir
+    from .store import entries, store_dir, tui_checkpoint
 
     rows = entries()
+    in_tui = tui_checkpoint()
+    in_tui = in_tui.resolve() if in_tui is not None else (rows[0].path.resolve() if rows else None)
+
+    def used(e) -> bool:
+        try:
+            return in_tui is not None and e.path.resolve() == in_tui
+        except OSError:
+            return False
+
     if as_json:
         for e in rows:
-            row = {"name": e.name, "path": str(e.path), "size": e.size}
+            row = {"name": e.name, "path": str(e.path), "size": e.size, "tui": used(e)}
             row.update({"broken": e.broken} if e.broken else {"parameters": e.parameters, "schedule": e.schedule,
-                                                               "time": e.time, "created": e.created})
+                                                               "time": e.time, "created": e.created, "step": e.step,
+                                                               "val_ppl_token": e.val_ppl})
             print(json.dumps(row))
         return
-    from .display import safe_text
+    for line in list_lines(rows, used):
+        print(line)
+    say(f"store: {store_dir()}  (* the TUI's checkpoint; paths and settings: --json)")
 
-    header = f"{'NAME':<20} {'SIZE':>9} {'PARAMS':>8} {'SCHEDULE':<13} {'TIME':<9} {'CREATED':<25} PATH"
-    print(header)
-    for e in rows:  # store.Entry's text fields are safe to show; the path holds $DBERT_HOME
-        path = safe_text(e.path, None)
+
+def list_lines(rows, used, width: int = 80) -> list[str]:
+    """`dbert checkpoints list` as a table that fits `width` columns: name, size, parameters (as the
+    TUI counts them), steps, the last validation bound, the day it was created; * marks the TUI's."""
+    from .store import human_size
+
+    fixed = 2 + 9 + 8 + 7 + 9 + 11  # mark, SIZE, PARAMS, STEPS, VAL PPL, CREATED with their gaps
+    labels = [e.label for e in rows]
+    name_w = max(4, min(max((len(x) for x in labels), default=4), width - fixed - 1))
+
+    def cut(text: str) -> str:
+        return text if len(text) <= name_w else text[:name_w - 1] + "…"
+
+    out = [f"  {'NAME':<{name_w}} {'SIZE':>8} {'PARAMS':>7} {'STEPS':>6} {'VAL PPL':>8} {'CREATED':<10}"]
+    for e, label in zip(rows, labels):
+        mark = "* " if used(e) else "  "
         if e.broken:  # a bad entry is a row saying why, never a crash
-            print(f"{e.name:<20} {human_size(e.size):>9} {'?':>8} broken: {e.broken}  {path}")
+            out.append(f"{mark}{cut(label):<{name_w}} {human_size(e.size):>8} broken: {e.broken}"[:width])
             continue
-        params = f"{e.parameters / 1e6:.1f}M" if e.parameters else "?"
-        print(f"{e.name:<20} {human_size(e.size):>9} {params:>8} {e.schedule:<13} {e.time:<9} {e.created:<25} {path}")
-    say(f"store: {store_dir()}")
+        params = f"{e.parameters / 1e6:.2f}M" if e.parameters else "?"
+        steps = f"{e.step:,}" if isinstance(e.step, int) else "-"
+        val = f"{e.val_ppl:.1f}" if e.val_ppl is not None else "-"
+        out.append(f"{mark}{cut(label):<{name_w}} {human_size(e.size):>8} {params:>7} {steps:>6} {val:>8} "
+                   f"{(e.created or '?')[:10]:<10}")
+    return out
 
 
 class _FetchProgress:

@@ -158,6 +158,9 @@ def import_dir(path, name: str | None = None) -> Path:
     src = Path(path).expanduser()
     if not src.is_dir():
         raise DbertError(f"not a directory: {src}")
+    gaps = layout.missing(src)
+    if gaps:  # the first thing to say about a folder that is no checkpoint
+        raise DbertError(f"{src} is not a dbert checkpoint: it is missing {', '.join(gaps)}")
     _check_tree(src)  # links, FIFOs and code refused before anything is read or copied
     from .checkpoint import load
 

@@ -37,6 +37,7 @@ KINDS = ("swap", "fetch", "import", "remove")
 STALE_SECONDS = 24 * 3600  # an owner alive for longer is taken for a reused pid
 META = "dbert.json"
 REQUIRED = ("config.json", "model.safetensors", META, "dbert_tokens.safetensors")
+TUI_STATE = "tui.json"  # in $DBERT_HOME: the checkpoint the TUI last used
 TRUECASE = "dbert_truecase.json"  # optional: the truecasing table (truecase.py); older checkpoints lack it
 MAX_META = 4 << 20  # bytes of dbert.json (a few kB; its data list names every training file)
 MAX_TREE_DEPTH = 16  # folders within folders in a checkpoint (dbert's own use one: trainer_state/)
@@ -258,6 +259,15 @@ def read_meta(path) -> dict:
     return check(meta, path)
 
 
+def missing(path) -> list[str]:
+    """The files a checkpoint folder needs and lacks (nothing is opened or read)."""
+    path = Path(path)
+    gaps = [f for f in REQUIRED if not (path / f).is_file()]
+    if not ((path / "tokenizer.json").is_file() or (path / "vocab.txt").is_file()):
+        gaps.append("tokenizer.json or vocab.txt")
+    return gaps
+
+
 def inspect(path) -> dict:
     """The quick checks of a checkpoint folder (files present, no code, dbert.json valid): its
     meta, or DbertError with the reason. The tensors are checked by checkpoint.load."""
@@ -266,11 +276,9 @@ def inspect(path) -> dict:
     path = Path(path)
     if not path.is_dir():
         raise DbertError(f"checkpoint directory not found: {path}")
-    missing = [f for f in REQUIRED if not (path / f).is_file()]
-    if not ((path / "tokenizer.json").is_file() or (path / "vocab.txt").is_file()):
-        missing.append("tokenizer.json or vocab.txt")
-    if missing:
-        raise DbertError(f"checkpoint {path} is missing {', '.join(missing)}")
+    gaps = missing(path)
+    if gaps:
+        raise DbertError(f"checkpoint {path} is missing {', '.join(gaps)}")
     refuse_code(path)
     return read_meta(path)
 

@@ -254,7 +254,7 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
         "steps": steps, "T": db.schedule.T, "exact": exact, "mc_samples": None if exact else mc,
         "nats_per_token": total / n_tok, "nats_per_token_se": se / n_tok,
         "ppl_token": math.exp(total / n_tok), "ppl_word": math.exp(total / n_words),
-        "nats_per_word_se": se / n_words,
+        "nats_per_word": total / n_words, "nats_per_word_se": se / n_words,
     }
     if examples:
         result.update(example_nats=[round(v, 4) for v in nats.tolist()], example_tokens=[len(e) for e in kept])

@@ -61,6 +61,7 @@ FIELDS = {
     "train_examples": (False, _whole(0)),
     "train_tokens": (False, _whole(0)),
     "data_files": (False, _kind(list)),
+    "val_ppl_token": (False, _number(0.0)),
     "val_data_files": (False, _kind(list)),
     "train_seconds": (False, _number(0.0)),
     "world_size": (False, _whole(1)),

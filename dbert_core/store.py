@@ -149,6 +149,13 @@ class Entry:
     time: str
     created: str
     broken: str | None = None  # why the entry cannot be used; the other fields are then placeholders
+    step: int | None = None    # optimizer steps trained
+    val_ppl: float | None = None  # the last held-out bound per token measured while training
+
+    @property
+    def label(self) -> str:
+        """The name as a listing shows it: the default with its own name too."""
+        return f"{SHIPPED[self.name]} ({self.name})" if self.name == DEFAULT_NAME else self.name
 
 
 def _size(path: Path) -> int:
@@ -179,7 +186,32 @@ def _entry(name: str, path: Path) -> Entry:
         schedule = f"spindle({meta.get('lambda', 0.3):g})"
     # the text fields come from the checkpoint: made safe to show here, for the CLI and the TUI alike
     return Entry(name, path, size, meta.get("parameters"), schedule, meta.get("time", "none"),
-                 safe_text(meta.get("created", "?"), 40))
+                 safe_text(meta.get("created", "?"), 40), step=meta.get("step"), val_ppl=_val_ppl(path, meta))
+
+
+def _val_ppl(path: Path, meta: dict) -> float | None:
+    """The last validation bound: dbert.json's (saved since dbert records it), else the trainer state's."""
+    if isinstance(meta.get("val_ppl_token"), (int, float)):
+        return float(meta["val_ppl_token"])
+    from .jsonfile import read_json
+
+    try:  # jsonfile's limits: a FIFO, a huge or a deep file is no bound, never a hang
+        history = read_json(path / "trainer_state" / "state.json", max_bytes=16 << 20).get("history", [])
+        vals = [h["val_ppl_token"] for h in history if isinstance(h, dict) and "val_ppl_token" in h]
+        return float(vals[-1]) if vals else None
+    except (OSError, DbertError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def tui_checkpoint() -> Path | None:
+    """The checkpoint the TUI last used ($DBERT_HOME/tui.json, layout.TUI_STATE), if it names one."""
+    from .jsonfile import read_json
+
+    try:
+        last = read_json(home() / layout.TUI_STATE, max_bytes=1 << 20).get("checkpoint")
+        return Path(last) if isinstance(last, str) and last else None
+    except (OSError, DbertError, AttributeError):
+        return None
 
 
 def entries() -> list[Entry]:

@@ -576,6 +576,9 @@ class Trainer:
             meta.setdefault("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
             meta.update(step=self.step, tokens_seen=self.tokens_seen, train_seconds=round(self.elapsed, 1),
                         device=str(self.device), world_size=self.world)
+            vals = [h["val_ppl_token"] for h in self.history if "val_ppl_token" in h]
+            if vals:  # the last held-out bound, for listings (the history itself stays in trainer_state/)
+                meta["val_ppl_token"] = round(float(vals[-1]), 3)
             meta["train_config"] = self.cfg.to_dict()
             trainer_state = {
                 "optimizer": self.optimizer.state_dict(),

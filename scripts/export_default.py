@@ -25,6 +25,11 @@ def main() -> int:
     for key in ("train_config",):  # keep the recipe, drop machine-local paths
         cfg = db.meta.get(key, {})
         cfg.pop("out", None)
+    from dbert_core.store import _val_ppl
+
+    val = _val_ppl(Path(args.src), {})  # the run's last validation bound, kept for listings
+    if val is not None:
+        db.meta["val_ppl_token"] = round(val, 3)
     extra = {"MODEL_CARD.md": Path(args.card).read_text()} if args.card else None
     path = checkpoint.save(db, args.dst, dtype=torch.float16, extra_files=extra)
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())

@@ -2,7 +2,9 @@
 # How the shipped stories checkpoint (assets/dbert-minilm-stories, the default) is made, end to end.
 # Usage: scripts/stories_model.sh data|train|report|export|shown   (in this order; each repeatable)
 #   train: resumable (Ctrl-C saves); report: evaluations of this and the previous default, the decoding
-#   study; export: float16 copy into assets/ with the card; shown: samples at the CLI defaults, the card.
+#   study; export: float16 copy into assets/ with the card; shown: samples at the CLI defaults, the card;
+#   stage2 stories|mix: 150 more steps from runs/stories on the stories alone or with a slice of the
+#   Gutenberg children's books (the same held-out bound decides whether the books help).
 # Env: OUT, INIT, SEED, LR, WARMUP, MAX_STEPS, SEQ_LEN, THREADS, DTYPE, EXTRA (more `dbert train` flags).
 # Data (../shared/data, never committed): every TinyStories file (train.txt, valid.txt, more/*.txt;
 # CDLA-Sharing-1.0) and the TinyFabulist fables (MIT / Apache-2.0 generators). Held out: the last 1,000
@@ -50,12 +52,28 @@ evaluate() {  # $1 = checkpoint dir, $2 = tag
     --samples "${SAMPLES:-200}" --sample-steps 128 --sample-length "$length" --top-k 30 --json > "runs/eval_$2_stories.json"
 }
 
-report() {  # after training: what the card states (the previous default is read from git's HEAD)
+report() {  # after training: what the card states (the previous default: assets/ at commit $PREVIOUS, 69472a6)
   data
-  [ -d runs/previous-stories ] || { mkdir -p runs/previous-stories && git archive HEAD assets/dbert-minilm-stories | tar -x -C runs/previous-stories --strip-components 2; }
+  [ -d runs/previous-stories ] || { mkdir -p runs/previous-stories && git archive "${PREVIOUS:-69472a6}" assets/dbert-minilm-stories | tar -x -C runs/previous-stories --strip-components 2; }
   evaluate runs/stories stories
-  evaluate runs/previous-stories previous
+  [ -s runs/eval_previous_stories.json ] || evaluate runs/previous-stories previous
   python scripts/stories_decoding.py runs/stories --n 200 --out runs/decoding.json > runs/decoding.md
+}
+
+stage2() {  # the Gutenberg children's books as a second stage: $1 = stories|mix, from runs/stories
+  data
+  local variant=$1 files extra=""; files=$(train_files)
+  if [ "$variant" = mix ]; then  # the stories plus a slice of the books about their size (~1.7 M tokens)
+    head -n 9000 "$SHARED/children/gutenberg_children.txt" > "$DATA/gutenberg-slice.txt"
+    extra="--data $(realpath "$DATA/gutenberg-slice.txt")"
+  fi
+  local resume=""; [ -f "runs/stage2-$variant/trainer_state/state.json" ] && resume="--resume"
+  # shellcheck disable=SC2046,SC2086
+  OMP_NUM_THREADS=$THREADS dbert train --init "$(realpath runs/stories)" \
+    $(for f in $files; do echo --data "$(realpath "$f")"; done) $extra --val-data "$(realpath "$DATA/stories-heldout.txt")" \
+    --unit sentence --pack --seq-len "${SEQ_LEN:-128}" --schedule spindle --time none --batch-size 32 \
+    --lr "${LR2:-1e-4}" --warmup 10 --max-steps "${STEPS2:-150}" --eval-every "${STEPS2:-150}" --save-every 50 \
+    --log-every 10 --seed "${SEED:-0}" --dtype "${DTYPE:-auto}" --out "runs/stage2-$variant" $resume
 }
 
 shown() {  # with the exported default: 200 samples at the CLI defaults and the timed ten
@@ -69,6 +87,7 @@ case "${1:-}" in
   train) train "${OUT:-runs/stories}" ;;
   eval) evaluate "${2:-runs/stories}" "${3:-$(basename "${2:-runs/stories}")}" ;;
   report) report ;;
+  stage2) stage2 "${2:-stories}" ;;
   shown) shown ;;
   export) python scripts/export_default.py "${SRC:-runs/stories}" assets/dbert-minilm-stories --card runs/STORIES_CARD.md ;;
   *) echo "usage: $0 data|train|report|export|shown|eval [DIR TAG]" >&2; exit 2 ;;

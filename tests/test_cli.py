@@ -40,8 +40,11 @@ def test_store_names_train_and_list(capsys, monkeypatch):
     assert code == 0 and out == ""
     assert "checkpoint step 3" in err
     code, out, _ = run(["checkpoints", "list"], capsys, monkeypatch)
-    row = [ln for ln in out.splitlines() if ln.startswith("mytiny")]
-    assert row and "spindle(0.3)" in row[0] and "none" in row[0]
+    row = [ln for ln in out.splitlines() if ln[2:].startswith("mytiny ")]
+    assert row and " 3 " in row[0]  # its steps
+    code, out, _ = run(["checkpoints", "list", "--json"], capsys, monkeypatch)
+    mine = [json.loads(x) for x in out.splitlines() if json.loads(x)["name"] == "mytiny"]
+    assert mine and mine[0]["schedule"] == "spindle(0.3)" and mine[0]["time"] == "none"
     code, out, _ = run(["sample", "--checkpoint", "mytiny", "--n", "2", "--length", "8", "--steps", "8"],
                        capsys, monkeypatch)
     assert code == 0 and len(out.splitlines()) == 2
@@ -335,3 +338,45 @@ def test_progress_line_on_a_terminal():
     bar.close()
     text = stream.getvalue()
     assert "\r" in text and "sampling 2/4 · step 2/2 · 2 calls" in text and "\n" not in text
+
+
+def test_checkpoints_list_fits_80_columns_and_marks_the_tuis(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    import shutil
+
+    monkeypatch.setenv("DBERT_HOME", str(tmp_path))
+    store = tmp_path / "checkpoints"
+    store.mkdir()
+    long_name = "a-checkpoint-with-a-really-very-long-name-that-would-not-fit-otherwise"
+    shutil.copytree(tiny_checkpoint, store / long_name)
+    shutil.copytree(tiny_checkpoint, store / "mine")
+    (tmp_path / "tui.json").write_text(json.dumps({"checkpoint": str(store / "mine")}))
+    code, out, err = run(["checkpoints", "list"], capsys, monkeypatch)
+    lines = out.splitlines()
+    assert code == 0 and all(len(x) <= 80 for x in lines)
+    assert lines[1].startswith("  dbert-minilm-stories (default)")  # both names of the default
+    mine = next(x for x in lines if " mine " in x)
+    meta = json.loads((store / "mine" / "dbert.json").read_text())
+    assert mine.startswith("* ") and f"{meta['step']:,}" in mine and meta["created"][:10] in mine
+    assert f"{meta['parameters'] / 1e6:.2f}M" in mine  # counted as the TUI's Checkpoints screen counts them
+    assert any("…" in x for x in lines)  # the long name is cut, not the table
+    code, out, _ = run(["checkpoints", "list", "--json"], capsys, monkeypatch)
+    rows = {r["name"]: r for r in map(json.loads, out.splitlines())}
+    assert rows["mine"]["tui"] and not rows["default"]["tui"] and rows["mine"]["step"] == meta["step"]
+
+
+def test_import_of_a_folder_that_is_no_checkpoint_says_what_is_missing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DBERT_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    (folder / "scanhist.sh").write_text("echo hi\n")
+    code, _, err = run(["checkpoints", "import", str(folder)], capsys, monkeypatch)
+    assert code == 2 and "is not a dbert checkpoint" in err and "model.safetensors" in err
+    assert "custom code" not in err
+
+
+def test_eval_text_output_reads_as_bounds(tiny_checkpoint, capsys, monkeypatch):
+    code, out, _ = run(["eval", "--checkpoint", str(tiny_checkpoint), "--data", str(TINYSTORIES_VALID), "--unit",
+                        "sentence", "--limit", "20", "--steps", "8"], capsys, monkeypatch)
+    assert code == 0
+    assert "perplexity per token  <= " in out and "(95%: " in out and "upper bounds" in out
+    assert "nats_per_word " in out and "nats_per_word_se" in out

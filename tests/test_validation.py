@@ -232,7 +232,7 @@ def test_listing_shows_broken_entries_instead_of_crashing(tiny_checkpoint, capsy
         main()
     out, err = capsys.readouterr()
     assert (exc.value.code or 0) == 0 and "Traceback" not in err
-    line = [ln for ln in out.splitlines() if ln.startswith("bad-lambda")][0]
+    line = [ln for ln in out.splitlines() if ln[2:].startswith("bad-lambda")][0]
     assert "broken:" in line and "lambda" in line
     monkeypatch.setattr(sys, "argv", ["dbert", "checkpoints", "list", "--json"])
     with pytest.raises(SystemExit):
