@@ -6,6 +6,7 @@ paths, `..`, links, devices, code files and pickles are refused, a `trainer_stat
 (pickled optimizer state) is skipped. Bombs are refused before and while writing: at most
 MAX_MEMBERS entries and MAX_UNPACKED bytes, and no more than MAX_RATIO times the archive's own
 size once past RATIO_FLOOR (checkpoint weights hardly compress; a bomb compresses a thousandfold).
+A member nested more than layout.MAX_TREE_DEPTH folders deep is refused too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 from .errors import DbertError
-from .trust import PICKLE_SUFFIXES, is_code
+from .layout import MAX_TREE_DEPTH
+from .trust import PICKLE_SUFFIXES, is_code, pickled
 
 MAX_UNPACKED = 10 * 1024**3  # 10 GiB
 MAX_MEMBERS = 10_000
@@ -57,9 +59,14 @@ class _Budget:
             raise DbertError(f"the archive unpacks {self.packed / 1e6:.1f} MB into more than {total / 1e6:.1f} MB: "
                              "a decompression bomb, refused")
 
-    def copy(self, src, out: Path) -> None:
+    def copy(self, src, out: Path, name: str) -> None:
+        first = True
         with open(out, "wb") as f:
             while chunk := src.read(CHUNK):
+                if first and pickled(out.name, chunk[:8]):
+                    raise DbertError(f"refusing archive member {name!r}: it is a pickle, whatever its name "
+                                     "(safetensors only)")
+                first = False
                 self.bytes += len(chunk)
                 self.check(self.bytes)
                 f.write(chunk)
@@ -79,6 +86,8 @@ def member_path(dest: Path, name: str) -> Path | None:
         raise DbertError(f"refusing archive member {name!r}: it points outside the target folder")
     if not parts or any(p in SKIP_DIRS for p in parts) or parts[-1] == ".DS_Store" or "__MACOSX" in parts:
         return None
+    if len(parts) > MAX_TREE_DEPTH + 1:
+        raise DbertError(f"refusing archive member {name!r}: nested more than {MAX_TREE_DEPTH} folders deep")
     if parts[-1].lower().endswith(PICKLE_SUFFIXES):
         raise DbertError(f"refusing archive member {name!r}: pickle weights are not accepted (safetensors only)")
     if is_code(parts[-1]):
@@ -119,7 +128,7 @@ def _untar(archive: Path, dest: Path, budget: _Budget) -> None:
                 budget.check(declared)
                 out.parent.mkdir(parents=True, exist_ok=True)
                 with tf.extractfile(m) as src:
-                    budget.copy(src, out)
+                    budget.copy(src, out, m.name)
         except (tarfile.TarError, EOFError, OSError, ValueError) as e:
             raise DbertError(f"the tar archive is corrupt ({_brief(e)})") from None
 
@@ -148,7 +157,7 @@ def _unzip(archive: Path, dest: Path, budget: _Budget) -> None:
                     continue
                 out.parent.mkdir(parents=True, exist_ok=True)
                 with zf.open(info) as src:
-                    budget.copy(src, out)
+                    budget.copy(src, out, info.filename)
         except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as e:
             raise DbertError(f"the zip archive is corrupt ({_brief(e)})") from None
 

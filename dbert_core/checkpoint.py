@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -277,29 +278,109 @@ def _load_time(db: DBert, source: Path, path: Path, dtype: torch.dtype) -> None:
 
 
 def _load_truecase(source: Path, path: Path) -> dict | None:
+    """The truecasing table, if the checkpoint has one: read as every JSON file of a checkpoint is
+    (jsonfile: at most 4 MiB, 64 deep), and every entry a casing of its word with nothing a
+    terminal would act on (display.is_safe), since its forms are printed in every sample."""
+    from .display import is_safe
+    from .jsonfile import read_json
     from .truecase import from_json
 
     file = source / TRUECASE
-    if not file.is_file():
+    if not file.exists():
         return None
-    if file.stat().st_size > 16 * 2**20:
-        raise DbertError(f"checkpoint {path}: {TRUECASE} is larger than 16 MB")
+    what = f"checkpoint {path}: {TRUECASE}"
+    data = read_json(file, what)
     try:
-        return from_json(json.loads(file.read_text(encoding="utf-8")))
-    except (ValueError, RecursionError, UnicodeDecodeError) as e:
-        raise DbertError(f"checkpoint {path}: {TRUECASE} is not valid ({str(e).splitlines()[0][:100]})") from None
+        table = from_json(data)
+    except ValueError as e:
+        raise DbertError(f"{what} is not valid ({str(e).splitlines()[0][:100]})") from None
+    bad = next((k for k, v in table.items() if not (isinstance(k, str) and is_safe(k) and is_safe(v))), None)
+    if bad is not None:
+        raise DbertError(f"{what} is not valid (the entry {bad[:40]!r} holds control characters)")
+    return table
+
+
+MAX_STEP = 10**12  # optimizer steps a trainer state may record
+
+
+def _whole(value, lo: int, hi: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def _check_state(s, where: str) -> dict:
+    """trainer_state/state.json: the data position and counters, each of its type and range."""
+    if not isinstance(s, dict):
+        raise DbertError(f"{where} must hold a JSON object")
+    step = s.get("step")
+
+    def need(name: str, ok: bool, what: str) -> None:
+        if not ok:
+            shown = repr(s.get(name))
+            raise DbertError(f"{where}: field {name!r} is {shown[:40]}; it must be {what}")
+
+    need("step", _whole(step, 0, MAX_STEP), f"a whole number in [0, {MAX_STEP}]")
+    for name in ("epoch", "batch_in_epoch"):
+        need(name, _whole(s.get(name), 0, step), f"a whole number in [0, step {step}]")
+    need("tokens_seen", _whole(s.get("tokens_seen", 0), 0, 2**62), "a whole number >= 0")
+    elapsed = s.get("elapsed", 0.0)
+    need("elapsed", isinstance(elapsed, (int, float)) and not isinstance(elapsed, bool) and
+         math.isfinite(elapsed) and elapsed >= 0, "a finite number of seconds >= 0")
+    history = s.get("history", [])
+    need("history", isinstance(history, list) and all(
+        isinstance(h, dict) and all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                                    for k, v in h.items()) for h in history),
+         "a list of objects of numbers")
+    return s
+
+
+def _check_rng(rng, where: str) -> dict:
+    """trainer_state/rng.pt: {rankN: {noise, torch[, cuda]}}, each a generator state (uint8, 1-D)."""
+    size = torch.get_rng_state().numel()
+    if not isinstance(rng, dict) or not rng or not all(isinstance(k, str) and k.startswith("rank") for k in rng):
+        raise DbertError(f"{where} must map rank0, rank1, ... to random-number states")
+    for rank, states in rng.items():
+        if not isinstance(states, dict) or not {"noise", "torch"} <= set(states):
+            raise DbertError(f"{where}: {rank[:20]} lacks its 'noise' and 'torch' states")
+        for name, t in states.items():
+            ok = isinstance(t, torch.Tensor) and t.dtype == torch.uint8 and t.dim() == 1
+            if name in ("noise", "torch"):
+                ok = ok and t.numel() == size
+            if not ok:
+                got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise DbertError(f"{where}: the {rank[:20]} {str(name)[:20]!r} state is {got}, not a random-number "
+                                 "generator's state")
+    return rng
+
+
+def _check_optimizer_file(opt, where: str) -> dict:
+    """trainer_state/optimizer.pt's outline: {state: {id: {...}}, param_groups: [{params: [id, ...]}]}
+    (Trainer checks it against the model itself)."""
+    groups = opt.get("param_groups") if isinstance(opt, dict) else None
+    if not (isinstance(groups, list) and groups and isinstance(opt.get("state"), dict) and all(
+            isinstance(g, dict) and isinstance(g.get("params"), list) and all(_whole(i, 0, 2**31) for i in g["params"])
+            for g in groups)):
+        raise DbertError(f"{where} is not an optimizer state (state and param_groups)")
+    return opt
 
 
 def load_trainer_state(path) -> dict | None:
-    """The optimizer/RNG/data-position state saved beside the weights, or None."""
+    """The optimizer/RNG/data-position state saved beside the weights, or None. Every field is
+    checked for its type and range here (one DbertError line naming it); Trainer checks the
+    optimizer's tensors against the model."""
+    from .jsonfile import read_json
+
     sdir = readable(Path(path)) / STATE
     if not (sdir / "state.json").is_file():
         return None
-    try:
-        return {
-            "optimizer": torch.load(sdir / "optimizer.pt", map_location="cpu", weights_only=True),
-            "rng": torch.load(sdir / "rng.pt", map_location="cpu", weights_only=True),
-            "state": json.loads((sdir / "state.json").read_text()),
-        }
-    except Exception as e:  # noqa: BLE001 - a refused pickle, a corrupt or missing file
-        raise DbertError(f"{sdir} cannot be read safely: {str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__}") from None
+
+    def pt(name: str):
+        try:
+            return torch.load(sdir / name, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - a refused pickle, a corrupt or missing file
+            text = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+            raise DbertError(f"{sdir}/{name} cannot be read safely: {text}") from None
+
+    state = read_json(sdir / "state.json", f"{sdir}/state.json", max_bytes=64 << 20)
+    return {"state": _check_state(state, f"{sdir}/state.json"),
+            "rng": _check_rng(pt("rng.pt"), f"{sdir}/rng.pt"),
+            "optimizer": _check_optimizer_file(pt("optimizer.pt"), f"{sdir}/optimizer.pt")}

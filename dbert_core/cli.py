@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import config, strategies
-from .errors import DbertError
+from .errors import DbertError, Interrupted
 
 def flags_without_type() -> None:
     """Help lists a flag (--lowercase, --block-repeats/--allow-repeats, --help) without a `<bool>`
@@ -60,8 +60,18 @@ SAMPLE = config.SampleConfig()
 
 
 def say(message: str) -> None:
-    """A message for the user: stderr, never stdout."""
-    print(message, file=sys.stderr, flush=True)
+    """A message for the user: stderr, never stdout; made safe to show (display.safe_text: no
+    escape codes from a checkpoint or URL reach the terminal). A closed or failing stderr loses
+    the message but never fails the command."""
+    from .display import safe_text
+
+    try:
+        print(safe_text(message, MAX_LINE), file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+MAX_LINE = 2000  # characters of one message line; a longer one keeps its start and end
 
 
 def _version(value: bool):
@@ -76,6 +86,11 @@ def _version(value: bool):
 def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                  help="Print the version and exit.")] = False):
     pass
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the command line gave the option `name` (not its default)."""
+    return getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")
 
 
 def _device(gpu: bool, device: Device) -> str:
@@ -145,11 +160,12 @@ def train(
         eval_steps=eval_steps, save_every=save_every, log_every=log_every, device="cuda" if gpu else device.value,
         dtype=dtype.value, seed=seed, dropout=dropout,
     )
+    if init is not None and _given(ctx, "preset"):
+        raise DbertError("--preset and --init both choose the model; give one of them")
     target = str(out_path(out))
     if resume:  # the checkpoint's own config, changed only where the command line says so
         field_of = {"spindle_lambda": "lam", "gpu": "device"}
-        given = {field_of.get(k, k) for k in ctx.params
-                 if getattr(ctx.get_parameter_source(k), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")}
+        given = {field_of.get(k, k) for k in ctx.params if _given(ctx, k)}
         given -= {"out", "resume"}
         if "init" in given:
             given.add("preset")
@@ -204,8 +220,12 @@ def sample(
                               params=strategies.parse_params(sampler.value, param) if sampler else _no_params(param),
                               device=device.value, prompt=None, block_repeats=block_repeats,
                               dtype=dtype.value).validate()
-    if trajectory is not None and (cfg.n > cfg.batch_size or len(prompts) > 1):
-        raise DbertError("--trajectory records one batch: give --n <= --batch-size and one prompt")
+    if trajectory is not None:
+        if cfg.n > cfg.batch_size or len(prompts) > 1:
+            raise DbertError("--trajectory records one batch: give --n <= --batch-size and one prompt")
+        from .layout import check_output
+
+        check_output(trajectory, "--trajectory")  # before the run, not after it
     if cfg.seed is None:  # drawn once here, so --output can say which seed made each sample
         import random
 
@@ -322,23 +342,41 @@ def evaluate(
         raise DbertError("--samples must be >= 0")
     if batch_size < 1:
         raise DbertError("--batch-size must be >= 1")
+    for option, value, lo, what in (("--steps", steps, 1, ""), ("--mc-samples", mc_samples, 1, ""),
+                                    ("--sample-steps", sample_steps, 1, " (the samples' --steps)"),
+                                    ("--sample-length", sample_length, 1, " (the samples' --length)"),
+                                    ("--top-k", top_k, 0, "")):
+        if value < lo:  # checked whether or not --samples asks for them: a wrong value is never silently unused
+            raise DbertError(f"{option} must be >= {lo}{what}, got {value}")
+    if not 0 <= seed <= config.MAX_SEED:
+        raise DbertError(f"--seed must be in [0, {config.MAX_SEED}], got {seed}")
     if judge is not None and not samples:
         raise DbertError("--judge scores samples: give --samples N")
     params = strategies.parse_params(sampler.value, param) if sampler else _no_params(param)
     config.SampleConfig(sampler=sampler.value if sampler else None, params=params, temperature=temperature).validate()
+    import math
+
     from .progress import CountProgress, SampleProgress
 
     db = _load(checkpoint, device.value)
     scoring = CountProgress(1, batch_size, label="scoring")
 
-    def scored(done: int, total: int) -> None:
+    def counted(done: int, total: int) -> None:
         scoring.total = total
         scoring.update(done)
 
-    result = {"checkpoint": str(db.path), **perplexity(db, data, steps=steps, limit=limit, exact=exact,
-                                                       mc=mc_samples, batch_size=batch_size, seed=seed,
-                                                       unit=unit.value, progress=scored)}
-    scoring.close()
+    try:
+        scored = perplexity(db, data, steps=steps, limit=limit, exact=exact, mc=mc_samples, batch_size=batch_size,
+                            seed=seed, unit=unit.value, progress=counted)
+    except OverflowError:  # math.exp of a bound past ~709 nats per token
+        scored = {"nats_per_token": math.inf}
+    finally:
+        scoring.close()
+    bad = [k for k, v in scored.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:  # a score of inf or NaN is no answer: the weights' outputs overflow
+        raise DbertError(f"the checkpoint's scores are not finite ({', '.join(bad)}): its outputs overflow "
+                         "(weights far too large, or a diverged run)")
+    result = {"checkpoint": str(db.path), **scored}
     if samples:
         sampling = SampleProgress(2 * samples, batch_size)
         result.update(quality(db, data, samples, steps=sample_steps, length=sample_length, top_k=top_k,
@@ -435,7 +473,10 @@ class _FetchProgress:
     """Download progress on stderr: a live bar on a terminal, a few plain lines otherwise."""
 
     def __init__(self):
-        self.live = sys.stderr.isatty()
+        try:
+            self.live = sys.stderr.isatty()
+        except (OSError, ValueError):
+            self.live = False
         self.last = -1
 
     def __call__(self, done: int, total: int | None, what: str) -> None:
@@ -444,15 +485,21 @@ class _FetchProgress:
         pct = int(100 * done / total) if total else None
         if self.live:
             shown = f"{pct:3d}%" if pct is not None else ""
-            sys.stderr.write(f"\r{what} {human_size(done):>9} {shown}")
-            sys.stderr.flush()
+            self._write(f"\r{what} {human_size(done):>9} {shown}")
         elif pct is not None and pct // 25 != self.last:
             self.last = pct // 25
             say(f"{what} {human_size(done)} ({pct}%)")
 
     def close(self) -> None:
         if self.live:
-            sys.stderr.write("\n")
+            self._write("\n")
+
+    def _write(self, text: str) -> None:
+        try:  # progress only: a failing stderr never fails the download
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            self.live = False
 
 
 @checkpoints_app.command("fetch")
@@ -467,6 +514,9 @@ def checkpoints_fetch(
     """
     from .hub import fetch
 
+    if source.strip().lower().startswith("http://"):
+        say(f"dbert: warning: {source.strip()} is plain http: anyone on the way can read or change it; "
+            "prefer https://")
     bar = _FetchProgress()
     try:
         path = fetch(source, revision=revision, name=name, progress=bar)
@@ -536,6 +586,9 @@ def _int_list(text: str, option: str) -> list[int]:
     return values
 
 
+MAX_BENCH_LENGTH = 4096  # tokens; the checkpoint's own position limit is checked when it is loaded
+
+
 @app.command()
 def bench(
     checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
@@ -563,6 +616,11 @@ def bench(
 
     step_list = _int_list(steps, "--steps") if steps else ([16, 128] if quick else [16, 128, 512, 2048])
     batches = _int_list(batch, "--batch")
+    if not 1 <= length <= MAX_BENCH_LENGTH:
+        raise DbertError(f"--length must be in [1, {MAX_BENCH_LENGTH}], got {length}")
+    from .layout import check_output
+
+    check_output(out, "--out", folder=True)  # before the hour of measuring, not after it
     chosen = [s.strip() for s in samplers.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in config.STRATEGIES]
     if unknown or not chosen:
@@ -624,6 +682,7 @@ def serve(
     application = create_app(db, name, api_key=api_key, limits=limits, batching=batch, max_rows=batch_rows,
                              device=device.value, dtype=dtype.value)
     say(f"dbert serve: {name} ({db.path}) on http://{host}:{port}/v1 ; stop with Ctrl+C")
+    _restore_signals()  # uvicorn handles SIGINT and SIGTERM itself (a grace period), then re-raises them
     try:
         run(application, host, port, grace=grace)  # SIGTERM: ends by the signal once shut down, as uvicorn does
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on
@@ -634,16 +693,145 @@ def serve(
     say("dbert serve: stopped")
 
 
+def _std_streams() -> None:
+    """File descriptors 0-2 open, so a file dbert opens never takes the place of a closed stdout
+    or stderr (and receives what was meant for them), and sys.stderr never None (print would
+    then write messages to stdout). A closed stdout fails the first write of data with EBADF,
+    one line; a closed stderr silences messages. Unencodable characters are escaped, not fatal
+    (PYTHONIOENCODING=ascii, the C locale)."""
+    import os
+
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    if sys.stdout is None:
+        sys.stdout = _Closed()
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
+class _Closed:
+    """What sys.stdout is when fd 1 was closed at start: writing data fails, as it would."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def write(self, text: str) -> int:
+        import errno
+
+        raise OSError(errno.EBADF, "stdout is closed")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise OSError(9, "stdout is closed")
+
+
+def _on_signal(signum, frame) -> None:
+    import signal
+
+    raise Interrupted(signal.Signals(signum).name)
+
+
+_saved_handlers: dict = {}  # what main() found, put back by _restore_signals
+
+
+def _restore_signals() -> None:
+    """The signal handlers as main() found them (serve hands its signals to uvicorn)."""
+    import signal
+
+    for sig, handler in _saved_handlers.items():
+        signal.signal(sig, handler)
+
+
+def _stop_signals() -> dict:
+    """Ctrl-C, SIGTERM and SIGHUP end a command through Interrupted: its `finally` blocks clean up
+    (a fetch deletes its temp folder), then one line. `train` installs its own handlers while it
+    runs (a stop saves a checkpoint); a SIGHUP ignored by the caller (nohup) stays ignored."""
+    import signal
+
+    old = {}
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None or (name == "SIGHUP" and signal.getsignal(sig) == signal.SIG_IGN):
+            continue
+        try:
+            old[sig] = signal.signal(sig, _on_signal)
+        except (ValueError, OSError):  # not the main thread, or not allowed here
+            pass
+    return old
+
+
+def _exit_code(error: BaseException) -> int:
+    """The exit status for what ended a command, after one line on stderr (none for a closed pipe)."""
+    import errno
+
+    if isinstance(error, Interrupted):
+        say(f"dbert: interrupted ({error})" if str(error) not in ("", "SIGINT") else "dbert: interrupted")
+        return 130
+    if isinstance(error, DbertError):
+        say(f"dbert: error: {error}")
+        return 2
+    if isinstance(error, OSError):
+        if error.errno == errno.EPIPE:  # the reader stopped early (| head): nothing to say
+            return 141
+        where = f" ({error.filename})" if error.filename else ""
+        say(f"dbert: error: {error.strerror or error}{where}")
+        return 2
+    if isinstance(error, (RecursionError, MemoryError)):
+        say(f"dbert: error: {'out of memory' if isinstance(error, MemoryError) else 'input nested too deeply'}")
+        return 2
+    say(f"dbert: internal error: {type(error).__name__}: {str(error).strip()[:300]} "
+        "(please report it; DBERT_TRACEBACK=1 shows where)")
+    return 1
+
+
 def main() -> None:
-    """Entry point: run the app; expected failures become one line on stderr."""
-    try:
+    """Entry point: run the app; every failure becomes one line on stderr and a non-zero exit
+    (2: an expected failure, 130: interrupted, 141: stdout closed early, 1: a bug), never a
+    traceback, and stdout carries only data."""
+    import os
+
+    _std_streams()
+    _saved_handlers.update(_stop_signals())
+    code = 0
+    try:  # typer itself prints usage errors and help, and exits (SystemExit) for them
         app()
-    except DbertError as e:
-        say(f"dbert: error: {e}")
-        sys.exit(2)
-    except KeyboardInterrupt:
-        say("dbert: interrupted")
-        sys.exit(130)
+    except SystemExit as e:
+        code = e.code
+    except BaseException as e:  # noqa: BLE001 - the one place every failure ends
+        if os.environ.get("DBERT_TRACEBACK") == "1" and not isinstance(e, (DbertError, Interrupted)):
+            raise
+        code = _exit_code(e)
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError) as e:
+        code = _exit_code(e) if isinstance(e, OSError) else 2
+    if code:  # nothing more may reach a broken stdout: the interpreter's own flush at exit stays quiet
+        try:
+            if sys.stdout.fileno() == 1:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 1)
+                os.close(null)
+        except (OSError, ValueError, AttributeError):
+            pass
+    _restore_signals()  # as they were (main() runs inside other programs' tests too)
+    _saved_handlers.clear()
+    sys.exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 if __name__ == "__main__":

@@ -29,15 +29,20 @@ _SENTENCE_END_UNCASED = re.compile(rf"[.!?][{_CLOSERS}]*(\s+)(?=[{_OPENERS}]?[a-
 
 
 def expand_paths(patterns: list[str]) -> list[str]:
-    """Files named by paths or globs, in order; one clear error for anything missing."""
+    """Files named by paths or globs, in order; one clear error for anything missing. A name
+    that exists is that file even if it holds glob characters (`a[1].txt`); only regular files
+    are read: a FIFO or a device would block or never end."""
     paths: list[str] = []
     for pattern in patterns:
-        matches = sorted(glob.glob(os.path.expanduser(pattern)))
+        literal = os.path.expanduser(pattern)
+        matches = [literal] if os.path.lexists(literal) else sorted(glob.glob(literal))
         if not matches:
             raise DbertError(f"data file not found: {pattern}")
         for m in matches:
             if os.path.isdir(m):
                 raise DbertError(f"data path is a directory, not a text file: {m}")
+            if os.path.exists(m) and not os.path.isfile(m):
+                raise DbertError(f"data path is not a regular file (a FIFO or a device): {m}")
         paths.extend(matches)
     return paths
 
@@ -77,6 +82,8 @@ def _file_lines(path: str) -> list[str]:
         raise DbertError(f"cannot read data file {path}: {e.strerror}") from None
     if not any(got):
         raise DbertError(f"data file is empty: {path}")
+    if any("\x00" in ln for ln in got):  # valid UTF-8, but a binary file, not text
+        raise DbertError(f"data file is not text (it holds NUL bytes): {path}")
     return got
 
 

@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 from . import layout
 from .errors import DbertError
-from .trust import PICKLE_SUFFIXES, is_code
+from .trust import PICKLE_SUFFIXES, is_code, pickled
 
 MAX_BYTES = 4 * 1024**3  # 4 GiB downloaded
 ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "tokenizer*", "*.model"]
@@ -51,6 +51,9 @@ def _target(name: str) -> Path:
     if layout.exists(path):
         raise DbertError(f"a checkpoint named {name!r} already exists in the store; choose another --name "
                          "or remove it first")
+    if os.path.lexists(path):  # a dangling link or a stray file of that name
+        raise DbertError(f"{path} is in the way (a link or a file, not a checkpoint); remove it or choose another "
+                         "--name")
     return path
 
 
@@ -78,7 +81,7 @@ def _skipped(parts) -> bool:
 def _check_tree(path: Path) -> None:
     """Only plain files and folders: no links, devices or FIFOs (a FIFO would hang a copy), no
     code, and pickles only in a skipped trainer_state/ folder."""
-    for dirpath, dirnames, filenames in os.walk(path):
+    for dirpath, dirnames, filenames in layout.walk(path):  # links not followed; a huge or deep tree refused
         for name in dirnames + filenames:
             f = Path(dirpath) / name
             rel = f.relative_to(path)
@@ -91,6 +94,10 @@ def _check_tree(path: Path) -> None:
                 raise DbertError(f"refusing {rel}: a checkpoint may not carry custom code")
             if name.lower().endswith(PICKLE_SUFFIXES) and not _skipped(rel.parts):
                 raise DbertError(f"refusing {rel}: pickle weights are not accepted (safetensors only)")
+            if stat.S_ISREG(mode) and not _skipped(rel.parts):
+                with open(f, "rb") as fh:
+                    if pickled(name, fh.read(8)):
+                        raise DbertError(f"refusing {rel}: it is a pickle, whatever its name (safetensors only)")
 
 
 def _validate(path: Path) -> None:
@@ -201,7 +208,7 @@ def _fetch_url(url: str, tmp: Path, progress: Progress, max_bytes: int, cancel: 
     archive = tmp / "download"
     host = urlparse(url).netloc
     try:
-        with open_url(url) as response:
+        with open_url(url, cancel) as response:
             total = response.headers.get("Content-Length")
             total = int(total) if total and total.isdigit() else None
             if total is not None and total > max_bytes:
@@ -293,6 +300,8 @@ def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress
     where = f"{repo_id}@{revision}" if revision else repo_id
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         raise DbertError(f"cannot fetch {where}: offline (HF_HUB_OFFLINE=1 is set)")
+    if os.environ.get("DBERT_OFFLINE") == "1":
+        raise DbertError(f"cannot fetch {where}: DBERT_OFFLINE=1 is set")
     download = tmp / "hub"
     configure_hub()
     try:
@@ -307,7 +316,7 @@ def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress
         raise _hub_error(e, repo_id, where) from None
     for leftover in (".cache", *SKIP_DIRS):
         shutil.rmtree(download / leftover, ignore_errors=True)
-    size = sum(f.stat().st_size for f in download.rglob("*") if f.is_file())
+    size = sum(os.lstat(Path(d) / f).st_size for d, _, files in layout.walk(download) for f in files)
     if size > max_bytes:
         raise DbertError(f"{repo_id} is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.1f} MB limit")
     if not (download / "dbert.json").is_file():

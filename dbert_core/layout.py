@@ -39,6 +39,9 @@ META = "dbert.json"
 REQUIRED = ("config.json", "model.safetensors", META, "dbert_tokens.safetensors")
 TUI_STATE = "tui.json"  # in $DBERT_HOME: the checkpoint the TUI last used
 TRUECASE = "dbert_truecase.json"  # optional: the truecasing table (truecase.py); older checkpoints lack it
+MAX_META = 4 << 20  # bytes of dbert.json (a few kB; its data list names every training file)
+MAX_TREE_DEPTH = 16  # folders within folders in a checkpoint (dbert's own use one: trainer_state/)
+MAX_TREE_ENTRIES = 10_000  # files and folders in a checkpoint (as archive.MAX_MEMBERS)
 _NAME = re.compile(r"^\.(?P<name>.+)\.dbert-(?P<kind>" + "|".join(KINDS) + r")-(?P<pid>\d+)-[A-Za-z0-9_]+$")
 
 
@@ -84,9 +87,11 @@ def _parse(folder: Path) -> tuple[str, str, int] | None:
 
 
 def _marker(folder: Path) -> dict | None:
+    from .jsonfile import read_json
+
     try:
-        data = json.loads((folder / MARK).read_text())
-    except (OSError, ValueError):
+        data = read_json(folder / MARK, max_bytes=1 << 16)
+    except (OSError, DbertError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -205,22 +210,52 @@ def exists(path: Path) -> bool:
     return path.exists() or _swapped_out(path) is not None
 
 
+# ------------------------------------------------------------------------------ walking a tree
+def walk(root, max_depth: int = MAX_TREE_DEPTH, max_entries: int = MAX_TREE_ENTRIES, strict: bool = True):
+    """(folder, dirs, others) for root and every folder under it, top down, like os.walk but
+    never following a link (a link is listed among `others`, whatever it points to) and without
+    recursion. A tree deeper than max_depth or with more than max_entries entries is refused
+    (DbertError) when strict, else walked only that far: a checkpoint holds a dozen files, and a
+    link to / or 990 nested folders must not turn a listing into a walk of the disk."""
+    root = Path(root)
+    stack, seen = [(root, 0)], 0
+    while stack:
+        folder, level = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        seen += len(entries)
+        if seen > max_entries:
+            if strict:
+                raise DbertError(f"{root} holds more than {max_entries} files and folders; refusing it")
+            return
+        dirs, others = [], []
+        for e in entries:
+            try:
+                (dirs if e.is_dir(follow_symlinks=False) else others).append(e.name)
+            except OSError:
+                others.append(e.name)
+        yield folder, dirs, others
+        if dirs and level + 1 > max_depth:
+            if strict:
+                raise DbertError(f"{root} nests folders more than {max_depth} deep; refusing it")
+            continue
+        stack.extend((folder / d, level + 1) for d in reversed(dirs))
+
+
 # ------------------------------------------------------------------------------ checkpoints
 def read_meta(path) -> dict:
-    """dbert.json of a checkpoint folder, checked against the schema."""
+    """dbert.json of a checkpoint folder, checked against the schema (at most MAX_META bytes)."""
+    from .jsonfile import read_json
     from .schema import check
 
     path = Path(path)
     try:
-        text = (path / META).read_text(encoding="utf-8")
+        meta = read_json(path / META, f"checkpoint {path}: {META}", max_bytes=MAX_META)
     except FileNotFoundError:
         raise DbertError(f"not a dbert checkpoint (no {META}): {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DbertError(f"checkpoint {path}: {META} cannot be read ({e.__class__.__name__})") from None
-    try:
-        meta = json.loads(text)
-    except ValueError:
-        raise DbertError(f"checkpoint {path}: {META} is not valid JSON") from None
     return check(meta, path)
 
 
@@ -272,29 +307,54 @@ def apply_umask(root: Path) -> None:
     never modes copied from an archive or another user's folder."""
     mask = umask()
     root = Path(root)
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
+    for dirpath, _, others in walk(root):
+        for name in others:
             f = os.path.join(dirpath, name)
             if not os.path.islink(f):
                 os.chmod(f, 0o666 & ~mask)
         os.chmod(dirpath, 0o777 & ~mask)
 
 
+def check_output(path, option: str, folder: bool = False) -> Path:
+    """Refuse, before any work, an output path that cannot be written: a folder where a file is
+    wanted (or a file where a folder is), a path under a regular file, or a place this user
+    cannot write (permissions, a read-only file system). One DbertError naming the option."""
+    path = Path(path).expanduser()
+    if not str(path).strip():
+        raise DbertError(f"{option} must name a {'folder' if folder else 'file'}")
+    if path.exists() and path.is_dir() != folder:
+        raise DbertError(f"{option} {path} is {'a file, not a folder' if folder else 'a folder; give a file name'}")
+    parent = path if folder and path.exists() else path.parent
+    while not parent.exists() and parent != parent.parent:
+        if os.path.lexists(parent):  # a dangling link
+            break
+        parent = parent.parent
+    if not parent.is_dir():
+        raise DbertError(f"{option} {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise DbertError(f"{option} {path}: {parent} is not writable")
+    return path
+
+
 def atomic_write_text(path, text: str) -> Path:
     """Write a text file whole or not at all: a temp file beside it, fsync, os.replace; the
-    file gets the umask's mode (mkstemp alone would leave it 0600)."""
+    file gets the umask's mode (mkstemp alone would leave it 0600). A failure (a full disk, a
+    read-only folder) is one DbertError and leaves the previous file, if any, as it was."""
     path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
+    except OSError as e:
+        raise DbertError(f"cannot write {path}: {e.strerror or e}") from None
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
     return path
 

@@ -1,33 +1,49 @@
 """What dbert's downloads accept from the network: http(s) only, redirects that stay on the
 host they started from, and an answer within a timeout (DBERT_FETCH_TIMEOUT seconds, default
 TIMEOUT) both to connect and between any two reads, for archive URLs and the Hugging Face Hub.
+
+An archive URL must also not trickle: its status line and headers (all redirects included)
+must arrive within the timeout in total, and its body must bring at least MIN_BYTES in every
+timeout-long window, so a server sending one byte every 29 seconds is one line, not a fetch
+that never ends.
 """
 
 from __future__ import annotations
 
+import http.client
+import io
 import math
 import os
+import socket
+import time
 import urllib.request
 from urllib.parse import urljoin, urlparse
 
 from .errors import DbertError
 
 TIMEOUT = 30.0
+MIN_BYTES = 1024  # of an archive's body in every DBERT_FETCH_TIMEOUT seconds
+POLL = 0.25  # seconds between looks at a cancel request while a read waits
 SCHEMES = ("http", "https")
 
 
-def timeout() -> float:
-    """Seconds to wait for a connection or for the next bytes (DBERT_FETCH_TIMEOUT overrides)."""
-    text = os.environ.get("DBERT_FETCH_TIMEOUT")
+def seconds(variable: str, default: float) -> float:
+    """A positive, finite number of seconds from the environment variable, else default."""
+    text = os.environ.get(variable)
     if text is None or not text.strip():
-        return TIMEOUT
+        return default
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise DbertError(f"DBERT_FETCH_TIMEOUT must be a positive number of seconds, got {text!r}")
+        raise DbertError(f"{variable} must be a positive number of seconds, got {text[:40]!r}")
     return value
+
+
+def timeout() -> float:
+    """Seconds to wait for a connection or for the next bytes (DBERT_FETCH_TIMEOUT overrides)."""
+    return seconds("DBERT_FETCH_TIMEOUT", TIMEOUT)
 
 
 def check_url(url: str) -> None:
@@ -66,11 +82,101 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
     http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
 
-def open_url(url: str):
-    """urlopen under the policy above; the response's reads time out too."""
+class _Pace:
+    """The clock of one download: headers due by a deadline, then MIN_BYTES per window."""
+
+    def __init__(self, seconds: float, url: str, cancel=None):
+        self.seconds, self.url, self.host, self.cancel = seconds, url, urlparse(url).netloc, cancel
+        self.headers_by = time.monotonic() + seconds
+        self.window = None  # (start, bytes) once the body is being read
+
+    def before(self) -> float:
+        """Seconds the next read may wait (DbertError once the headers' deadline has passed)."""
+        if self.window is None:
+            left = self.headers_by - time.monotonic()
+            if left <= 0:
+                raise DbertError(f"cannot fetch {self.url}: no answer from {self.host} within {self.seconds:g} s "
+                                 "(its headers never came whole; set DBERT_FETCH_TIMEOUT to wait longer)")
+            return min(self.seconds, left)
+        return self.seconds
+
+    def after(self, n: int) -> None:
+        if self.window is None:
+            return
+        start, got = self.window
+        now = time.monotonic()
+        if now - start >= self.seconds:
+            if got + n < MIN_BYTES:
+                raise DbertError(f"cannot fetch {self.url}: {self.host} sends too slowly: {got + n} bytes in "
+                                 f"{now - start:.0f} s "
+                                 f"(at least {MIN_BYTES} are needed every {self.seconds:g} s; DBERT_FETCH_TIMEOUT)")
+            self.window = (now, 0)
+        else:
+            self.window = (start, got + n)
+
+
+class _PacedSocket:
+    """A connected socket whose reads follow a _Pace (everything else is the socket's own)."""
+
+    def __init__(self, sock, pace: _Pace):
+        self._sock, self._pace = sock, pace
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+    def makefile(self, mode="r", *args, **kwargs):
+        if mode == "rb":  # what http.client reads the response from
+            self._sock._io_refs += 1  # as socket.makefile does: closing the connection waits for this file
+            return io.BufferedReader(socket.SocketIO(self, "rb"))
+        return self._sock.makefile(mode, *args, **kwargs)
+
+    def recv_into(self, buffer, nbytes=0, flags=0):
+        pace = self._pace
+        limit, waited = pace.before(), 0.0
+        while True:  # in slices of POLL seconds, so a cancel (the TUI's Esc or Ctrl-Q) is seen at once
+            step = min(POLL, limit - waited) if pace.cancel is not None else limit
+            self._sock.settimeout(max(step, 0.001))
+            try:
+                n = self._sock.recv_into(buffer, nbytes, flags)
+                break
+            except TimeoutError:
+                waited += step
+                if pace.cancel is not None and pace.cancel():
+                    raise DbertError("download cancelled") from None
+                if waited >= limit:
+                    pace.before()  # past the headers' deadline: say so
+                    raise
+        pace.after(n)
+        return n
+
+
+def _paced(base, pace: _Pace):
+    class Connection(base):
+        def connect(self):
+            super().connect()
+            self.sock = _PacedSocket(self.sock, pace)
+
+    return Connection
+
+
+def open_url(url: str, cancel=None):
+    """urlopen under the policy above; the response's reads time out and may not trickle.
+    cancel: polled every POLL seconds while a read waits; True ends it ("download cancelled")."""
     check_url(url)
-    opener = urllib.request.build_opener(_Redirects)
-    return opener.open(url, timeout=timeout())
+    pace = _Pace(timeout(), url, cancel)
+
+    class Http(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(_paced(http.client.HTTPConnection, pace), req)
+
+    class Https(urllib.request.HTTPSHandler):
+        def https_open(self, req):
+            return self.do_open(_paced(http.client.HTTPSConnection, pace), req, context=self._context)
+
+    opener = urllib.request.build_opener(_Redirects, Http, Https)
+    response = opener.open(url, timeout=pace.seconds)
+    pace.window = (time.monotonic(), 0)  # the headers are in: from now on the body's pace counts
+    return response
 
 
 def timed_out(error: BaseException) -> bool:

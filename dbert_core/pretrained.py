@@ -135,13 +135,13 @@ def read_config(path: Path) -> BertConfig:
     """config.json of a BERT folder; refuses a folder whose configs ask for custom code."""
     from .trust import refuse_code
 
+    from .jsonfile import read_json
+
     refuse_code(Path(path), files=False)
     try:
-        data = json.loads((Path(path) / "config.json").read_text())
+        data = read_json(Path(path) / "config.json", f"{path}/config.json")
     except FileNotFoundError:
         raise DbertError(f"{path} holds no config.json") from None
-    except (ValueError, UnicodeDecodeError):
-        raise DbertError(f"{path}/config.json is not valid JSON") from None
     if not isinstance(data, dict):
         raise DbertError(f"{path}/config.json is not a valid BERT config")
     try:

@@ -1,11 +1,38 @@
-"""Training progress on stderr: a live bar on a terminal, plain periodic lines otherwise."""
+"""Training progress on stderr: a live bar on a terminal, plain periodic lines otherwise.
+
+Progress is a courtesy: when its stream fails (a closed terminal after SIGHUP, a full disk,
+stderr closed) the bar goes quiet and the run carries on training and saving.
+"""
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 
 from .train import Callback
+
+
+def _quiet(method):
+    """A hook that stops reporting, instead of stopping the run, when the stream fails."""
+
+    @functools.wraps(method)
+    def hook(self, *args):
+        if self.failed:
+            return None
+        try:
+            return method(self, *args)
+        except (OSError, ValueError):  # EIO, EPIPE, ENOSPC; ValueError: the stream was closed
+            self.failed = True
+            progress, self.progress = self.progress, None
+            if progress is not None:
+                try:
+                    progress.live.stop()
+                except Exception:  # noqa: BLE001 - its last refresh fails the same way
+                    pass
+            return None
+
+    return hook
 
 
 def _fmt_time(seconds: float) -> str:
@@ -19,8 +46,12 @@ class TrainProgress(Callback):
     def __init__(self, every: int = 10, stream=None):
         self.every = max(1, every)
         self.stream = stream or sys.stderr
-        self.live = self.stream.isatty()
+        try:
+            self.live = self.stream.isatty()
+        except (OSError, ValueError):
+            self.live = False
         self.progress = None
+        self.failed = False
 
     def _line(self, text: str) -> None:
         if self.progress is not None:
@@ -28,6 +59,7 @@ class TrainProgress(Callback):
         else:
             print(text, file=self.stream, flush=True)
 
+    @_quiet
     def on_start(self, trainer):
         self.start = time.perf_counter()
         self.first_step = trainer.step
@@ -51,6 +83,7 @@ class TrainProgress(Callback):
             self.progress.start()
             self.task = self.progress.add_task("train", total=cfg.max_steps, completed=trainer.step, info="")
 
+    @_quiet
     def on_step(self, trainer, m):
         if not trainer.is_main:
             return
@@ -62,13 +95,16 @@ class TrainProgress(Callback):
             eta = (time.perf_counter() - self.start) / max(1, done) * (m["max_steps"] - m["step"])
             self._line(f"step {m['step']}/{m['max_steps']} {info} eta {_fmt_time(eta)}")
 
+    @_quiet
     def on_eval(self, trainer, m):
         self._line(f"eval step {m['step']}: val ELBO {m['val_nats_per_token']:.4f} nats/token, "
                    f"ppl {m['val_ppl_token']:.2f} ({m['eval_steps']}-step bound)")
 
+    @_quiet
     def on_checkpoint(self, trainer, path):
         self._line(f"checkpoint step {trainer.step}: {path}")
 
+    @_quiet
     def on_end(self, trainer, m):
         if self.progress is not None:
             self.progress.stop()

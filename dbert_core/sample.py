@@ -182,6 +182,12 @@ def expand_template(template: str) -> str:
     return _MASK_RUN.sub(lambda m: " ".join(["[MASK]"] * int(m.group(1))), template)
 
 
+def _slots(tok, template: str) -> str:
+    """The template with its mask slots spelled as the tokenizer's mask token in any case
+    (`[mask]` is a slot too, not three word pieces); the length is unchanged, so offsets hold."""
+    return re.sub(re.escape(tok.mask_token), lambda m: tok.mask_token, template, flags=re.IGNORECASE)
+
+
 def prompt_words(db, template: str) -> dict[int, str]:
     """{position: the prompt's own text there} for the tokens of a template (not its [MASK]s):
     what is printed for them, case and accents as the user typed them."""
@@ -189,7 +195,7 @@ def prompt_words(db, template: str) -> dict[int, str]:
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
         return {}
-    template = expand_template(template)
+    template = _slots(tok, expand_template(template))
     enc = backend.encode(template, add_special_tokens=False)
     if len(enc.ids) != len(tok.encode(template, add_special_tokens=False)):
         return {}
@@ -206,6 +212,7 @@ def prompt_notes(db, template: str) -> list[str]:
     if not re.search(r"\[mask\]", full, re.IGNORECASE):
         notes.append("the prompt has no [MASK] slot: masks are appended after it up to --length")
     tok = db.tokenizer
+    full = _slots(tok, full)
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is not None:
         enc = backend.encode(full, add_special_tokens=False)
@@ -220,7 +227,7 @@ def parse_prompt(db, template: str, length: int) -> torch.Tensor:
     """Token ids (length,) of a template with [MASK] slots ([MASK*N]: N of them), masks appended
     up to length."""
     tok = db.tokenizer
-    template = expand_template(template)
+    template = _slots(tok, expand_template(template))
     ids = tok.encode(template, add_special_tokens=False)
     bad = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id}
     ids = [tok.unk_token_id if i in bad else i for i in ids]

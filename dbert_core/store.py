@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import layout
+from .display import is_safe, safe_text
 from .errors import DbertError
 
 DEFAULT_NAME = "default"
@@ -56,19 +57,30 @@ def default_checkpoint() -> Path | None:
     return shipped(DEFAULT_NAME)
 
 
+MAX_NAME = 100  # characters of a store name (its temp folders add ~35 to it, within NAME_MAX)
+
+
 def is_name(text: str) -> bool:
-    """A store name: no path separators, not '.' or '..', not hidden."""
-    return bool(text) and "/" not in text and os.sep not in text and not text.startswith(".")
+    """A store name: no path separators, not '.' or '..', not hidden, at most MAX_NAME
+    characters, and nothing a terminal would act on (no newline, escape or other control)."""
+    return (bool(text) and "/" not in text and os.sep not in text and not text.startswith(".")
+            and len(text) <= MAX_NAME and is_safe(text) and text == text.strip())
 
 
 def out_path(out: str) -> Path:
     """Where `dbert train --out X` writes: a store entry for a bare name (even when a folder of
     that name exists here: write ./X for that), else the path."""
+    if not out.strip():
+        raise DbertError("--out must name a checkpoint (a store name or a directory)")
     if out in SHIPPED or out in SHIPPED.values():
         raise DbertError(f"--out {out!r} is the name of a shipped checkpoint; choose another name")
-    if is_name(out):
-        return store_dir() / out
-    return Path(out)
+    path = store_dir() / out if is_name(out) else Path(out)
+    if "/" not in out and os.sep not in out and not is_name(out):
+        raise DbertError(f"--out {out!r} is not a usable store name (at most {MAX_NAME} characters, not hidden, "
+                         "no control characters); give ./NAME for a folder here")
+    if path.exists() and not path.is_dir():
+        raise DbertError(f"--out {path} is a file, not a checkpoint folder")
+    return path
 
 
 def resolve(name_or_path: str | None) -> Path:
@@ -95,7 +107,7 @@ def resolve(name_or_path: str | None) -> Path:
             return p
         raise DbertError(f"no checkpoint named {name_or_path!r} in {store_dir()} and no such directory"
                          f"{_did_you_mean(name_or_path)} (see `dbert checkpoints list`)")
-    if p.exists():
+    if layout.exists(p):  # a checkpoint between a save's two renames is still there to read
         return p
     raise DbertError(f"checkpoint directory not found: {name_or_path}")
 
@@ -147,10 +159,12 @@ class Entry:
 
 
 def _size(path: Path) -> int:
+    """Bytes of a checkpoint's files (not its trainer state), links not followed: a link to / or
+    a tree of 990 folders is counted only as far as layout.walk goes."""
     total = 0
-    for dirpath, _, files in os.walk(path):
-        if "trainer_state" in Path(dirpath).relative_to(path).parts:
-            continue
+    for dirpath, dirs, files in layout.walk(path, strict=False):
+        if "trainer_state" in dirs:
+            dirs.remove("trainer_state")  # pruned, as with os.walk
         for name in files:
             try:
                 total += os.lstat(os.path.join(dirpath, name)).st_size
@@ -166,42 +180,37 @@ def _entry(name: str, path: Path) -> Entry:
         meta = layout.inspect(path)
     except DbertError as e:
         reason = str(e).replace(f"checkpoint {path}", "").replace(str(path), "").strip(" :")  # the row shows the path
-        return Entry(name, path, size, None, "?", "?", "?", broken=reason or str(e))
+        return Entry(name, path, size, None, "?", "?", "?", broken=safe_text(reason or str(e)))
     schedule = meta["schedule"]
     if schedule == "spindle":
         schedule = f"spindle({meta.get('lambda', 0.3):g})"
+    # the text fields come from the checkpoint: made safe to show here, for the CLI and the TUI alike
     return Entry(name, path, size, meta.get("parameters"), schedule, meta.get("time", "none"),
-                 meta.get("created", "?"), step=meta.get("step"), val_ppl=_val_ppl(path, meta))
+                 safe_text(meta.get("created", "?"), 40), step=meta.get("step"), val_ppl=_val_ppl(path, meta))
 
 
 def _val_ppl(path: Path, meta: dict) -> float | None:
     """The last validation bound: dbert.json's (saved since dbert records it), else the trainer state's."""
     if isinstance(meta.get("val_ppl_token"), (int, float)):
         return float(meta["val_ppl_token"])
-    state = path / "trainer_state" / "state.json"
-    try:
-        if state.is_file() and state.stat().st_size < 16 * 2**20:
-            import json
+    from .jsonfile import read_json
 
-            history = json.loads(state.read_text()).get("state", {}).get("history", [])
-            vals = [h["val_ppl_token"] for h in history if isinstance(h, dict) and "val_ppl_token" in h]
-            return float(vals[-1]) if vals else None
-    except (OSError, ValueError, TypeError, AttributeError, RecursionError):
-        pass
-    return None
+    try:  # jsonfile's limits: a FIFO, a huge or a deep file is no bound, never a hang
+        history = read_json(path / "trainer_state" / "state.json", max_bytes=16 << 20).get("history", [])
+        vals = [h["val_ppl_token"] for h in history if isinstance(h, dict) and "val_ppl_token" in h]
+        return float(vals[-1]) if vals else None
+    except (OSError, DbertError, ValueError, TypeError, AttributeError):
+        return None
 
 
 def tui_checkpoint() -> Path | None:
     """The checkpoint the TUI last used ($DBERT_HOME/tui.json, layout.TUI_STATE), if it names one."""
-    import json
+    from .jsonfile import read_json
 
     try:
-        file = home() / layout.TUI_STATE
-        if not file.is_file() or file.stat().st_size > 2**20:
-            return None
-        last = json.loads(file.read_text()).get("checkpoint")
+        last = read_json(home() / layout.TUI_STATE, max_bytes=1 << 20).get("checkpoint")
         return Path(last) if isinstance(last, str) and last else None
-    except (OSError, ValueError, AttributeError, RecursionError):
+    except (OSError, DbertError, AttributeError):
         return None
 
 
@@ -220,6 +229,13 @@ def entries() -> list[Entry]:
     if root.is_dir():
         layout.clean(root)
         for p in sorted(root.iterdir()):
-            if p.is_dir() and is_name(p.name) and any(p.iterdir()):
+            if p.is_dir() and is_name(p.name) and _nonempty(p):
                 out.append(_entry(p.name, p))
     return out
+
+
+def _nonempty(folder: Path) -> bool:
+    try:
+        return any(folder.iterdir())
+    except OSError:  # unreadable: listed, and its row says why
+        return True

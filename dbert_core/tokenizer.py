@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .display import is_safe, safe_text
 from .errors import DbertError
 
 SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
@@ -20,12 +21,19 @@ _CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), ("
 
 
 def _read_json(path: Path) -> dict:
-    if not path.is_file():
+    """A small JSON object beside the vocabulary, or {} when there is none (jsonfile's limits)."""
+    from .jsonfile import read_json
+
+    if not path.exists():
         return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise DbertError(f"{path} is not valid JSON") from None
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise DbertError(f"{path} must hold a JSON object")
+    return data
+
+
+def _shown(piece: str | None) -> str | None:
+    return piece if piece is None or is_safe(piece) else safe_text(piece, None)
 
 
 def _content(token) -> str:
@@ -49,6 +57,12 @@ class WordPieceTokenizer:
         for key, token in specials.items():
             setattr(self, key, token)
             setattr(self, key + "_id", backend.token_to_id(token))
+        ids: dict = {}
+        for key in SPECIALS:  # one id each: a [MASK] that is [PAD] would be dropped from every batch
+            other = ids.setdefault(getattr(self, key + "_id"), key)
+            if other != key:
+                raise DbertError(f"the tokenizer's {other} and {key} are the same token "
+                                 f"({safe_text(getattr(self, key), 40)!r}); each special token must be its own")
 
     @classmethod
     def from_vocab(cls, vocab: dict[str, int], do_lower_case: bool = True, strip_accents: bool | None = None,
@@ -110,9 +124,11 @@ class WordPieceTokenizer:
         return text
 
     def convert_ids_to_tokens(self, ids):
+        """Token pieces as they are shown (display.safe_text: a piece holding escape codes or other
+        control characters reads as their escapes, never reaches a terminal raw)."""
         if isinstance(ids, int):
-            return self.backend_tokenizer.id_to_token(ids)
-        return [self.backend_tokenizer.id_to_token(int(i)) for i in ids]
+            return _shown(self.backend_tokenizer.id_to_token(ids))
+        return [_shown(self.backend_tokenizer.id_to_token(int(i))) for i in ids]
 
     def _normalizer(self) -> dict:
         normalizer = json.loads(self.backend_tokenizer.to_str()).get("normalizer") or {}

@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import signal
+import stat
 import threading
 import time
 from pathlib import Path
@@ -28,7 +30,10 @@ from .data import (Special, collate, document_sentences, encode, epoch_batches, 
                    read_documents, read_examples, read_lines, token_counts, tokenize, train_tokenizer)
 from .diffusion import Workspace, draw_steps, elbo, masked_kl
 from .hardware import native_bf16
-from .errors import DbertError
+from .errors import DbertError, Interrupted
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
 
 def pick_device(name: str) -> torch.device:
     if name == "auto":
@@ -111,7 +116,13 @@ class OutLock:
     The lock is a hidden file beside the folder, locked with flock: the kernel drops it when its
     holder exits, even by kill -9, so a stale lock cannot exist. The holder removes the file
     when done; a process that opened it just before is told to retry by the inode check.
+
+    The file is opened with O_NOFOLLOW and never truncated: a link planted at its name (to a
+    user's file) is refused, and so is anything but a small file of dbert's own "pid N" text,
+    so taking the lock can never change a file that is not dbert's.
     """
+
+    RECORD = 32  # bytes of the "pid N" record, padded: rewriting it in place needs no truncation
 
     def __init__(self, out: Path):
         self.path = Path(out).with_name(f".{Path(out).name}.dbert-lock")
@@ -120,28 +131,49 @@ class OutLock:
             import fcntl
         except ImportError:  # Windows: no flock; runs are not protected from each other there
             return
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | \
+            getattr(os, "O_NONBLOCK", 0)  # non-blocking: a FIFO planted there cannot hang the open
         for _ in range(100):
-            f = open(self.path, "a+")
+            try:
+                fd = os.open(self.path, flags, 0o666)
+            except OSError as e:
+                what = "a symbolic link" if os.path.islink(self.path) else (e.strerror or str(e))
+                raise DbertError(f"cannot lock {out}: {self.path}: {what}; dbert will not open it "
+                                 "(remove it if it is not yours)") from None
+            f = os.fdopen(fd, "r+b", buffering=0)
+            try:
+                holder = self._check(f)
+            except DbertError:
+                f.close()
+                raise
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                f.seek(0)
-                holder = f.read().strip() or "another process"
                 f.close()
-                raise DbertError(f"{out} is being written by another dbert run ({holder}); wait for it "
-                                 "or choose another --out") from None
+                raise DbertError(f"{out} is being written by another dbert run ({holder or 'another process'}); "
+                                 "wait for it or choose another --out") from None
             try:
-                same = os.fstat(f.fileno()).st_ino == os.stat(self.path).st_ino
+                same = os.fstat(f.fileno()).st_ino == os.stat(self.path, follow_symlinks=False).st_ino
             except FileNotFoundError:
                 same = False
             if same:
-                f.truncate(0)
-                f.write(f"pid {os.getpid()}")
-                f.flush()
+                os.pwrite(f.fileno(), f"pid {os.getpid()}".ljust(self.RECORD - 1).encode() + b"\n", 0)
                 self.file = f
                 return
             f.close()  # the previous holder removed the file after we opened it: try again
         raise DbertError(f"cannot lock {out}")
+
+    def _check(self, f) -> str:
+        """The holder recorded in an open lock file ("" when empty); DbertError unless it is a
+        regular file with one name, of this user, holding only dbert's record."""
+        st = os.fstat(f.fileno())
+        text = os.pread(f.fileno(), self.RECORD + 1, 0) if stat.S_ISREG(st.st_mode) else b""
+        ours = (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid()
+                and st.st_size <= self.RECORD and re.fullmatch(rb"(pid \d+ *\n?)?", text) is not None)
+        if not ours:
+            raise DbertError(f"cannot lock the output folder: {self.path} exists and is not a dbert lock file; "
+                             "dbert will not change it (remove it if it is not yours)")
+        return text.decode().strip()
 
     def release(self) -> None:
         if self.file is not None:
@@ -149,6 +181,38 @@ class OutLock:
                 self.path.unlink()
             self.file.close()
             self.file = None
+
+
+def check_optimizer_state(saved: dict, optimizer, where: str) -> None:
+    """A saved AdamW state_dict fits `optimizer`: the same groups of the same sizes, and for each
+    parameter exactly step, exp_avg and exp_avg_sq, the moments floating-point tensors of the
+    parameter's shape with finite values (exp_avg_sq >= 0), step a finite count >= 0."""
+    groups = optimizer.param_groups
+    sizes = [len(g["params"]) for g in saved["param_groups"]]
+    if sizes != [len(g["params"]) for g in groups]:
+        raise DbertError(f"{where}: its parameter groups hold {sizes} tensors; this model's hold "
+                         f"{[len(g['params']) for g in groups]}")
+    ids = [i for g in saved["param_groups"] for i in g["params"]]
+    if len(set(ids)) != len(ids):
+        raise DbertError(f"{where}: a parameter appears twice in its groups")
+    by_id = dict(zip(ids, (p for g in groups for p in g["params"])))
+    for key, entry in saved["state"].items():
+        param = by_id.get(key)
+        if param is None:
+            raise DbertError(f"{where}: it holds moments for a parameter {str(key)[:20]!r} the model does not have")
+        if not isinstance(entry, dict) or set(entry) != {"step", "exp_avg", "exp_avg_sq"}:
+            raise DbertError(f"{where}: parameter {key}'s state must be step, exp_avg and exp_avg_sq")
+        for name in ("exp_avg", "exp_avg_sq"):
+            t = entry[name]
+            if not (isinstance(t, torch.Tensor) and t.is_floating_point() and tuple(t.shape) == tuple(param.shape)):
+                got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise DbertError(f"{where}: parameter {key}'s {name} is {got}; the model needs {tuple(param.shape)}")
+            if not torch.isfinite(t).all() or (name == "exp_avg_sq" and (t < 0).any()):
+                raise DbertError(f"{where}: parameter {key}'s {name} holds NaN, infinite or negative values")
+        step = entry["step"]
+        if not (isinstance(step, torch.Tensor) and step.numel() == 1 and not step.is_complex()
+                and step.dtype != torch.bool and math.isfinite(float(step)) and 0 <= float(step) <= ckpt.MAX_STEP):
+            raise DbertError(f"{where}: parameter {key}'s step is not a count >= 0")
 
 
 class Callback:
@@ -161,12 +225,39 @@ class Callback:
     def on_end(self, trainer, metrics: dict): ...
 
 
+DIST_TIMEOUT = 1800.0  # seconds; torch's own default for a rendezvous and for each collective
+
+
+def dist_timeout() -> float:
+    """How long the processes of a torchrun launch wait for each other (DBERT_DIST_TIMEOUT)."""
+    from .net import seconds
+
+    return seconds("DBERT_DIST_TIMEOUT", DIST_TIMEOUT)
+
+
 def _dist():
-    """(rank, world, local_rank) from torchrun's environment; (0, 1, 0) when not distributed."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    """(rank, world, local_rank) from torchrun's environment; (0, 1, 0) when not distributed.
+    A missing or malformed variable, or a rank outside the world, is one DbertError line."""
+
+    def whole(name: str, default: str | None, lo: int, hi: int) -> int:
+        text = os.environ.get(name, default)
+        if text is None:
+            raise DbertError(f"{name} is not set (WORLD_SIZE={os.environ.get('WORLD_SIZE')} asks for a "
+                             "distributed run: launch it with torchrun)")
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = None
+        if value is None or not lo <= value <= hi:
+            raise DbertError(f"{name} must be a whole number in [{lo}, {hi}], got {text[:40]!r}")
+        return value
+
+    world = whole("WORLD_SIZE", "1", 1, 1 << 20)
+    if world == 1:
         return 0, 1, 0
-    return int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0"))
+    if not os.environ.get("MASTER_ADDR") or not os.environ.get("MASTER_PORT"):
+        raise DbertError("MASTER_ADDR and MASTER_PORT must be set for a distributed run (torchrun sets them)")
+    return whole("RANK", None, 0, world - 1), world, whole("LOCAL_RANK", "0", 0, 1 << 16)
 
 
 class Trainer:
@@ -242,8 +333,15 @@ class Trainer:
         c = self.cfg
         self.device = pick_device(c.device)
         if self.world > 1 and not torch.distributed.is_initialized():
+            import datetime
+
             backend = "nccl" if self.device.type == "cuda" else "gloo"
-            torch.distributed.init_process_group(backend)
+            seconds = dist_timeout()
+            try:  # a peer that never starts ends the wait after `seconds`, in one line
+                torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds))
+            except (RuntimeError, ValueError, OSError) as e:
+                raise DbertError(f"rank {self.rank} of {self.world}: the processes did not meet within {seconds:g} s "
+                                 f"(DBERT_DIST_TIMEOUT): {' '.join(str(e).split())[:160]}") from None
             if self.device.type == "cuda":
                 self.device = torch.device("cuda", self.local_rank)
                 torch.cuda.set_device(self.device)
@@ -430,20 +528,35 @@ class Trainer:
         return rng
 
     def _restore(self, state: dict) -> None:
-        s = state["state"]
-        self.step, self.epoch, self.batch_in_epoch = s["step"], s["epoch"], s["batch_in_epoch"]
-        self.tokens_seen, self.elapsed = s.get("tokens_seen", 0), s.get("elapsed", 0.0)
-        self.history = s.get("history", [])
+        """Continue from a trainer state (checkpoint.load_trainer_state has checked its fields;
+        the optimizer's tensors are checked against this model here, before torch sees them:
+        a moment of the wrong shape would make the fused update write out of bounds)."""
         from .pretrained import upgrade_optimizer_state
 
-        self.optimizer.load_state_dict(upgrade_optimizer_state(state["optimizer"], self.model))  # runs of older dbert
-        for group in self.optimizer.param_groups:  # the saved groups carry the implementation of their run
-            group.update(fused=self._fused().get("fused"), foreach=None)
+        where = f"--resume: {Path(self.cfg.out) / ckpt.STATE / 'optimizer.pt'}"
+        try:
+            saved = upgrade_optimizer_state(state["optimizer"], self.model)  # runs of older dbert
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:
+            raise DbertError(f"{where} does not fit this model ({type(e).__name__})") from None
+        check_optimizer_state(saved, self.optimizer, where)
+        hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
+        self.optimizer.load_state_dict(saved)
+        for group, own in zip(self.optimizer.param_groups, hyper):  # this run's settings and implementation,
+            group.update(own)                                         # not whatever the file says
         rng = state["rng"].get(f"rank{self.rank}", state["rng"].get("rank0"))
+        if rng is None:
+            raise DbertError(f"--resume: the trainer state has no random-number state for rank {self.rank}")
         self.gen.set_state(rng["noise"])
         torch.set_rng_state(rng["torch"])
         if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state(rng["cuda"])
+            try:
+                torch.cuda.set_rng_state(rng["cuda"])
+            except RuntimeError:
+                raise DbertError("--resume: the saved CUDA random-number state does not fit this GPU") from None
+        s = state["state"]
+        self.step, self.epoch, self.batch_in_epoch = s["step"], s["epoch"], s["batch_in_epoch"]
+        self.tokens_seen, self.elapsed = s.get("tokens_seen", 0), float(s.get("elapsed", 0.0))
+        self.history = s.get("history", [])
 
     def save(self) -> Path | None:
         """Checkpoint weights + trainer state (rank 0 writes; every rank's RNG is kept)."""
@@ -567,18 +680,34 @@ class Trainer:
                 "elapsed": self.elapsed, "epoch": self.epoch}
 
     def run(self) -> dict:
-        """Train until max_steps or stop(); returns the last metrics."""
-        if self.db is None:
-            self.prepare()
-        c = self.cfg
+        """Train until max_steps or stop(); returns the last metrics.
+
+        In the main thread, SIGINT (Ctrl-C), SIGTERM and SIGHUP (a closed terminal or ssh
+        session) stop the run after the current step and save a checkpoint; one that arrives
+        while the run is still starting up (reading data, building the model) ends it at once
+        with Interrupted, the lock released and nothing written. A SIGHUP the caller ignores
+        (nohup) stays ignored."""
         old_handlers = {}
-        if threading.current_thread() is threading.main_thread():  # Ctrl-C and kill both save first
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                old_handlers[sig] = signal.signal(sig, lambda *_: self._stop.set())
-        for cb in self.callbacks:
-            cb.on_start(self)
+        training = False
+
+        def on_signal(signum, frame):
+            if not training:
+                raise Interrupted(signal.Signals(signum).name)
+            self._stop.set()
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                if sig == getattr(signal, "SIGHUP", None) and signal.getsignal(sig) == signal.SIG_IGN:
+                    continue
+                old_handlers[sig] = signal.signal(sig, on_signal)
         metrics: dict = {}
         try:
+            if self.db is None:
+                self.prepare()
+            c = self.cfg
+            training = True
+            for cb in self.callbacks:
+                cb.on_start(self)
             while self.step < c.max_steps and not self._stop.is_set():
                 metrics = self.train_step()
                 if self.step % c.log_every == 0 or self.step == 1:

@@ -9,7 +9,6 @@ to be loaded later by a tool that would run it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .errors import DbertError
@@ -17,29 +16,38 @@ from .errors import DbertError
 CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyd", ".pyx", ".so", ".dylib", ".dll", ".exe", ".sh", ".bat", ".ipynb")
 CODE_KEYS = ("auto_map", "custom_pipelines", "trust_remote_code")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
-MAX_CONFIG_BYTES = 4 << 20  # configs are small; tokenizer.json (big, no code keys) is not read here
+MAX_CONFIG_BYTES = 4 << 20  # configs are small; a larger one is refused, never passed unchecked
+UNCHECKED = ("tokenizer.json",)  # big (the vocabulary), and no loader reads code keys from it
+
+
+KNOWN_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".md")  # what a checkpoint's files are named
 
 
 def is_code(name: str) -> bool:
     return name.lower().endswith(CODE_SUFFIXES)
 
 
-def code_key(data, _depth: int = 0) -> str | None:
-    """The first key of CODE_KEYS anywhere in a parsed JSON config, else None."""
-    if _depth > 8:
-        return None
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if key in CODE_KEYS and value not in (None, False, {}, []):
-                return key
-            found = code_key(value, _depth + 1)
-            if found:
-                return found
-    elif isinstance(data, list):
-        for value in data:
-            found = code_key(value, _depth + 1)
-            if found:
-                return found
+def pickled(name: str, head: bytes) -> bool:
+    """A file that is a pickle whatever its name: pickle protocol 2-5 (b"\\x80\\x02".."\\x05"), or a
+    zip as torch.save writes one. Files with a checkpoint's own suffixes are read by their own
+    parsers and never unpickled, so only other names are judged by their first bytes."""
+    if name.lower().endswith(KNOWN_SUFFIXES):
+        return False
+    return (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head.startswith(b"PK\x03\x04")
+
+
+def code_key(data) -> str | None:
+    """The first key of CODE_KEYS at any depth of a parsed JSON config, else None."""
+    stack = [data]
+    while stack:  # no recursion: read_json bounds the depth, and this walks all of it
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key in CODE_KEYS and value not in (None, False, {}, []):
+                    return key
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
     return None
 
 
@@ -54,16 +62,25 @@ def refuse_code(path: Path, files: bool = True) -> None:
     """Refuse a model folder that asks for custom code in its JSON configs or, with files=True,
     holds a code file anywhere inside it."""
     path = Path(path)
+    from .jsonfile import read_json
+    from .layout import walk
+
     if files:
-        for f in sorted(path.rglob("*")):
-            if is_code(f.name):
-                raise DbertError(f"{path} holds custom code ({f.relative_to(path)}); dbert never runs code "
-                                 "from a checkpoint and does not accept folders that carry it")
+        for folder, dirs, others in walk(path):  # links are not followed; a huge or deep tree is refused
+            for name in dirs + others:
+                if is_code(name):
+                    raise DbertError(f"{path} holds custom code ({(folder / name).relative_to(path)}); dbert never "
+                                     "runs code from a checkpoint and does not accept folders that carry it")
+
     for f in sorted(path.glob("*.json")):
-        if f.name == "tokenizer.json" or not f.is_file() or f.stat().st_size > MAX_CONFIG_BYTES:
+        if f.name in UNCHECKED or f.is_dir():
             continue
+        # a config too large, too deep or too broken to check is refused, never passed: a loader
+        # with other limits might still read the code keys in it
         try:
-            data = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # unreadable JSON is reported by whoever reads that file for its content
+            data = read_json(f, f"{path}/{f.name}", max_bytes=MAX_CONFIG_BYTES)
+        except FileNotFoundError:
+            continue  # a dangling link: whoever needs the file says it is missing
+        except DbertError as e:
+            raise DbertError(f"{e} (a JSON config dbert cannot check for custom code is refused)") from None
         refuse_config(data, f"{path}/{f.name}")

@@ -151,6 +151,15 @@ class DbertApp(App):
             self.checkpoints_screen.refresh_store(select=message.path)
 
     # ------------------------------------------------------------------ errors
+    def notify(self, message: str, *, title: str = "", severity="information", timeout: float | None = None,
+               markup: bool = False) -> None:
+        """Every notification, made safe to show: its text often quotes a checkpoint's fields, a
+        file name or a URL, so it is plain text (no markup) with control characters escaped."""
+        from dbert_core.display import safe_text
+
+        super().notify(safe_text(message, 500), title=safe_text(title, 80), severity=severity, timeout=timeout,
+                       markup=markup)
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         self.report_worker(event.worker, event.state)
 
@@ -206,10 +215,20 @@ def create_app(**kwargs) -> DbertApp:
 
 
 def run(checkpoint: str | None = None, settings: Settings | None = None) -> int:
-    """Run the app in this terminal; returns the exit status."""
+    """Run the app in this terminal; returns the exit status. No terminal (stdin or stdout
+    redirected, a cron job, a pipe) is one DbertError line, not a screen drawn into a file."""
+    if not (_isatty(sys.stdin) and _isatty(sys.stdout)):
+        raise DbertError("the TUI needs a terminal: stdin and stdout must both be one (use `dbert sample` in scripts)")
     app = create_app(checkpoint=checkpoint, settings=settings)
     app.run()
     return app.return_code or 0
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (OSError, ValueError):
+        return False
 
 
 def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
@@ -234,7 +253,9 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
         pace_ms: Annotated[int, typer.Option(help="Milliseconds per shown step while playing (0: full speed).")] = d.pace_ms,
     ):
         def fail(message: str):
-            print(f"{prog_name}: error: {message}", file=sys.stderr)
+            from dbert_core.display import safe_text
+
+            print(f"{prog_name}: error: {safe_text(message, 2000)}", file=sys.stderr)
             sys.exit(2)
 
         if device not in DEVICES:
@@ -252,7 +273,11 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
             settings.validate()
         except DbertError as e:
             fail(str(e))
-        sys.exit(run(checkpoint, settings))
+        try:
+            code = run(checkpoint, settings)
+        except DbertError as e:  # no terminal
+            fail(str(e))
+        sys.exit(code)
 
     typer.main.get_command(command)(args=sys.argv[1:] if argv is None else list(argv), prog_name=prog_name)
 

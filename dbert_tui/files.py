@@ -35,10 +35,15 @@ def state_file() -> Path:
 
 
 def read_state() -> dict:
+    """tui.json, or {} when it is missing or unusable: a FIFO, /dev/zero, a huge or deeply
+    nested file is never read through (dbert_core.jsonfile), it is simply a fresh start."""
+    from dbert_core.errors import DbertError
+    from dbert_core.jsonfile import read_json
+
     try:
-        data = json.loads(state_file().read_text())
+        data = read_json(state_file(), max_bytes=1 << 20)
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, DbertError):
         return {}
 
 
@@ -46,7 +51,9 @@ def remember(**values) -> None:
     """Merge values into the app's small state file (last checkpoint used), atomically."""
     data = read_state()
     data.update(values)
+    from dbert_core.errors import DbertError
+
     try:
         atomic_write(state_file(), json.dumps(data, indent=2) + "\n")
-    except OSError:
+    except (OSError, DbertError):
         pass  # remembering is a convenience; never fail the app for it

@@ -20,7 +20,10 @@ def one_line(error: BaseException) -> str:
     """A user-facing single line for an exception."""
     from dbert_core.errors import DbertError
 
+    from dbert_core.display import safe_text
+
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    text = safe_text(text, 500)  # messages quote checkpoint fields, file names and URLs
     if isinstance(error, DbertError):
         return text
     name = type(error).__name__

@@ -68,13 +68,16 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
         current = Path(self.app.db.path).resolve() if self.app.db is not None and self.app.db.path else None
         for e in self.rows:
             mark = "● " if current is not None and Path(e.path).resolve() == current else "  "
+            # every cell a Text: a str cell would be read as markup, and its fields come from the
+            # checkpoint (store.Entry has made them safe to show)
             if e.broken:  # listed with its reason; choosing it says why it cannot be used
                 table.add_row(Text(mark + e.name, style="red"), human_size(e.size), "?",
                               Text(f"broken: {e.broken}", style="red"), "", "", key=str(e.path))
                 continue
             params = f"{e.parameters / 1e6:.2f}M" if e.parameters else "?"
             created = (e.created or "?")[:16].replace("T", " ")
-            table.add_row(mark + e.name, human_size(e.size), params, e.schedule, e.time, created, key=str(e.path))
+            table.add_row(*(Text(c) for c in (mark + e.name, human_size(e.size), params, e.schedule, e.time, created)),
+                          key=str(e.path))
         if select is not None:
             for i, e in enumerate(self.rows):
                 if Path(e.path) == Path(select):

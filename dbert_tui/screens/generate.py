@@ -31,6 +31,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
+from dbert_core.errors import DbertError
+
 from ..controller import MAX_N, Playback, Run, Session, Settings, differences, expected_masked, produce
 from ..messages import FrameReady, RunFinished, SampleChosen
 from ..files import atomic_write, texts_of, trajectory
@@ -198,7 +200,9 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self.drawn = None
         self._make_cards(playbacks[0].run.settings.n)
         self._arrange()
-        name = Path(self.db.path).name if self.db.path else "model"
+        from dbert_core.display import safe_text
+
+        name = safe_text(Path(self.db.path).name, 60) if self.db.path else "model"
         self.sub_title = f"Generate · {name}"
         self._show_curve()
         self._show_controls()
@@ -610,8 +614,9 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         texts = texts_of(self.db, pb.frames[-1])
         try:
             path = atomic_write(values["path"], "".join(t + "\n" for t in texts))
-        except OSError as e:
-            self.app.notify(f"cannot write {values['path']}: {e.strerror or e}", severity="error")
+        except (OSError, DbertError) as e:  # layout.atomic_write_text: DbertError "cannot write ..."
+            self.app.notify(str(e) if isinstance(e, DbertError) else f"cannot write {values['path']}: "
+                            f"{e.strerror or e}", severity="error")
             return
         self.app.notify(f"saved {len(texts)} text(s) to {path}")
 
@@ -631,7 +636,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
         try:
             path = atomic_write(values["path"], json.dumps(trajectory(self.db, pb.run)) + "\n")
-        except OSError as e:
-            self.app.notify(f"cannot write {values['path']}: {e.strerror or e}", severity="error")
+        except (OSError, DbertError) as e:  # layout.atomic_write_text: DbertError "cannot write ..."
+            self.app.notify(str(e) if isinstance(e, DbertError) else f"cannot write {values['path']}: "
+                            f"{e.strerror or e}", severity="error")
             return
         self.app.notify(f"exported {len(pb.frames)} frames to {path}")

@@ -1,0 +1,48 @@
+"""Strings shown to a person: one function makes any untrusted text safe for a terminal.
+
+Text from a checkpoint (metadata, token pieces, file names), a fetched file, a URL or an
+exception's message may hold terminal escape codes (ESC ] 0 ; … sets a window title, ESC [ …
+moves the cursor or recolours), other control characters, bidirectional overrides that reorder
+what is read, or lone surrogates that cannot be encoded at all. `safe_text` writes each of
+these as a visible escape (`\\x1b`, `\\u202e`) and shortens a long string to `limit` characters,
+so a 10 MB field is one short line (its start and end kept). Every place the CLI and the TUI print such a string goes
+through it: the error line, the store listing (store.Entry), token pieces
+(WordPieceTokenizer.convert_ids_to_tokens) and the TUI's notifications and tables.
+
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_SHOWN = 300  # characters of one untrusted string in a message or a listing
+ELLIPSIS = "..."  # ASCII, so a shortened string prints under any encoding
+
+# C0 and C1 controls and DEL; line and paragraph separators; bidirectional marks, embeddings,
+# overrides and isolates; the byte-order mark; lone surrogates.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff"
+                     "\ud800-\udfff]")
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def safe_text(value, limit: int | None = MAX_SHOWN) -> str:
+    """value as a string fit to print: control characters escaped, at most `limit` characters
+    (None: any length); a longer one keeps its start and its end, with ELLIPSIS between."""
+    text = value if isinstance(value, str) else str(value)
+    if limit is None or len(text) <= limit:
+        return _UNSAFE.sub(_escape, text) if _UNSAFE.search(text) else text
+    tail = max(0, (limit - len(ELLIPSIS)) // 3)
+    head = max(0, limit - len(ELLIPSIS) - tail)
+    # cut before escaping (a 10 MB string costs what a short one does), then again after
+    start, end = safe_text(text[:head], None)[:head], safe_text(text[len(text) - tail:], None) if tail else ""
+    return start + ELLIPSIS + end[len(end) - tail:]
+
+
+def is_safe(text: str) -> bool:
+    """Whether text holds nothing safe_text would escape."""
+    return _UNSAFE.search(text) is None
