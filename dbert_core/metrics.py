@@ -285,7 +285,7 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
     second, st2 = generate(db, cfg, on_frame, seed=seed + 1, paragraph=" ")
     out = {
         "samples": n, "sample_steps": steps, "sample_length": length, "top_k": top_k, "sampler": sampler,
-        "exact": get(sampler).exact, "params": cfg.params, "temperature": temperature,
+        "sampler_exact": get(sampler).exact, "params": cfg.params, "temperature": temperature,
         "block_repeats": block_repeats,
         "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second),
         "distinct1": distinct_n(first, 1), "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),

@@ -240,8 +240,8 @@ def plots(rows, human, doc: Path) -> list[str]:
     out = []
     fig, ax = plt.subplots(figsize=(7, 4.6), dpi=110)
     for r in rows:
-        ax.scatter(r["judge_entropy"], r["gen_ppl"], marker="o" if r["exact"] else "^",
-                   color="tab:blue" if r["exact"] else "tab:orange")
+        ax.scatter(r["judge_entropy"], r["gen_ppl"], marker="o" if r.get("sampler_exact", r.get("exact")) else "^",
+                   color="tab:blue" if r.get("sampler_exact", r.get("exact")) else "tab:orange")
         ax.annotate(r["key"], (r["judge_entropy"], r["gen_ppl"]), fontsize=6, xytext=(3, 2), textcoords="offset points")
     if human:
         ax.scatter(human["entropy"], human["gen_ppl"], marker="*", s=160, color="tab:green", label="held-out human text")
@@ -259,8 +259,8 @@ def plots(rows, human, doc: Path) -> list[str]:
     for ax, key, label in ((axes[0], "gen_ppl", "gen-PPL under the judge (lower is better)"),
                            (axes[1], "bleu4", "BLEU-4 against held-out text (higher is better)")):
         for r in rows:
-            ax.scatter(r["rows_per_sample"], r[key], marker="o" if r["exact"] else "^",
-                       color="tab:blue" if r["exact"] else "tab:orange")
+            ax.scatter(r["rows_per_sample"], r[key], marker="o" if r.get("sampler_exact", r.get("exact")) else "^",
+                       color="tab:blue" if r.get("sampler_exact", r.get("exact")) else "tab:orange")
             ax.annotate(r["key"], (r["rows_per_sample"], r[key]), fontsize=6, xytext=(3, 2), textcoords="offset points")
         ax.set_xlabel("network calls per sample")
         ax.set_ylabel(label)

@@ -76,7 +76,7 @@ def test_eval_judge_reports_samples_and_human_text(tiny_checkpoint, judge_dir, c
     out = capsys.readouterr().out
     assert e.value.code in (0, None)
     r = json.loads(out)
-    assert r["sampler"] == "confidence" and r["exact"] is False and r["judge"] == str(judge_dir)
+    assert r["sampler"] == "confidence" and r["sampler_exact"] is False and r["exact"] is False and r["judge"] == str(judge_dir)
     assert r["gen_ppl"] > 1 and r["human_gen_ppl"] > 1 and r["human_texts"] == 12
     assert 0 < r["judge_entropy"] and 0 < r["human_judge_entropy"] and r["human_unigram_entropy"] > 0
     # the tiny denoiser writes worse text than the stories the judge learnt from
