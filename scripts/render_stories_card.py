@@ -92,7 +92,8 @@ def _decoding_table(dec: dict) -> str:
             "[MASK]/[UNK] | distinct-2 | Self-BLEU-4 | entropy | seconds |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in dec["rows"]:
-        rows.append(f"| {r['temperature']} | {r['top_k'] or 'off'} | {r['top_p']} | {'on' if r['block_repeats'] else 'off'} | "
+        block = "" if r["block_repeats"] is None else ("on" if r["block_repeats"] else "off")
+        rows.append(f"| {r['temperature']} | {r['top_k'] if r['top_k'] != 0 else 'off'} | {r['top_p']} | {block} | "
                     f"{r['frac_sentence_start']:.1%} | {r['frac_repeat']:.1%} | {r['frac_quotes_balanced']:.1%} | "
                     f"{r['frac_mask_or_unk']:.1%} | {r['distinct2']:.3f} | {r['self_bleu4']:.3f} | "
                     f"{r['unigram_entropy']:.2f} | {r['seconds']} |")

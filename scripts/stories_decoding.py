@@ -45,12 +45,24 @@ def run(db, n: int, temperature: float, top_k: int, top_p: float, block: bool) -
             "examples": texts[:5]}
 
 
+def human(path: str, n: int, words: float) -> dict:
+    """The same figures for held-out text cut into n pieces of the samples' mean length."""
+    from dbert_core.data import read_lines
+    from dbert_core.judge import human_chunks
+
+    texts = human_chunks(read_lines([path]), n, words)
+    return {"temperature": "held-out text", "top_k": "", "top_p": "", "block_repeats": None, "n": len(texts),
+            **readability(texts), "distinct2": distinct_n(texts, 2), "self_bleu4": self_bleu(texts),
+            "unigram_entropy": unigram_entropy(texts), "seconds": "", "nfe": 0, "examples": texts[:2]}
+
+
 def table(rows: list[dict]) -> str:
     head = ("| temperature | top-k | top-p | repeat block | sentence start | repeats | quotes balanced | "
             "[MASK]/[UNK] | ends a sentence | distinct-2 | Self-BLEU-4 | entropy | seconds |")
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
-        out.append(f"| {r['temperature']} | {r['top_k'] or 'off'} | {r['top_p']} | {'on' if r['block_repeats'] else 'off'} | "
+        block = "" if r["block_repeats"] is None else ("on" if r["block_repeats"] else "off")
+        out.append(f"| {r['temperature']} | {r['top_k'] if r['top_k'] != 0 else 'off'} | {r['top_p']} | {block} | "
                    f"{r['frac_sentence_start']:.1%} | {r['frac_repeat']:.1%} | {r['frac_quotes_balanced']:.1%} | "
                    f"{r['frac_mask_or_unk']:.1%} | {r['frac_ends_sentence']:.1%} | {r['distinct2']:.3f} | "
                    f"{r['self_bleu4']:.3f} | {r['unigram_entropy']:.2f} | {r['seconds']} |")
@@ -62,12 +74,14 @@ def main() -> int:
     ap.add_argument("checkpoint")
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--out", default="runs/decoding.json")
+    ap.add_argument("--heldout", default="runs/data/stories-heldout.txt", help="held-out text for the reference row")
     a = ap.parse_args()
     db = checkpoint.load(a.checkpoint)
     rows = []
     for setting in GRID:
         rows.append(run(db, a.n, *setting))
         print(f"done {setting}: {rows[-1]['seconds']} s", file=sys.stderr)
+    rows.append(human(a.heldout, a.n, rows[0]["words_per_sample"]))
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump({"checkpoint": a.checkpoint, "cpu": cpu_name(), "rows": rows}, f, indent=1, ensure_ascii=False)
     print(table(rows))
