@@ -153,3 +153,59 @@ def schedule_strip(curve: list[float], width: int, step: int | None = None, actu
         out.append(bar, style="bold black on yellow" if x == here else "cyan")
     out.append(tail, style="dim")
     return out
+
+
+# ------------------------------------------------------------------------------ training charts
+def ema(values: list[float], weight: float) -> list[float]:
+    """Exponential moving average (TensorBoard's smoothing, debiased so the start is not pulled
+    towards 0); weight 0 returns the values unchanged."""
+    out, acc = [], 0.0
+    for i, v in enumerate(values, 1):
+        acc = weight * acc + (1 - weight) * v
+        out.append(acc / (1 - weight ** i) if weight else v)
+    return out
+
+
+def _num(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def line_chart(points: list[tuple[int, float]], width: int, height: int, smooth: float = 0.0,
+               style: str = "cyan") -> Text:
+    """A small chart with a scale: `points` (step, value), smoothed by an EMA of weight `smooth`,
+    as bars of eighth blocks `height` rows high; the y range (max on the top row, min on the
+    bottom one) on the left, and a step axis below (first and last step of the data). A column
+    is placed by its step, so two points are two thin bars, not a full block."""
+    width, height = max(12, width), max(1, height)
+    if not points:
+        return Text("no data yet", style="dim")
+    steps = [s for s, _ in points]
+    values = ema([v for _, v in points], smooth)
+    lo, hi = min(values), max(values)
+    labels = [_num(hi), _num(lo) if hi > lo else ""]
+    gutter = max(len(x) for x in labels) + 1
+    cols = width - gutter - 1
+    s0, s1 = steps[0], steps[-1]
+    buckets: list[list[float]] = [[] for _ in range(cols)]
+    for s, v in zip(steps, values):
+        x = 0 if s1 == s0 else round((s - s0) / (s1 - s0) * (cols - 1))
+        buckets[x].append(v)
+    column = [sum(b) / len(b) if b else None for b in buckets]
+    levels = height * 8
+    out = Text()
+    for r in range(height):  # r = 0 is the top row
+        label = labels[0] if r == 0 else labels[1] if r == height - 1 else ""
+        out.append(label.rjust(gutter - 1) + " ", style="dim")
+        out.append("┤" if r in (0, height - 1) else "│", style="dim")
+        for v in column:
+            if v is None:
+                out.append(" ")
+                continue
+            filled = 1 + round((v - lo) / (hi - lo) * (levels - 1)) if hi > lo else levels // 2
+            here = max(0, min(8, filled - (height - 1 - r) * 8))
+            out.append(" " if here == 0 else SPARK[here - 1], style=style)
+        out.append("\n")
+    left, right = f"step {s0}", str(s1)
+    axis = left + " " * max(1, cols - len(left) - len(right)) + right if s1 != s0 else left
+    out.append(" " * (gutter + 1) + axis, style="dim")
+    return out

@@ -538,7 +538,7 @@ async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
         await pilot.press("f5")
         await wait_for(pilot, lambda: len(tr.losses) >= 3, what="the second run")
         trainer = tr.trainer
-        await pilot.press("1")
+        await pilot.press("f1")  # the data field has the focus: digits would go there
         await wait_for(pilot, lambda: app.current_mode == "generate", timeout=10)
         g = app.generate_screen
         latencies = []
@@ -560,6 +560,94 @@ async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
     from dbert_core.checkpoint import read_meta
 
     assert 3 <= read_meta(store.store_dir() / "quitter")["step"] < 100000
+
+
+async def test_train_form_takes_the_readme_recipe_and_a_failed_start_resets_the_panel(tiny_db, tmp_path):
+    from textual.widgets import Checkbox, Input, Label, Select
+
+    app = create_app(checkpoint=tiny_db.path, loader=lambda p: tiny_db, train_data=[str(TINYSTORIES)],
+                     settings=Settings(pace_ms=0, steps=8, length=12, sampler="ancestral", top_k=0), deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        await pilot.press("3")
+        await wait_for(pilot, lambda: app.current_mode == "train")
+        tr = app.train_screen
+        await pilot.pause()
+        assert app.focused is tr.query_one("#tr-data"), "typing on arrival goes to the data field"
+        # every field of the form has its own label, just before it
+        for widget in tr.query_one("#tr-form").query("Input, Select, Checkbox"):
+            siblings = list(widget.parent.children)
+            before = siblings[siblings.index(widget) - 1] if siblings.index(widget) else None
+            assert isinstance(before, Label) or widget.id == "tr-data", f"{widget.id} has no label"
+        # the README's tiny recipe, and the options beyond it, all from the form
+        for wid, value in {"tr-out": "recipe", "tr-steps": "300", "tr-lr": "3e-3", "tr-seq": "32",
+                           "tr-warmup": "10", "tr-vocab": "500", "tr-lam": "0.2", "tr-seed": "7",
+                           "tr-save": "0", "tr-eval": "100"}.items():
+            tr.query_one(f"#{wid}", Input).value = value
+        tr.query_one("#tr-unit", Select).value = "sentence"
+        tr.query_one("#tr-pack", Checkbox).value = True
+        tr.query_one("#tr-objective", Select).value = "elbo"
+        tr.query_one("#tr-dtype", Select).value = "fp32"
+        cfg, _ = tr.config(resume=False)
+        assert (cfg.max_steps, cfg.lr, cfg.seq_len, cfg.unit, cfg.pack, cfg.warmup, cfg.vocab_size, cfg.lam,
+                cfg.seed, cfg.save_every, cfg.loss, cfg.dtype, cfg.eval_every) == (
+            300, 3e-3, 32, "sentence", True, 10, 500, 0.2, 7, 0, "elbo", "fp32", 100)
+        assert cfg.data == [str(TINYSTORIES.resolve())]
+        tr.query_one("#tr-lr", Input).value = "fast"
+        await pilot.press("f5")
+        assert any("lr must be a number" in n.message for n in app._notifications)
+        # an output that exists: the TUI's words, before anything starts
+        (store.store_dir() / "taken").mkdir(parents=True)
+        (store.store_dir() / "taken" / "dbert.json").write_text("{}")
+        tr.query_one("#tr-lr", Input).value = "3e-3"
+        tr.query_one("#tr-out", Input).value = "taken"
+        await pilot.press("f5")
+        assert any(n.message == "taken already exists: F7 resumes it, or change the output name"
+                   for n in app._notifications)
+        assert tr.trainer is None and "preparing" not in str(tr.query_one("#tr-stats").render())
+        # a start that fails in the worker: the panel is reset and says why, in the form's words
+        tr.query_one("#tr-out", Input).value = "fresh"
+        tr.query_one("#tr-init", Input).value = str(tmp_path / "no-bert")
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: "failed" in str(tr.query_one("#tr-stats").render()), what="the failed start")
+        stats = str(tr.query_one("#tr-stats").render())
+        assert "not training" in stats and "preparing" not in stats and "--init" not in stats
+        assert not tr.query_one("#tr-start").disabled and tr.query_one("#tr-stop").disabled
+        # a short run: its charts carry a scale, and its last step is evaluated (7 is no multiple of 5)
+        tr.query_one("#tr-init", Input).value = ""
+        for wid, value in {"tr-steps": "7", "tr-batch": "8", "tr-seq": "16", "tr-T": "64", "tr-eval": "5",
+                           "tr-sample": "0", "tr-vocab": "", "tr-warmup": "2"}.items():
+            tr.query_one(f"#{wid}", Input).value = value
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: "finished at step 7" in str(tr.query_one("#tr-stats").render()),
+                       what="the short run")
+        await pilot.pause(0.2)
+        assert [s for s, _ in tr.vals] == [5, 7]
+        val = tr.query_one("#tr-val")
+        assert "step 7:" in val.title and val.points[-1][0] == 7
+        loss = tr.query_one("#tr-loss")
+        drawn = loss.render().plain
+        assert "now " in drawn and "min " in drawn and "max " in drawn and "step 1" in drawn and drawn.rstrip().endswith("7")
+        # the file picker goes up to the parent folder
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: app.screen.query("#file-tree"), what="the file dialog")
+        tree = app.screen.query_one("#file-tree")
+        start = Path(tree.path)
+        await pilot.press("backspace")
+        await pilot.pause()
+        assert Path(tree.path) == start.parent
+
+
+def test_training_charts_have_a_scale():
+    from dbert_tui.render import ema, line_chart
+
+    two = line_chart([(200, 5.731), (300, 5.644)], 30, 3).plain.splitlines()
+    assert two[0].startswith("5.73") and two[2].startswith("5.64")      # max on top, min at the bottom
+    assert two[-1].split() == ["step", "200", "300"]                     # the step axis
+    bars = [line[6:] for line in two[:3]]
+    assert sum(ch != " " for line in bars for ch in line) <= 4, "two points are two thin bars, not a block"
+    assert ema([1.0, 1.0, 1.0], 0.9) == pytest.approx([1.0, 1.0, 1.0])  # debiased: no pull towards 0
+    assert ema([0.0, 10.0], 0.5) == pytest.approx([0.0, 20 / 3])
 
 
 # ------------------------------------------------------------------------------ snapshots

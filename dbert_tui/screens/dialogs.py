@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -79,22 +81,40 @@ class FormDialog(ModalScreen[dict | None]):
 
 
 class FileDialog(ModalScreen[str | None]):
-    """Pick a file from a directory tree; dismisses with its path (Enter / click) or None (Esc)."""
+    """Pick a file from a directory tree; dismisses with its path (Enter / click) or None (Esc).
+    Backspace (or the ".. up" button) re-roots the tree at the parent folder, so files beside or
+    above the launch directory (../shared/data) can be reached."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("backspace", "up", "Parent folder")]
 
     def __init__(self, title: str, root: str = ".") -> None:
         super().__init__()
         self.title_text = title
-        self.root = root
+        self.root = str(Path(root).expanduser().resolve())
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog file-dialog"):
             yield Label(self.title_text, classes="dialog-title")
+            with Horizontal(classes="dialog-buttons file-where"):
+                yield Button(".. up (Backspace)", id="file-up", compact=True)
+                yield Label(self.root, id="file-root")
             yield DirectoryTree(self.root, id="file-tree")
 
     def on_mount(self) -> None:
         self.query_one(DirectoryTree).focus()
+
+    def action_up(self) -> None:
+        parent = str(Path(self.root).parent)
+        if parent != self.root:
+            self.root = parent
+            self.query_one(DirectoryTree).path = parent
+            self.query_one("#file-root", Label).update(parent)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "file-up":
+            event.stop()
+            self.action_up()
+            self.query_one(DirectoryTree).focus()
 
     def on_directory_tree_file_selected(self, event: DirectoryTree.FileSelected) -> None:
         event.stop()
