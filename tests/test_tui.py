@@ -150,12 +150,24 @@ async def test_changing_steps_or_temperature_restarts(tiny_db):
         s = g.run.settings
         assert (s.steps, s.length, s.top_k, s.seed) == (8, 12, 5, 7)
         assert g.run.frames[-1].frame.ids.shape == (1, 12)
-        # a bad value is a notification, not a crash, and keeps the run
+        # a bad value keeps the dialog open with every edit in place and marks its field; the run goes on
         await pilot.press("e")
-        await fill_dialog(pilot, {"steps": "100000"})
-        await pilot.pause(0.2)
+        await fill_dialog(pilot, {"steps": "100000", "top_k": "30"})
+        dialog = app.screen
+        assert isinstance(dialog, FormDialog) and dialog.error[0] == "steps" and "steps" in dialog.error[1]
+        assert dialog.query_one("#row-steps").has_class("-bad") and app.focused is dialog.query_one("#field-steps")
+        assert dialog.query_one("#field-top_k").value == "30" and g.run.settings.steps == 8
+        dialog.query_one("#field-steps").value = "8"
+        dialog.query_one("#field-n").value = ""  # the review's case: an empty "samples"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen is dialog and dialog.error == ("n", "samples must be a whole number, got ''")
+        assert dialog.query_one("#row-n").has_class("-bad") and not dialog.query_one("#row-steps").has_class("-bad")
+        assert dialog.query_one("#field-top_k").value == "30"
+        dialog.query_one("#field-n").value = "1"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is not dialog and g.run.settings.top_k == 30 and finished(app)())
         assert g.run.settings.steps == 8
-        assert any("steps" in n.message for n in app._notifications)
 
 
 def final_ids(app):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -38,25 +39,33 @@ class ConfirmDialog(ModalScreen[bool]):
 
 
 class FormDialog(ModalScreen[dict | None]):
-    """Labelled inputs; Enter (or OK) dismisses with {key: text}, Escape with None."""
+    """Labelled inputs; Enter (or OK) dismisses with {key: text}, Escape with None.
+
+    With `check` (values -> None, or (key, message) for the first bad field), a bad value keeps
+    the dialog open with every edit in place: the field is marked, focused, and the message is
+    shown under the fields."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, title: str, fields: list[tuple[str, str, str, str]], ok: str = "OK") -> None:
+    def __init__(self, title: str, fields: list[tuple[str, str, str, str]], ok: str = "OK",
+                 check: Callable[[dict], tuple[str | None, str] | None] | None = None) -> None:
         """fields: (key, label, initial value, placeholder)."""
         super().__init__()
         self.title_text = title
         self.fields = fields
         self.ok = ok
+        self.check = check
+        self.error: tuple[str | None, str] | None = None  # the last refusal (tests read it)
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(self.title_text, classes="dialog-title")
             with VerticalScroll(classes="dialog-fields"):
                 for key, label, value, placeholder in self.fields:  # one line per field: fits 80x24
-                    with Horizontal(classes="field-row"):
+                    with Horizontal(classes="field-row", id=f"row-{key}"):
                         yield Label(label, classes="field-label")
                         yield Input(value=value, placeholder=placeholder, id=f"field-{key}", compact=True)
+            yield Label("", classes="dialog-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button(self.ok, id="ok", variant="primary", compact=True)
                 yield Button("Cancel", id="cancel", compact=True)
@@ -64,17 +73,39 @@ class FormDialog(ModalScreen[dict | None]):
     def on_mount(self) -> None:
         for inp in self.query(Input):
             inp.cursor_blink = not getattr(self.app, "deterministic", False)
+        self.query_one(".dialog-error", Label).display = False
         self.query(Input).first().focus()
 
     def values(self) -> dict:
         return {key: self.query_one(f"#field-{key}", Input).value.strip() for key, *_ in self.fields}
 
+    def submit(self) -> None:
+        values = self.values()
+        self.error = self.check(values) if self.check is not None else None
+        for row in self.query(".field-row"):
+            row.remove_class("-bad")
+        if self.error is None:
+            self.dismiss(values)
+            return
+        key, message = self.error
+        shown = self.query_one(".dialog-error", Label)
+        shown.update(message)
+        shown.display = True
+        if key is not None and self.query(f"#row-{key}"):
+            self.query_one(f"#row-{key}").add_class("-bad")
+            field = self.query_one(f"#field-{key}", Input)
+            field.focus()
+            field.scroll_visible(animate=False)
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        self.dismiss(self.values())
+        self.submit()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(self.values() if event.button.id == "ok" else None)
+        if event.button.id == "ok":
+            self.submit()
+        else:
+            self.dismiss(None)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -42,6 +42,29 @@ from ..widgets.schedule import SchedulePanel, ScheduleStrip
 from ..workers import ReportWorkerErrors
 from .dialogs import FormDialog
 
+class FieldError(Exception):
+    """A bad value in the settings dialog: `key` names its field (None: no one field)."""
+
+    def __init__(self, key: str | None, message: str) -> None:
+        super().__init__(message)
+        self.key, self.message = key, message
+
+
+# the settings dialog's field for an option named in an engine error (--top-k ...)
+OPTION_FIELDS = {"--n": "n", "--steps": "steps", "--temperature": "temperature", "--top-k": "top_k",
+                 "--top-p": "top_p", "--length": "length", "--sampler": "sampler", "--param": "params",
+                 "--seed": "seed"}
+
+
+def field_of(message: str) -> str | None:
+    import re
+
+    for option in re.findall(r"--[a-z-]+", message):
+        if option in OPTION_FIELDS:
+            return OPTION_FIELDS[option]
+    return next((key for key in ("steps", "length", "sampler") if key in message), None)
+
+
 WIDE = 120  # columns from which the schedule gets its panel (below: the one-line strip)
 SIDES = "AB"
 SCRUB = Binding.Group("Scrub")
@@ -532,7 +555,55 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         title = "Sampling settings (Enter applies and restarts)"
         if self.session.partner is not None:
             title = f"Side {SIDES[self.session.side]}: " + title
-        self.app.push_screen(FormDialog(title, fields, "Apply"), self._apply_settings)
+        self.app.push_screen(FormDialog(title, fields, "Apply", check=self._check_settings), self._apply_settings)
+
+    def _settings_fields(self, values: dict) -> dict:
+        """The dialog's text as settings of the active side, checked against the checkpoint;
+        raises FieldError naming the first bad field."""
+        from dbert_core.errors import DbertError
+
+        old = self.session.active
+        fields: dict = {}
+        for key, kind in (("steps", int), ("temperature", float), ("top_k", int), ("top_p", float), ("n", int),
+                          ("seed", int), ("pace_ms", int), ("length", int)):
+            text = values[key]
+            if key == "length" and not text:
+                fields[key] = old.length
+                continue
+            try:
+                fields[key] = kind(text)
+            except ValueError:
+                whole = "a whole number" if kind is int else "a number"
+                name = {"n": "samples", "pace_ms": "ms per step"}.get(key, key.replace("_", "-"))
+                raise FieldError(key, f"{name} must be {whole}, got {text!r}") from None
+        if not 1 <= fields["n"] <= MAX_N:
+            raise FieldError("n", f"samples must be 1..{MAX_N}")
+        if fields["pace_ms"] < 0:
+            raise FieldError("pace_ms", "the pace must be >= 0 ms")
+        fields["sampler"] = values["sampler"].strip() or None
+        fields["params"] = None
+        try:
+            if values.get("params", "").strip():
+                if fields["sampler"] is None:
+                    raise FieldError("params", "sampler parameters need a sampler named")
+                from dbert_core.strategies import parse_params
+
+                fields["params"] = parse_params(fields["sampler"], values["params"].split())
+        except DbertError as e:
+            raise FieldError("params", str(e)) from None
+        try:
+            new = dataclasses.replace(old, **fields)
+            new.resolved(self.db) if self.db is not None else new.validate()
+        except DbertError as e:
+            raise FieldError(field_of(str(e)), str(e).replace("--", "")) from None
+        return fields
+
+    def _check_settings(self, values: dict):
+        try:
+            self._settings_fields(values)
+        except FieldError as e:
+            return e.key, e.message
+        return None
 
     def _apply_settings(self, values: dict | None) -> None:
         if not values:
@@ -541,27 +612,9 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
         old = self.session.active
         try:
-            fields = dict(steps=int(values["steps"]), top_k=int(values["top_k"]),
-                          length=int(values["length"]) if values["length"] else old.length,
-                          n=int(values["n"]), seed=int(values["seed"]), pace_ms=int(values["pace_ms"]),
-                          temperature=float(values["temperature"]), top_p=float(values["top_p"]),
-                          sampler=values["sampler"].strip() or None)
-        except ValueError as e:
-            self.app.notify(f"not a number: {str(e).split(': ')[-1]}", title="settings", severity="error")
-            return
-        if not 1 <= fields["n"] <= MAX_N or fields["pace_ms"] < 0:
-            self.app.notify(f"samples must be 1..{MAX_N} and the pace >= 0 ms", title="settings", severity="error")
-            return
-        try:
-            fields["params"] = None
-            if values.get("params", "").strip():
-                if fields["sampler"] is None:
-                    raise DbertError("sampler parameters need a sampler named")
-                from dbert_core.strategies import parse_params
-
-                fields["params"] = parse_params(fields["sampler"], values["params"].split())
+            fields = self._settings_fields(values)
             self.session.change(self.db, **fields)
-        except DbertError as e:
+        except (FieldError, DbertError) as e:  # the dialog checked them; the checkpoint may have changed since
             self.app.notify(str(e), title="settings", severity="error")
             return
         if fields["length"] != old.length:
