@@ -16,7 +16,7 @@ from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from dbert_core.config import DEVICES
@@ -168,11 +168,13 @@ class DbertApp(App):
 
     # ------------------------------------------------------------------ navigation and palette
     def action_toggle_keys(self) -> None:
-        """Show (or hide) the panel listing every key of the current screen."""
-        if self.screen.query("HelpPanel"):
-            self.action_hide_help_panel()
-        else:
-            self.action_show_help_panel()
+        """Show (or hide) the key help of the current screen: every key, described in full."""
+        from .screens.help import HelpScreen
+
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)
+        elif not isinstance(self.screen, ModalScreen):
+            self.push_screen(HelpScreen(self.screen))
 
     def action_mode(self, mode: str) -> None:
         if self.current_mode != mode:

@@ -186,8 +186,8 @@ async def test_control_bar_shows_the_settings_and_its_keys_restart_with_the_same
         await wait_for(pilot, finished(app))
         g = app.generate_screen
         bar = g.query_one(ControlBar)
-        footer = app.screen.query_one("Footer")
-        # always on screen at 80x24: full width, just above the footer
+        footer = app.screen.query_one("KeyBar")
+        # always on screen at 80x24: full width, just above the key bar
         assert bar.region.width == SIZE[0] and bar.region.bottom == footer.region.y <= SIZE[1] - 1
         for shown in ("[ ] steps 16", "- + temp 1", "k top-k off", "o top-p off", "m ancestral", "n seed 5"):
             assert shown in bar.plain()
@@ -427,13 +427,14 @@ async def test_command_palette_offers_the_main_actions(tiny_db, tmp_path):
         from textual.content import Content  # how the palette draws a command's help
 
         assert Content.from_markup(commands["Prompt / infill template"].help).plain == "Text with [MASK] slots (p)"
+        from dbert_tui.screens.help import HelpScreen
+
         await pilot.press("question_mark")  # every key of the screen, with its description
         await pilot.pause(0.2)
-        panel = app.screen.query_one("HelpPanel")
-        assert panel is not None
+        assert isinstance(app.screen, HelpScreen)
         await pilot.press("question_mark")
         await pilot.pause(0.2)
-        assert not app.screen.query("HelpPanel")
+        assert not isinstance(app.screen, HelpScreen)
         await pilot.press("ctrl+p")
         await pilot.pause(0.2)
         await pilot.press(*"Export trajectory")
@@ -442,6 +443,49 @@ async def test_command_palette_offers_the_main_actions(tiny_db, tmp_path):
         await wait_for(pilot, lambda: isinstance(app.screen, FormDialog), timeout=10, what="the export dialog")
         await fill_dialog(pilot, {"path": str(tmp_path / "p.json")})
         assert len(json.loads((tmp_path / "p.json").read_text())["frames"]) == 16
+
+
+def screen_text(app) -> str:
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 45)])
+async def test_key_bar_keeps_the_screen_keys_and_quit_and_help_shows_every_key_whole(tiny_db, size):
+    from dbert_tui.screens.help import HelpScreen, key_rows
+    from dbert_tui.widgets.keybar import KeyBar
+
+    app = make_app(tiny_db)
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, finished(app))
+        for mode, own in (("generate", "space Play/Pause"), ("train", "f5 Start"), ("checkpoints", "⏎ Use")):
+            app.switch_mode(mode)
+            await pilot.pause(0.2)
+            bar = app.screen.query_one(KeyBar)
+            shown = bar.plain()
+            for key in ("1 Gen", "2 Ckpts", "3 Train", "? Keys", "^q Quit", own):
+                assert key in shown, f"{key!r} missing from the {mode} key bar at {size}: {shown!r}"
+            assert len(shown) <= size[0] - 2 and bar.region.bottom == size[1]
+            last_line = screen_text(app).splitlines()[-1]
+            assert last_line.strip() == shown.strip(), "drawn as it is, nothing overdrawn or glued"
+        app.switch_mode("generate")
+        await pilot.pause(0.2)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="the key help")
+        help_screen = app.screen
+        rows = key_rows(app, app.generate_screen)
+        assert {"Double the steps", "Selected sample large", "Quit", "Train"} <= {d for _, d in rows}
+        scroll = help_screen.query_one("#help-scroll")
+        if size == (80, 24):  # more keys than rows: it scrolls
+            assert scroll.max_scroll_y > 0
+        seen = screen_text(app)
+        while scroll.scroll_y < scroll.max_scroll_y:  # page through it: every key is there, whole
+            await pilot.press("pagedown")
+            await pilot.pause(0.1)
+            seen += screen_text(app)
+        for keys, description in rows:
+            assert description in seen, f"{description!r} cut or missing at {size}"
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: app.screen is app.generate_screen, what="the help to close")
 
 
 # ------------------------------------------------------------------------------ Checkpoints

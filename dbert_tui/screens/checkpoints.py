@@ -9,25 +9,29 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
+from textual.widgets import DataTable, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from dbert_core.store import human_size
 
 from ..messages import FetchProgress, StoreChanged
+from ..widgets.keybar import Key, KeyBar
 from ..workers import ReportWorkerErrors
 from .dialogs import ConfirmDialog, FormDialog
 
 
 class CheckpointsScreen(ReportWorkerErrors, Screen):
     BINDINGS = [
-        Binding("enter", "use", "Use", priority=False),
-        Binding("f", "fetch", "Fetch"),
-        Binding("i", "import_dir", "Import"),
-        Binding("d,delete", "delete", "Delete"),
-        Binding("r", "refresh", "Refresh", show=False),
-        Binding("escape", "cancel_fetch", "Cancel fetch", show=False),
+        Binding("enter", "use", "Use the selected checkpoint", priority=False),
+        Binding("f", "fetch", "Fetch one from the Hugging Face Hub or a URL"),
+        Binding("i", "import_dir", "Import a local checkpoint folder"),
+        Binding("d,delete", "delete", "Delete the selected checkpoint from the store"),
+        Binding("r", "refresh", "Refresh the list"),
+        Binding("escape", "cancel_fetch", "Cancel a download"),
     ]
+    HELP = "The checkpoint store: ● marks the one in use. Enter uses the selected one."
+    KEYS = [Key("⏎", "Use", "screen.use", 1), Key("f", "Fetch", "screen.fetch", 2),
+            Key("i", "Import", "screen.import_dir", 2), Key("d", "Delete", "screen.delete", 3)]
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -41,7 +45,7 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
         yield DataTable(id="ck-table", cursor_type="row", zebra_stripes=True)
         yield ProgressBar(id="ck-progress", show_eta=False)
         yield Static("", id="ck-status")
-        yield Footer()
+        yield KeyBar(self.KEYS)
 
     def on_mount(self) -> None:
         self.sub_title = "Checkpoints"

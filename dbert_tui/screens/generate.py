@@ -28,7 +28,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 from textual.worker import get_current_worker
 
 from ..controller import MAX_N, Playback, Run, Session, Settings, differences, expected_masked, produce
@@ -36,6 +36,7 @@ from ..messages import FrameReady, RunFinished, SampleChosen
 from ..files import atomic_write, texts_of, trajectory
 from ..render import legend, render_row, render_tokens
 from ..widgets.controls import CONTROLS, ControlBar
+from ..widgets.keybar import Key, KeyBar
 from ..widgets.panes import ComparePane, TokenScroll, settings_line
 from ..widgets.samples import SampleCard, SampleGrid
 from ..widgets.schedule import SchedulePanel, ScheduleStrip
@@ -67,41 +68,54 @@ def field_of(message: str) -> str | None:
 
 WIDE = 120  # columns from which the schedule gets its panel (below: the one-line strip)
 SIDES = "AB"
-SCRUB = Binding.Group("Scrub")
+KEYS = [  # the key bar (widgets.keybar): rank 1 stays longest, `?` lists every key
+    Key("space", "Play/Pause", "screen.toggle_play", 1),
+    Key(".", "Step", "screen.step", 3),
+    Key("←→", "Scrub", "screen.scrub_back", 3),
+    Key("g", "Grid", "screen.grid", 2),
+    Key("c", "Compare", "screen.compare", 4),
+    Key("e", "Settings", "screen.edit", 1),
+    Key("p", "Prompt", "screen.prompt", 5),
+    Key("s", "Save", "screen.save", 6),
+    Key("x", "Export", "screen.export", 7),
+    Key("v", "Colour", "screen.toggle_colour", 6),
+]
 
 
 class GenerateScreen(ReportWorkerErrors, Screen):
     """Live reverse diffusion. Changing a control restarts the run with the new settings."""
 
-    BINDINGS = [  # footer order: the most used first; the control bar shows the setting keys
-        Binding("space", "toggle_play", "Play/Pause"),
-        Binding("full_stop", "step", "Step", key_display="."),
-        Binding("left", "scrub(-1)", "Back", key_display="←", group=SCRUB),
-        Binding("right", "scrub(1)", "Fwd", key_display="→", group=SCRUB),
-        Binding("g", "grid", "Grid"),
-        Binding("c", "compare", "Compare"),
-        Binding("r", "restart", "Restart", show=False),  # space replays a finished run
-        Binding("e", "edit", "Settings"),
-        Binding("question_mark", "app.toggle_keys", "Keys", key_display="?"),  # here: on the footer at 80 columns
-        Binding("p", "prompt", "Prompt"),
-        Binding("s", "save", "Save"),
-        Binding("x", "export", "Export"),
-        Binding("v", "toggle_colour", "Colour"),
-        Binding("left_square_bracket", "steps(0.5)", "Halve the steps", key_display="[", show=False),
-        Binding("right_square_bracket", "steps(2)", "Double the steps", key_display="]", show=False),
-        Binding("minus", "temperature(-1)", "Temperature down", key_display="-", show=False),
-        Binding("equals_sign,plus", "temperature(1)", "Temperature up", key_display="+", show=False),
-        Binding("k", "top_k", "Next top-k", show=False),
-        Binding("o", "top_p", "Next top-p", show=False),
-        Binding("m", "cycle_sampler", "Next sampler", show=False),
-        Binding("n", "new_seed", "New seed", show=False),
-        Binding("tab", "switch_side", "Other side (compare)", show=False),
-        Binding("up", "select(-1)", "Previous sample", key_display="↑", show=False),
-        Binding("down", "select(1)", "Next sample", key_display="↓", show=False),
-        Binding("enter", "zoom", "Selected sample large", show=False),
-        Binding("escape", "unzoom", "All samples", show=False),
-        Binding("home", "scrub_to(0)", "First step", show=False),
-        Binding("end", "live", "Live", show=False),
+    HELP = ("Watch the reverse process fill in the [MASK]s, step by step. The control bar shows each "
+            "sampling setting beside its key; a change restarts the run at once with the same seed.")
+
+    BINDINGS = [  # the order of the key help (`?`); the key bar shows KEYS, the control bar the setting keys
+        Binding("space", "toggle_play", "Play / pause; replay a finished run"),
+        Binding("full_stop", "step", "One reverse step (pauses first)", key_display="."),
+        Binding("left", "scrub(-1)", "Scrub back one step", key_display="←"),
+        Binding("right", "scrub(1)", "Scrub forward one step", key_display="→"),
+        Binding("g", "grid", "Grid of several samples, or back to one"),
+        Binding("c", "compare", "Compare two settings side by side, or end it"),
+        Binding("r", "restart", "Restart the run (same settings and seed)"),
+        Binding("e", "edit", "Settings dialog: every sampling setting"),
+        Binding("p", "prompt", "Prompt / infill template"),
+        Binding("s", "save", "Save the text(s) to a file"),
+        Binding("x", "export", "Export the trajectory as JSON"),
+        Binding("v", "toggle_colour", "Colour by reveal order / confidence"),
+        Binding("left_square_bracket", "steps(0.5)", "Halve the steps", key_display="["),
+        Binding("right_square_bracket", "steps(2)", "Double the steps", key_display="]"),
+        Binding("minus", "temperature(-1)", "Temperature down", key_display="-"),
+        Binding("equals_sign,plus", "temperature(1)", "Temperature up", key_display="+"),
+        Binding("k", "top_k", "Next top-k"),
+        Binding("o", "top_p", "Next top-p"),
+        Binding("m", "cycle_sampler", "Next sampler"),
+        Binding("n", "new_seed", "New seed"),
+        Binding("tab", "switch_side", "Other side (compare)"),
+        Binding("up", "select(-1)", "Previous sample", key_display="↑"),
+        Binding("down", "select(1)", "Next sample", key_display="↓"),
+        Binding("enter", "zoom", "Selected sample large"),
+        Binding("escape", "unzoom", "All samples"),
+        Binding("home", "scrub_to(0)", "First step"),
+        Binding("end", "live", "Live"),
     ]
 
     colour = reactive("order")
@@ -159,7 +173,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         yield ScheduleStrip(id="gen-strip")
         yield Static(legend("order"), id="gen-legend")
         yield ControlBar(id="gen-controls")
-        yield Footer(compact=True)
+        yield KeyBar(KEYS, id="gen-keys")
 
     def on_mount(self) -> None:
         self.sub_title = "Generate"
@@ -431,6 +445,10 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         for pb in self.playbacks:
             pb.scrub(delta)
         self._draw()
+
+    def action_scrub_back(self) -> None:
+        """A click on the key bar's ←→: one step back."""
+        self.action_scrub(-1)
 
     def action_scrub_to(self, index: int) -> None:
         for pb in self.playbacks:

@@ -13,13 +13,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, Select, Static
+from textual.widgets import Button, Checkbox, Header, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
 from dbert_core.config import DEVICES, DTYPES, LOSSES, PRESETS, SCHEDULES, TIME_MODES, UNITS, TrainConfig
 
 from ..messages import StoreChanged, TrainEval, TrainFailed, TrainFinished, TrainPreview, TrainProgress
 from ..widgets.chart import Chart
+from ..widgets.keybar import Key, KeyBar
 from ..workers import ReportWorkerErrors, one_line
 from .dialogs import FileDialog
 
@@ -126,11 +127,15 @@ class TuiCallback:
 class TrainScreen(ReportWorkerErrors, Screen):
     AUTO_FOCUS = "#tr-data"  # arriving here, typing goes to the data field
     BINDINGS = [
-        Binding("f5", "start", "Start"),
-        Binding("f6", "stop", "Stop"),
-        Binding("f7", "resume", "Resume"),
-        Binding("ctrl+o", "browse", "Add file"),
+        Binding("f5", "start", "Start training with the form's settings"),
+        Binding("f6", "stop", "Stop (saves a checkpoint that F7 resumes)"),
+        Binding("f7", "resume", "Resume the run saved under the output name"),
+        Binding("ctrl+o", "browse", "Add a data file from a folder tree"),
     ]
+    HELP = ("Train a model on your text files: the form holds dbert train's options; the result lands in "
+            "the store under the output name. Tab moves between fields.")
+    KEYS = [Key("f5", "Start", "screen.start", 1), Key("f6", "Stop", "screen.stop", 1),
+            Key("f7", "Resume", "screen.resume", 1), Key("^o", "Add file", "screen.browse", 2)]
 
     def __init__(self, data: list[str] | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -196,7 +201,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
                 yield Chart("validation ELBO (nats/token)", style="green", id="tr-val")
                 yield Label("sample preview", classes="tr-chart-label")
                 yield Static(Text("—", style="dim"), id="tr-preview")
-        yield Footer()
+        yield KeyBar(self.KEYS)
 
     def on_mount(self) -> None:
         self.sub_title = "Train"
