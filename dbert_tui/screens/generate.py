@@ -34,7 +34,7 @@ from textual.worker import get_current_worker
 from ..controller import MAX_N, Playback, Run, Session, Settings, differences, expected_masked, produce
 from ..messages import FrameReady, RunFinished, SampleChosen
 from ..files import atomic_write, texts_of, trajectory
-from ..render import legend, render_row, render_tokens
+from ..render import FIXED_EDGES, confidence_edges, legend, render_row, render_tokens
 from ..widgets.controls import CONTROLS, ControlBar
 from ..widgets.keybar import Key, KeyBar
 from ..widgets.panes import ComparePane, TokenScroll, settings_line
@@ -128,6 +128,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self._ready = False
         self._tokens_text = Text()
         self.drawn = None                           # the frame of side A last drawn
+        self.edges = FIXED_EDGES                    # the confidence bands (render.confidence_edges)
         self.frames_drawn = 0                       # draws (bursts of frames coalesce into one)
 
     # ------------------------------------------------------------------ what is shown
@@ -295,6 +296,11 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if not self.playbacks or self.db is None:
             return
         mode = self.view_mode()
+        if self.colour == "confidence":
+            edges = self._confidence_edges()
+            if edges != self.edges:
+                self.edges = edges
+                self._show_controls()
         if mode == "compare":
             self._draw_compare()
         elif mode == "grid":
@@ -312,6 +318,14 @@ class GenerateScreen(ReportWorkerErrors, Screen):
                 widget.set_position(f.step, float(f.masked.double().mean()))
         self._status()
 
+    def _confidence_edges(self) -> tuple[float, ...]:
+        """The confidence bands: quintiles over the newest frame of every side (so a scrubbed
+        frame keeps the colours of the run, and both sides of a comparison share one scale)."""
+        import torch
+
+        newest = [pb.frames[-1].frame.confidence.flatten() for pb in self.playbacks if pb.frames]
+        return confidence_edges(torch.cat(newest)) if newest else FIXED_EDGES
+
     def _prompt_words(self, prompt: str | None = None) -> dict[int, str] | None:
         """The prompt's own words by position (shown as typed), for the session's prompt or this one."""
         from dbert_core.sample import prompt_words
@@ -324,7 +338,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if rec is None:
             return
         rows = [self.session.selected] if rec.frame.ids.shape[0] > 1 else None
-        self._tokens_text = render_tokens(self.db, rec, self.colour, rows, self._prompt_words())
+        self._tokens_text = render_tokens(self.db, rec, self.colour, rows, self._prompt_words(), self.edges)
         self.query_one("#gen-tokens", Static).update(self._tokens_text)
 
     def _draw_grid(self) -> None:
@@ -338,7 +352,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             if b >= f.ids.shape[0]:
                 continue
             row_step = int(f.row_steps[b]) if f.row_steps is not None else f.step
-            card.show(render_row(self.db, rec, b, self.colour, verbatim=self._prompt_words()),
+            card.show(render_row(self.db, rec, b, self.colour, verbatim=self._prompt_words(), edges=self.edges),
                       L - int(f.masked[b].sum()), L, row_step, f.steps)
 
     def _draw_compare(self) -> None:
@@ -357,7 +371,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             if row is not None:
                 status = Text(f"sample {row + 1}/{rec.frame.ids.shape[0]} · ").append_text(status)
             pane.show(head, status, render_tokens(self.db, rec, self.colour, None if row is None else [row],
-                                                  self._prompt_words(pb.run.settings.prompt)))
+                                                  self._prompt_words(pb.run.settings.prompt), self.edges))
 
     def _progress(self, pb: Playback, rec, row: int | None = None) -> Text:
         """'step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame (or one row of it)."""
@@ -412,7 +426,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         runs = [pb.run.settings for pb in self.playbacks]
         fields = {f for _, _, f in CONTROLS}
         bar.differs = frozenset(differences(runs[0], runs[-1]) & fields) if len(runs) > 1 else frozenset()
-        legend_text = legend(self.colour)
+        legend_text = legend(self.colour, self.edges)
         if session.settings.prompt:
             legend_text.append(f"  · prompt {session.settings.prompt[:40]!r}", style="dim")
         self.query_one("#gen-legend", Static).update(legend_text)
