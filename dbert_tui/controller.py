@@ -20,6 +20,7 @@ Textual, so these rules are unit-tested directly (tests/test_tui_controller.py).
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,7 @@ TOP_KS = (0, 5, 10, 30, 100)           # `k` cycles through these (0: off)
 TOP_PS = (1.0, 0.95, 0.9, 0.8, 0.5)    # `o` cycles through these (1: off)
 GRID_N = 6                             # samples `g` starts when there is one
 MAX_N = 16
+FIRST_RUN_S = 8.0                      # the app's first run lasts at least this long, so a newcomer sees it fill in
 
 
 @dataclass
@@ -122,7 +124,13 @@ class Run:
     finished: bool = False
     playing: bool = True
     step_budget: int = 0
+    pace_ms: int | None = None         # None: the settings' pace (the app's first run is slower: FIRST_RUN_S)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def pace_s(self) -> float:
+        """The least time per shown step while playing."""
+        return (self.settings.pace_ms if self.pace_ms is None else self.pace_ms) / 1000
 
     def record(self, rec: Recorded) -> None:
         """A frame from the worker (called on the UI thread, in the order the worker made them)."""
@@ -179,7 +187,7 @@ def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Reco
         emit(Recorded(compact(frame), order, spent))
         if frame.done:
             return True
-        if not run.wait_turn(is_cancelled, s.pace_ms / 1000):
+        if not run.wait_turn(is_cancelled, run.pace_s):
             return False
 
 
@@ -238,12 +246,12 @@ class Playback:
         self.view = None
 
     def state(self) -> str:
-        """'scrub i/n (End: live)', 'done', 'playing' or 'paused'."""
+        """'scrub i/n (End: live)', 'done (Space: replay)', 'playing' or 'paused (Space: play)'."""
         if self.scrubbing:
             return f"scrub {self.view + 1}/{len(self.frames)} (End: live)"
         if self.run.finished:
-            return "done"
-        return "playing" if self.run.playing else "paused"
+            return "done (Space: replay)"
+        return "playing" if self.run.playing else "paused (Space: play)"
 
 
 class Session:
@@ -251,8 +259,9 @@ class Session:
     checkpoint and raise DbertError (leaving the state as it was) when it cannot take it; the
     screen restarts the runs (`new_runs`) after any change of settings."""
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, rng: random.Random | None = None) -> None:
         self.settings = settings or Settings()    # side A: the run, or the left side of a comparison
+        self.rng = rng or random.Random()         # `n`: seeded from the OS, so each start of the app differs
         self.partner: Settings | None = None      # side B while comparing
         self.side = 0                             # the side the control keys change (0: A, 1: B)
         self.playbacks: list[Playback] = []       # one per side, of the current runs
@@ -323,11 +332,15 @@ class Session:
 
     def new_runs(self, db) -> list[Playback]:
         """Fresh runs of every side (each with its own seed setting, by default the same), still
-        to be started; they play unless the previous ones were paused. Raises DbertError if a
-        side's settings do not suit db (the current runs stay)."""
+        to be started; they play, whether or not the previous ones were paused. The app's very
+        first run is paced to last FIRST_RUN_S at least (unless the pace is 0: as fast as it
+        goes). Raises DbertError if a side's settings do not suit db (the current runs stay)."""
         resolved = [s.resolved(db) for s in self.sides()]
-        playing = self.run.playing if self.run is not None else True
-        self.playbacks = [Playback(Run(next(self._ids), s, playing=playing)) for s in resolved]
+        first = self.run is None
+        self.playbacks = []
+        for s in resolved:
+            pace = max(s.pace_ms, round(FIRST_RUN_S * 1000 / max(1, s.steps))) if first and s.pace_ms > 0 else None
+            self.playbacks.append(Playback(Run(next(self._ids), s, playing=True, pace_ms=pace)))
         n = resolved[0].n
         self.selected = min(self.selected, n - 1)
         self.zoomed = self.zoomed and n > 1
@@ -381,8 +394,13 @@ class Session:
                     params=None)
 
     def new_seed(self) -> None:
-        """Another seed, the same for both sides."""
-        self.set_all(seed=(self.settings.seed * 1_103_515_245 + 12_345) % 2**31)
+        """Another seed (random, a different one at each start of the app), the same for both sides."""
+        from dbert_core.config import MAX_SEED
+
+        seed = self.settings.seed
+        while seed == self.settings.seed:
+            seed = self.rng.randrange(min(MAX_SEED, 2**31 - 1) + 1)
+        self.set_all(seed=seed)
 
     # ------------------------------------------------------------------ views
     def toggle_grid(self) -> None:

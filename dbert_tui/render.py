@@ -169,6 +169,26 @@ def schedule_chart(curve: list[float], width: int, height: int, step: int | None
     return text
 
 
+def schedule_chart_with_axes(curve: list[float], width: int, height: int, step: int | None = None,
+                             actual: float | None = None) -> Text:
+    """schedule_chart with a scale: the masked fraction on the left (100% at the top, 0% at the
+    bottom) and the reverse steps below (0 at the left, the run's step budget at the right)."""
+    gutter = 5  # "100%┤"
+    inner = schedule_chart(curve, width - gutter, height - 1, step, actual)
+    rows = inner.split("\n")
+    out = Text()
+    for r, row in enumerate(rows):
+        label = "100%" if r == 0 else "  0%" if r == len(rows) - 1 else " 50%" if r == (len(rows) - 1) // 2 else ""
+        out.append(label.rjust(gutter - 1), style="dim")
+        out.append("┤" if label else "│", style="dim")
+        out.append_text(row)
+        out.append("\n")
+    steps = len(curve) - 1
+    right = f"{steps} steps"
+    out.append(" " * gutter + "0" + " " * max(1, width - gutter - 1 - len(right)) + right, style="dim")
+    return out
+
+
 SPARK = "▁▂▃▄▅▆▇█"
 
 

@@ -243,7 +243,7 @@ async def test_a_grid_of_samples_fills_in_together(tiny_db):
         final = g.run.frames[-1]
         for b, card in enumerate(cards):  # each card: its own sample, as `dbert sample` prints it
             assert card.text.plain.replace("\n", " ") == tiny_db.decode(final.frame.ids[b])
-            assert card.border_subtitle.endswith(f"{L}/{L} · step 24/24")
+            assert card.border_subtitle.endswith(f"{L}/{L} · done at step 24")
         # mid-run, each card shows its own progress
         await pilot.press(*["left"] * 14)
         rec = g.shown()
@@ -486,6 +486,45 @@ async def test_key_bar_keeps_the_screen_keys_and_quit_and_help_shows_every_key_w
             assert description in seen, f"{description!r} cut or missing at {size}"
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: app.screen is app.generate_screen, what="the help to close")
+
+
+async def test_a_finished_run_says_space_replays_and_large_terminals_use_their_room(tiny_db):
+    from dbert_tui.widgets.keybar import KeyBar
+
+    app = make_app(tiny_db, steps=16, length=40)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, finished(app))
+        await pilot.pause(0.2)
+        g = app.generate_screen
+        assert "done (Space: replay)" in str(g.query_one("#gen-status").render())
+        assert "space Replay" in g.query_one(KeyBar).plain()
+        text = screen_text(app)
+        assert "100%┤" in text and "0%┤" in text and "16 steps" in text  # the schedule chart has axes
+        shown = str(g.query_one("#gen-tokens").render())
+        lines = [ln for ln in shown.split("\n")]
+        assert len(lines) >= 3 and all(not ln.strip() for ln in lines[1::2]), "double-spaced on a tall terminal"
+        assert shown.replace("\n\n", " ").split() == g.shown_text().split()
+        await pilot.press("space")  # replay: a new run, playing
+        await wait_for(pilot, lambda: g.run.id == 2)
+        assert g.run.playing
+
+
+async def test_grid_says_when_cards_are_below_the_fold(tiny_db):
+    app = make_app(tiny_db, n=6, length=24)
+    async with app.run_test(size=(80, 18)) as pilot:
+        await wait_for(pilot, all_finished(app))
+        await pilot.pause(0.2)
+        g = app.generate_screen
+        g._status()
+        status = str(g.query_one("#gen-status").render())
+        below = g._cards_below()
+        assert below and below[-1] == 5, below
+        assert f"#{below[0] + 1}-#6 below (↓)" in status or (len(below) == 1 and "#6 below" in status)
+        for _ in range(5):
+            await pilot.press("down")  # selecting the last card scrolls to it: nothing is below then
+        await pilot.pause(0.3)
+        g._status()
+        assert not g._cards_below() and "below" not in str(g.query_one("#gen-status").render())
 
 
 # ------------------------------------------------------------------------------ Checkpoints

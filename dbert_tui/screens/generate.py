@@ -17,6 +17,7 @@ the widgets, turns keys into Session calls, starts one worker per side and draws
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 import itertools
 from functools import partial
 from pathlib import Path
@@ -66,6 +67,7 @@ def field_of(message: str) -> str | None:
     return next((key for key in ("steps", "length", "sampler") if key in message), None)
 
 
+TALL = 36   # rows from which one sample is drawn double-spaced
 WIDE = 120  # columns from which the schedule gets its panel (below: the one-line strip)
 SIDES = "AB"
 KEYS = [  # the key bar (widgets.keybar): rank 1 stays longest, `?` lists every key
@@ -339,7 +341,19 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             return
         rows = [self.session.selected] if rec.frame.ids.shape[0] > 1 else None
         self._tokens_text = render_tokens(self.db, rec, self.colour, rows, self._prompt_words(), self.edges)
-        self.query_one("#gen-tokens", Static).update(self._tokens_text)
+        self.query_one("#gen-tokens", Static).update(self._spaced(self._tokens_text))
+
+    def _spaced(self, text: Text) -> Text:
+        """On a tall terminal (TALL rows and up) one sample is drawn double-spaced: it fills the
+        room instead of a few lines at the top, and a word is easier to follow as it fills in."""
+        box = self.query_one("#gen-tokens")
+        width = box.content_size.width
+        if self.size.height < TALL or width < 20 or self.session.view_mode() != "single":
+            return text
+        lines = text.wrap(self.app.console, width)
+        if 2 * len(lines) > box.parent.content_size.height:
+            return text
+        return Text("\n\n").join(lines)
 
     def _draw_grid(self) -> None:
         rec = self.playbacks[0].shown()
@@ -387,7 +401,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if not self.app.deterministic:
             text.append(f" · {rec.seconds:.2f}s")
         state = pb.state()
-        text.append(f" · {state}", style="bold green" if state == "done" else "bold cyan")
+        text.append(f" · {state}", style="bold green" if state.startswith("done") else "bold cyan")
         return text
 
     def _status(self) -> None:
@@ -410,7 +424,31 @@ class GenerateScreen(ReportWorkerErrors, Screen):
                 text.append(f"step 0/{pb.run.settings.steps} · starting", style="dim")
             else:
                 text.append_text(self._progress(pb, rec, selected if mode == "single" and n > 1 else None))
+            below = self._cards_below() if mode == "grid" else []
+            if below:
+                text.append(f" · #{below[0] + 1}{'' if len(below) == 1 else f'-#{below[-1] + 1}'} below (↓)",
+                            style="bold yellow")
         self.query_one("#gen-status", Static).update(text)
+        self._show_keys()
+
+    def _cards_below(self) -> list[int]:
+        """The grid's cards that lie wholly or partly below its visible part (the status hints at them)."""
+        grid = self.query_one(SampleGrid)
+        bottom = grid.scroll_y + grid.scrollable_content_region.height
+        return [card.index for card in grid.cards() if card.display and card.virtual_region.bottom > bottom]
+
+    def _show_keys(self) -> None:
+        """The key bar's space key says what it does now: Pause, Play or Replay."""
+        label = "Play/Pause"
+        if self.playbacks:
+            if all(pb.run.finished for pb in self.playbacks):
+                label = "Replay"
+            else:
+                label = "Pause" if self.playbacks[0].run.playing else "Play"
+        bar = self.query_one(KeyBar)
+        keys = tuple(replace(k, label=label) if k.key == "space" else k for k in KEYS)
+        if keys != bar.keys:
+            bar.keys = keys
 
     def _show_curve(self) -> None:
         curve = expected_masked(self.db, self.session.shown_settings().steps)
