@@ -178,6 +178,8 @@ class DbertApp(App):
 
     def action_mode(self, mode: str) -> None:
         if self.current_mode != mode:
+            if mode == "checkpoints":
+                self.checkpoints_screen.arriving = True
             self.switch_mode(mode)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

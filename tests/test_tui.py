@@ -579,6 +579,57 @@ async def test_checkpoints_fetch_use_and_delete(tiny_db, tiny_checkpoint, monkey
             assert [e.name for e in ck.rows] == ["hubbed", "imported"]
 
 
+async def test_checkpoints_screen_guards_the_one_in_use_and_shows_details(tiny_checkpoint):
+    from dbert_tui.screens.dialogs import ConfirmDialog
+
+    for name in ("alpha", "beta"):
+        shutil.copytree(tiny_checkpoint, store.store_dir() / name)
+    state = store.store_dir() / "beta" / "trainer_state" / "state.json"
+    data = json.loads(state.read_text())
+    data["history"].append({"step": 150, "val_nats_per_token": 5.731, "val_ppl_token": 308.2})
+    state.write_text(json.dumps(data))
+    app = create_app(checkpoint="beta", settings=Settings(pace_ms=0, steps=8, length=8, sampler="ancestral", top_k=0),
+                     deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        await pilot.press("2")
+        await wait_for(pilot, lambda: app.current_mode == "checkpoints")
+        await pilot.pause(0.2)
+        ck = app.checkpoints_screen
+        table = ck.query_one("#ck-table")
+        assert [e.name for e in ck.rows] == ["alpha", "beta"] and table.cursor_row == 1, "the cursor on the one in use"
+        details = str(ck.query_one("#ck-details").render())
+        assert "beta" in details and "150 steps" in details and "ELBO ≤ 5.731" in details and "(step 150)" in details
+        assert "train.txt" in details and "parameters" in details
+        # deleting the one in use is refused before any question
+        await pilot.press("d")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, ConfirmDialog)
+        assert any("beta is in use" in n.message for n in app._notifications)
+        assert (store.store_dir() / "beta").is_dir()
+        # another row: its own details; a status line does not outlive the next operation
+        table.move_cursor(row=0)
+        await pilot.pause(0.1)
+        assert "alpha" in str(ck.query_one("#ck-details").render())
+        assert "not recorded" in str(ck.query_one("#ck-details").render())
+        ck.say("imported alpha into the store · Enter uses it", "bold green")
+        await pilot.press("1")
+        await wait_for(pilot, lambda: app.current_mode == "generate")
+        await pilot.press("2")
+        await wait_for(pilot, lambda: app.current_mode == "checkpoints")
+        await pilot.pause(0.2)
+        assert "imported" not in ck.message and "Enter uses the selected one" in ck.message
+        assert table.cursor_row == 1  # back on the one in use
+        ck.say("imported alpha into the store · Enter uses it", "bold green")
+        table.move_cursor(row=0)
+        await pilot.press("d")  # a new operation: the old line goes
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        assert "imported" not in ck.message
+        await pilot.press("y")
+        await pilot.pause(0.2)
+        assert not (store.store_dir() / "alpha").exists() and "deleted alpha" in ck.message
+
+
 # ------------------------------------------------------------------------------ Train
 async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
     app = create_app(checkpoint=tiny_db.path, loader=lambda p: tiny_db, train_data=[str(TINYSTORIES)],
@@ -795,7 +846,8 @@ def test_snapshot_checkpoints(snap_compare, tiny_db, tiny_checkpoint):
     entry = store.store_dir() / "tiny"
     shutil.copytree(tiny_checkpoint, entry)
     meta = json.loads((entry / "dbert.json").read_text())
-    meta["created"] = "2026-01-02T03:04:05+00:00"  # a fixed date for a stable picture
+    meta["created"] = meta["saved"] = "2026-01-02T03:04:05+00:00"  # fixed for a stable picture (the details pane)
+    meta["train_seconds"], meta["tokens_seen"], meta["data"] = 42.0, 30000, ["stories/train.txt"]
     (entry / "dbert.json").write_text(json.dumps(meta))
 
     async def before(pilot):
