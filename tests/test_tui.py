@@ -385,6 +385,51 @@ async def test_save_texts_and_export_trajectory(tiny_db, tmp_path):
         assert g.run.finished
 
 
+async def test_save_names_one_prefix_in_the_outputs_folder_and_says_what_a_half_run_writes(tiny_checkpoint, tmp_path):
+    from dbert_tui.files import output_dir
+
+    ckpt = tmp_path / "dbert-minilm-stories"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    app = create_app(checkpoint=str(ckpt), deterministic=True,
+                     settings=Settings(steps=64, length=20, pace_ms=150, seed=0, sampler="ancestral", top_k=0))
+    async with app.run_test(size=SIZE) as pilot:
+        g = app.generate_screen
+        await wait_for(pilot, lambda: g.run is not None and len(g.run.frames) >= 3, what="a few steps")
+        await pilot.press("space")  # paused half-way: saving says what it writes
+        await pilot.pause(0.3)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, FormDialog))
+        dialog = app.screen
+        title = str(dialog.query_one(".dialog-title").render())
+        assert "still masked" in title and "[MASK]" in title
+        default = dialog.query_one("#field-path").value
+        assert default == str(output_dir() / "dbert-minilm-stories-seed0.txt"), default  # one prefix, a known folder
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        saved = Path(default)
+        assert "[MASK]" in saved.read_text()
+        toast = app._notifications
+        assert any(str(saved.resolve()) in n.message and "[MASK] left" in n.message for n in toast)
+        # a finished run; a bare file name lands in the outputs folder, the toast gives the full path
+        await pilot.press("space")
+        await wait_for(pilot, finished(app), what="the run to finish", timeout=120)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, FormDialog))
+        assert app.screen.query_one("#field-path").value.endswith("dbert-minilm-stories-seed0-2.txt")  # not overwritten
+        assert "Save the text(s), one per line" in str(app.screen.query_one(".dialog-title").render())
+        await fill_dialog(pilot, {"path": "mine.txt"})
+        assert "[MASK]" not in (output_dir() / "mine.txt").read_text()
+        assert any(f"to {(output_dir() / 'mine.txt').resolve()}" in n.message for n in app._notifications)
+        await pilot.press("x")
+        await wait_for(pilot, lambda: isinstance(app.screen, FormDialog))
+        exported = Path(app.screen.query_one("#field-path").value)
+        assert exported == output_dir() / "dbert-minilm-stories-seed0.json"
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert json.loads(exported.read_text())["frames"]
+        assert any(str(exported.resolve()) in n.message for n in app._notifications)
+
+
 async def test_worker_errors_become_messages():
     def broken(path):
         raise DbertError(f"checkpoint {path}: model.safetensors is corrupt (truncated)")

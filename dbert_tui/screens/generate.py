@@ -34,7 +34,7 @@ from textual.worker import get_current_worker
 
 from ..controller import MAX_N, Playback, Run, Session, Settings, differences, expected_masked, produce
 from ..messages import FrameReady, RunFinished, SampleChosen
-from ..files import atomic_write, texts_of, trajectory
+from ..files import atomic_write, default_output, output_path, texts_of, trajectory
 from ..render import FIXED_EDGES, confidence_edges, legend, render_row, render_tokens
 from ..widgets.controls import CONTROLS, ControlBar
 from ..widgets.keybar import Key, KeyBar
@@ -714,29 +714,40 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
     # ------------------------------------------------------------------ files
     def _default_name(self, ext: str) -> str:
+        """output_dir()/<checkpoint>-seed<seed>.<ext> (one dbert- prefix at most: the shipped
+        checkpoints' names carry one already), made unique."""
         name = Path(self.db.path).name if self.db is not None and self.db.path else "dbert"
-        return f"dbert-{name}-seed{self.session.active.seed}.{ext}"
+        stem = f"{name if name.startswith('dbert') else 'dbert-' + name}-seed{self.session.active.seed}"
+        return str(default_output(stem, ext))
 
     def action_save(self) -> None:
         pb = self.session.active_playback()  # save and export write the side the keys change
         if pb is None or not pb.frames:
             self.app.notify("nothing to save yet", severity="warning")
             return
-        if not pb.run.finished:
-            self.app.notify("the run is not finished; saving the text so far (masks kept)", severity="warning")
-        self.app.push_screen(FormDialog("Save the text(s), one per line", [("path", "file", self._default_name("txt"), "")],
-                                        "Save"), partial(self._save, pb))
+        f = pb.frames[-1].frame
+        title = "Save the text(s), one per line"
+        left = int(f.masked.sum())
+        if left:  # say what a half-filled run writes
+            title = (f"The run is at step {f.step}/{f.steps}: {left} of {f.masked.numel()} tokens are still masked "
+                     f"and are written as \\[MASK]. Save the text so far, one per line?")
+        self.app.push_screen(FormDialog(title, [("path", "file", self._default_name("txt"), "")], "Save"),
+                             partial(self._save, pb))
 
     def _save(self, pb: Playback, values: dict | None) -> None:
         if not values or not values["path"] or not pb.frames:
             return
-        texts = texts_of(self.db, pb.frames[-1])
+        rec = pb.frames[-1]
+        texts = texts_of(self.db, rec)
+        target = output_path(values["path"])
         try:
-            path = atomic_write(values["path"], "".join(t + "\n" for t in texts))
+            path = atomic_write(target, "".join(t + "\n" for t in texts))
         except OSError as e:
-            self.app.notify(f"cannot write {values['path']}: {e.strerror or e}", severity="error")
+            self.app.notify(f"cannot write {target}: {e.strerror or e}", severity="error")
             return
-        self.app.notify(f"saved {len(texts)} text(s) to {path}")
+        left = int(rec.frame.masked.sum())
+        what = f" (step {rec.frame.step}/{rec.frame.steps}, {left} [MASK] left)" if left else ""
+        self.app.notify(f"saved {len(texts)} text(s){what} to {Path(path).resolve()}", timeout=8)
 
     def action_export(self) -> None:
         pb = self.session.active_playback()
@@ -752,9 +763,10 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             return
         import json
 
+        target = output_path(values["path"])
         try:
-            path = atomic_write(values["path"], json.dumps(trajectory(self.db, pb.run)) + "\n")
+            path = atomic_write(target, json.dumps(trajectory(self.db, pb.run)) + "\n")
         except OSError as e:
-            self.app.notify(f"cannot write {values['path']}: {e.strerror or e}", severity="error")
+            self.app.notify(f"cannot write {target}: {e.strerror or e}", severity="error")
             return
-        self.app.notify(f"exported {len(pb.frames)} frames to {path}")
+        self.app.notify(f"exported {len(pb.frames)} frames to {Path(path).resolve()}", timeout=8)
