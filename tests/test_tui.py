@@ -502,7 +502,7 @@ async def test_key_bar_keeps_the_screen_keys_and_quit_and_help_shows_every_key_w
     app = make_app(tiny_db)
     async with app.run_test(size=size) as pilot:
         await wait_for(pilot, finished(app))
-        for mode, own in (("generate", "space Play/Pause"), ("train", "f5 Start"), ("checkpoints", "⏎ Use")):
+        for mode, own in (("generate", "space Replay"), ("train", "f5 Start"), ("checkpoints", "⏎ Use")):
             app.switch_mode(mode)
             await pilot.pause(0.2)
             bar = app.screen.query_one(KeyBar)
@@ -657,6 +657,11 @@ async def test_checkpoints_screen_guards_the_one_in_use_and_shows_details(tiny_c
         await pilot.pause(0.1)
         assert "alpha" in str(ck.query_one("#ck-details").render())
         assert "not recorded" in str(ck.query_one("#ck-details").render())
+        (store.store_dir() / "alpha" / "MODEL_CARD.md").write_text(
+            "# alpha\n\nA tiny model of stories.\n\n128-step ELBO bound per token on 256 sentences. Best:\n26.6 at step 4,200.\n")
+        ck.show_details()
+        details = str(ck.query_one("#ck-details").render())
+        assert "held-out ppl ≤ 26.6 per token at step 4,200" in details and "card: A tiny model of stories." in details
         ck.say("imported alpha into the store · Enter uses it", "bold green")
         await pilot.press("1")
         await wait_for(pilot, lambda: app.current_mode == "generate")

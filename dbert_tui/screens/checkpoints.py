@@ -62,7 +62,18 @@ def entry_details(entry) -> Text:
         out.append(f"\nvalidation: ELBO ≤ {last['val_nats_per_token']:.3f} nats/token, ppl ≤ "
                    f"{last['val_ppl_token']:.0f} (step {last['step']:,})")
     else:
-        out.append("\nvalidation: not recorded (dbert eval measures it)", style="dim")
+        import re
+
+        card = Path(entry.path) / "MODEL_CARD.md"
+        try:  # a shipped checkpoint has no trainer state; its card states the best held-out bound
+            best = re.search(r"ELBO bound per token[^.]*\.\s*Best:\s*([\d.]+) at step ([\d,]+)", card.read_text())
+        except OSError:
+            best = None
+        if best:
+            out.append(f"\nvalidation: held-out ppl ≤ {best.group(1)} per token at step {best.group(2)} "
+                       "(its best, model card)")
+        else:
+            out.append("\nvalidation: not recorded (dbert eval measures it)", style="dim")
     data = meta.get("data") or []
     if data:
         how = ", ".join(x for x in (meta.get("unit"), "packed" if meta.get("pack") else "") if x)
