@@ -197,7 +197,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
                     yield Button("Resume F7", id="tr-resume")
             with Vertical(id="tr-live"):
                 yield Static(Text("not training", style="dim"), id="tr-stats")
-                yield Chart("loss (ELBO nats/token)", smooth=LOSS_SMOOTHING, id="tr-loss")
+                yield Chart("loss (nats/token)", smooth=LOSS_SMOOTHING, id="tr-loss")
                 yield Chart("validation ELBO (nats/token)", style="green", id="tr-val")
                 yield Label("sample preview", classes="tr-chart-label")
                 yield Static(Text("—", style="dim"), id="tr-preview")
@@ -406,8 +406,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
         m = message.metrics
         chart = self.query_one("#tr-val", Chart)
         chart.points = tuple(self.vals)
-        chart.title = (f"validation ELBO · step {m['step']}: {m['val_nats_per_token']:.3f} nats/tok, "
-                       f"ppl ≤ {m['val_ppl_token']:.0f}")
+        chart.title = f"validation ELBO · step {m['step']}: ppl ≤ {m['val_ppl_token']:.0f}"
         chart.refresh()
 
     @on(TrainPreview)

@@ -27,7 +27,7 @@ class Chart(Widget):
         self.style = style
 
     def headline(self) -> Text:
-        """'title · now V (smoothed S) · min A · max B' (tests read this)."""
+        """'title · now V (EMA S) · min A · max B' (tests read this; it wraps in a narrow panel)."""
         text = Text(self.title, style="bold")
         if self.points:
             values = [v for _, v in self.points]
@@ -38,8 +38,11 @@ class Chart(Widget):
         return text
 
     def render(self) -> Text:
-        text = self.headline()
+        width = max(12, self.content_size.width)
+        head = self.headline()
+        rows = len(head.wrap(self.app.console, width))
+        text = Text("\n").join(head.wrap(self.app.console, width))
         text.append("\n")
-        text.append_text(line_chart(list(self.points), self.content_size.width, max(1, self.content_size.height - 2),
-                                    self.smooth, self.style))
+        plot = max(1, self.content_size.height - rows - 1)  # the rest, less the step axis
+        text.append_text(line_chart(list(self.points), width, plot, self.smooth, self.style))
         return text
