@@ -680,6 +680,32 @@ async def test_checkpoints_screen_guards_the_one_in_use_and_shows_details(tiny_c
         assert not (store.store_dir() / "alpha").exists() and "deleted alpha" in ck.message
 
 
+async def test_import_dialog_picks_a_checkpoint_folder(tiny_db, tiny_checkpoint, tmp_path):
+    from dbert_tui.screens.dialogs import FileDialog
+
+    shutil.copytree(tiny_checkpoint, tmp_path / "src" / "mine")
+    app = make_app(tiny_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        await pilot.press("2")
+        await wait_for(pilot, lambda: app.current_mode == "checkpoints")
+        await pilot.press("i")
+        await wait_for(pilot, lambda: isinstance(app.screen, FormDialog))
+        form = app.screen
+        form.query_one("#field-path").value = str(tmp_path / "src")
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, FileDialog), what="the folder picker")
+        tree = app.screen.query_one("#file-tree")
+        await wait_for(pilot, lambda: any(str(getattr(n.data, "path", "")).endswith("mine") for n in tree.root.children),
+                       what="the tree to list folders")
+        tree.move_cursor(next(n for n in tree.root.children if str(n.data.path).endswith("mine")))
+        await pilot.press("enter")  # a folder holding a checkpoint is taken, not opened
+        await wait_for(pilot, lambda: app.screen is form, what="back in the import form")
+        assert form.query_one("#field-path").value == str(tmp_path / "src" / "mine")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "mine" in [e.name for e in app.checkpoints_screen.rows], what="the import")
+
+
 # ------------------------------------------------------------------------------ Train
 async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
     app = create_app(checkpoint=tiny_db.path, loader=lambda p: tiny_db, train_data=[str(TINYSTORIES)],

@@ -281,10 +281,11 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
                 self.app.notify("cancelling the download…")
 
     def action_import_dir(self) -> None:
-        self.app.push_screen(FormDialog("Import a local checkpoint folder (it is copied into the store)", [
-            ("path", "directory", "", "/path/to/checkpoint"),
+        self.app.push_screen(FormDialog("Import a local checkpoint folder (it is copied into the store; "
+                                        "ctrl+o picks the folder)", [
+            ("path", "directory", "", "/path/to/checkpoint  (ctrl+o: pick)"),
             ("name", "store name (optional)", "", "default: the folder's name"),
-        ], "Import"), self._import_answer)
+        ], "Import", browse="path"), self._import_answer)
 
     def _import_answer(self, values: dict | None) -> None:
         if values and values["path"]:

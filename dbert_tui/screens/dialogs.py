@@ -45,16 +45,19 @@ class FormDialog(ModalScreen[dict | None]):
     the dialog open with every edit in place: the field is marked, focused, and the message is
     shown under the fields."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+o", "browse", "Pick a folder")]
 
     def __init__(self, title: str, fields: list[tuple[str, str, str, str]], ok: str = "OK",
-                 check: Callable[[dict], tuple[str | None, str] | None] | None = None) -> None:
-        """fields: (key, label, initial value, placeholder)."""
+                 check: Callable[[dict], tuple[str | None, str] | None] | None = None,
+                 browse: str | None = None) -> None:
+        """fields: (key, label, initial value, placeholder); `browse`: the key of a field that
+        ctrl+o fills from a folder picker (FileDialog(folders=True))."""
         super().__init__()
         self.title_text = title
         self.fields = fields
         self.ok = ok
         self.check = check
+        self.browse = browse
         self.error: tuple[str | None, str] | None = None  # the last refusal (tests read it)
 
     def compose(self) -> ComposeResult:
@@ -110,18 +113,36 @@ class FormDialog(ModalScreen[dict | None]):
     def action_cancel(self) -> None:
         self.dismiss(None)
 
+    def action_browse(self) -> None:
+        if self.browse is None:
+            return
+        field = self.query_one(f"#field-{self.browse}", Input)
+        start = Path(field.value).expanduser() if field.value else Path(".")
+        root = start if start.is_dir() else start.parent if start.parent.is_dir() else Path(".")
+
+        def picked(path: str | None) -> None:
+            if path:
+                field.value = path
+                field.focus()
+
+        self.app.push_screen(FileDialog("Pick a checkpoint folder (Enter on it; Backspace: up; Esc cancels)",
+                                        str(root), folders=True), picked)
+
 
 class FileDialog(ModalScreen[str | None]):
     """Pick a file from a directory tree; dismisses with its path (Enter / click) or None (Esc).
     Backspace (or the ".. up" button) re-roots the tree at the parent folder, so files beside or
-    above the launch directory (../shared/data) can be reached."""
+    above the launch directory (../shared/data) can be reached. With `folders=True` it picks a
+    checkpoint folder instead: Enter on a folder holding dbert.json (or config.json) takes it,
+    on any other folder opens it."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("backspace", "up", "Parent folder")]
 
-    def __init__(self, title: str, root: str = ".") -> None:
+    def __init__(self, title: str, root: str = ".", folders: bool = False) -> None:
         super().__init__()
         self.title_text = title
         self.root = str(Path(root).expanduser().resolve())
+        self.folders = folders
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog file-dialog"):
@@ -149,7 +170,12 @@ class FileDialog(ModalScreen[str | None]):
 
     def on_directory_tree_file_selected(self, event: DirectoryTree.FileSelected) -> None:
         event.stop()
-        self.dismiss(str(event.path))
+        self.dismiss(str(event.path.parent if self.folders else event.path))
+
+    def on_directory_tree_directory_selected(self, event: DirectoryTree.DirectorySelected) -> None:
+        event.stop()
+        if self.folders and any((event.path / name).is_file() for name in ("dbert.json", "config.json")):
+            self.dismiss(str(event.path))
 
     def action_cancel(self) -> None:
         self.dismiss(None)
