@@ -420,14 +420,14 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             n, selected = pb.run.settings.n, self.session.selected
             if n > 1:
                 text.append(f"sample {selected + 1}/{n} · " if mode == "single" else f"{n} samples · ", style="bold")
+            below = self._cards_below() if mode == "grid" else []
+            if below:  # early in the line: it must not be cut off on a narrow terminal
+                text.append(f"#{below[0] + 1}{'' if len(below) == 1 else f'-#{below[-1] + 1}'} below (↓) · ",
+                            style="bold yellow")
             if rec is None:
                 text.append(f"step 0/{pb.run.settings.steps} · starting", style="dim")
             else:
                 text.append_text(self._progress(pb, rec, selected if mode == "single" and n > 1 else None))
-            below = self._cards_below() if mode == "grid" else []
-            if below:
-                text.append(f" · #{below[0] + 1}{'' if len(below) == 1 else f'-#{below[-1] + 1}'} below (↓)",
-                            style="bold yellow")
         self.query_one("#gen-status", Static).update(text)
         self._show_keys()
 

@@ -43,7 +43,7 @@ class SampleCard(Static, can_focus=False):
         if not total:
             self.border_subtitle = ""
         elif revealed == total:  # a row is complete at its own step, often before the run's last one
-            self.border_subtitle = f"{progress_bar(1.0)} {total}/{total} · done at step {step}"
+            self.border_subtitle = f"{total}/{total} done · step {step}"
         else:
             self.border_subtitle = f"{progress_bar(revealed / total)} {revealed}/{total} · step {step}/{steps}"
 
