@@ -796,11 +796,20 @@ async def test_train_form_takes_the_readme_recipe_and_a_failed_start_resets_the_
         tr = app.train_screen
         await pilot.pause()
         assert app.focused is tr.query_one("#tr-data"), "typing on arrival goes to the data field"
-        # every field of the form has its own label, just before it
+        await pilot.press("escape", "question_mark")  # Esc leaves the field: ? is the key help again
+        await pilot.pause(0.2)
+        from dbert_tui.screens.help import HelpScreen
+
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert app.screen is tr
+        # every field of the form has its own label, just before it (a checkbox may carry its own)
         for widget in tr.query_one("#tr-form").query("Input, Select, Checkbox"):
             siblings = list(widget.parent.children)
             before = siblings[siblings.index(widget) - 1] if siblings.index(widget) else None
-            assert isinstance(before, Label) or widget.id == "tr-data", f"{widget.id} has no label"
+            own = isinstance(widget, Checkbox) and str(widget.label).strip()
+            assert isinstance(before, Label) or own or widget.id == "tr-data", f"{widget.id} has no label"
         # the README's tiny recipe, and the options beyond it, all from the form
         for wid, value in {"tr-out": "recipe", "tr-steps": "300", "tr-lr": "3e-3", "tr-seq": "32",
                            "tr-warmup": "10", "tr-vocab": "500", "tr-lam": "0.2", "tr-seed": "7",
@@ -810,11 +819,21 @@ async def test_train_form_takes_the_readme_recipe_and_a_failed_start_resets_the_
         tr.query_one("#tr-pack", Checkbox).value = True
         tr.query_one("#tr-objective", Select).value = "elbo"
         tr.query_one("#tr-dtype", Select).value = "fp32"
+        tr.query_one("#tr-val-data", Input).value = str(TINYSTORIES.parent / "valid.txt")
         cfg, _ = tr.config(resume=False)
+        assert cfg.val_data == [str((TINYSTORIES.parent / "valid.txt").resolve())] and not cfg.trim_vocab
         assert (cfg.max_steps, cfg.lr, cfg.seq_len, cfg.unit, cfg.pack, cfg.warmup, cfg.vocab_size, cfg.lam,
                 cfg.seed, cfg.save_every, cfg.loss, cfg.dtype, cfg.eval_every) == (
             300, 3e-3, 32, "sentence", True, 10, 500, 0.2, 7, 0, "elbo", "fp32", 100)
         assert cfg.data == [str(TINYSTORIES.resolve())]
+        tr.query_one("#tr-init", Input).value = str(tmp_path)  # the default model's recipe: init + trim vocab
+        tr.query_one("#tr-trim", Checkbox).value = True
+        tr.query_one("#tr-vocab", Input).value = ""
+        cfg, _ = tr.config(resume=False)
+        assert cfg.init == str(tmp_path) and cfg.trim_vocab and cfg.preset is None
+        tr.query_one("#tr-init", Input).value = ""
+        tr.query_one("#tr-trim", Checkbox).value = False
+        tr.query_one("#tr-val-data", Input).value = ""
         tr.query_one("#tr-lr", Input).value = "fast"
         await pilot.press("f5")
         assert any("lr must be a number" in n.message for n in app._notifications)

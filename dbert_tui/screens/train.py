@@ -131,6 +131,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
         Binding("f6", "stop", "Stop (saves a checkpoint that F7 resumes)"),
         Binding("f7", "resume", "Resume the run saved under the output name"),
         Binding("ctrl+o", "browse", "Add a data file from a folder tree"),
+        Binding("escape", "leave_field", "Leave the text field (then 1/2/3 and ? work as keys)"),
     ]
     HELP = ("Train a model on your text files: the form holds dbert train's options; the result lands in "
             "the store under the output name. Tab moves between fields.")
@@ -175,8 +176,12 @@ class TrainScreen(ReportWorkerErrors, Screen):
                 yield field(("preset", choice("tr-preset", PRESETS, D.preset)))
                 yield field(("or init", Input("", placeholder="BERT dir or hub id (optional)", id="tr-init",
                                               compact=True)))
+                yield Horizontal(Label("init +"), Checkbox("trim vocab", id="tr-trim", compact=True),
+                                 Checkbox("scratch", id="tr-scratch", compact=True), classes="tr-field")
                 yield field(("vocab", num("tr-vocab", "", "learnt")), ("seed", num("tr-seed", D.seed)))
                 yield Label("data and run", classes="tr-head")
+                yield field(("val data", Input("", placeholder="held-out files (optional)", id="tr-val-data",
+                                               compact=True)))
                 yield field(("unit", choice("tr-unit", UNITS, D.unit)),
                             ("pack", Checkbox("", D.pack, id="tr-pack", compact=True)))
                 yield field(("steps", num("tr-steps", D.max_steps)), ("batch", num("tr-batch", D.batch_size)))
@@ -260,21 +265,27 @@ class TrainScreen(ReportWorkerErrors, Screen):
                                 device=self.query_one("#tr-device", Select).value,
                                 dtype=self.query_one("#tr-dtype", Select).value, log_every=WATCH_LOG_EVERY)
             return cfg, sample_every
-        raw = [p.strip() for p in self._value("tr-data").split(",") if p.strip()]
-        data = []
-        for p in raw:
-            hits = sorted(glob.glob(str(Path(p).expanduser())))
-            if not hits:
-                raise DbertError(f"no such data file: {p}")
-            data.extend(str(Path(h).resolve()) for h in hits)  # absolute: the store is global
+        def files(wid: str) -> list[str]:
+            out = []
+            for p in (p.strip() for p in self._value(wid).split(",") if p.strip()):
+                hits = sorted(glob.glob(str(Path(p).expanduser())))
+                if not hits:
+                    raise DbertError(f"no such data file: {p}")
+                out.extend(str(Path(h).resolve()) for h in hits)  # absolute: the store is global
+            return out
+
+        data = files("tr-data")
         if not data:
             raise DbertError("choose at least one training text file")
+        val_data = files("tr-val-data") or None
         name = self._out_name()
         init = self._value("tr-init") or None
         vocab = self._value("tr-vocab")
         select = lambda wid: self.query_one(f"#{wid}", Select).value  # noqa: E731
         cfg = TrainConfig(
-            data=data, out=str(out_path(name)), preset=None if init else select("tr-preset"), init=init,
+            data=data, val_data=val_data, out=str(out_path(name)), preset=None if init else select("tr-preset"),
+            init=init, trim_vocab=self.query_one("#tr-trim", Checkbox).value,
+            from_scratch=self.query_one("#tr-scratch", Checkbox).value,
             vocab_size=self._int("tr-vocab", "vocab") if vocab else None, seed=self._int("tr-seed", "seed"),
             unit=select("tr-unit"), pack=self.query_one("#tr-pack", Checkbox).value,
             max_steps=self._int("tr-steps", "steps"), batch_size=self._int("tr-batch", "batch"),
@@ -320,6 +331,9 @@ class TrainScreen(ReportWorkerErrors, Screen):
         parts = [p.strip() for p in field.value.split(",") if p.strip()]
         if path not in parts:
             field.value = ", ".join([*parts, path])
+
+    def action_leave_field(self) -> None:
+        self.set_focus(None)
 
     def action_resume(self) -> None:
         self.action_start(resume=True)
