@@ -252,7 +252,7 @@ def line_chart(points: list[tuple[int, float]], width: int, height: int, smooth:
     for r in range(height):  # r = 0 is the top row
         label = labels[0] if r == 0 else labels[1] if r == height - 1 else ""
         out.append(label.rjust(gutter - 1) + " ", style="dim")
-        out.append("┤" if r in (0, height - 1) else "│", style="dim")
+        out.append("┤" if label else "│", style="dim")
         for v in column:
             if v is None:
                 out.append(" ")
