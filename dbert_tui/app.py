@@ -183,7 +183,10 @@ class DbertApp(App):
             self.switch_mode(mode)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            if command.title != "Keys":  # Textual's help panel: ours is the key help screen below
+                yield command
+        yield SystemCommand("Keys", "Every key of this screen, described in full (?)", self.action_toggle_keys)
         g = self.generate_screen
         yield SystemCommand("Generate screen", "Watch reverse diffusion (1)", lambda: self.action_mode("generate"))
         yield SystemCommand("Checkpoints screen", "List, choose, fetch, import, delete (2)",

@@ -466,6 +466,7 @@ async def test_command_palette_offers_the_main_actions(tiny_db, tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, finished(app))
         commands = {c.title: c for c in app.get_system_commands(app.screen)}
+        assert commands["Keys"].callback == app.action_toggle_keys  # the key help screen, not Textual's panel
         for title in ("Restart sampling", "Sampling settings", "Save texts", "Export trajectory", "Several samples",
                       "Compare two settings", "Checkpoints screen", "Train screen", "Fetch a checkpoint"):
             assert title in commands
