@@ -124,13 +124,17 @@ class Run:
     finished: bool = False
     playing: bool = True
     step_budget: int = 0
-    pace_ms: int | None = None         # None: the settings' pace (the app's first run is slower: FIRST_RUN_S)
+    min_seconds: float = 0.0           # played, the run lasts at least this long (the app's first: FIRST_RUN_S)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    @property
-    def pace_s(self) -> float:
-        """The least time per shown step while playing."""
-        return (self.settings.pace_ms if self.pace_ms is None else self.pace_ms) / 1000
+    def hold(self, is_cancelled: Callable[[], bool], started: float, done: float) -> None:
+        """While playing a run with min_seconds, keep a frame that reveals a fraction `done` of
+        the tokens until `done * min_seconds` after `started` (time.monotonic()): the reveal
+        spreads evenly over the run however many frames the sampler makes (first-hitting makes
+        fewer than its steps). Paused (single steps) nothing is held."""
+        target = started + self.min_seconds * done
+        while self.min_seconds and self.playing and time.monotonic() < target and not is_cancelled():
+            time.sleep(0.01)
 
     def record(self, rec: Recorded) -> None:
         """A frame from the worker (called on the UI thread, in the order the worker made them)."""
@@ -174,7 +178,7 @@ def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Reco
     gen = torch.Generator().manual_seed(s.seed)
     order = torch.zeros((s.n, s.length), dtype=torch.int32)
     stream = frames(db, s, generator=gen)
-    spent = 0.0
+    spent, started = 0.0, time.monotonic()
     while True:
         if is_cancelled():
             return False
@@ -184,10 +188,13 @@ def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Reco
         if frame is None:
             return True
         order[frame.revealed] = frame.step
+        run.hold(is_cancelled, started, 1.0 - float(frame.masked.double().mean()))
+        if is_cancelled():
+            return False
         emit(Recorded(compact(frame), order, spent))
         if frame.done:
             return True
-        if not run.wait_turn(is_cancelled, run.pace_s):
+        if not run.wait_turn(is_cancelled, s.pace_ms / 1000):
             return False
 
 
@@ -259,9 +266,11 @@ class Session:
     checkpoint and raise DbertError (leaving the state as it was) when it cannot take it; the
     screen restarts the runs (`new_runs`) after any change of settings."""
 
-    def __init__(self, settings: Settings | None = None, rng: random.Random | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, rng: random.Random | None = None,
+                 first_run_s: float = FIRST_RUN_S) -> None:
         self.settings = settings or Settings()    # side A: the run, or the left side of a comparison
         self.rng = rng or random.Random()         # `n`: seeded from the OS, so each start of the app differs
+        self.first_run_s = first_run_s            # the least time the app's first run takes (pace > 0)
         self.partner: Settings | None = None      # side B while comparing
         self.side = 0                             # the side the control keys change (0: A, 1: B)
         self.playbacks: list[Playback] = []       # one per side, of the current runs
@@ -333,14 +342,14 @@ class Session:
     def new_runs(self, db) -> list[Playback]:
         """Fresh runs of every side (each with its own seed setting, by default the same), still
         to be started; they play, whether or not the previous ones were paused. The app's very
-        first run is paced to last FIRST_RUN_S at least (unless the pace is 0: as fast as it
-        goes). Raises DbertError if a side's settings do not suit db (the current runs stay)."""
+        first run lasts first_run_s at least (unless the pace is 0: as fast as it goes), its
+        tokens revealed evenly over that time. Raises DbertError if a side's settings do not suit db (the current runs stay)."""
         resolved = [s.resolved(db) for s in self.sides()]
         first = self.run is None
         self.playbacks = []
         for s in resolved:
-            pace = max(s.pace_ms, round(FIRST_RUN_S * 1000 / max(1, s.steps))) if first and s.pace_ms > 0 else None
-            self.playbacks.append(Playback(Run(next(self._ids), s, playing=True, pace_ms=pace)))
+            least = self.first_run_s if first and s.pace_ms > 0 else 0.0
+            self.playbacks.append(Playback(Run(next(self._ids), s, playing=True, min_seconds=least)))
         n = resolved[0].n
         self.selected = min(self.selected, n - 1)
         self.zoomed = self.zoomed and n > 1

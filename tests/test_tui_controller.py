@@ -217,16 +217,23 @@ def test_session_grid_selection_and_zoom(tiny_db):
 def test_new_runs_play_the_first_is_watchable_and_new_seeds_differ_per_start(tiny_db):
     from dbert_tui.controller import FIRST_RUN_S
 
-    s = Session(Settings(steps=16, pace_ms=40, seed=0))
+    assert FIRST_RUN_S >= 5
+    s = Session(Settings(steps=16, length=8, pace_ms=1, seed=0, sampler="first-hitting"), first_run_s=1.0)
     s.fit(tiny_db)
     first = s.new_runs(tiny_db)[0].run
-    assert first.pace_s == pytest.approx(FIRST_RUN_S / 16)  # 16 steps over FIRST_RUN_S, not 16 x 40 ms
+    assert first.min_seconds == 1.0
+    start = time.monotonic()
+    assert produce(first, tiny_db, lambda: False, lambda rec: None)
+    assert time.monotonic() - start >= 0.95  # first-hitting: fewer frames than steps, still the whole second
     first.set_playing(False)  # paused, then a control key or another checkpoint: the new run plays
     second = s.new_runs(tiny_db)[0]
-    assert second.run.playing and second.state() == "playing" and second.run.pace_s == pytest.approx(0.04)
+    assert second.run.playing and second.state() == "playing" and second.run.min_seconds == 0
+    start = time.monotonic()
+    assert produce(second.run, tiny_db, lambda: False, lambda rec: None)
+    assert time.monotonic() - start < 0.9  # later runs at the settings' pace
     fastest = Session(Settings(steps=16, pace_ms=0))
     fastest.fit(tiny_db)
-    assert fastest.new_runs(tiny_db)[0].run.pace_s == 0  # --pace-ms 0: as fast as the model goes, first run too
+    assert fastest.new_runs(tiny_db)[0].run.min_seconds == 0  # --pace-ms 0: flat out, the first run too
     # `n` draws from the OS: two starts of the app do not walk the same seeds (12345, 1406932606, ...)
     a, b = Session(Settings(seed=0)), Session(Settings(seed=0))
     seeds_a, seeds_b = [], []
