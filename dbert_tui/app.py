@@ -17,7 +17,7 @@ from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from dbert_core.config import DEVICES
@@ -178,18 +178,25 @@ class DbertApp(App):
 
     # ------------------------------------------------------------------ navigation and palette
     def action_toggle_keys(self) -> None:
-        """Show (or hide) the panel listing every key of the current screen."""
-        if self.screen.query("HelpPanel"):
-            self.action_hide_help_panel()
-        else:
-            self.action_show_help_panel()
+        """Show (or hide) the key help of the current screen: every key, described in full."""
+        from .screens.help import HelpScreen
+
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)
+        elif not isinstance(self.screen, ModalScreen):
+            self.push_screen(HelpScreen(self.screen))
 
     def action_mode(self, mode: str) -> None:
         if self.current_mode != mode:
+            if mode == "checkpoints":
+                self.checkpoints_screen.arriving = True
             self.switch_mode(mode)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            if command.title != "Keys":  # Textual's help panel: ours is the key help screen below
+                yield command
+        yield SystemCommand("Keys", "Every key of this screen, described in full (?)", self.action_toggle_keys)
         g = self.generate_screen
         yield SystemCommand("Generate screen", "Watch reverse diffusion (1)", lambda: self.action_mode("generate"))
         yield SystemCommand("Checkpoints screen", "List, choose, fetch, import, delete (2)",

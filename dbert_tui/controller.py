@@ -20,6 +20,7 @@ Textual, so these rules are unit-tested directly (tests/test_tui_controller.py).
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,7 @@ TOP_KS = (0, 5, 10, 30, 100)           # `k` cycles through these (0: off)
 TOP_PS = (1.0, 0.95, 0.9, 0.8, 0.5)    # `o` cycles through these (1: off)
 GRID_N = 6                             # samples `g` starts when there is one
 MAX_N = 16
+FIRST_RUN_S = 8.0                      # the app's first run lasts at least this long, so a newcomer sees it fill in
 
 
 @dataclass
@@ -122,7 +124,17 @@ class Run:
     finished: bool = False
     playing: bool = True
     step_budget: int = 0
+    min_seconds: float = 0.0           # played, the run lasts at least this long (the app's first: FIRST_RUN_S)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def hold(self, is_cancelled: Callable[[], bool], started: float, done: float) -> None:
+        """While playing a run with min_seconds, keep a frame that reveals a fraction `done` of
+        the tokens until `done * min_seconds` after `started` (time.monotonic()): the reveal
+        spreads evenly over the run however many frames the sampler makes (first-hitting makes
+        fewer than its steps). Paused (single steps) nothing is held."""
+        target = started + self.min_seconds * done
+        while self.min_seconds and self.playing and time.monotonic() < target and not is_cancelled():
+            time.sleep(0.01)
 
     def record(self, rec: Recorded) -> None:
         """A frame from the worker (called on the UI thread, in the order the worker made them)."""
@@ -166,7 +178,7 @@ def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Reco
     gen = torch.Generator().manual_seed(s.seed)
     order = torch.zeros((s.n, s.length), dtype=torch.int32)
     stream = frames(db, s, generator=gen)
-    spent = 0.0
+    spent, started = 0.0, time.monotonic()
     while True:
         if is_cancelled():
             return False
@@ -176,6 +188,9 @@ def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Reco
         if frame is None:
             return True
         order[frame.revealed] = frame.step
+        run.hold(is_cancelled, started, 1.0 - float(frame.masked.double().mean()))
+        if is_cancelled():
+            return False
         emit(Recorded(compact(frame), order, spent))
         if frame.done:
             return True
@@ -238,12 +253,12 @@ class Playback:
         self.view = None
 
     def state(self) -> str:
-        """'scrub i/n (End: live)', 'done', 'playing' or 'paused'."""
+        """'scrub i/n (End: live)', 'done (Space: replay)', 'playing' or 'paused (Space: play)'."""
         if self.scrubbing:
             return f"scrub {self.view + 1}/{len(self.frames)} (End: live)"
         if self.run.finished:
-            return "done"
-        return "playing" if self.run.playing else "paused"
+            return "done (Space: replay)"
+        return "playing" if self.run.playing else "paused (Space: play)"
 
 
 class Session:
@@ -251,8 +266,11 @@ class Session:
     checkpoint and raise DbertError (leaving the state as it was) when it cannot take it; the
     screen restarts the runs (`new_runs`) after any change of settings."""
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, rng: random.Random | None = None,
+                 first_run_s: float = FIRST_RUN_S) -> None:
         self.settings = settings or Settings()    # side A: the run, or the left side of a comparison
+        self.rng = rng or random.Random()         # `n`: seeded from the OS, so each start of the app differs
+        self.first_run_s = first_run_s            # the least time the app's first run takes (pace > 0)
         self.partner: Settings | None = None      # side B while comparing
         self.side = 0                             # the side the control keys change (0: A, 1: B)
         self.playbacks: list[Playback] = []       # one per side, of the current runs
@@ -323,11 +341,15 @@ class Session:
 
     def new_runs(self, db) -> list[Playback]:
         """Fresh runs of every side (each with its own seed setting, by default the same), still
-        to be started; they play unless the previous ones were paused. Raises DbertError if a
-        side's settings do not suit db (the current runs stay)."""
+        to be started; they play, whether or not the previous ones were paused. The app's very
+        first run lasts first_run_s at least (unless the pace is 0: as fast as it goes), its
+        tokens revealed evenly over that time. Raises DbertError if a side's settings do not suit db (the current runs stay)."""
         resolved = [s.resolved(db) for s in self.sides()]
-        playing = self.run.playing if self.run is not None else True
-        self.playbacks = [Playback(Run(next(self._ids), s, playing=playing)) for s in resolved]
+        first = self.run is None
+        self.playbacks = []
+        for s in resolved:
+            least = self.first_run_s if first and s.pace_ms > 0 else 0.0
+            self.playbacks.append(Playback(Run(next(self._ids), s, playing=True, min_seconds=least)))
         n = resolved[0].n
         self.selected = min(self.selected, n - 1)
         self.zoomed = self.zoomed and n > 1
@@ -381,8 +403,13 @@ class Session:
                     params=None)
 
     def new_seed(self) -> None:
-        """Another seed, the same for both sides."""
-        self.set_all(seed=(self.settings.seed * 1_103_515_245 + 12_345) % 2**31)
+        """Another seed (random, a different one at each start of the app), the same for both sides."""
+        from dbert_core.config import MAX_SEED
+
+        seed = self.settings.seed
+        while seed == self.settings.seed:
+            seed = self.rng.randrange(min(MAX_SEED, 2**31 - 1) + 1)
+        self.set_all(seed=seed)
 
     # ------------------------------------------------------------------ views
     def toggle_grid(self) -> None:

@@ -28,6 +28,30 @@ def trajectory(db, run: Run) -> dict:
     return as_json(db, run.settings, [rec.frame for rec in run.frames], last.order if last else None)
 
 
+def output_dir() -> Path:
+    """Where saved texts and exported trajectories go by default: $DBERT_HOME/outputs (beside
+    the store; docs/tui.md says so)."""
+    from dbert_core.store import home
+
+    return home() / "outputs"
+
+
+def output_path(typed: str) -> Path:
+    """The file a typed name means: a bare file name lands in output_dir(), anything with a
+    folder in it (or ~) is taken as given, relative to the launch directory."""
+    p = Path(typed).expanduser()
+    return output_dir() / p if p.parent == Path(".") and not typed.startswith(".") else p
+
+
+def default_output(stem: str, ext: str) -> Path:
+    """output_dir()/stem.ext, or stem-2.ext, stem-3.ext ... when that file exists already."""
+    folder = output_dir()
+    path, k = folder / f"{stem}.{ext}", 2
+    while path.exists():
+        path, k = folder / f"{stem}-{k}.{ext}", k + 1
+    return path
+
+
 def state_file() -> Path:
     from dbert_core.store import home
 

@@ -85,6 +85,15 @@ class TrainPreview(Message):
 
 
 @dataclass
+class TrainFailed(Message):
+    """The training worker ended with an error (before or during the run): `text` says it;
+    `notify` is False when the app's worker report already says it (an unexpected error)."""
+
+    text: str
+    notify: bool = True
+
+
+@dataclass
 class TrainFinished(Message):
     path: Path
     step: int

@@ -29,15 +29,44 @@ def order_colour(step: int, steps: int) -> Color:
     return Color.from_rgb(*rgb)
 
 
-def confidence_colour(p: float) -> Color:
-    return Color.from_rgb(*_blend(LOW, HIGH, max(0.0, min(1.0, p))))
+BANDS = 5                          # confidence colours: quintiles of the run
+FIXED_EDGES = (0.2, 0.4, 0.6, 0.8)  # before any token has a confidence
+
+
+def confidence_edges(confidence) -> tuple[float, ...]:
+    """The band edges of the confidence colouring: the quintiles of the confidences recorded so
+    far (nan: masked or given tokens are left out). A model that is rarely sure (the default
+    model's p' is mostly under 0.2) still spreads over all five colours; the legend prints the
+    edges, so a colour keeps a number."""
+    import torch
+
+    c = confidence.double().flatten()
+    c = c[~torch.isnan(c)]
+    if c.numel() < BANDS:
+        return FIXED_EDGES
+    q = torch.quantile(c, torch.linspace(0, 1, BANDS + 1, dtype=torch.float64)[1:-1])
+    return tuple(float(x) for x in q)
+
+
+def confidence_band(p: float, edges: tuple[float, ...]) -> int:
+    """0 (lowest) .. len(edges): how many edges p reaches."""
+    return sum(p >= e for e in edges)
+
+
+def confidence_colour(p: float, edges: tuple[float, ...] = FIXED_EDGES) -> Color:
+    """The colour of p's band: red (the run's least sure fifth) to green (its surest)."""
+    return band_colour(confidence_band(p, edges), len(edges))
+
+
+def band_colour(band: int, top: int) -> Color:
+    return Color.from_rgb(*_blend(LOW, HIGH, band / max(1, top)))
 
 
 def token_pieces(tokenizer, ids) -> list[str]:
     return tokenizer.convert_ids_to_tokens([int(i) for i in ids])
 
 
-def token_style(rec: Recorded, b: int, pos: int, mode: str) -> str:
+def token_style(rec: Recorded, b: int, pos: int, mode: str, edges: tuple[float, ...] = FIXED_EDGES) -> str:
     """The style of a revealed token: new this step, given by the prompt, or coloured by when it
     was revealed (mode 'order') or by the model's confidence in it."""
     f = rec.frame
@@ -48,25 +77,29 @@ def token_style(rec: Recorded, b: int, pos: int, mode: str) -> str:
         return "bold underline"  # given by the prompt
     if mode == "confidence":
         c = float(f.confidence[b, pos])
-        return confidence_colour(c).name if not math.isnan(c) else "white"
+        return confidence_colour(c, edges).name if not math.isnan(c) else "white"
     return order_colour(step, f.steps).name
 
 
 def render_row(db, rec: Recorded, b: int, mode: str = "order", paragraph: str = "\n",
-               verbatim: dict[int, str] | None = None) -> Text:
+               verbatim: dict[int, str] | None = None, edges: tuple[float, ...] | None = None) -> Text:
     """Sample b as a reader sees it (dbert_core.detok: the words `dbert sample` prints, cased
-    the same way, [SEP] a line break here), every token in its own colour, masked positions as fixed-width MASK_GLYPH."""
+    the same way, [SEP] a line break here), every token in its own colour, masked positions as fixed-width MASK_GLYPH.
+    `edges`: the confidence bands (confidence_edges of the run; default: of this frame)."""
     f = rec.frame
+    if mode == "confidence" and edges is None:
+        edges = confidence_edges(f.confidence)
     out = Text()
     for span in spans(token_pieces(db.tokenizer, f.ids[b]), f.masked[b].tolist(), paragraph=paragraph,
                       cased=True, truecase=db.truecase, verbatim=verbatim, **special_names(db.tokenizer)):
         out.append(span.gap)
-        out.append(span.text, style="grey42" if span.masked else token_style(rec, b, span.index, mode))
+        out.append(span.text, style="grey42" if span.masked else token_style(rec, b, span.index, mode,
+                                                                              edges or FIXED_EDGES))
     return out
 
 
 def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None = None,
-                  verbatim: dict[int, str] | None = None) -> Text:
+                  verbatim: dict[int, str] | None = None, edges: tuple[float, ...] | None = None) -> Text:
     """Several samples (default: all of the batch) one below the other, each under a heading
     when there are more than one."""
     rows = list(range(rec.frame.ids.shape[0])) if rows is None else rows
@@ -74,17 +107,20 @@ def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None
     for i, b in enumerate(rows):
         if len(rows) > 1:
             out.append(f"{'' if i == 0 else chr(10)}sample {b + 1}\n", style="bold dim")
-        out.append_text(render_row(db, rec, b, mode, verbatim=verbatim))
+        out.append_text(render_row(db, rec, b, mode, verbatim=verbatim, edges=edges))
     return out
 
 
-def legend(mode: str) -> Text:
+def legend(mode: str, edges: tuple[float, ...] = FIXED_EDGES) -> Text:
+    """What the colours mean; for confidence, each band's range of p' (the probability the
+    sampler gave the chosen token when it revealed it), by quintile of the run."""
     t = Text()
     if mode == "confidence":
-        t.append("low ", style="dim")
-        for x in (0.0, 0.25, 0.5, 0.75, 1.0):
-            t.append("■", style=confidence_colour(x).name)
-        t.append(" high confidence  ", style="dim")
+        t.append("p' ", style="dim")
+        for band in range(len(edges) + 1):
+            label = f"<{edges[0]:.2g}" if band == 0 else f"≥{edges[band - 1]:.2g}"  # 2 digits: 0.0031, 0.12
+            t.append("■", style=band_colour(band, len(edges)).name)
+            t.append(label + " ", style="dim")
     else:
         t.append("early ", style="dim")
         for k in range(1, 6):
@@ -133,6 +169,26 @@ def schedule_chart(curve: list[float], width: int, height: int, step: int | None
     return text
 
 
+def schedule_chart_with_axes(curve: list[float], width: int, height: int, step: int | None = None,
+                             actual: float | None = None) -> Text:
+    """schedule_chart with a scale: the masked fraction on the left (100% at the top, 0% at the
+    bottom) and the reverse steps below (0 at the left, the run's step budget at the right)."""
+    gutter = 5  # "100%┤"
+    inner = schedule_chart(curve, width - gutter, height - 1, step, actual)
+    rows = inner.split("\n")
+    out = Text()
+    for r, row in enumerate(rows):
+        label = "100%" if r == 0 else "  0%" if r == len(rows) - 1 else " 50%" if r == (len(rows) - 1) // 2 else ""
+        out.append(label.rjust(gutter - 1), style="dim")
+        out.append("┤" if label else "│", style="dim")
+        out.append_text(row)
+        out.append("\n")
+    steps = len(curve) - 1
+    right = f"{steps} steps"
+    out.append(" " * gutter + "0" + " " * max(1, width - gutter - 1 - len(right)) + right, style="dim")
+    return out
+
+
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -152,4 +208,60 @@ def schedule_strip(curve: list[float], width: int, step: int | None = None, actu
         bar = SPARK[min(len(SPARK) - 1, max(0, round(curve[k] * (len(SPARK) - 1))))]
         out.append(bar, style="bold black on yellow" if x == here else "cyan")
     out.append(tail, style="dim")
+    return out
+
+
+# ------------------------------------------------------------------------------ training charts
+def ema(values: list[float], weight: float) -> list[float]:
+    """Exponential moving average (TensorBoard's smoothing, debiased so the start is not pulled
+    towards 0); weight 0 returns the values unchanged."""
+    out, acc = [], 0.0
+    for i, v in enumerate(values, 1):
+        acc = weight * acc + (1 - weight) * v
+        out.append(acc / (1 - weight ** i) if weight else v)
+    return out
+
+
+def _num(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def line_chart(points: list[tuple[int, float]], width: int, height: int, smooth: float = 0.0,
+               style: str = "cyan") -> Text:
+    """A small chart with a scale: `points` (step, value), smoothed by an EMA of weight `smooth`,
+    as bars of eighth blocks `height` rows high; the y range (max on the top row, min on the
+    bottom one) on the left, and a step axis below (first and last step of the data). A column
+    is placed by its step, so two points are two thin bars, not a full block."""
+    width, height = max(12, width), max(1, height)
+    if not points:
+        return Text("no data yet", style="dim")
+    steps = [s for s, _ in points]
+    values = ema([v for _, v in points], smooth)
+    lo, hi = min(values), max(values)
+    labels = [_num(hi), _num(lo) if hi > lo else ""]
+    gutter = max(len(x) for x in labels) + 1
+    cols = width - gutter - 1
+    s0, s1 = steps[0], steps[-1]
+    buckets: list[list[float]] = [[] for _ in range(cols)]
+    for s, v in zip(steps, values):
+        x = 0 if s1 == s0 else round((s - s0) / (s1 - s0) * (cols - 1))
+        buckets[x].append(v)
+    column = [sum(b) / len(b) if b else None for b in buckets]
+    levels = height * 8
+    out = Text()
+    for r in range(height):  # r = 0 is the top row
+        label = labels[0] if r == 0 else labels[1] if r == height - 1 else ""
+        out.append(label.rjust(gutter - 1) + " ", style="dim")
+        out.append("┤" if label else "│", style="dim")
+        for v in column:
+            if v is None:
+                out.append(" ")
+                continue
+            filled = 1 + round((v - lo) / (hi - lo) * (levels - 1)) if hi > lo else levels // 2
+            here = max(0, min(8, filled - (height - 1 - r) * 8))
+            out.append(" " if here == 0 else SPARK[here - 1], style=style)
+        out.append("\n")
+    left, right = f"step {s0}", str(s1)
+    axis = left + " " * max(1, cols - len(left) - len(right)) + right if s1 != s0 else left
+    out.append(" " * (gutter + 1) + axis, style="dim")
     return out

@@ -320,7 +320,9 @@ async def test_tui_m_key_runs_a_heuristic_and_the_dialog_sets_its_parameters(tin
         await pilot.press("enter")
         await pilot.pause(0.2)
         assert g.run.settings.params == {"tau": 0.5}
-        assert any("no parameter 'gamma'" in n.message for n in app._notifications)
+        # refused in the dialog itself: it stays open, the parameters field marked
+        assert isinstance(app.screen, FormDialog) and app.screen.error[0] == "params"
+        assert "no parameter 'gamma'" in app.screen.error[1]
 
 
 class _Recorder(torch.nn.Module):

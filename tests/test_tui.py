@@ -150,12 +150,24 @@ async def test_changing_steps_or_temperature_restarts(tiny_db):
         s = g.run.settings
         assert (s.steps, s.length, s.top_k, s.seed) == (8, 12, 5, 7)
         assert g.run.frames[-1].frame.ids.shape == (1, 12)
-        # a bad value is a notification, not a crash, and keeps the run
+        # a bad value keeps the dialog open with every edit in place and marks its field; the run goes on
         await pilot.press("e")
-        await fill_dialog(pilot, {"steps": "100000"})
-        await pilot.pause(0.2)
+        await fill_dialog(pilot, {"steps": "100000", "top_k": "30"})
+        dialog = app.screen
+        assert isinstance(dialog, FormDialog) and dialog.error[0] == "steps" and "steps" in dialog.error[1]
+        assert dialog.query_one("#row-steps").has_class("-bad") and app.focused is dialog.query_one("#field-steps")
+        assert dialog.query_one("#field-top_k").value == "30" and g.run.settings.steps == 8
+        dialog.query_one("#field-steps").value = "8"
+        dialog.query_one("#field-n").value = ""  # the review's case: an empty "samples"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen is dialog and dialog.error == ("n", "samples must be a whole number, got ''")
+        assert dialog.query_one("#row-n").has_class("-bad") and not dialog.query_one("#row-steps").has_class("-bad")
+        assert dialog.query_one("#field-top_k").value == "30"
+        dialog.query_one("#field-n").value = "1"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is not dialog and g.run.settings.top_k == 30 and finished(app)())
         assert g.run.settings.steps == 8
-        assert any("steps" in n.message for n in app._notifications)
 
 
 def final_ids(app):
@@ -174,8 +186,8 @@ async def test_control_bar_shows_the_settings_and_its_keys_restart_with_the_same
         await wait_for(pilot, finished(app))
         g = app.generate_screen
         bar = g.query_one(ControlBar)
-        footer = app.screen.query_one("Footer")
-        # always on screen at 80x24: full width, just above the footer
+        footer = app.screen.query_one("KeyBar")
+        # always on screen at 80x24: full width, just above the key bar
         assert bar.region.width == SIZE[0] and bar.region.bottom == footer.region.y <= SIZE[1] - 1
         for shown in ("[ ] steps 16", "- + temp 1", "k top-k off", "o top-p off", "m ancestral", "n seed 5"):
             assert shown in bar.plain()
@@ -231,7 +243,7 @@ async def test_a_grid_of_samples_fills_in_together(tiny_db):
         final = g.run.frames[-1]
         for b, card in enumerate(cards):  # each card: its own sample, as `dbert sample` prints it
             assert card.text.plain.replace("\n", " ") == tiny_db.decode(final.frame.ids[b])
-            assert card.border_subtitle.endswith(f"{L}/{L} · step 24/24")
+            assert card.border_subtitle == f"{L}/{L} done · step 24"  # not "20/20 · step 24/24"
         # mid-run, each card shows its own progress
         await pilot.press(*["left"] * 14)
         rec = g.shown()
@@ -373,6 +385,51 @@ async def test_save_texts_and_export_trajectory(tiny_db, tmp_path):
         assert g.run.finished
 
 
+async def test_save_names_one_prefix_in_the_outputs_folder_and_says_what_a_half_run_writes(tiny_checkpoint, tmp_path):
+    from dbert_tui.files import output_dir
+
+    ckpt = tmp_path / "dbert-minilm-stories"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    app = create_app(checkpoint=str(ckpt), deterministic=True,
+                     settings=Settings(steps=64, length=20, pace_ms=150, seed=0, sampler="ancestral", top_k=0))
+    async with app.run_test(size=SIZE) as pilot:
+        g = app.generate_screen
+        await wait_for(pilot, lambda: g.run is not None and len(g.run.frames) >= 3, what="a few steps")
+        await pilot.press("space")  # paused half-way: saving says what it writes
+        await pilot.pause(0.3)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, FormDialog))
+        dialog = app.screen
+        title = str(dialog.query_one(".dialog-title").render())
+        assert "still masked" in title and "[MASK]" in title
+        default = dialog.query_one("#field-path").value
+        assert default == str(output_dir() / "dbert-minilm-stories-seed0.txt"), default  # one prefix, a known folder
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        saved = Path(default)
+        assert "[MASK]" in saved.read_text()
+        toast = app._notifications
+        assert any(str(saved.resolve()) in n.message and "[MASK] left" in n.message for n in toast)
+        # a finished run; a bare file name lands in the outputs folder, the toast gives the full path
+        await pilot.press("space")
+        await wait_for(pilot, finished(app), what="the run to finish", timeout=120)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, FormDialog))
+        assert app.screen.query_one("#field-path").value.endswith("dbert-minilm-stories-seed0-2.txt")  # not overwritten
+        assert "Save the text(s), one per line" in str(app.screen.query_one(".dialog-title").render())
+        await fill_dialog(pilot, {"path": "mine.txt"})
+        assert "[MASK]" not in (output_dir() / "mine.txt").read_text()
+        assert any(f"to {(output_dir() / 'mine.txt').resolve()}" in n.message for n in app._notifications)
+        await pilot.press("x")
+        await wait_for(pilot, lambda: isinstance(app.screen, FormDialog))
+        exported = Path(app.screen.query_one("#field-path").value)
+        assert exported == output_dir() / "dbert-minilm-stories-seed0.json"
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert json.loads(exported.read_text())["frames"]
+        assert any(str(exported.resolve()) in n.message for n in app._notifications)
+
+
 async def test_worker_errors_become_messages():
     def broken(path):
         raise DbertError(f"checkpoint {path}: model.safetensors is corrupt (truncated)")
@@ -409,19 +466,21 @@ async def test_command_palette_offers_the_main_actions(tiny_db, tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, finished(app))
         commands = {c.title: c for c in app.get_system_commands(app.screen)}
+        assert commands["Keys"].callback == app.action_toggle_keys  # the key help screen, not Textual's panel
         for title in ("Restart sampling", "Sampling settings", "Save texts", "Export trajectory", "Several samples",
                       "Compare two settings", "Checkpoints screen", "Train screen", "Fetch a checkpoint"):
             assert title in commands
         from textual.content import Content  # how the palette draws a command's help
 
         assert Content.from_markup(commands["Prompt / infill template"].help).plain == "Text with [MASK] slots (p)"
+        from dbert_tui.screens.help import HelpScreen
+
         await pilot.press("question_mark")  # every key of the screen, with its description
         await pilot.pause(0.2)
-        panel = app.screen.query_one("HelpPanel")
-        assert panel is not None
+        assert isinstance(app.screen, HelpScreen)
         await pilot.press("question_mark")
         await pilot.pause(0.2)
-        assert not app.screen.query("HelpPanel")
+        assert not isinstance(app.screen, HelpScreen)
         await pilot.press("ctrl+p")
         await pilot.pause(0.2)
         await pilot.press(*"Export trajectory")
@@ -430,6 +489,88 @@ async def test_command_palette_offers_the_main_actions(tiny_db, tmp_path):
         await wait_for(pilot, lambda: isinstance(app.screen, FormDialog), timeout=10, what="the export dialog")
         await fill_dialog(pilot, {"path": str(tmp_path / "p.json")})
         assert len(json.loads((tmp_path / "p.json").read_text())["frames"]) == 16
+
+
+def screen_text(app) -> str:
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 45)])
+async def test_key_bar_keeps_the_screen_keys_and_quit_and_help_shows_every_key_whole(tiny_db, size):
+    from dbert_tui.screens.help import HelpScreen, key_rows
+    from dbert_tui.widgets.keybar import KeyBar
+
+    app = make_app(tiny_db)
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, finished(app))
+        for mode, own in (("generate", "space Replay"), ("train", "f5 Start"), ("checkpoints", "⏎ Use")):
+            app.switch_mode(mode)
+            await pilot.pause(0.2)
+            bar = app.screen.query_one(KeyBar)
+            shown = bar.plain()
+            for key in ("1 Gen", "2 Ckpts", "3 Train", "? Keys", "^q Quit", own):
+                assert key in shown, f"{key!r} missing from the {mode} key bar at {size}: {shown!r}"
+            assert len(shown) <= size[0] - 2 and bar.region.bottom == size[1]
+            last_line = screen_text(app).splitlines()[-1]
+            assert last_line.strip() == shown.strip(), "drawn as it is, nothing overdrawn or glued"
+        app.switch_mode("generate")
+        await pilot.pause(0.2)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="the key help")
+        help_screen = app.screen
+        rows = key_rows(app, app.generate_screen)
+        assert {"Double the steps", "Selected sample large", "Quit", "Train"} <= {d for _, d in rows}
+        scroll = help_screen.query_one("#help-scroll")
+        if size == (80, 24):  # more keys than rows: it scrolls
+            assert scroll.max_scroll_y > 0
+        seen = screen_text(app)
+        while scroll.scroll_y < scroll.max_scroll_y:  # page through it: every key is there, whole
+            await pilot.press("pagedown")
+            await pilot.pause(0.1)
+            seen += screen_text(app)
+        for keys, description in rows:
+            assert description in seen, f"{description!r} cut or missing at {size}"
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: app.screen is app.generate_screen, what="the help to close")
+
+
+async def test_a_finished_run_says_space_replays_and_large_terminals_use_their_room(tiny_db):
+    from dbert_tui.widgets.keybar import KeyBar
+
+    app = make_app(tiny_db, steps=16, length=40)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, finished(app))
+        await pilot.pause(0.2)
+        g = app.generate_screen
+        assert "done (Space: replay)" in str(g.query_one("#gen-status").render())
+        assert "space Replay" in g.query_one(KeyBar).plain()
+        text = screen_text(app)
+        assert "100%┤" in text and "0%┤" in text and "16 steps" in text  # the schedule chart has axes
+        shown = str(g.query_one("#gen-tokens").render())
+        lines = [ln for ln in shown.split("\n")]
+        assert len(lines) >= 3 and all(not ln.strip() for ln in lines[1::2]), "double-spaced on a tall terminal"
+        assert shown.replace("\n\n", " ").split() == g.shown_text().split()
+        await pilot.press("space")  # replay: a new run, playing
+        await wait_for(pilot, lambda: g.run.id == 2)
+        assert g.run.playing
+
+
+async def test_grid_says_when_cards_are_below_the_fold(tiny_db):
+    app = make_app(tiny_db, n=6, length=24)
+    async with app.run_test(size=(80, 18)) as pilot:
+        await wait_for(pilot, all_finished(app))
+        await pilot.pause(0.2)
+        g = app.generate_screen
+        g._status()
+        status = str(g.query_one("#gen-status").render())
+        below = g._cards_below()
+        assert below and below[-1] == 5, below
+        assert f"#{below[0] + 1}-#6 below (↓)" in status or (len(below) == 1 and "#6 below" in status)
+        for _ in range(5):
+            await pilot.press("down")  # selecting the last card scrolls to it: nothing is below then
+        await pilot.pause(0.3)
+        g._status()
+        assert not g._cards_below() and "below" not in str(g.query_one("#gen-status").render())
 
 
 # ------------------------------------------------------------------------------ Checkpoints
@@ -482,6 +623,88 @@ async def test_checkpoints_fetch_use_and_delete(tiny_db, tiny_checkpoint, monkey
             await pilot.pause()
             assert not (store.store_dir() / "fromurl").exists()
             assert [e.name for e in ck.rows] == ["hubbed", "imported"]
+
+
+async def test_checkpoints_screen_guards_the_one_in_use_and_shows_details(tiny_checkpoint):
+    from dbert_tui.screens.dialogs import ConfirmDialog
+
+    for name in ("alpha", "beta"):
+        shutil.copytree(tiny_checkpoint, store.store_dir() / name)
+    state = store.store_dir() / "beta" / "trainer_state" / "state.json"
+    data = json.loads(state.read_text())
+    data["history"].append({"step": 150, "val_nats_per_token": 5.731, "val_ppl_token": 308.2})
+    state.write_text(json.dumps(data))
+    app = create_app(checkpoint="beta", settings=Settings(pace_ms=0, steps=8, length=8, sampler="ancestral", top_k=0),
+                     deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        await pilot.press("2")
+        await wait_for(pilot, lambda: app.current_mode == "checkpoints")
+        await pilot.pause(0.2)
+        ck = app.checkpoints_screen
+        table = ck.query_one("#ck-table")
+        assert [e.name for e in ck.rows] == ["alpha", "beta"] and table.cursor_row == 1, "the cursor on the one in use"
+        details = str(ck.query_one("#ck-details").render())
+        assert "beta" in details and "150 steps" in details and "ELBO ≤ 5.731" in details and "(step 150)" in details
+        assert "train.txt" in details and "parameters" in details
+        # deleting the one in use is refused before any question
+        await pilot.press("d")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, ConfirmDialog)
+        assert any("beta is in use" in n.message for n in app._notifications)
+        assert (store.store_dir() / "beta").is_dir()
+        # another row: its own details; a status line does not outlive the next operation
+        table.move_cursor(row=0)
+        await pilot.pause(0.1)
+        assert "alpha" in str(ck.query_one("#ck-details").render())
+        assert "not recorded" in str(ck.query_one("#ck-details").render())
+        (store.store_dir() / "alpha" / "MODEL_CARD.md").write_text(
+            "# alpha\n\nA tiny model of stories.\n\n128-step ELBO bound per token on 256 sentences. Best:\n26.6 at step 4,200.\n")
+        ck.show_details()
+        details = str(ck.query_one("#ck-details").render())
+        assert "held-out ppl ≤ 26.6 per token at step 4,200" in details and "card: A tiny model of stories." in details
+        ck.say("imported alpha into the store · Enter uses it", "bold green")
+        await pilot.press("1")
+        await wait_for(pilot, lambda: app.current_mode == "generate")
+        await pilot.press("2")
+        await wait_for(pilot, lambda: app.current_mode == "checkpoints")
+        await pilot.pause(0.2)
+        assert "imported" not in ck.message and "Enter uses the selected one" in ck.message
+        assert table.cursor_row == 1  # back on the one in use
+        ck.say("imported alpha into the store · Enter uses it", "bold green")
+        table.move_cursor(row=0)
+        await pilot.press("d")  # a new operation: the old line goes
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        assert "imported" not in ck.message
+        await pilot.press("y")
+        await pilot.pause(0.2)
+        assert not (store.store_dir() / "alpha").exists() and "deleted alpha" in ck.message
+
+
+async def test_import_dialog_picks_a_checkpoint_folder(tiny_db, tiny_checkpoint, tmp_path):
+    from dbert_tui.screens.dialogs import FileDialog
+
+    shutil.copytree(tiny_checkpoint, tmp_path / "src" / "mine")
+    app = make_app(tiny_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        await pilot.press("2")
+        await wait_for(pilot, lambda: app.current_mode == "checkpoints")
+        await pilot.press("i")
+        await wait_for(pilot, lambda: isinstance(app.screen, FormDialog))
+        form = app.screen
+        form.query_one("#field-path").value = str(tmp_path / "src")
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, FileDialog), what="the folder picker")
+        tree = app.screen.query_one("#file-tree")
+        await wait_for(pilot, lambda: any(str(getattr(n.data, "path", "")).endswith("mine") for n in tree.root.children),
+                       what="the tree to list folders")
+        tree.move_cursor(next(n for n in tree.root.children if str(n.data.path).endswith("mine")))
+        await pilot.press("enter")  # a folder holding a checkpoint is taken, not opened
+        await wait_for(pilot, lambda: app.screen is form, what="back in the import form")
+        assert form.query_one("#field-path").value == str(tmp_path / "src" / "mine")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "mine" in [e.name for e in app.checkpoints_screen.rows], what="the import")
 
 
 # ------------------------------------------------------------------------------ Train
@@ -538,7 +761,7 @@ async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
         await pilot.press("f5")
         await wait_for(pilot, lambda: len(tr.losses) >= 3, what="the second run")
         trainer = tr.trainer
-        await pilot.press("1")
+        await pilot.press("f1")  # the data field has the focus: digits would go there
         await wait_for(pilot, lambda: app.current_mode == "generate", timeout=10)
         g = app.generate_screen
         latencies = []
@@ -560,6 +783,113 @@ async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
     from dbert_core.checkpoint import read_meta
 
     assert 3 <= read_meta(store.store_dir() / "quitter")["step"] < 100000
+
+
+async def test_train_form_takes_the_readme_recipe_and_a_failed_start_resets_the_panel(tiny_db, tmp_path):
+    from textual.widgets import Checkbox, Input, Label, Select
+
+    app = create_app(checkpoint=tiny_db.path, loader=lambda p: tiny_db, train_data=[str(TINYSTORIES)],
+                     settings=Settings(pace_ms=0, steps=8, length=12, sampler="ancestral", top_k=0), deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        await pilot.press("3")
+        await wait_for(pilot, lambda: app.current_mode == "train")
+        tr = app.train_screen
+        await pilot.pause()
+        assert app.focused is tr.query_one("#tr-data"), "typing on arrival goes to the data field"
+        await pilot.press("escape", "question_mark")  # Esc leaves the field: ? is the key help again
+        await pilot.pause(0.2)
+        from dbert_tui.screens.help import HelpScreen
+
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert app.screen is tr
+        # every field of the form has its own label, just before it (a checkbox may carry its own)
+        for widget in tr.query_one("#tr-form").query("Input, Select, Checkbox"):
+            siblings = list(widget.parent.children)
+            before = siblings[siblings.index(widget) - 1] if siblings.index(widget) else None
+            own = isinstance(widget, Checkbox) and str(widget.label).strip()
+            assert isinstance(before, Label) or own or widget.id == "tr-data", f"{widget.id} has no label"
+        # the README's tiny recipe, and the options beyond it, all from the form
+        for wid, value in {"tr-out": "recipe", "tr-steps": "300", "tr-lr": "3e-3", "tr-seq": "32",
+                           "tr-warmup": "10", "tr-vocab": "500", "tr-lam": "0.2", "tr-seed": "7",
+                           "tr-save": "0", "tr-eval": "100"}.items():
+            tr.query_one(f"#{wid}", Input).value = value
+        tr.query_one("#tr-unit", Select).value = "sentence"
+        tr.query_one("#tr-pack", Checkbox).value = True
+        tr.query_one("#tr-objective", Select).value = "elbo"
+        tr.query_one("#tr-dtype", Select).value = "fp32"
+        tr.query_one("#tr-val-data", Input).value = str(TINYSTORIES.parent / "valid.txt")
+        cfg, _ = tr.config(resume=False)
+        assert cfg.val_data == [str((TINYSTORIES.parent / "valid.txt").resolve())] and not cfg.trim_vocab
+        assert (cfg.max_steps, cfg.lr, cfg.seq_len, cfg.unit, cfg.pack, cfg.warmup, cfg.vocab_size, cfg.lam,
+                cfg.seed, cfg.save_every, cfg.loss, cfg.dtype, cfg.eval_every) == (
+            300, 3e-3, 32, "sentence", True, 10, 500, 0.2, 7, 0, "elbo", "fp32", 100)
+        assert cfg.data == [str(TINYSTORIES.resolve())]
+        tr.query_one("#tr-init", Input).value = str(tmp_path)  # the default model's recipe: init + trim vocab
+        tr.query_one("#tr-trim", Checkbox).value = True
+        tr.query_one("#tr-vocab", Input).value = ""
+        cfg, _ = tr.config(resume=False)
+        assert cfg.init == str(tmp_path) and cfg.trim_vocab and cfg.preset is None
+        tr.query_one("#tr-init", Input).value = ""
+        tr.query_one("#tr-trim", Checkbox).value = False
+        tr.query_one("#tr-val-data", Input).value = ""
+        tr.query_one("#tr-lr", Input).value = "fast"
+        await pilot.press("f5")
+        assert any("lr must be a number" in n.message for n in app._notifications)
+        # an output that exists: the TUI's words, before anything starts
+        (store.store_dir() / "taken").mkdir(parents=True)
+        (store.store_dir() / "taken" / "dbert.json").write_text("{}")
+        tr.query_one("#tr-lr", Input).value = "3e-3"
+        tr.query_one("#tr-out", Input).value = "taken"
+        await pilot.press("f5")
+        assert any(n.message == "taken already exists: F7 resumes it, or change the output name"
+                   for n in app._notifications)
+        assert tr.trainer is None and "preparing" not in str(tr.query_one("#tr-stats").render())
+        # a start that fails in the worker: the panel is reset and says why, in the form's words
+        tr.query_one("#tr-out", Input).value = "fresh"
+        tr.query_one("#tr-init", Input).value = str(tmp_path / "no-bert")
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: "failed" in str(tr.query_one("#tr-stats").render()), what="the failed start")
+        stats = str(tr.query_one("#tr-stats").render())
+        assert "not training" in stats and "preparing" not in stats and "--init" not in stats
+        assert not tr.query_one("#tr-start").disabled and tr.query_one("#tr-stop").disabled
+        # a short run: its charts carry a scale, and its last step is evaluated (7 is no multiple of 5)
+        tr.query_one("#tr-init", Input).value = ""
+        for wid, value in {"tr-steps": "7", "tr-batch": "8", "tr-seq": "16", "tr-T": "64", "tr-eval": "5",
+                           "tr-sample": "0", "tr-vocab": "", "tr-warmup": "2"}.items():
+            tr.query_one(f"#{wid}", Input).value = value
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: "finished at step 7" in str(tr.query_one("#tr-stats").render()),
+                       what="the short run")
+        await pilot.pause(0.2)
+        assert [s for s, _ in tr.vals] == [5, 7]
+        val = tr.query_one("#tr-val")
+        assert "step 7:" in val.title and val.points[-1][0] == 7
+        loss = tr.query_one("#tr-loss")
+        drawn = loss.render().plain
+        assert "now " in drawn and "min " in drawn and "max " in drawn and "step 1" in drawn and drawn.rstrip().endswith("7")
+        # the file picker goes up to the parent folder
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: app.screen.query("#file-tree"), what="the file dialog")
+        tree = app.screen.query_one("#file-tree")
+        start = Path(tree.path)
+        await pilot.press("backspace")
+        await pilot.pause()
+        assert Path(tree.path) == start.parent
+
+
+def test_training_charts_have_a_scale():
+    from dbert_tui.render import ema, line_chart
+
+    two = line_chart([(200, 5.731), (300, 5.644)], 30, 3).plain.splitlines()
+    assert two[0].startswith("5.73") and two[2].startswith("5.64")      # max on top, min at the bottom
+    assert two[-1].split() == ["step", "200", "300"]                     # the step axis
+    bars = [line[6:] for line in two[:3]]
+    assert sum(ch != " " for line in bars for ch in line) <= 4, "two points are two thin bars, not a block"
+    assert ema([1.0, 1.0, 1.0], 0.9) == pytest.approx([1.0, 1.0, 1.0])  # debiased: no pull towards 0
+    assert ema([0.0, 10.0], 0.5) == pytest.approx([0.0, 20 / 3])
 
 
 # ------------------------------------------------------------------------------ snapshots
@@ -612,7 +942,8 @@ def test_snapshot_checkpoints(snap_compare, tiny_db, tiny_checkpoint):
     entry = store.store_dir() / "tiny"
     shutil.copytree(tiny_checkpoint, entry)
     meta = json.loads((entry / "dbert.json").read_text())
-    meta["created"] = "2026-01-02T03:04:05+00:00"  # a fixed date for a stable picture
+    meta["created"] = meta["saved"] = "2026-01-02T03:04:05+00:00"  # fixed for a stable picture (the details pane)
+    meta["train_seconds"], meta["tokens_seen"], meta["data"] = 42.0, 30000, ["stories/train.txt"]
     (entry / "dbert.json").write_text(json.dumps(meta))
 
     async def before(pilot):

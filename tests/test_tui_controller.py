@@ -54,14 +54,14 @@ def test_playback_scrub_step_and_state():
     pb.scrub(10)
     assert pb.view is None  # reaching the newest frame follows the run again
     pb.step()  # live: pause and ask the worker for exactly one frame
-    assert not pb.run.playing and pb.run.step_budget == 1 and pb.state() == "paused"
+    assert not pb.run.playing and pb.run.step_budget == 1 and pb.state() == "paused (Space: play)"
     pb.scrub_to(3)
     assert pb.view == 3
     pb.live()
     assert pb.view is None
     assert pb.toggle_play() and pb.run.playing
     pb.run.finished = True
-    assert pb.state() == "done" and not pb.toggle_play()  # the caller restarts a finished run
+    assert pb.state() == "done (Space: replay)" and not pb.toggle_play()  # the caller restarts a finished run
     pb.step()
     assert pb.run.step_budget == 1  # nothing more to compute after the end
     empty = Playback(_run(0))
@@ -212,3 +212,41 @@ def test_session_grid_selection_and_zoom(tiny_db):
     assert s.selected == 0
     s.toggle_grid()
     assert s.settings.n == 3  # the number last used
+
+
+def test_new_runs_play_the_first_is_watchable_and_new_seeds_differ_per_start(tiny_db):
+    from dbert_tui.controller import FIRST_RUN_S
+
+    assert FIRST_RUN_S >= 5
+    s = Session(Settings(steps=16, length=8, pace_ms=1, seed=0, sampler="first-hitting"), first_run_s=1.0)
+    s.fit(tiny_db)
+    first = s.new_runs(tiny_db)[0].run
+    assert first.min_seconds == 1.0
+    start = time.monotonic()
+    assert produce(first, tiny_db, lambda: False, lambda rec: None)
+    assert time.monotonic() - start >= 0.95  # first-hitting: fewer frames than steps, still the whole second
+    first.set_playing(False)  # paused, then a control key or another checkpoint: the new run plays
+    second = s.new_runs(tiny_db)[0]
+    assert second.run.playing and second.state() == "playing" and second.run.min_seconds == 0
+    start = time.monotonic()
+    assert produce(second.run, tiny_db, lambda: False, lambda rec: None)
+    assert time.monotonic() - start < 0.9  # later runs at the settings' pace
+    fastest = Session(Settings(steps=16, pace_ms=0))
+    fastest.fit(tiny_db)
+    assert fastest.new_runs(tiny_db)[0].run.min_seconds == 0  # --pace-ms 0: flat out, the first run too
+    # `n` draws from the OS: two starts of the app do not walk the same seeds (12345, 1406932606, ...)
+    a, b = Session(Settings(seed=0)), Session(Settings(seed=0))
+    seeds_a, seeds_b = [], []
+    for _ in range(3):
+        a.new_seed()
+        b.new_seed()
+        seeds_a.append(a.settings.seed)
+        seeds_b.append(b.settings.seed)
+    assert seeds_a != seeds_b and 0 not in seeds_a and len(set(seeds_a)) == 3
+    import random
+
+    seeded = Session(Settings(seed=0), rng=random.Random(1))
+    seeded.new_seed()
+    again = Session(Settings(seed=0), rng=random.Random(1))
+    again.new_seed()
+    assert seeded.settings.seed == again.settings.seed  # tests can pin it

@@ -92,3 +92,32 @@ def test_token_view_colours_each_token_and_keeps_words(tiny_db):
                                                  confidence=torch.full((2, L), 0.5), step=1, steps=L, t=1, nfe=1),
                                            order.repeat(2, 1), 0.0))
     assert many.plain.count("sample ") == 2 and many.plain.count(MASK_GLYPH) == 2
+
+
+def test_confidence_colouring_spreads_over_the_run_and_the_legend_gives_numbers(tiny_db):
+    """The default model's p' is mostly under 0.2: on a fixed 0..1 scale nearly every token was
+    red. The bands are the run's quintiles now, so each of the five colours gets a fifth."""
+    import torch
+
+    from dbert_core.sample import Frame
+    from dbert_tui.controller import Recorded
+    from dbert_tui.render import confidence_edges, legend, render_row
+
+    tok = tiny_db.tokenizer
+    ids = torch.tensor([tok.encode("the dog ran to the park and the cat sat on the mat in the sun", add_special_tokens=False)])
+    L = ids.shape[1]
+    conf = torch.linspace(0.01, 0.15, L).unsqueeze(0)  # a rarely sure model
+    order = torch.arange(1, L + 1, dtype=torch.int32).unsqueeze(0)
+    frame = Frame(ids=ids, masked=torch.zeros(1, L, dtype=torch.bool), revealed=torch.zeros(1, L, dtype=torch.bool),
+                  confidence=conf, step=L, steps=L, t=0, nfe=L)
+    text = render_row(tiny_db, Recorded(frame, order, 0.0), 0, mode="confidence")
+    styles = [str(s.style) for s in text.spans]
+    counts = {st: styles.count(st) for st in set(styles)}
+    assert len(counts) == 5 and max(counts.values()) <= L // 5 + 1, counts  # all five colours, about a fifth each
+    edges = confidence_edges(conf)
+    assert len(edges) == 4 and 0.01 < edges[0] < edges[-1] < 0.15
+    shown = legend("confidence", edges).plain
+    labels = [w for w in shown.split() if w[0] in "■<≥"]
+    assert f"■<{edges[0]:.2g}" in labels and f"■≥{edges[-1]:.2g}" in labels and len(set(labels)) == 5, shown
+    # masked and given tokens (nan) do not count; with too few values the bands are fixed
+    assert confidence_edges(torch.tensor([float("nan"), 0.5])) == (0.2, 0.4, 0.6, 0.8)

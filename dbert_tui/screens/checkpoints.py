@@ -9,39 +9,116 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
+from textual.widgets import DataTable, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from dbert_core.store import human_size
 
 from ..messages import FetchProgress, StoreChanged
+from ..widgets.keybar import Key, KeyBar
 from ..workers import ReportWorkerErrors
 from .dialogs import ConfirmDialog, FormDialog
 
 
+def entry_details(entry) -> Text:
+    """The details pane of a store entry: what its model card says first, its size, schedule,
+    steps trained, the last validation bound, and the data it was trained on."""
+    import json
+
+    from dbert_core.checkpoint import STATE, read_meta
+
+    out = Text()
+    out.append(entry.name, style="bold")
+    if entry.broken:
+        return out.append(f" · broken: {entry.broken}", style="red")
+    try:
+        meta = read_meta(entry.path)
+    except Exception:  # noqa: BLE001 - a pane never fails the screen
+        meta = {}
+    params = f"{entry.parameters / 1e6:.2f}M parameters" if entry.parameters else "? parameters"
+    out.append(f" · {params} · {human_size(entry.size)} · {entry.schedule}")
+    if meta.get("T"):
+        out.append(f" T={meta['T']}")
+    out.append(f" · time {entry.time}")
+    line = []
+    if meta.get("step") is not None:
+        line.append(f"{meta['step']:,} steps")
+    if meta.get("tokens_seen"):
+        line.append(f"{meta['tokens_seen'] / 1e6:.2f}M tokens seen")
+    if meta.get("train_seconds"):
+        line.append(f"{meta['train_seconds'] / 60:.0f} min")
+    if meta.get("saved") or meta.get("created"):
+        line.append("saved " + str(meta.get("saved") or meta.get("created"))[:16].replace("T", " "))
+    if line:
+        out.append("\ntrained: " + " · ".join(line), style="")
+    evals = []
+    try:
+        history = json.loads((Path(entry.path) / STATE / "state.json").read_text()).get("history", [])
+        evals = [h for h in history if "val_nats_per_token" in h]
+    except (OSError, ValueError, AttributeError):
+        pass
+    if evals:
+        last = evals[-1]
+        out.append(f"\nvalidation: ELBO ≤ {last['val_nats_per_token']:.3f} nats/token, ppl ≤ "
+                   f"{last['val_ppl_token']:.0f} (step {last['step']:,})")
+    else:
+        import re
+
+        card = Path(entry.path) / "MODEL_CARD.md"
+        try:  # a shipped checkpoint has no trainer state; its card states the best held-out bound
+            best = re.search(r"ELBO bound per token[^.]*\.\s*Best:\s*([\d.]+) at step ([\d,]+)", card.read_text())
+        except OSError:
+            best = None
+        if best:
+            out.append(f"\nvalidation: held-out ppl ≤ {best.group(1)} per token at step {best.group(2)} "
+                       "(its best, model card)")
+        else:
+            out.append("\nvalidation: not recorded (dbert eval measures it)", style="dim")
+    data = meta.get("data") or []
+    if data:
+        how = ", ".join(x for x in (meta.get("unit"), "packed" if meta.get("pack") else "") if x)
+        more = f" and {len(data) - 1} more" if len(data) > 1 else ""
+        out.append(f"\ndata: {data[0]}{more}" + (f" ({how})" if how else ""))
+    card = Path(entry.path) / "MODEL_CARD.md"
+    if card.is_file():
+        try:
+            paragraph = next((p for p in card.read_text().split("\n\n") if p.strip() and not p.startswith("#")), "")
+        except OSError:
+            paragraph = ""
+        if paragraph:
+            summary = " ".join(paragraph.split()).replace("**", "")
+            out.append("\ncard: " + (summary if len(summary) <= 150 else summary[:149] + "…"), style="italic")
+    return out
+
+
 class CheckpointsScreen(ReportWorkerErrors, Screen):
     BINDINGS = [
-        Binding("enter", "use", "Use", priority=False),
-        Binding("f", "fetch", "Fetch"),
-        Binding("i", "import_dir", "Import"),
-        Binding("d,delete", "delete", "Delete"),
-        Binding("r", "refresh", "Refresh", show=False),
-        Binding("escape", "cancel_fetch", "Cancel fetch", show=False),
+        Binding("enter", "use", "Use the selected checkpoint", priority=False),
+        Binding("f", "fetch", "Fetch one from the Hugging Face Hub or a URL"),
+        Binding("i", "import_dir", "Import a local checkpoint folder"),
+        Binding("d,delete", "delete", "Delete the selected checkpoint from the store"),
+        Binding("r", "refresh", "Refresh the list"),
+        Binding("escape", "cancel_fetch", "Cancel a download"),
     ]
+    HELP = "The checkpoint store: ● marks the one in use. Enter uses the selected one."
+    KEYS = [Key("⏎", "Use", "screen.use", 1), Key("f", "Fetch", "screen.fetch", 2),
+            Key("i", "Import", "screen.import_dir", 2), Key("d", "Delete", "screen.delete", 3)]
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.rows: list = []
         self.message = ""
         self.error_notice = ""  # why the last load failed; shown until a checkpoint loads
+        self.arriving = True    # set when the app switches to this screen (DbertApp.action_mode)
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="ck-message")
         yield DataTable(id="ck-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="ck-details")
         yield ProgressBar(id="ck-progress", show_eta=False)
         yield Static("", id="ck-status")
-        yield Footer()
+        yield KeyBar(self.KEYS)
 
     def on_mount(self) -> None:
         self.sub_title = "Checkpoints"
@@ -53,7 +130,26 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
         table.focus()
 
     def on_screen_resume(self) -> None:
-        self.refresh_store()
+        """Coming back from another screen: the list anew, the cursor on the checkpoint in use and
+        no stale message; after a dialog closes, the list anew with the selection kept."""
+        if self.arriving:
+            self.arriving = False
+            if not self.error_notice:
+                self.message = ""
+            self.refresh_store()
+        else:
+            entry = self.selected()
+            self.refresh_store(select=entry.path if entry is not None else None)
+
+    def in_use(self) -> Path | None:
+        db = self.app.db
+        return Path(db.path).resolve() if db is not None and db.path else None
+
+    def fresh_message(self) -> None:
+        """A new operation starts: the last one's message goes (the summary line comes back)."""
+        if not self.error_notice:
+            self.message = ""
+            self.refresh_store(select=self.selected().path if self.selected() else None)
 
     def say(self, text: str, style: str = "") -> None:
         self.message = text
@@ -65,7 +161,7 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
         table = self.query_one(DataTable)
         table.clear()
         self.rows = entries()
-        current = Path(self.app.db.path).resolve() if self.app.db is not None and self.app.db.path else None
+        current = self.in_use()
         for e in self.rows:
             mark = "● " if current is not None and Path(e.path).resolve() == current else "  "
             # every cell a Text: a str cell would be read as markup, and its fields come from the
@@ -78,10 +174,12 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
             created = (e.created or "?")[:16].replace("T", " ")
             table.add_row(*(Text(c) for c in (mark + e.name, human_size(e.size), params, e.schedule, e.time, created)),
                           key=str(e.path))
-        if select is not None:
+        target = Path(select).resolve() if select is not None else current  # by default: the one in use
+        if target is not None:
             for i, e in enumerate(self.rows):
-                if Path(e.path) == Path(select):
+                if Path(e.path).resolve() == target:
                     table.move_cursor(row=i)
+        self.show_details()
         if self.error_notice:
             hint = "" if self.rows else " · fetch (f), import (i) or train (3) one"
             self.say(self.error_notice + hint, "bold red")
@@ -90,6 +188,11 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
                      f"Store: {store_dir()}", "bold yellow")
         elif not self.message or self.message.startswith("No checkpoint"):
             self.say(f"{len(self.rows)} checkpoint(s) · Enter uses the selected one · store: {store_dir()}", "dim")
+
+    @on(DataTable.RowHighlighted)
+    def show_details(self) -> None:
+        entry = self.selected()
+        self.query_one("#ck-details", Static).update(entry_details(entry) if entry is not None else "")
 
     def selected(self):
         table = self.query_one(DataTable)
@@ -128,6 +231,7 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
         self.start_fetch(values["source"], values["revision"] or None, values["name"] or None)
 
     def start_fetch(self, source: str, revision: str | None = None, name: str | None = None) -> None:
+        self.fresh_message()
         bar = self.query_one(ProgressBar)
         bar.display = True
         bar.update(total=None, progress=0)
@@ -180,13 +284,15 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
                 self.app.notify("cancelling the download…")
 
     def action_import_dir(self) -> None:
-        self.app.push_screen(FormDialog("Import a local checkpoint folder (it is copied into the store)", [
-            ("path", "directory", "", "/path/to/checkpoint"),
+        self.app.push_screen(FormDialog("Import a local checkpoint folder (it is copied into the store; "
+                                        "ctrl+o picks the folder)", [
+            ("path", "directory", "", "/path/to/checkpoint  (ctrl+o: pick)"),
             ("name", "store name (optional)", "", "default: the folder's name"),
-        ], "Import"), self._import_answer)
+        ], "Import", browse="path"), self._import_answer)
 
     def _import_answer(self, values: dict | None) -> None:
         if values and values["path"]:
+            self.fresh_message()
             self.query_one("#ck-status", Static).update(Text(f"importing {values['path']} …", style="cyan"))
             self.import_dir(values["path"], values["name"] or None)
 
@@ -204,8 +310,13 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
         entry = self.selected()
         if entry is None:
             return
+        self.fresh_message()
         if entry.name == "default":
             self.app.notify("the shipped default checkpoint cannot be deleted", severity="warning")
+            return
+        if self.in_use() == Path(entry.path).resolve():  # said before asking, not after a yes
+            self.app.notify(f"{entry.name} is in use; choose another checkpoint first (Enter on it)",
+                            severity="warning")
             return
         self.app.push_screen(ConfirmDialog(f"Delete checkpoint {entry.name!r} ({human_size(entry.size)}) from the store?"),
                              lambda yes: self._delete(entry, yes))

@@ -17,6 +17,7 @@ the widgets, turns keys into Session calls, starts one worker per side and draws
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 import itertools
 from functools import partial
 from pathlib import Path
@@ -28,59 +29,97 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 from textual.worker import get_current_worker
 
 from dbert_core.errors import DbertError
 
 from ..controller import MAX_N, Playback, Run, Session, Settings, differences, expected_masked, produce
 from ..messages import FrameReady, RunFinished, SampleChosen
-from ..files import atomic_write, texts_of, trajectory
-from ..render import legend, render_row, render_tokens
+from ..files import atomic_write, default_output, output_path, texts_of, trajectory
+from ..render import FIXED_EDGES, confidence_edges, legend, render_row, render_tokens
 from ..widgets.controls import CONTROLS, ControlBar
+from ..widgets.keybar import Key, KeyBar
 from ..widgets.panes import ComparePane, TokenScroll, settings_line
 from ..widgets.samples import SampleCard, SampleGrid
 from ..widgets.schedule import SchedulePanel, ScheduleStrip
 from ..workers import ReportWorkerErrors
 from .dialogs import FormDialog
 
+class FieldError(Exception):
+    """A bad value in the settings dialog: `key` names its field (None: no one field)."""
+
+    def __init__(self, key: str | None, message: str) -> None:
+        super().__init__(message)
+        self.key, self.message = key, message
+
+
+# the settings dialog's field for an option named in an engine error (--top-k ...)
+OPTION_FIELDS = {"--n": "n", "--steps": "steps", "--temperature": "temperature", "--top-k": "top_k",
+                 "--top-p": "top_p", "--length": "length", "--sampler": "sampler", "--param": "params",
+                 "--seed": "seed"}
+
+
+def field_of(message: str) -> str | None:
+    import re
+
+    for option in re.findall(r"--[a-z-]+", message):
+        if option in OPTION_FIELDS:
+            return OPTION_FIELDS[option]
+    return next((key for key in ("steps", "length", "sampler") if key in message), None)
+
+
+TALL = 36   # rows from which one sample is drawn double-spaced
 WIDE = 120  # columns from which the schedule gets its panel (below: the one-line strip)
 SIDES = "AB"
-SCRUB = Binding.Group("Scrub")
+KEYS = [  # the key bar (widgets.keybar): rank 1 stays longest, `?` lists every key
+    Key("space", "Play/Pause", "screen.toggle_play", 1),
+    Key(".", "Step", "screen.step", 3),
+    Key("←→", "Scrub", "screen.scrub_back", 3),
+    Key("g", "Grid", "screen.grid", 2),
+    Key("c", "Compare", "screen.compare", 4),
+    Key("e", "Settings", "screen.edit", 1),
+    Key("p", "Prompt", "screen.prompt", 5),
+    Key("s", "Save", "screen.save", 6),
+    Key("x", "Export", "screen.export", 7),
+    Key("v", "Colour", "screen.toggle_colour", 6),
+]
 
 
 class GenerateScreen(ReportWorkerErrors, Screen):
     """Live reverse diffusion. Changing a control restarts the run with the new settings."""
 
-    BINDINGS = [  # footer order: the most used first; the control bar shows the setting keys
-        Binding("space", "toggle_play", "Play/Pause"),
-        Binding("full_stop", "step", "Step", key_display="."),
-        Binding("left", "scrub(-1)", "Back", key_display="←", group=SCRUB),
-        Binding("right", "scrub(1)", "Fwd", key_display="→", group=SCRUB),
-        Binding("g", "grid", "Grid"),
-        Binding("c", "compare", "Compare"),
-        Binding("r", "restart", "Restart", show=False),  # space replays a finished run
-        Binding("e", "edit", "Settings"),
-        Binding("question_mark", "app.toggle_keys", "Keys", key_display="?"),  # here: on the footer at 80 columns
-        Binding("p", "prompt", "Prompt"),
-        Binding("s", "save", "Save"),
-        Binding("x", "export", "Export"),
-        Binding("v", "toggle_colour", "Colour"),
-        Binding("left_square_bracket", "steps(0.5)", "Halve the steps", key_display="[", show=False),
-        Binding("right_square_bracket", "steps(2)", "Double the steps", key_display="]", show=False),
-        Binding("minus", "temperature(-1)", "Temperature down", key_display="-", show=False),
-        Binding("equals_sign,plus", "temperature(1)", "Temperature up", key_display="+", show=False),
-        Binding("k", "top_k", "Next top-k", show=False),
-        Binding("o", "top_p", "Next top-p", show=False),
-        Binding("m", "cycle_sampler", "Next sampler", show=False),
-        Binding("n", "new_seed", "New seed", show=False),
-        Binding("tab", "switch_side", "Other side (compare)", show=False),
-        Binding("up", "select(-1)", "Previous sample", key_display="↑", show=False),
-        Binding("down", "select(1)", "Next sample", key_display="↓", show=False),
-        Binding("enter", "zoom", "Selected sample large", show=False),
-        Binding("escape", "unzoom", "All samples", show=False),
-        Binding("home", "scrub_to(0)", "First step", show=False),
-        Binding("end", "live", "Live", show=False),
+    HELP = ("Watch the reverse process fill in the [MASK]s, step by step. The control bar shows each "
+            "sampling setting beside its key; a change restarts the run at once with the same seed.")
+
+    BINDINGS = [  # the order of the key help (`?`); the key bar shows KEYS, the control bar the setting keys
+        Binding("space", "toggle_play", "Play / pause; replay a finished run"),
+        Binding("full_stop", "step", "One reverse step (pauses first)", key_display="."),
+        Binding("left", "scrub(-1)", "Scrub back one step", key_display="←"),
+        Binding("right", "scrub(1)", "Scrub forward one step", key_display="→"),
+        Binding("g", "grid", "Grid of several samples, or back to one"),
+        Binding("c", "compare", "Compare two settings side by side, or end it"),
+        Binding("r", "restart", "Restart the run (same settings and seed)"),
+        Binding("e", "edit", "Settings dialog: every sampling setting"),
+        Binding("p", "prompt", "Prompt / infill template"),
+        Binding("s", "save", "Save the text(s) to a file"),
+        Binding("x", "export", "Export the trajectory as JSON"),
+        Binding("v", "toggle_colour", "Colour by reveal order / confidence"),
+        Binding("left_square_bracket", "steps(0.5)", "Halve the steps", key_display="["),
+        Binding("right_square_bracket", "steps(2)", "Double the steps", key_display="]"),
+        Binding("minus", "temperature(-1)", "Temperature down", key_display="-"),
+        Binding("equals_sign,plus", "temperature(1)", "Temperature up", key_display="+"),
+        Binding("k", "top_k", "Next top-k"),
+        Binding("o", "top_p", "Next top-p"),
+        Binding("m", "cycle_sampler", "Next sampler"),
+        Binding("n", "new_seed", "New seed"),
+        Binding("tab", "switch_side", "Other side (compare)"),
+        Binding("up", "select(-1)", "Previous sample", key_display="↑"),
+        Binding("down", "select(1)", "Next sample", key_display="↓"),
+        Binding("enter", "zoom", "Selected sample large"),
+        Binding("escape", "unzoom", "All samples"),
+        Binding("home", "scrub_to(0)", "First step"),
+        Binding("end", "live", "Live"),
     ]
 
     colour = reactive("order")
@@ -93,6 +132,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self._ready = False
         self._tokens_text = Text()
         self.drawn = None                           # the frame of side A last drawn
+        self.edges = FIXED_EDGES                    # the confidence bands (render.confidence_edges)
         self.frames_drawn = 0                       # draws (bursts of frames coalesce into one)
 
     # ------------------------------------------------------------------ what is shown
@@ -138,7 +178,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         yield ScheduleStrip(id="gen-strip")
         yield Static(legend("order"), id="gen-legend")
         yield ControlBar(id="gen-controls")
-        yield Footer(compact=True)
+        yield KeyBar(KEYS, id="gen-keys")
 
     def on_mount(self) -> None:
         self.sub_title = "Generate"
@@ -262,6 +302,11 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if not self.playbacks or self.db is None:
             return
         mode = self.view_mode()
+        if self.colour == "confidence":
+            edges = self._confidence_edges()
+            if edges != self.edges:
+                self.edges = edges
+                self._show_controls()
         if mode == "compare":
             self._draw_compare()
         elif mode == "grid":
@@ -279,6 +324,14 @@ class GenerateScreen(ReportWorkerErrors, Screen):
                 widget.set_position(f.step, float(f.masked.double().mean()))
         self._status()
 
+    def _confidence_edges(self) -> tuple[float, ...]:
+        """The confidence bands: quintiles over the newest frame of every side (so a scrubbed
+        frame keeps the colours of the run, and both sides of a comparison share one scale)."""
+        import torch
+
+        newest = [pb.frames[-1].frame.confidence.flatten() for pb in self.playbacks if pb.frames]
+        return confidence_edges(torch.cat(newest)) if newest else FIXED_EDGES
+
     def _prompt_words(self, prompt: str | None = None) -> dict[int, str] | None:
         """The prompt's own words by position (shown as typed), for the session's prompt or this one."""
         from dbert_core.sample import prompt_words
@@ -291,8 +344,20 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if rec is None:
             return
         rows = [self.session.selected] if rec.frame.ids.shape[0] > 1 else None
-        self._tokens_text = render_tokens(self.db, rec, self.colour, rows, self._prompt_words())
-        self.query_one("#gen-tokens", Static).update(self._tokens_text)
+        self._tokens_text = render_tokens(self.db, rec, self.colour, rows, self._prompt_words(), self.edges)
+        self.query_one("#gen-tokens", Static).update(self._spaced(self._tokens_text))
+
+    def _spaced(self, text: Text) -> Text:
+        """On a tall terminal (TALL rows and up) one sample is drawn double-spaced: it fills the
+        room instead of a few lines at the top, and a word is easier to follow as it fills in."""
+        box = self.query_one("#gen-tokens")
+        width = box.content_size.width
+        if self.size.height < TALL or width < 20 or self.session.view_mode() != "single":
+            return text
+        lines = text.wrap(self.app.console, width)
+        if 2 * len(lines) > box.parent.content_size.height:
+            return text
+        return Text("\n\n").join(lines)
 
     def _draw_grid(self) -> None:
         rec = self.playbacks[0].shown()
@@ -305,7 +370,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             if b >= f.ids.shape[0]:
                 continue
             row_step = int(f.row_steps[b]) if f.row_steps is not None else f.step
-            card.show(render_row(self.db, rec, b, self.colour, verbatim=self._prompt_words()),
+            card.show(render_row(self.db, rec, b, self.colour, verbatim=self._prompt_words(), edges=self.edges),
                       L - int(f.masked[b].sum()), L, row_step, f.steps)
 
     def _draw_compare(self) -> None:
@@ -324,7 +389,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             if row is not None:
                 status = Text(f"sample {row + 1}/{rec.frame.ids.shape[0]} · ").append_text(status)
             pane.show(head, status, render_tokens(self.db, rec, self.colour, None if row is None else [row],
-                                                  self._prompt_words(pb.run.settings.prompt)))
+                                                  self._prompt_words(pb.run.settings.prompt), self.edges))
 
     def _progress(self, pb: Playback, rec, row: int | None = None) -> Text:
         """'step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame (or one row of it)."""
@@ -340,7 +405,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if not self.app.deterministic:
             text.append(f" · {rec.seconds:.2f}s")
         state = pb.state()
-        text.append(f" · {state}", style="bold green" if state == "done" else "bold cyan")
+        text.append(f" · {state}", style="bold green" if state.startswith("done") else "bold cyan")
         return text
 
     def _status(self) -> None:
@@ -359,11 +424,35 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             n, selected = pb.run.settings.n, self.session.selected
             if n > 1:
                 text.append(f"sample {selected + 1}/{n} · " if mode == "single" else f"{n} samples · ", style="bold")
+            below = self._cards_below() if mode == "grid" else []
+            if below:  # early in the line: it must not be cut off on a narrow terminal
+                text.append(f"#{below[0] + 1}{'' if len(below) == 1 else f'-#{below[-1] + 1}'} below (↓) · ",
+                            style="bold yellow")
             if rec is None:
                 text.append(f"step 0/{pb.run.settings.steps} · starting", style="dim")
             else:
                 text.append_text(self._progress(pb, rec, selected if mode == "single" and n > 1 else None))
         self.query_one("#gen-status", Static).update(text)
+        self._show_keys()
+
+    def _cards_below(self) -> list[int]:
+        """The grid's cards that lie wholly or partly below its visible part (the status hints at them)."""
+        grid = self.query_one(SampleGrid)
+        bottom = grid.scroll_y + grid.scrollable_content_region.height
+        return [card.index for card in grid.cards() if card.display and card.virtual_region.bottom > bottom]
+
+    def _show_keys(self) -> None:
+        """The key bar's space key says what it does now: Pause, Play or Replay."""
+        label = "Play/Pause"
+        if self.playbacks:
+            if all(pb.run.finished for pb in self.playbacks):
+                label = "Replay"
+            else:
+                label = "Pause" if self.playbacks[0].run.playing else "Play"
+        bar = self.query_one(KeyBar)
+        keys = tuple(replace(k, label=label) if k.key == "space" else k for k in KEYS)
+        if keys != bar.keys:
+            bar.keys = keys
 
     def _show_curve(self) -> None:
         curve = expected_masked(self.db, self.session.shown_settings().steps)
@@ -379,7 +468,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         runs = [pb.run.settings for pb in self.playbacks]
         fields = {f for _, _, f in CONTROLS}
         bar.differs = frozenset(differences(runs[0], runs[-1]) & fields) if len(runs) > 1 else frozenset()
-        legend_text = legend(self.colour)
+        legend_text = legend(self.colour, self.edges)
         if session.settings.prompt:
             legend_text.append(f"  · prompt {session.settings.prompt[:40]!r}", style="dim")
         self.query_one("#gen-legend", Static).update(legend_text)
@@ -412,6 +501,10 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         for pb in self.playbacks:
             pb.scrub(delta)
         self._draw()
+
+    def action_scrub_back(self) -> None:
+        """A click on the key bar's ←→: one step back."""
+        self.action_scrub(-1)
 
     def action_scrub_to(self, index: int) -> None:
         for pb in self.playbacks:
@@ -536,7 +629,55 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         title = "Sampling settings (Enter applies and restarts)"
         if self.session.partner is not None:
             title = f"Side {SIDES[self.session.side]}: " + title
-        self.app.push_screen(FormDialog(title, fields, "Apply"), self._apply_settings)
+        self.app.push_screen(FormDialog(title, fields, "Apply", check=self._check_settings), self._apply_settings)
+
+    def _settings_fields(self, values: dict) -> dict:
+        """The dialog's text as settings of the active side, checked against the checkpoint;
+        raises FieldError naming the first bad field."""
+        from dbert_core.errors import DbertError
+
+        old = self.session.active
+        fields: dict = {}
+        for key, kind in (("steps", int), ("temperature", float), ("top_k", int), ("top_p", float), ("n", int),
+                          ("seed", int), ("pace_ms", int), ("length", int)):
+            text = values[key]
+            if key == "length" and not text:
+                fields[key] = old.length
+                continue
+            try:
+                fields[key] = kind(text)
+            except ValueError:
+                whole = "a whole number" if kind is int else "a number"
+                name = {"n": "samples", "pace_ms": "ms per step"}.get(key, key.replace("_", "-"))
+                raise FieldError(key, f"{name} must be {whole}, got {text!r}") from None
+        if not 1 <= fields["n"] <= MAX_N:
+            raise FieldError("n", f"samples must be 1..{MAX_N}")
+        if fields["pace_ms"] < 0:
+            raise FieldError("pace_ms", "the pace must be >= 0 ms")
+        fields["sampler"] = values["sampler"].strip() or None
+        fields["params"] = None
+        try:
+            if values.get("params", "").strip():
+                if fields["sampler"] is None:
+                    raise FieldError("params", "sampler parameters need a sampler named")
+                from dbert_core.strategies import parse_params
+
+                fields["params"] = parse_params(fields["sampler"], values["params"].split())
+        except DbertError as e:
+            raise FieldError("params", str(e)) from None
+        try:
+            new = dataclasses.replace(old, **fields)
+            new.resolved(self.db) if self.db is not None else new.validate()
+        except DbertError as e:
+            raise FieldError(field_of(str(e)), str(e).replace("--", "")) from None
+        return fields
+
+    def _check_settings(self, values: dict):
+        try:
+            self._settings_fields(values)
+        except FieldError as e:
+            return e.key, e.message
+        return None
 
     def _apply_settings(self, values: dict | None) -> None:
         if not values:
@@ -545,27 +686,9 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
         old = self.session.active
         try:
-            fields = dict(steps=int(values["steps"]), top_k=int(values["top_k"]),
-                          length=int(values["length"]) if values["length"] else old.length,
-                          n=int(values["n"]), seed=int(values["seed"]), pace_ms=int(values["pace_ms"]),
-                          temperature=float(values["temperature"]), top_p=float(values["top_p"]),
-                          sampler=values["sampler"].strip() or None)
-        except ValueError as e:
-            self.app.notify(f"not a number: {str(e).split(': ')[-1]}", title="settings", severity="error")
-            return
-        if not 1 <= fields["n"] <= MAX_N or fields["pace_ms"] < 0:
-            self.app.notify(f"samples must be 1..{MAX_N} and the pace >= 0 ms", title="settings", severity="error")
-            return
-        try:
-            fields["params"] = None
-            if values.get("params", "").strip():
-                if fields["sampler"] is None:
-                    raise DbertError("sampler parameters need a sampler named")
-                from dbert_core.strategies import parse_params
-
-                fields["params"] = parse_params(fields["sampler"], values["params"].split())
+            fields = self._settings_fields(values)
             self.session.change(self.db, **fields)
-        except DbertError as e:
+        except (FieldError, DbertError) as e:  # the dialog checked them; the checkpoint may have changed since
             self.app.notify(str(e), title="settings", severity="error")
             return
         if fields["length"] != old.length:
@@ -595,30 +718,41 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
     # ------------------------------------------------------------------ files
     def _default_name(self, ext: str) -> str:
+        """output_dir()/<checkpoint>-seed<seed>.<ext> (one dbert- prefix at most: the shipped
+        checkpoints' names carry one already), made unique."""
         name = Path(self.db.path).name if self.db is not None and self.db.path else "dbert"
-        return f"dbert-{name}-seed{self.session.active.seed}.{ext}"
+        stem = f"{name if name.startswith('dbert') else 'dbert-' + name}-seed{self.session.active.seed}"
+        return str(default_output(stem, ext))
 
     def action_save(self) -> None:
         pb = self.session.active_playback()  # save and export write the side the keys change
         if pb is None or not pb.frames:
             self.app.notify("nothing to save yet", severity="warning")
             return
-        if not pb.run.finished:
-            self.app.notify("the run is not finished; saving the text so far (masks kept)", severity="warning")
-        self.app.push_screen(FormDialog("Save the text(s), one per line", [("path", "file", self._default_name("txt"), "")],
-                                        "Save"), partial(self._save, pb))
+        f = pb.frames[-1].frame
+        title = "Save the text(s), one per line"
+        left = int(f.masked.sum())
+        if left:  # say what a half-filled run writes
+            title = (f"The run is at step {f.step}/{f.steps}: {left} of {f.masked.numel()} tokens are still masked "
+                     f"and are written as \\[MASK]. Save the text so far, one per line?")
+        self.app.push_screen(FormDialog(title, [("path", "file", self._default_name("txt"), "")], "Save"),
+                             partial(self._save, pb))
 
     def _save(self, pb: Playback, values: dict | None) -> None:
         if not values or not values["path"] or not pb.frames:
             return
-        texts = texts_of(self.db, pb.frames[-1])
+        rec = pb.frames[-1]
+        texts = texts_of(self.db, rec)
+        target = output_path(values["path"])
         try:
-            path = atomic_write(values["path"], "".join(t + "\n" for t in texts))
+            path = atomic_write(target, "".join(t + "\n" for t in texts))
         except (OSError, DbertError) as e:  # layout.atomic_write_text: DbertError "cannot write ..."
-            self.app.notify(str(e) if isinstance(e, DbertError) else f"cannot write {values['path']}: "
+            self.app.notify(str(e) if isinstance(e, DbertError) else f"cannot write {target}: "
                             f"{e.strerror or e}", severity="error")
             return
-        self.app.notify(f"saved {len(texts)} text(s) to {path}")
+        left = int(rec.frame.masked.sum())
+        what = f" (step {rec.frame.step}/{rec.frame.steps}, {left} [MASK] left)" if left else ""
+        self.app.notify(f"saved {len(texts)} text(s){what} to {Path(path).resolve()}", timeout=8)
 
     def action_export(self) -> None:
         pb = self.session.active_playback()
@@ -634,10 +768,11 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             return
         import json
 
+        target = output_path(values["path"])
         try:
-            path = atomic_write(values["path"], json.dumps(trajectory(self.db, pb.run)) + "\n")
+            path = atomic_write(target, json.dumps(trajectory(self.db, pb.run)) + "\n")
         except (OSError, DbertError) as e:  # layout.atomic_write_text: DbertError "cannot write ..."
-            self.app.notify(str(e) if isinstance(e, DbertError) else f"cannot write {values['path']}: "
+            self.app.notify(str(e) if isinstance(e, DbertError) else f"cannot write {target}: "
                             f"{e.strerror or e}", severity="error")
             return
-        self.app.notify(f"exported {len(pb.frames)} frames to {path}")
+        self.app.notify(f"exported {len(pb.frames)} frames to {Path(path).resolve()}", timeout=8)

@@ -13,22 +13,47 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Header, Input, Label, Select, Sparkline, Static
+from textual.widgets import Button, Checkbox, Header, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
-from dbert_core.config import DEVICES, PRESETS, SCHEDULES, TIME_MODES, TrainConfig
+from dbert_core.config import DEVICES, DTYPES, LOSSES, PRESETS, SCHEDULES, TIME_MODES, UNITS, TrainConfig
 
-from ..messages import StoreChanged, TrainEval, TrainFinished, TrainPreview, TrainProgress
-from ..workers import ReportWorkerErrors
+from ..messages import StoreChanged, TrainEval, TrainFailed, TrainFinished, TrainPreview, TrainProgress
+from ..widgets.chart import Chart
+from ..widgets.keybar import Key, KeyBar
+from ..workers import ReportWorkerErrors, one_line
 from .dialogs import FileDialog
 
 D = TrainConfig(data=[], out="")  # the form opens with `dbert train`'s defaults
 WATCH_LOG_EVERY = 1  # the one setting the screen changes from `dbert train`: the chart keeps every step
+LOSS_SMOOTHING = 0.6  # EMA weight of the loss line (the raw latest value is shown beside it)
+MAX_POINTS = 2000     # a long run's loss is thinned to this many points for drawing
+
+# dbert train's option names in error messages, as the form labels them
+FORM_WORDS = {"--max-steps": "steps", "--batch-size": "batch", "--seq-len": "seq len", "--lr": "lr",
+              "--warmup": "warm-up", "--vocab-size": "vocab", "--lambda": "lambda", "--eval-every": "eval every",
+              "--save-every": "save every", "--data": "data", "--out": "the output name", "--init": "init",
+              "--preset": "preset", "--unit": "unit", "--pack": "pack", "--loss": "loss", "--dtype": "dtype",
+              "--seed": "seed", "--schedule": "schedule", "--time": "time", "--device": "device",
+              "--resume": "F7 (resume)", "-T": "T", "--T": "T"}
 
 
-def _mean(values) -> float:
-    """Sparkline buckets show the mean (the default, max, exaggerates a noisy loss)."""
-    return sum(values) / len(values)
+def form_words(message: str) -> str:
+    """A training error as the Train screen says it: the form's field names, not dbert train's flags."""
+    import re
+
+    message = message.replace("pass --resume to continue it or choose another --out",
+                              "F7 resumes it, or change the output name")
+    return re.sub(r"(?<![\w-])--?[A-Za-z][\w-]*", lambda m: FORM_WORDS.get(m.group(0), m.group(0)), message)
+
+
+def thinned(points: list, most: int = MAX_POINTS) -> tuple:
+    """At most about `most` of the points, evenly spaced, the last one always kept."""
+    k = max(1, -(-len(points) // most))
+    out = points[::k]
+    if points and out[-1] is not points[-1]:
+        out.append(points[-1])
+    return tuple(out)
 
 
 def _fmt_time(seconds: float) -> str:
@@ -42,15 +67,21 @@ class TuiCallback:
     """Training callback (runs on the worker thread): records metrics, posts messages, and
     turns the worker's cancellation into Trainer.stop() (which saves a checkpoint)."""
 
-    def __init__(self, screen: "TrainScreen", worker, sample_every: int, sample_length: int):
+    def __init__(self, screen: "TrainScreen", worker, sample_every: int, sample_length: int,
+                 keep_history: bool = False):
         self.screen = screen
         self.worker = worker
         self.sample_every = sample_every
         self.sample_length = sample_length
+        self.keep_history = keep_history
+        self.last_eval = None
 
     def on_start(self, trainer):
         self.start = time.perf_counter()
         self.first = trainer.step
+        if not self.keep_history:  # the run really starts: the charts are its own from now on
+            self.screen.losses.clear()
+            self.screen.vals.clear()
         self.screen.post_message(TrainProgress({"step": trainer.step, "max_steps": trainer.cfg.max_steps,
                                                 "starting": True}))
 
@@ -59,7 +90,7 @@ class TuiCallback:
             trainer.stop()
         done = m["step"] - self.first
         eta = (time.perf_counter() - self.start) / max(1, done) * (m["max_steps"] - m["step"])
-        self.screen.losses.append(m["loss_elbo"])
+        self.screen.losses.append((m["step"], m["loss_elbo"]))
         self.screen.post_message(TrainProgress(dict(m, eta=eta)))
         if self.sample_every and m["step"] % self.sample_every == 0 and m["step"] < m["max_steps"]:
             self.preview(trainer, m["step"])
@@ -77,23 +108,35 @@ class TuiCallback:
         self.screen.post_message(TrainPreview(step, texts[0]))
 
     def on_eval(self, trainer, m):
-        self.screen.vals.append(m["val_nats_per_token"])
+        self.last_eval = m["step"]
+        self.screen.vals.append((m["step"], m["val_nats_per_token"]))
         self.screen.post_message(TrainEval(m))
 
     def on_checkpoint(self, trainer, path):
         pass
 
     def on_end(self, trainer, m):
-        pass
+        """A run that reached its last step is evaluated there too, when evaluation is on and the
+        last step is not a multiple of eval every (a 300-step run, eval every 200, ends with a
+        step-300 value, not step 200's)."""
+        if (trainer.cfg.eval_every and not m.get("stopped") and trainer.step > self.first
+                and self.last_eval != trainer.step and not self.worker.is_cancelled):
+            self.on_eval(trainer, trainer.evaluate())
 
 
 class TrainScreen(ReportWorkerErrors, Screen):
+    AUTO_FOCUS = "#tr-data"  # arriving here, typing goes to the data field
     BINDINGS = [
-        Binding("f5", "start", "Start"),
-        Binding("f6", "stop", "Stop"),
-        Binding("f7", "resume", "Resume"),
-        Binding("ctrl+o", "browse", "Add file"),
+        Binding("f5", "start", "Start training with the form's settings"),
+        Binding("f6", "stop", "Stop (saves a checkpoint that F7 resumes)"),
+        Binding("f7", "resume", "Resume the run saved under the output name"),
+        Binding("ctrl+o", "browse", "Add a data file from a folder tree"),
+        Binding("escape", "leave_field", "Leave the text field (then 1/2/3 and ? work as keys)"),
     ]
+    HELP = ("Train a model on your text files: the form holds dbert train's options; the result lands in "
+            "the store under the output name. Tab moves between fields.")
+    KEYS = [Key("f5", "Start", "screen.start", 1), Key("f6", "Stop", "screen.stop", 1),
+            Key("f7", "Resume", "screen.resume", 1), Key("^o", "Add file", "screen.browse", 2)]
 
     def __init__(self, data: list[str] | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -106,121 +149,175 @@ class TrainScreen(ReportWorkerErrors, Screen):
         self._latest: dict | None = None
         self._drawn_at = 0.0
         self._redraw_pending = False
+        self._starting = False  # between F5 and the worker's end (TrainFinished / TrainFailed)
 
     def compose(self) -> ComposeResult:
+        def field(*pairs) -> Horizontal:
+            """One form line: each widget after its own label (one or two to a line)."""
+            parts = []
+            for label, widget in pairs:
+                parts += [Label(label), widget]
+            return Horizontal(*parts, classes="tr-field")
+
+        def num(wid: str, value, placeholder: str = "") -> Input:
+            return Input(str(value), id=wid, placeholder=placeholder, compact=True)
+
+        def choice(wid: str, options, value) -> Select:
+            return Select([(o, o) for o in options], value=value, allow_blank=False, id=wid, compact=True)
+
         yield Header()
         with Horizontal(id="tr-main"):
             with VerticalScroll(id="tr-form"):
-                yield Label("data: files or globs, comma-sep.")
-                yield Input(", ".join(self.default_data), placeholder="corpus.txt, more/*.txt", id="tr-data")
-                yield Label("output: store name")
-                yield Input("my-dbert", id="tr-out")
-                yield Label("preset (random init)")
-                yield Select([(p, p) for p in PRESETS], value=D.preset, allow_blank=False, id="tr-preset")
-                yield Label("or init: a BERT dir or hub id")
-                yield Input("", placeholder="(optional)", id="tr-init")
-                yield Label("steps · batch · seq len · T")
-                with Horizontal(classes="tr-row"):
-                    yield Input(str(D.max_steps), id="tr-steps", type="integer")
-                    yield Input(str(D.batch_size), id="tr-batch", type="integer")
-                    yield Input(str(D.seq_len), id="tr-seq", type="integer")
-                    yield Input(str(D.T), id="tr-T", type="integer")
-                yield Label("schedule · time · device")
-                yield Select([(s, s) for s in SCHEDULES], value=D.schedule, allow_blank=False, id="tr-schedule")
-                yield Select([(t, t) for t in TIME_MODES], value=D.time, allow_blank=False, id="tr-time")
-                yield Select([(d, d) for d in DEVICES], value=D.device, allow_blank=False, id="tr-device")
-                yield Label("eval every · preview every")
-                with Horizontal(classes="tr-row"):
-                    yield Input(str(D.eval_every), id="tr-eval", type="integer")
-                    yield Input("100", id="tr-sample", type="integer")
+                yield Label("data: files or globs (^o adds one)", classes="tr-wide")
+                yield Input(", ".join(self.default_data), placeholder="corpus.txt, more/*.txt", id="tr-data",
+                            compact=True)
+                yield field(("output", Input("my-dbert", id="tr-out", placeholder="a store name", compact=True)))
+                yield Label("model", classes="tr-head")
+                yield field(("preset", choice("tr-preset", PRESETS, D.preset)))
+                yield field(("or init", Input("", placeholder="BERT dir or hub id (optional)", id="tr-init",
+                                              compact=True)))
+                yield Horizontal(Label("init +"), Checkbox("trim vocab", id="tr-trim", compact=True),
+                                 Checkbox("scratch", id="tr-scratch", compact=True), classes="tr-field")
+                yield field(("vocab", num("tr-vocab", "", "learnt")), ("seed", num("tr-seed", D.seed)))
+                yield Label("data and run", classes="tr-head")
+                yield field(("val data", Input("", placeholder="held-out files (optional)", id="tr-val-data",
+                                               compact=True)))
+                yield field(("unit", choice("tr-unit", UNITS, D.unit)),
+                            ("pack", Checkbox("", D.pack, id="tr-pack", compact=True)))
+                yield field(("steps", num("tr-steps", D.max_steps)), ("batch", num("tr-batch", D.batch_size)))
+                yield field(("seq len", num("tr-seq", D.seq_len)), ("dtype", choice("tr-dtype", DTYPES, D.dtype)))
+                yield field(("lr", num("tr-lr", f"{D.lr:g}")), ("warm-up", num("tr-warmup", D.warmup)))
+                yield field(("device", choice("tr-device", DEVICES, D.device)))
+                yield Label("diffusion", classes="tr-head")
+                yield field(("schedule", choice("tr-schedule", SCHEDULES, D.schedule)),
+                            ("lambda", num("tr-lam", f"{D.lam:g}")))
+                yield field(("T", num("tr-T", D.T)), ("time", choice("tr-time", TIME_MODES, D.time)))
+                yield field(("loss", choice("tr-objective", LOSSES, D.loss)))
+                yield Label("every N steps (0: never)", classes="tr-head")
+                yield field(("eval", num("tr-eval", D.eval_every)), ("save", num("tr-save", D.save_every)))
+                yield field(("preview", num("tr-sample", 100)))
                 with Horizontal(classes="tr-row"):
                     yield Button("Start F5", id="tr-start", variant="primary")
                     yield Button("Stop F6", id="tr-stop", variant="error", disabled=True)
                     yield Button("Resume F7", id="tr-resume")
             with Vertical(id="tr-live"):
                 yield Static(Text("not training", style="dim"), id="tr-stats")
-                yield Label("loss (ELBO nats/token)", classes="tr-chart-label")
-                yield Sparkline([], id="tr-loss", summary_function=_mean)
-                yield Label("validation ELBO", classes="tr-chart-label")
-                yield Sparkline([], id="tr-val", summary_function=_mean)
-                yield Static("", id="tr-valtext")
+                yield Chart("loss (nats/token)", smooth=LOSS_SMOOTHING, id="tr-loss")
+                yield Chart("validation ELBO (nats/token)", style="green", id="tr-val")
                 yield Label("sample preview", classes="tr-chart-label")
                 yield Static(Text("—", style="dim"), id="tr-preview")
-        yield Footer()
+        yield KeyBar(self.KEYS)
 
     def on_mount(self) -> None:
         self.sub_title = "Train"
         for inp in self.query(Input):
             inp.cursor_blink = not self.app.deterministic
 
+    def on_screen_resume(self) -> None:
+        """Arriving with the data field focused (AUTO_FOCUS), the form shows its top, label included."""
+        if self.focused is None or self.focused.id == "tr-data":
+            self.call_after_refresh(self.query_one("#tr-form").scroll_home, animate=False)
+
     # ------------------------------------------------------------------ config from the form
+    def _value(self, wid: str) -> str:
+        return self.query_one(f"#{wid}", Input).value.strip()
+
     def _int(self, wid: str, label: str) -> int:
         from dbert_core.errors import DbertError
 
-        text = self.query_one(f"#{wid}", Input).value.strip()
+        text = self._value(wid)
         try:
             return int(text)
         except ValueError:
             raise DbertError(f"{label} must be a whole number, got {text!r}") from None
 
-    def config(self, resume: bool):
-        """The run's TrainConfig: dbert train's defaults and the form's values; on resume the
-        checkpoint's own settings, with the few a resumed run may change taken from the form."""
+    def _float(self, wid: str, label: str) -> float:
         from dbert_core.errors import DbertError
-        from dbert_core.store import is_name, out_path
-        from dbert_core.train import resume_config
 
-        if resume:
-            name = self.query_one("#tr-out", Input).value.strip()
-            if not is_name(name):
-                raise DbertError(f"the output must be a plain store name, got {name!r}")
-            cfg = resume_config(out_path(name), max_steps=self._int("tr-steps", "steps"),
-                                eval_every=self._int("tr-eval", "eval every"),
-                                device=self.query_one("#tr-device", Select).value, log_every=WATCH_LOG_EVERY)
-            return cfg, self._int("tr-sample", "sample every")
-        raw = [p.strip() for p in self.query_one("#tr-data", Input).value.split(",") if p.strip()]
-        data = []
-        for p in raw:
-            hits = sorted(glob.glob(str(Path(p).expanduser())))
-            if not hits:
-                raise DbertError(f"no such data file: {p}")
-            data.extend(hits)
-        if not data:
-            raise DbertError("choose at least one training text file")
-        name = self.query_one("#tr-out", Input).value.strip()
+        text = self._value(wid)
+        try:
+            return float(text)
+        except ValueError:
+            raise DbertError(f"{label} must be a number, got {text!r}") from None
+
+    def _out_name(self) -> str:
+        from dbert_core.errors import DbertError
+        from dbert_core.store import is_name
+
+        name = self._value("tr-out")
         if not is_name(name):
             raise DbertError(f"the output must be a plain store name, got {name!r}")
-        init = self.query_one("#tr-init", Input).value.strip() or None
-        steps = self._int("tr-steps", "steps")
+        return name
+
+    def config(self, resume: bool):
+        """The run's TrainConfig: dbert train's defaults and the form's values; on resume the
+        checkpoint's own settings, with the few a resumed run may change (TrainConfig.RESUMABLE)
+        taken from the form."""
+        from dbert_core.errors import DbertError
+        from dbert_core.store import out_path
+        from dbert_core.train import resume_config
+
+        sample_every = self._int("tr-sample", "preview every")
+        if resume:
+            cfg = resume_config(out_path(self._out_name()), max_steps=self._int("tr-steps", "steps"),
+                                eval_every=self._int("tr-eval", "eval every"),
+                                save_every=self._int("tr-save", "save every"),
+                                device=self.query_one("#tr-device", Select).value,
+                                dtype=self.query_one("#tr-dtype", Select).value, log_every=WATCH_LOG_EVERY)
+            return cfg, sample_every
+        def files(wid: str) -> list[str]:
+            out = []
+            for p in (p.strip() for p in self._value(wid).split(",") if p.strip()):
+                hits = sorted(glob.glob(str(Path(p).expanduser())))
+                if not hits:
+                    raise DbertError(f"no such data file: {p}")
+                out.extend(str(Path(h).resolve()) for h in hits)  # absolute: the store is global
+            return out
+
+        data = files("tr-data")
+        if not data:
+            raise DbertError("choose at least one training text file")
+        val_data = files("tr-val-data") or None
+        name = self._out_name()
+        init = self._value("tr-init") or None
+        vocab = self._value("tr-vocab")
+        select = lambda wid: self.query_one(f"#{wid}", Select).value  # noqa: E731
         cfg = TrainConfig(
-            data=data, out=str(out_path(name)), preset=None if init else self.query_one("#tr-preset", Select).value,
-            init=init, max_steps=steps, batch_size=self._int("tr-batch", "batch"),
-            seq_len=self._int("tr-seq", "seq len"), T=self._int("tr-T", "T"),
-            schedule=self.query_one("#tr-schedule", Select).value, time=self.query_one("#tr-time", Select).value,
-            device=self.query_one("#tr-device", Select).value, eval_every=self._int("tr-eval", "eval every"),
+            data=data, val_data=val_data, out=str(out_path(name)), preset=None if init else select("tr-preset"),
+            init=init, trim_vocab=self.query_one("#tr-trim", Checkbox).value,
+            from_scratch=self.query_one("#tr-scratch", Checkbox).value,
+            vocab_size=self._int("tr-vocab", "vocab") if vocab else None, seed=self._int("tr-seed", "seed"),
+            unit=select("tr-unit"), pack=self.query_one("#tr-pack", Checkbox).value,
+            max_steps=self._int("tr-steps", "steps"), batch_size=self._int("tr-batch", "batch"),
+            seq_len=self._int("tr-seq", "seq len"), dtype=select("tr-dtype"), lr=self._float("tr-lr", "lr"),
+            warmup=self._int("tr-warmup", "warm-up"), device=select("tr-device"),
+            schedule=select("tr-schedule"), lam=self._float("tr-lam", "lambda"), T=self._int("tr-T", "T"),
+            time=select("tr-time"), loss=select("tr-objective"),
+            eval_every=self._int("tr-eval", "eval every"), save_every=self._int("tr-save", "save every"),
             log_every=WATCH_LOG_EVERY,
         ).validate()
-        return cfg, self._int("tr-sample", "sample every")
+        return cfg, sample_every
 
     # ------------------------------------------------------------------ actions
     def action_start(self, resume: bool = False) -> None:
         from dbert_core.errors import DbertError
 
-        if self.trainer is not None:
+        if self.trainer is not None or self._starting:
             self.app.notify("a training run is already going (F6 stops it)", severity="warning")
             return
         try:
             cfg, sample_every = self.config(resume)
+            out = Path(cfg.out)
+            if not resume and out.exists() and any(out.iterdir()):
+                raise DbertError(f"{out.name} already exists: F7 resumes it, or change the output name")
         except DbertError as e:
-            self.app.notify(str(e), title="train", severity="error")
+            self.app.notify(form_words(str(e)), title="train", severity="error")
             return
-        if not resume:
-            self.losses.clear()
-            self.vals.clear()
         self.out = Path(cfg.out)
+        self._starting = True
         self._set_running(True)
         self.query_one("#tr-stats", Static).update(Text(f"preparing {self.out.name} …", style="cyan"))
-        self.train(cfg, sample_every)
+        self.train(cfg, sample_every, resume)
 
     def action_browse(self) -> None:
         """Pick a data file from a tree; it is appended to the data field."""
@@ -234,6 +331,9 @@ class TrainScreen(ReportWorkerErrors, Screen):
         parts = [p.strip() for p in field.value.split(",") if p.strip()]
         if path not in parts:
             field.value = ", ".join([*parts, path])
+
+    def action_leave_field(self) -> None:
+        self.set_focus(None)
 
     def action_resume(self) -> None:
         self.action_start(resume=True)
@@ -262,14 +362,25 @@ class TrainScreen(ReportWorkerErrors, Screen):
 
     # ------------------------------------------------------------------ the worker
     @work(thread=True, exclusive=True, exit_on_error=False, group="train", name="training")
-    def train(self, cfg, sample_every: int) -> None:
+    def train(self, cfg, sample_every: int, resume: bool = False) -> None:
+        """(worker thread) Prepare and run the trainer. A failure before or during the run resets
+        the panel (TrainFailed); expected ones (DbertError) are said there in the form's words,
+        anything else also reaches the app's worker report."""
+        from dbert_core.errors import DbertError
         from dbert_core.train import Trainer
 
         worker = get_current_worker()
-        trainer = Trainer(cfg, [TuiCallback(self, worker, sample_every, min(cfg.seq_len, 32))])
-        self.trainer = trainer
+        callback = TuiCallback(self, worker, sample_every, min(cfg.seq_len, 32), keep_history=resume)
         try:
+            trainer = Trainer(cfg, [callback])
+            self.trainer = trainer
             metrics = trainer.run()
+        except DbertError as e:
+            self.post_message(TrainFailed(form_words(str(e))))
+            return
+        except Exception as e:
+            self.post_message(TrainFailed(one_line(e), notify=False))
+            raise
         finally:
             self.trainer = None
             self.app.call_from_thread(self._set_running, False)
@@ -302,22 +413,33 @@ class TrainScreen(ReportWorkerErrors, Screen):
         else:
             text.append(" · starting", style="dim")
         self.query_one("#tr-stats", Static).update(text)
-        self.query_one("#tr-loss", Sparkline).data = list(self.losses[-400:])
+        self.query_one("#tr-loss", Chart).points = thinned(self.losses)
 
     @on(TrainEval)
     def _eval(self, message: TrainEval) -> None:
         m = message.metrics
-        self.query_one("#tr-val", Sparkline).data = list(self.vals)
-        self.query_one("#tr-valtext", Static).update(
-            Text(f"step {m['step']}: {m['val_nats_per_token']:.3f} nats/tok, ppl ≤ {m['val_ppl_token']:.0f}",
-                 style="green"))
+        chart = self.query_one("#tr-val", Chart)
+        chart.points = tuple(self.vals)
+        chart.title = f"validation ELBO · step {m['step']}: ppl ≤ {m['val_ppl_token']:.0f}"
+        chart.refresh()
 
     @on(TrainPreview)
     def _preview(self, message: TrainPreview) -> None:
         self.query_one("#tr-preview", Static).update(Text(f"[step {message.step}] {message.text}"))
 
+    @on(TrainFailed)
+    def _failed(self, message: TrainFailed) -> None:
+        """A start that failed: the panel says so (the charts keep the last run's history)."""
+        self._starting = False
+        self._latest = None  # a pending redraw must not cover it
+        self.query_one("#tr-stats", Static).update(
+            Text.assemble(("not training", "bold"), " · the last start failed: ", (message.text, "red")))
+        if message.notify:
+            self.app.notify(message.text, title="train", severity="error", timeout=10)
+
     @on(TrainFinished)
     def _finished(self, message: TrainFinished) -> None:
+        self._starting = False
         self._draw_progress()
         self._latest = None  # a pending redraw must not cover the final line
         verb = "stopped at" if message.stopped else "finished at"

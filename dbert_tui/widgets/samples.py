@@ -40,8 +40,12 @@ class SampleCard(Static, can_focus=False):
         """The sample's text, and its progress: `revealed` of `total` tokens, reverse step `step` of `steps`."""
         self.text = text
         self.update(text)
-        self.border_subtitle = (f"{progress_bar(revealed / total)} {revealed}/{total} · step {step}/{steps}"
-                                if total else "")
+        if not total:
+            self.border_subtitle = ""
+        elif revealed == total:  # a row is complete at its own step, often before the run's last one
+            self.border_subtitle = f"{total}/{total} done · step {step}"
+        else:
+            self.border_subtitle = f"{progress_bar(revealed / total)} {revealed}/{total} · step {step}/{steps}"
 
     def on_click(self) -> None:
         self.post_message(SampleChosen(self.index))

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ..render import schedule_chart, schedule_strip
+from ..render import schedule_chart_with_axes, schedule_strip
 
 
 class _Schedule(Widget):
@@ -35,10 +35,10 @@ class SchedulePanel(_Schedule):
         text = Text(self.title + "\n", style="bold")
         if not self.curve:
             return text + Text("(no checkpoint)", style="dim")
-        width = max(8, self.size.width)
-        height = max(3, self.size.height - 3)
+        width = max(16, self.size.width)
+        height = max(4, self.size.height - 3)
         step, actual = self.position or (None, None)
-        text.append_text(schedule_chart(list(self.curve), width, height, step, actual))
+        text.append_text(schedule_chart_with_axes(list(self.curve), width, height, step, actual))
         steps = len(self.curve) - 1
         text.append("\n")
         if step is not None:
