@@ -71,6 +71,8 @@ def gather(runs: Path = RUNS) -> dict:
         "defaults": {"steps": d.steps, "temperature": d.temperature, "top_k": d.top_k, "top_p": d.top_p,
                      "block_repeats": d.block_repeats},
         "train_examples": meta["train_examples"], "mix": _load(runs / "mix.json"),
+        "history": (runs / "stories_history.txt").read_text(encoding="utf-8").strip()
+        if (runs / "stories_history.txt").is_file() else None,
     }
 
 
@@ -100,6 +102,17 @@ def _decoding_table(dec: dict) -> str:
     return "\n".join(rows)
 
 
+def _decoding_part(dec: dict | None, c: dict, d: dict) -> str:
+    if not dec:
+        return ("The decoding study (`python scripts/stories_decoding.py runs/stories --n 200`: temperature, top-k, "
+                "top-p and the repeat block on 200 samples each) was not run for this model: the session's CPU time "
+                "went to training it. The defaults stay those of the previous model (the paper's top-k 30, "
+                "temperature 1, the repeat block).")
+    return (f"{dec['rows'][0]['n']} samples per setting (`python scripts/stories_decoding.py runs/stories --n 200`, "
+            f"seed 0, first-hitting, 128 steps, {c['seq_len']} tokens) on the {d['cpu']}:\n\n"
+            + _decoding_table(dec) + ("\n\n" + dec["why"] if dec.get("why") else ""))
+
+
 def render(d: dict) -> str:
     meta, c = d["meta"], d["meta"]["train_config"]
     trim, ev, prev, shown, chk, df = meta["trim_vocab"], d["eval"], d["previous"], d["shown"], d["checks200"], d["defaults"]
@@ -113,7 +126,6 @@ def render(d: dict) -> str:
                 """The Gutenberg children's books (`../shared/data/children/`) were not tried for this model: see the
 README's training notes for why and how to try them (`scripts/stories_model.sh` takes more `--data`).""")
     dec = d.get("decoding")
-    dec_text = _decoding_table(dec) + "\n\n" + dec["why"] if dec and "why" in dec else "(the decoding study was not run)"
     return f"""# dbert-minilm-stories: the default checkpoint
 
 A DiffusionBERT (spindle schedule, lambda = {meta['lambda']}, T = {meta['T']}, time-agnostic decoding: the
@@ -161,8 +173,7 @@ runs/data/stories-heldout.txt --unit sentence --pack --seq-len {c['seq_len']} --
   = {epochs:.1f} epochs in {meta['train_seconds'] / 60:.0f} min on a 2-core {d['cpu']}
   ({'AVX512-BF16, ' if d['bf16'] else ''}bf16 autocast), sharing the machine with other work. AdamW, warm-up {c['warmup']}
   steps to {_lr(c['lr'])}, cosine to {_lr(c['lr'] * c['min_lr_ratio'])}; hybrid loss (ELBO + 0.01 CE) on masked positions;
-  seed {c['seed']}. The run was stopped and resumed once (Ctrl-C saves, `--resume` continues exactly) to
-  shorten it from 6,000 to {c['max_steps']:,} steps at step 400.
+  seed {c['seed']}. {d.get('history') or 'The run went from start to end without a stop.'}
 - **Hardware**: CPU only; no GPU was available for this model.
 
 ### Validation during training
@@ -193,10 +204,7 @@ windows, so compare the per-sentence columns.
 
 ## Decoding defaults
 
-{dec['rows'][0]['n'] if dec else 0} samples per setting (`python scripts/stories_decoding.py runs/stories --n 200`, seed 0,
-first-hitting, 128 steps, {c['seq_len']} tokens) on the {d['cpu']}:
-
-{dec_text}
+{_decoding_part(dec, c, d)}
 
 The CLI defaults now: {df['steps']} steps, temperature {df['temperature']}, top-k {df['top_k'] or 'off'}, top-p {df['top_p']},
 repeat block {'on' if df['block_repeats'] else 'off'}. At these defaults, {d['n200']} samples (`dbert sample --n 200 --seed 0`):

@@ -52,3 +52,6 @@ def test_the_stories_card_renders_every_field():
     assert "3,500 optimizer steps" in card and "7.6 epochs" in card and "25.0 ± 0.5" in card and "49.7" in card
     assert "1. Once upon a time, there was a cat named Tom." in card and "Chosen because." in card
     assert "CDLA-Sharing-1.0" in card and "Apache-2.0" in card
+    # without a decoding study or a second stage, the card says so (and is still whole)
+    bare = mod.render({**d, "decoding": None, "mix": None, "history": "Stopped once at step 400."})
+    assert "{" not in bare and "was not run for this model" in bare and "Stopped once at step 400." in bare
