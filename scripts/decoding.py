@@ -400,7 +400,7 @@ def write_doc(a) -> None:
               "entropy | BLEU-4 | Self-BLEU-4 | distinct-2 | words | doubled word | run of 3 | [MASK]/[UNK] |",
               "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
-            L.append(f"| {r['key']} | `{r['sampler']}` | {'exact' if r['exact'] else 'heuristic'} | {setting(r)} | "
+            L.append(f"| {r['key']} | `{r['sampler']}` | {'exact' if r.get('sampler_exact', r.get('exact')) else 'heuristic'} | {setting(r)} | "
                      f"{r['rows_per_sample']:.1f} | {r['seconds_per_sample']:.2f} | {r['gen_ppl']:.2f} | "
                      f"{r['judge_entropy']:.3f} | {r['unigram_entropy']:.3f} | {r['bleu4']:.3f} | {r['self_bleu4']:.3f} "
                      f"| {r['distinct2']:.3f} | {r['words_per_sample']:.1f} | {r['frac_doubled_word']:.2f} | "

@@ -231,10 +231,16 @@ TRAIN = ["train", "--data", str(TINYSTORIES), "--max-steps", "100000", "--batch-
          "--preset", "tiny"]
 
 
+def _hup_default() -> None:
+    """The child starts with SIGHUP's default action even when the suite runs under nohup (which
+    the child would inherit, and dbert rightly keeps ignoring)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _popen(args, **kw):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     return subprocess.Popen([sys.executable, "-m", "dbert_core.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, **kw)
+                            stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_hup_default, **kw)
 
 
 @pytest.mark.slow
