@@ -235,21 +235,17 @@ def _cased(out: list[Span], joined: list[bool], roles: dict[int, bool], paragrap
         end = k + 1
         while end < len(out) and joined[end]:
             end += 1
-        words.append((k, end, "" if out[k].masked else "".join(x.text for x in out[k:end])))
+        words.append((k, end, "".join(x.text for x in out[k:end])))
         k = end
-    names = {w for (_, _, before), (_, _, w) in zip(words, words[1:]) if before in _NAMING and w.isalpha()}
+    names = {w for (_, _, before), (k, _, w) in zip(words, words[1:])
+             if before in _NAMING and w.isalpha() and not out[k].masked}
     if names:  # a name in this text is a name wherever it stands in it
         table = {**(table or {}), **{w: w[:1].upper() + w[1:] for w in names if (table or {}).get(w, w) == w}}
     capital = True
-    k = 0
-    while k < len(out):
+    for k, end, word in words:
         s = out[k]
         if s.gap == paragraph and k > 0:
             capital = True
-        end = k + 1
-        while end < len(out) and joined[end]:
-            end += 1
-        word = "".join(x.text for x in out[k:end])
         if s.masked:
             capital = False
         elif any(x.index in verbatim for x in out[k:end]):
@@ -275,7 +271,6 @@ def _cased(out: list[Span], joined: list[bool], roles: dict[int, bool], paragrap
             capital = False if word[:1].isalnum() else capital
         elif word in (",", ";", ":"):
             capital = False
-        k = end
     return result
 
 

@@ -53,9 +53,10 @@ def default_output(stem: str, ext: str) -> Path:
 
 
 def state_file() -> Path:
+    from dbert_core.layout import TUI_STATE
     from dbert_core.store import home
 
-    return home() / "tui.json"
+    return home() / TUI_STATE
 
 
 def read_state() -> dict:

@@ -90,16 +90,13 @@ def _eval_row(name: str, e: dict | None, packed: str) -> str:
 
 
 def _decoding_table(dec: dict) -> str:
-    head = ("| temperature | top-k | top-p | repeat block | sentence start | repeats a word | quotes balanced | "
-            "[MASK]/[UNK] | distinct-2 | Self-BLEU-4 | entropy | seconds |")
-    rows = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in dec["rows"]:
-        block = "" if r["block_repeats"] is None else ("on" if r["block_repeats"] else "off")
-        rows.append(f"| {r['temperature']} | {r['top_k'] if r['top_k'] != 0 else 'off'} | {r['top_p']} | {block} | "
-                    f"{r['frac_sentence_start']:.1%} | {r['frac_repeat']:.1%} | {r['frac_quotes_balanced']:.1%} | "
-                    f"{r['frac_mask_or_unk']:.1%} | {r['distinct2']:.3f} | {r['self_bleu4']:.3f} | "
-                    f"{r['unigram_entropy']:.2f} | {r['seconds']} |")
-    return "\n".join(rows)
+    """The decoding study's table, as scripts/stories_decoding.py prints it (one renderer for both)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("stories_decoding", Path(__file__).with_name("stories_decoding.py"))
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    return study.table(dec["rows"])
 
 
 def _decoding_part(dec: dict | None, c: dict, d: dict) -> str:
