@@ -122,9 +122,29 @@ def split_sentences(text: str) -> list[str]:
     return [s.strip() for s in out if s.strip()]
 
 
+def _quote_marks(text: str) -> int:
+    return text.count('"') + text.count("\u201c") + text.count("\u201d")
+
+
+def join_open_quotes(sentences: list[str]) -> list[str]:
+    """Consecutive sentences joined while a double quote is open ('"I see. Come in," she said.' is
+    one unit, not two with one quote each), so a window that starts or ends at a unit never cuts a
+    quotation in two. A paragraph's last unit keeps whatever is left open."""
+    out: list[str] = []
+    open_ = False
+    for s in sentences:
+        if open_:
+            out[-1] = out[-1] + " " + s
+        else:
+            out.append(s)
+        open_ ^= _quote_marks(s) % 2 == 1
+    return out
+
+
 def document_sentences(docs: list[list[str]]) -> list[list[str]]:
-    """Each document's sentences, in order, across its paragraphs."""
-    return [[s for para in doc for s in split_sentences(para)] for doc in docs]
+    """Each document's units, in order, across its paragraphs: its sentences, those inside one
+    quotation joined (join_open_quotes), so the windows built from them keep quotes paired."""
+    return [[s for para in doc for s in join_open_quotes(split_sentences(para))] for doc in docs]
 
 
 def read_examples(patterns: list[str], unit: str = "line") -> list[str]:

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from conftest import DATA, TINYSTORIES, TINYSTORIES_VALID
-from dbert_core.data import document_sentences, pack_sentences, read_documents, read_lines, split_sentences
+from dbert_core.data import document_sentences, join_open_quotes, pack_sentences, read_documents, read_lines, split_sentences
 from dbert_core.detok import STORY_BREAK, detokenize
 from dbert_core.truecase import from_json, learn, to_json
 
@@ -40,6 +40,19 @@ def test_no_quote_or_bracket_is_dropped_on_a_whole_corpus(path):
     # where a paragraph's quotes balance, its sentences' do together
     balanced = [ln for ln in lines if ln.count('"') % 2 == 0]
     assert all(sum(s.count('"') for s in split_sentences(ln)) % 2 == 0 for ln in balanced)
+    # the units windows are built from never cut a quotation: each balances where its paragraph does
+    units = [u for ln in balanced for u in join_open_quotes(split_sentences(ln))]
+    cut = [s for ln in balanced for s in split_sentences(ln) if s.count('"') % 2]
+    assert all(u.count('"') % 2 == 0 for u in units) and (not cut or len(units) < sum(len(split_sentences(ln)) for ln in balanced))
+    assert "".join(units).replace(" ", "") == "".join(balanced).replace(" ", "")
+
+
+def test_sentences_inside_one_quotation_are_one_unit():
+    assert join_open_quotes(split_sentences('"I see. Come in," she said. He went. "Yes."')) == \
+        ['"I see. Come in," she said.', "He went.", '"Yes."']
+    assert join_open_quotes(["He said, \u201cWait.", "Now.\u201d", "Then."]) == ["He said, \u201cWait. Now.\u201d", "Then."]
+    assert join_open_quotes(['"Never closed.', "Still in it."]) == ['"Never closed. Still in it.']
+    assert document_sentences([['"A. B," he said. C.']]) == [['"A. B," he said.', "C."]]
 
 
 def test_documents_are_runs_of_lines_between_blank_lines(tmp_path):
