@@ -54,7 +54,7 @@ def tv_table(db, strategies: list[tuple[str, dict | None]], draws: int, length: 
     more than 4 standard deviations and by more than a fifth of the mean (a spread estimated
     from a few pairs can be small by chance)."""
     base = SampleConfig(n=1, steps=steps, length=length, top_k=top_k, sampler=reference,
-                        block_repeats=block_repeats).resolved(db)
+                        block_repeats=block_repeats, pair_quotes=False).resolved(db)  # the samplers' own laws
     ref = sequence_counts(db, base, draws, seed, batch_size)
     floors = [tv(sequence_counts(db, base, draws, seed + 1000 + 2 * i, batch_size),
                  sequence_counts(db, base, draws, seed + 1001 + 2 * i, batch_size)) for i in range(floor_pairs)]

@@ -78,6 +78,7 @@ from typing import Iterator
 import torch
 
 from . import strategies
+from .quotes import touch_up
 from .config import SampleConfig
 from .errors import DbertError
 from .model import forward_flops
@@ -100,7 +101,9 @@ class Frame:
     flops       floating-point operations of those calls (the BERT forward, model.forward_flops)
     row_steps   (B,) the step each row's state belongs to (first-hitting: rows run apart, and a
                 finished row stays at the step of its last reveal)
-    remasked    (B, L) bool, masked again at this step (remdm; None for the strategies that never remask)
+    remasked    (B, L) bool, masked again at this step (remdm, the quote touch-up; None for the strategies that never remask)
+    touch_up    True while frames of the quote touch-up follow or are under way (quotes.py): the
+                step budget is spent (step == steps) but the run is not done yet
     """
 
     ids: torch.Tensor
@@ -115,10 +118,11 @@ class Frame:
     row_steps: torch.Tensor | None = None
     flops: float = 0.0
     remasked: torch.Tensor | None = None
+    touch_up: bool = False
 
     @property
     def done(self) -> bool:
-        return self.step == self.steps
+        return self.step == self.steps and not self.touch_up
 
 
 def shape_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -420,7 +424,7 @@ def _config(db, cfg: SampleConfig | None, overrides: dict) -> SampleConfig:
 
 @torch.inference_mode()
 def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | None = None,
-           template: torch.Tensor | None = None, **overrides) -> Iterator[Frame]:
+           template: torch.Tensor | None = None, forbid: tuple[int, ...] | list[int] = (), **overrides) -> Iterator[Frame]:
     """Run the reverse process for cfg.n samples in one batch, yielding a Frame per step (event).
 
     cfg holds the settings (SampleConfig's defaults where None); keyword overrides replace
@@ -435,10 +439,25 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
         template = parse_prompt(db, cfg.prompt, cfg.length) if cfg.prompt else \
             torch.full((cfg.length,), mask_id, dtype=torch.long)
     x = template.unsqueeze(0).repeat(cfg.n, 1) if template.dim() == 1 else template.clone()  # (B, L)
+    free = x == mask_id  # the positions the sampler fills (a prompt's own tokens are not among them)
+    if not cfg.pair_quotes:
+        yield from _reverse(db, cfg, gen, x, forbid)
+        return
+    final = None
+    for final in _reverse(db, cfg, gen, x, forbid):
+        if final.done:
+            break
+        yield final
+    yield from touch_up(_reverse, db, cfg, gen, final, free, forbid)
+
+
+def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbid=()) -> Iterator[Frame]:
+    """The reverse process of cfg.sampler from x (B, L), [MASK] where it fills in (x is written in)."""
+    mask_id = db.model.mask_id
     state = dict(
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
         kern=kernel(db.schedule, cfg.steps), net=_Net(db, cfg.dtype), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
-        no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id}),  # never sampled
+        no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id} | set(forbid)),  # never sampled
         block_repeats=RepeatBlock(comma=_comma_id(db)) if cfg.block_repeats else None,
     )
     params = strategies.get(cfg.sampler).resolve(cfg.params)

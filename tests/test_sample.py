@@ -14,6 +14,7 @@ def run(db, seed=0, **kw):
     kw.setdefault("steps", 32)
     kw.setdefault("sampler", "ancestral")  # these tests are about the step-by-step reverse process
     kw.setdefault("top_k", 0)
+    kw.setdefault("pair_quotes", False)  # the reverse process alone (the touch-up has its own tests)
     return list(frames(db, generator=torch.Generator().manual_seed(seed), **kw))
 
 
@@ -147,7 +148,9 @@ def test_cli_trajectory_is_the_engines_format(tiny_checkpoint, tmp_path, monkeyp
     last = t["frames"][-1]
     assert not any(any(row) for row in last["masked"]) and len(last["ids"]) == 3 and len(last["ids"][0]) == 12
     assert all(step >= 1 for row in t["reveal_step"] for step in row)
-    assert sum(sum(sum(r) for r in f["revealed"]) for f in t["frames"]) == 3 * 12  # each position revealed once
+    # each position revealed once, and once more for each time the quote touch-up masked it again
+    again = sum(sum(sum(r) for r in f["remasked"]) for f in t["frames"] if f.get("remasked"))
+    assert sum(sum(sum(r) for r in f["revealed"]) for f in t["frames"]) == 3 * 12 + again
     monkeypatch.setattr(sys, "argv", ["dbert", "sample", "--checkpoint", str(tiny_checkpoint), "--n", "40",
                                       "--batch-size", "8", "--trajectory", str(out)])
     with pytest.raises(SystemExit) as e:
