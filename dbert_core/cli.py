@@ -720,6 +720,19 @@ def _std_streams() -> None:
             stream.reconfigure(errors="backslashreplace")
         except (AttributeError, ValueError, OSError):
             pass
+    sys.argv[1:] = [_argument_text(a) for a in sys.argv[1:]]
+
+
+def _argument_text(arg: str) -> str:
+    """An argument as the user typed it. Under the C locale without UTF-8 coercion Python decodes
+    argv as ASCII, so "Café" arrives holding surrogate escapes that no tokenizer or file name
+    check accepts; its bytes are read again as UTF-8 (what terminals send), undecodable bytes
+    as U+FFFD."""
+    if not any("\udc80" <= ch <= "\udcff" for ch in arg):
+        return arg
+    import os
+
+    return os.fsencode(arg).decode("utf-8", errors="replace")
 
 
 class _Closed:

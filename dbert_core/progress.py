@@ -35,6 +35,14 @@ def _quiet(method):
     return hook
 
 
+def _can_encode(stream, text: str) -> bool:
+    try:
+        text.encode(getattr(stream, "encoding", None) or "utf-8")
+        return True
+    except (UnicodeEncodeError, LookupError):
+        return False
+
+
 def _fmt_time(seconds: float) -> str:
     seconds = int(seconds)
     h, rem = divmod(seconds, 3600)
@@ -129,6 +137,8 @@ class SampleProgress:
 
     def _write(self, text: str) -> None:
         try:
+            if not _can_encode(self.stream, "·"):  # an ASCII stream (the C locale): a plain separator
+                text = text.replace("·", "-")
             self.stream.write(text)
             self.stream.flush()
         except (OSError, ValueError):  # a closed or broken progress stream never stops the work
