@@ -272,7 +272,8 @@ def sample(
         from .layout import atomic_write_text
 
         atomic_write_text(output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-    sys.stdout.write("".join(t.replace("\n", " ") + "\n" for t in texts))
+    for t in texts:  # a line at a time: one giant write to a pipe whose reader left can end "successfully"
+        sys.stdout.write(t.replace("\n", " ") + "\n")
     sys.stdout.flush()
     if stats:
         say(json.dumps(st))
@@ -713,6 +714,8 @@ def _std_streams() -> None:
                 os.close(null)
     if sys.stdout is None:
         sys.stdout = _Closed()
+    elif not isinstance(sys.stdout, _Data):
+        sys.stdout = _Data(sys.stdout)
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")
     for stream in (sys.stdout, sys.stderr):
@@ -733,6 +736,33 @@ def _argument_text(arg: str) -> str:
     import os
 
     return os.fsencode(arg).decode("utf-8", errors="replace")
+
+
+class ReaderGone(Exception):
+    """stdout's reader stopped early (`| head -1`): the command ends, status 141, nothing said."""
+
+
+class _Data:
+    """sys.stdout, with a closed pipe raised as ReaderGone: Click turns a BrokenPipeError inside a
+    command into a silent exit 0, which tells a script the data was all delivered."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError as e:
+            raise ReaderGone() from e
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError as e:
+            raise ReaderGone() from e
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 class _Closed:
@@ -798,6 +828,8 @@ def _exit_code(error: BaseException) -> int:
     if isinstance(error, Interrupted):
         say(f"dbert: interrupted ({error})" if str(error) not in ("", "SIGINT") else "dbert: interrupted")
         return 130
+    if isinstance(error, ReaderGone):  # the reader stopped early (| head): nothing to say
+        return 141
     if isinstance(error, DbertError):
         say(f"dbert: error: {error}")
         return 2
@@ -821,6 +853,7 @@ def main() -> None:
     traceback, and stdout carries only data."""
     import os
 
+    given = sys.stdout
     _std_streams()
     _saved_handlers.update(_stop_signals())
     code = 0
@@ -834,8 +867,8 @@ def main() -> None:
         code = _exit_code(e)
     try:
         sys.stdout.flush()
-    except (OSError, ValueError) as e:
-        code = _exit_code(e) if isinstance(e, OSError) else 2
+    except (OSError, ValueError, ReaderGone) as e:
+        code = _exit_code(e) if isinstance(e, (OSError, ReaderGone)) else 2
     if code:  # nothing more may reach a broken stdout: the interpreter's own flush at exit stays quiet
         try:
             if sys.stdout.fileno() == 1:
@@ -846,6 +879,8 @@ def main() -> None:
             pass
     _restore_signals()  # as they were (main() runs inside other programs' tests too)
     _saved_handlers.clear()
+    if isinstance(sys.stdout, _Data) and not isinstance(given, _Data):
+        sys.stdout = given
     sys.exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
