@@ -57,6 +57,7 @@ Dtype = _choice("Dtype", config.DTYPES)
 Preset = _choice("Preset", config.PRESETS)
 TRAIN = config.TrainConfig(data=[], out="")  # the defaults the options below show
 SAMPLE = config.SampleConfig()
+TOPK = 5  # candidates recorded per reveal in a --trajectory file (the token inspector shows them)
 
 
 def say(message: str) -> None:
@@ -252,7 +253,8 @@ def sample(
 
     for p in prompts:
         run = replace(cfg, prompt=p)
-        got, st_p = generate(db, run, on_frame=on_frame, cased=not lowercase, paragraph=paragraph)
+        got, st_p = generate(db, run, on_frame=on_frame, cased=not lowercase, paragraph=paragraph,
+                             topk=TOPK if trajectory is not None else 0)
         texts.extend(got)
         resolved = run.resolved(db)
         records.extend({"text": t, "prompt": p, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),

@@ -99,6 +99,8 @@ class Frame:
     row_steps   (B,) the step each row's state belongs to (first-hitting: rows run apart, and a
                 finished row stays at the step of its last reveal)
     remasked    (B, L) bool, masked again at this step (remdm; None for the strategies that never remask)
+    top_ids     (B, L, k) the k most likely ids of p' at each position's (last) reveal, -1 where
+                never revealed; top_probs (B, L, k) their p'. Only when frames(..., topk=k).
     """
 
     ids: torch.Tensor
@@ -113,6 +115,8 @@ class Frame:
     row_steps: torch.Tensor | None = None
     flops: float = 0.0
     remasked: torch.Tensor | None = None
+    top_ids: torch.Tensor | None = None
+    top_probs: torch.Tensor | None = None
 
     @property
     def done(self) -> bool:
@@ -337,7 +341,7 @@ def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor) -> to
     return torch.stack([left[where], right[where]], 1)
 
 
-def _draw(logits, r_v, no_draw, shaping, u, blocked=None):
+def _draw(logits, r_v, no_draw, shaping, u, blocked=None, top=None):
     """Tokens for revealed positions: from p'(v) r(v); returns (chosen (K,), p'(chosen) (K,)).
     logits (K, V) on any device (copied to the host here: the draws are float64 on the CPU).
     blocked (K, 2): per position, ids it may not take (its revealed neighbours; -1: none)."""
@@ -355,6 +359,8 @@ def _draw(logits, r_v, no_draw, shaping, u, blocked=None):
             raw = torch.softmax(logits[empty].double(), dim=-1) * r_v[empty]
             weights[empty] = torch.where(raw.sum(-1, keepdim=True) > 0, raw, p[empty])
     chosen = categorical(weights, u)
+    if top is not None:  # frames(topk=k): the candidates of p' at this reveal
+        top.keep(p)
     return chosen, p.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
 
 
@@ -366,14 +372,28 @@ def _config(db, cfg: SampleConfig | None, overrides: dict) -> SampleConfig:
 
 @torch.inference_mode()
 def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | None = None,
-           template: torch.Tensor | None = None, **overrides) -> Iterator[Frame]:
+           template: torch.Tensor | None = None, topk: int = 0, **overrides) -> Iterator[Frame]:
     """Run the reverse process for cfg.n samples in one batch, yielding a Frame per step (event).
 
     cfg holds the settings (SampleConfig's defaults where None); keyword overrides replace
     single fields (frames(db, n=2, steps=16)). template: token ids (length,) with [MASK] slots,
     instead of cfg.prompt's text, or (n, length): one template per row (a server batching
-    requests of different prompts into one call).
+    requests of different prompts into one call). topk > 0: each Frame carries the topk most
+    likely candidates of p' (and their p') at each position's reveal (top_ids, top_probs); the
+    draws are the same either way.
     """
+    stream = _frames(db, cfg, generator, template, topk, overrides)
+    top = next(stream)
+    for f in stream:
+        if top is not None:
+            f.top_ids, f.top_probs = top.ids.clone(), top.probs.clone()
+        yield f
+
+
+def _frames(db, cfg, generator, template, topk, overrides):
+    """frames' body: first yields its TopK recorder (or None), then the frames."""
+    from .inspector import TopK
+
     cfg = _config(db, cfg, overrides)
     gen = generator or torch.Generator().manual_seed(cfg.seed if cfg.seed is not None else torch.seed() % 2**63)
     mask_id = db.model.mask_id
@@ -387,6 +407,10 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id}),  # never sampled
         block_repeats=cfg.block_repeats,
     )
+    top = TopK(x.shape, topk) if topk > 0 else None
+    yield top
+    if top is not None:
+        state["top"] = top
     params = strategies.get(cfg.sampler).resolve(cfg.params)
     if cfg.sampler == "first-hitting":
         yield from _first_hitting(**state)
@@ -405,7 +429,8 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
         raise AssertionError(f"no sampler for strategy {cfg.sampler!r}")
 
 
-def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, cached: bool) -> Iterator[Frame]:
+def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, cached: bool,
+              top=None) -> Iterator[Frame]:
     """ancestral and cached: one frame per step, the same random draws in both."""
     B, L = x.shape
     S = len(kern.grid) - 1
@@ -454,7 +479,9 @@ def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, block_rep
                     chosen_logits = logits[revealed[masked].to(logits.device)]
                 r_v = kern.r_vocab(torch.tensor([k]))
                 blocked = neighbours(x, masked, revealed) if block_repeats else None
-                chosen, conf = _draw(chosen_logits, r_v, no_draw, shaping, u_token[revealed], blocked)
+                chosen, conf = _draw(chosen_logits, r_v, no_draw, shaping, u_token[revealed], blocked, top)
+                if top is not None:
+                    top.put(revealed)
                 x[revealed] = chosen
                 confidence[revealed] = conf
                 masked &= ~revealed
@@ -509,7 +536,7 @@ def _next_event(P: torch.Tensor, mk: torch.Tensor, k: torch.Tensor, r: torch.Ten
     return m, R_at
 
 
-def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats) -> Iterator[Frame]:
+def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, top=None) -> Iterator[Frame]:
     """One network call per reveal event; each row jumps straight to its next event."""
     B, L = x.shape
     S = len(kern.grid) - 1
@@ -545,9 +572,11 @@ def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, bloc
             logits = logits[rev[mk].to(logits.device)]
         row_of = rev.nonzero()[:, 0]
         blocked = neighbours(x[active], mk, rev) if block_repeats else None
-        chosen, conf = _draw(logits, kern.r_vocab(m[row_of]), no_draw, shaping, u_token[rev], blocked)
+        chosen, conf = _draw(logits, kern.r_vocab(m[row_of]), no_draw, shaping, u_token[rev], blocked, top)
         revealed = torch.zeros_like(masked)
         revealed[active] = rev
+        if top is not None:
+            top.put(revealed)
         x[revealed] = chosen
         confidence[revealed] = conf
         masked &= ~revealed
@@ -601,7 +630,7 @@ def position_scores(logits: torch.Tensor, no_draw: list[int], by: str) -> torch.
     return out.cpu().double()
 
 
-def _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token, block_repeats):
+def _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token, block_repeats, top=None):
     """Draw tokens from p' at the rev (R, L) positions of batch rows `rows` (their masked
     positions mk, the logits of those in row-major order) and write them in; returns the (B, L)
     revealed mask."""
@@ -609,8 +638,10 @@ def _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shapin
     if not rev.any():
         return revealed
     blocked = neighbours(x[rows], mk, rev) if block_repeats else None
-    chosen, conf = _draw(logits[rev[mk].to(logits.device)], None, no_draw, shaping, u_token[rows][rev], blocked)
+    chosen, conf = _draw(logits[rev[mk].to(logits.device)], None, no_draw, shaping, u_token[rows][rev], blocked, top)
     revealed[rows] = rev
+    if top is not None:
+        top.put(revealed)
     x[revealed] = chosen
     confidence[revealed] = conf
     masked &= ~revealed
@@ -618,7 +649,7 @@ def _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shapin
 
 
 def _ordered(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, by: str,
-             curve: torch.Tensor) -> Iterator[Frame]:
+             curve: torch.Tensor, top=None) -> Iterator[Frame]:
     """confidence, margin, entropy: each step reveals the k surest masked positions of each row,
     k such that the row's revealed count is round(n0 (1 - curve[k+1])) after step k."""
     B, L = x.shape
@@ -643,14 +674,14 @@ def _ordered(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repe
             rank = torch.empty_like(order).scatter_(1, order, torch.arange(L).expand_as(order).contiguous())
             rev = mk & (rank < need[rows].unsqueeze(1))
             revealed = _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token,
-                                      block_repeats)
+                                      block_repeats, top)
         yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
                     step=k + 1, steps=S, t=kern.grid[k + 1], nfe=net.nfe, rows=net.rows, flops=net.flops,
                     row_steps=torch.full((B,), k + 1))
 
 
 def _adaptive(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, rule: str, value: float,
-              curve: torch.Tensor) -> Iterator[Frame]:
+              curve: torch.Tensor, top=None) -> Iterator[Frame]:
     """threshold and entropy-bounded: one call per frame, each row revealing as many positions as
     its rule allows (at least one), until nothing is masked."""
     B, L = x.shape
@@ -684,7 +715,7 @@ def _adaptive(x, masked, confidence, kern, net, gen, shaping, no_draw, block_rep
             ok[:, 0] = True
             rev = torch.zeros_like(mk).scatter_(1, order, ok) & mk
         revealed = _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token,
-                                  block_repeats)
+                                  block_repeats, top)
         row_steps = step_of(masked.sum(1), everyone).clamp_min(1)
         left = masked.any(1)
         step = int(row_steps[left].min()) if left.any() else S
@@ -754,7 +785,7 @@ def remdm_kernel(db, steps: int, params: dict) -> tuple[Kernel, torch.Tensor]:
 
 
 def _remdm(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, sigma, mask_id: int,
-           time_agnostic: bool) -> Iterator[Frame]:
+           time_agnostic: bool, top=None) -> Iterator[Frame]:
     """ancestral with remasking: per step, masked positions reveal as in ancestral with r', and
     revealed ones (not the prompt's) are masked again with sigma of their token's class."""
     B, L = x.shape
@@ -784,7 +815,9 @@ def _remdm(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeat
             if revealed.any():
                 blocked = neighbours(x, masked, revealed) if block_repeats else None
                 chosen, conf = _draw(logits[revealed[masked].to(logits.device)], kern.r_vocab(torch.tensor([k])),
-                                     no_draw, shaping, u_token[revealed], blocked)
+                                     no_draw, shaping, u_token[revealed], blocked, top)
+                if top is not None:
+                    top.put(revealed)
         remasked = torch.zeros_like(masked)
         if shown.any() and float(sigma[k].max()) > 0:
             sig = sigma[k, 0] if token_free else sigma[k][kern.inverse[x[shown]]]
@@ -804,11 +837,12 @@ def _remdm(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeat
 
 
 def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool = True, paragraph: str | None = None,
-             **overrides) -> tuple[list[str], dict]:
+             topk: int = 0, **overrides) -> tuple[list[str], dict]:
     """cfg.n texts, cfg.batch_size per network call (keeps each batch's last frame), and stats
     {nfe, rows, gflop, seconds, samples, steps, sampler, exact, params}. Same settings, same
     seed: same texts. Texts as DBert.decode writes them (cased, paragraph: its options); a
-    prompt's words are printed as typed."""
+    prompt's words are printed as typed. topk: the frames handed to on_frame carry the
+    candidates at each reveal (frames' topk)."""
     cfg = _config(db, cfg, overrides)
     verbatim = prompt_words(db, cfg.prompt) if cfg.prompt else None
     gen = torch.Generator().manual_seed(cfg.seed if cfg.seed is not None else torch.seed() % 2**63)
@@ -818,7 +852,7 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
     start = _time.perf_counter()
     for lo in range(0, cfg.n, cfg.batch_size):
         last = None
-        for last in frames(db, replace(cfg, n=min(cfg.batch_size, cfg.n - lo)), generator=gen):
+        for last in frames(db, replace(cfg, n=min(cfg.batch_size, cfg.n - lo)), generator=gen, topk=topk):
             if on_frame is not None:
                 on_frame(last)
         nfe += last.nfe
