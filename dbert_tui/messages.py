@@ -98,3 +98,13 @@ class TrainFinished(Message):
     path: Path
     step: int
     stopped: bool
+
+
+@dataclass
+class TokenPointed(Message):
+    """The mouse over the token at `position` of the token view: `press` a button went down on
+    it, `drag` it moved there with a button down (a selection), neither: a hover."""
+
+    position: int
+    press: bool = False
+    drag: bool = False
