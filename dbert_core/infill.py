@@ -41,6 +41,7 @@ class Candidate:
     nats: float                # the S-step bound on -log p(x) of the completed sequence
     tokens: int                # its content tokens
     ids: list[int]
+    row: int = 0               # its row in its length's batch (the frames `keep` holds)
 
     @property
     def score(self) -> float:
@@ -102,9 +103,12 @@ def bound(db, rows: list[list[int]], steps: int = SCORE_STEPS, seed: int = 0, dr
 
 
 def infill(db, cfg, per_length: int = PER_LENGTH, score_steps: int = SCORE_STEPS, on_frame=None, *,
-           cased: bool = True, paragraph: str | None = None) -> list[Candidate]:
+           cased: bool = True, paragraph: str | None = None, keep: dict | None = None,
+           topk: int = 0) -> list[Candidate]:
     """Candidates for cfg.prompt (a template with [MASK*A-B] spans), best first, duplicates
-    (the same text) kept once. cfg.n is not used here: the caller keeps the top n."""
+    (the same text) kept once. cfg.n is not used here: the caller keeps the top n.
+    keep: a dict that receives, per length combination, every frame of its batch (the TUI
+    plays the winner's batch back); topk: the frames' candidates (sample.frames)."""
     from .sample import _slots, expand_template, frames, parse_prompt, prompt_words
 
     if not has_range(cfg.prompt):
@@ -122,15 +126,18 @@ def infill(db, cfg, per_length: int = PER_LENGTH, score_steps: int = SCORE_STEPS
         ids = parse_prompt(db, template, L)
         run = replace(cfg, prompt=None, n=per_length, length=L)
         last = None
-        for last in frames(db, run, generator=gen, template=ids):
+        kept = keep.setdefault(lengths, []) if keep is not None else None
+        for last in frames(db, run, generator=gen, template=ids, topk=topk):
             if on_frame is not None:
                 on_frame(last)
+            if kept is not None:
+                kept.append(last)
         rows = [[int(i) for i in row] for row in last.ids]
         nats = bound(db, rows, score_steps, seed)
         verbatim = prompt_words(db, template)
-        for row, v in zip(rows, nats):
+        for b, (row, v) in enumerate(zip(rows, nats)):
             text = db.decode(row, cased=cased, paragraph=paragraph, verbatim=verbatim)
-            c = Candidate(text, lengths, float(v), len(row), row)
+            c = Candidate(text, lengths, float(v), len(row), row, b)
             if text not in out or c.score < out[text].score:
                 out[text] = c
     return sorted(out.values(), key=lambda c: c.score)

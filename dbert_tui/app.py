@@ -222,8 +222,16 @@ class DbertApp(App):
                             g.action_compare)
         yield SystemCommand("Prompt / infill template", r"Text with \[MASK] slots (p)", g.action_prompt)
         yield SystemCommand("Save texts", "Write the generated text(s) to a file (s)", g.action_save)
-        yield SystemCommand("Export trajectory", "Every frame of the run as JSON (x)", g.action_export)
+        yield SystemCommand("Export trajectory", "Every frame as JSON, or an asciinema .cast, or .html (x)", g.action_export)
         yield SystemCommand("Toggle colouring", "Reveal order / confidence (v)", g.action_toggle_colour)
+        yield SystemCommand("Inspect tokens", "The token under a cursor: reveal step, p', top candidates; edit (i)",
+                            g.action_inspect)
+        yield SystemCommand("Refill", "Fill the remasked tokens in: a new version (f)", g.action_refill)
+        yield SystemCommand("Branch", "Several refills at once; Enter picks one (b)", g.action_branch)
+        yield SystemCommand("Undo edit", "The previous version (u)", g.action_undo)
+        yield SystemCommand("Redo edit", "The next version (y)", g.action_redo)
+        yield SystemCommand("Stable layout", "Words keep the final text's lines while they fill in (w)",
+                            g.action_toggle_stable)
         yield SystemCommand("Fetch a checkpoint", "From the Hugging Face Hub or an https URL",
                             lambda: (self.action_mode("checkpoints"), self.call_later(self.checkpoints_screen.action_fetch)))
 

@@ -131,6 +131,7 @@ class Run:
     template: object = None            # (n, L) or (L,) token ids with [MASK]s to fill (a refill), else the prompt's
     source: list | None = None         # a replay: the frames to play back (compact Frames) instead of sampling
     source_order: object = None        # the replay's reveal order (B, L)
+    source_prompt: str | None = None   # the template its positions follow, when not settings.prompt (an infill)
 
     def hold(self, is_cancelled: Callable[[], bool], started: float, done: float) -> None:
         """While playing a run with min_seconds, keep a frame that reveals a fraction `done` of

@@ -108,3 +108,13 @@ class TokenPointed(Message):
     position: int
     press: bool = False
     drag: bool = False
+
+
+@dataclass
+class InfillReady(Message, bubble=False):
+    """An infill prompt's candidates ([MASK*A-B]; dbert_core.infill), best first, and the frames
+    of each length's batch (`keep`), for the run `token` the screen started."""
+
+    token: int
+    candidates: list
+    keep: dict

@@ -249,3 +249,43 @@ def test_snapshot_inspector_120x40(snap_compare, tiny_db):
         await pilot.pause()
 
     assert snap_compare(make_app(tiny_db, steps=24, length=40, seed=3), terminal_size=(120, 40), run_before=before)
+
+
+async def test_an_infill_prompt_ranks_every_length_and_plays_the_best(tiny_db):
+    app = make_app(tiny_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        g = app.generate_screen
+        await pilot.press("p")
+        await fill_dialog(pilot, {"prompt": "once upon a time [MASK*1-3] girl"})
+        await wait_for(pilot, lambda: g.run is not None and g.run.source_prompt is not None and g.run.finished
+                       and g.drawn is g.run.frames[-1], what="the infill")
+        best = g.ranking[0]
+        assert [c.score for c in g.ranking] == sorted(c.score for c in g.ranking)
+        assert {c.lengths for c in g.ranking} <= {(1,), (2,), (3,)}
+        assert g.session.selected == best.row and g.run.source_prompt == f"once upon a time [MASK*{best.lengths[0]}] girl"
+        assert g.shown_text().replace("\n", " ") == best.text
+        await pilot.press("i")  # the inspector works on it too
+        assert g.inspected()["piece"]
+
+
+def test_replay_of_a_bad_file_is_one_line_before_the_screen_opens(tmp_path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    for target, what in ((bad, "is not a dbert trajectory"), (tmp_path / "none.json", "cannot read")):
+        r = subprocess.run([sys.executable, "-m", "dbert_tui.app", "--replay", str(target)], capture_output=True,
+                           text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and what in r.stderr
+
+
+def test_the_new_engine_modules_never_import_textual():
+    import subprocess
+    import sys
+
+    code = ("import sys, dbert_core.inspector, dbert_core.replay, dbert_core.share, dbert_core.stable, "
+            "dbert_core.infill; bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')]; "
+            "sys.exit(1 if bad else 0)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

@@ -36,7 +36,7 @@ from dbert_core.errors import DbertError
 
 from ..controller import BRANCHES, MAX_N, Playback, Run, Session, Settings, differences, expected_masked, produce
 from ..editing import Draft, Version, Versions
-from ..messages import FrameReady, RunFinished, SampleChosen, TokenPointed
+from ..messages import FrameReady, InfillReady, RunFinished, SampleChosen, TokenPointed
 from ..files import atomic_write, default_output, output_path, texts_of, trajectory
 from ..render import FIXED_EDGES, confidence_edges, inspector_lines, legend, render_row, render_tokens, row_spans
 from ..widgets.controls import CONTROLS, ControlBar
@@ -105,7 +105,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         Binding("e", "edit", "Settings dialog: every sampling setting"),
         Binding("p", "prompt", "Prompt / infill template"),
         Binding("s", "save", "Save the text(s) to a file"),
-        Binding("x", "export", "Export the trajectory as JSON"),
+        Binding("x", "export", "Export the run: .json trajectory, .cast asciinema, .html text"),
         Binding("v", "toggle_colour", "Colour by reveal order / confidence"),
         Binding("left_square_bracket", "steps(0.5)", "Halve the steps", key_display="["),
         Binding("right_square_bracket", "steps(2)", "Double the steps", key_display="]"),
@@ -156,6 +156,9 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self._locked: set[int] = set()              # locked positions, kept from one version to the next
         self._branch_run: int | None = None         # the run id of a branch whose pick is pending
         self._masking = None                        # (V,) masking time per token id (spindle)
+        self._infilling = 0                         # the token of the infill being computed (0: none)
+        self._infill_tokens = itertools.count(1)
+        self.ranking: list = []                     # the last infill's candidates, best first
 
     # ------------------------------------------------------------------ what is shown
     @property
@@ -255,7 +258,12 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if self.db is None or not self._ready:
             return
         from dbert_core.errors import DbertError
+        from dbert_core.infill import has_range
 
+        if self.replay is None and has_range(self.session.settings.prompt):
+            self._start_infill()
+            return
+        self._infilling = 0
         try:
             playbacks = self.session.replay_runs(self.replay) if self.replay is not None else self.session.new_runs(self.db)
         except DbertError as e:
@@ -266,6 +274,79 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self._locked = set()
         self._branch_run = None
         self._start(playbacks)
+
+    # ------------------------------------------------------------------ infill of unknown length
+    def _start_infill(self) -> None:
+        """A prompt with [MASK*A-B]: every length drawn and ranked (dbert_core.infill) in a
+        worker; the winner's batch is then played back, the winner shown large."""
+        from dbert_core.errors import DbertError
+
+        try:
+            cfg = dataclasses.replace(self.session.settings, n=1).resolved(self.db)
+        except DbertError as e:
+            self.app.notify(str(e), title="settings", severity="error")
+            return
+        self.workers.cancel_group(self, "sample-0")
+        self.workers.cancel_group(self, "sample-1")
+        self.draft = None
+        self.versions = Versions()
+        self._branch_run = None
+        self.session.partner, self.session.side = None, 0
+        self.session.playbacks = []
+        token = self._infilling = next(self._infill_tokens)
+        self.query_one("#gen-tokens", Static).update(Text("infill: drawing every length and ranking them by "
+                                                          "the model's ELBO per token…", style="dim"))
+        self._arrange()
+        self._status()
+        self.run_worker(partial(self._infill, token, cfg, self.db), name="infill", group="sample-0", exclusive=True,
+                        thread=True, exit_on_error=False)
+
+    def _infill(self, token: int, cfg, db) -> None:
+        """(worker thread) The infill's candidates, posted when all are ranked."""
+        from dbert_core.infill import infill
+
+        from ..controller import TOPK
+
+        worker = get_current_worker()
+
+        class Cancelled(Exception):
+            pass
+
+        def check(_frame) -> None:
+            if worker.is_cancelled:
+                raise Cancelled
+
+        keep: dict = {}
+        try:
+            got = infill(db, cfg, on_frame=check, keep=keep, topk=TOPK)
+        except Cancelled:
+            return
+        self.post_message(InfillReady(token, got, keep))
+
+    @on(InfillReady)
+    def _infill_ready(self, message: InfillReady) -> None:
+        if message.token != self._infilling or not message.candidates:
+            return
+        from dbert_core.infill import variants
+        from dbert_core.trajectory import reveal_order
+
+        from ..controller import compact
+
+        self._infilling = 0
+        self.ranking = message.candidates
+        best = message.candidates[0]
+        frames = [compact(f) for f in message.keep[best.lengths]]
+        s = dataclasses.replace(self.session.settings, n=frames[-1].ids.shape[0], length=frames[-1].ids.shape[1])
+        template = dict(variants(self.session.settings.prompt))[best.lengths]
+        run = Run(next(self.session._ids), s, playing=True, source=frames, source_order=reveal_order(frames),
+                  source_prompt=template)
+        self.session.playbacks = [Playback(run)]
+        self.session.selected, self.session.zoomed = best.row, s.n > 1
+        lines = [f"#{i + 1} {c.score:.3f} nats/token, {'+'.join(map(str, c.lengths))} token(s)"
+                 for i, c in enumerate(message.candidates[:3])]
+        self.app.notify(f"infill: {len(message.candidates)} candidates ranked by ELBO per token; shown: the best\n"
+                        + "\n".join(lines), title="infill", timeout=10)
+        self._start(self.session.playbacks)
 
     def _start(self, playbacks: list[Playback]) -> None:
         """Start a worker per playback (a sampler, or a replay's recorded frames)."""
@@ -373,7 +454,9 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         """The prompt's own words by position (shown as typed), for the session's prompt or this one."""
         from dbert_core.sample import prompt_words
 
-        if prompt is None and self.run is not None and self.run.template is not None:
+        if prompt is None and self.run is not None and self.run.source_prompt is not None:
+            prompt = self.run.source_prompt  # an infill: the winner's length
+        elif prompt is None and self.run is not None and self.run.template is not None:
             return None  # a refill: the positions are the draft's, not the prompt's
         prompt = self.session.settings.prompt if prompt is None else prompt
         return prompt_words(self.db, prompt) if prompt and self.db is not None else None
@@ -456,7 +539,10 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self._enter_inspect()
 
     def _enter_inspect(self, cursor: int | None = None) -> bool:
-        if not self.playbacks or self.db is None or self.view_mode() == "compare":
+        if self.view_mode() == "compare" and self.playbacks:
+            self.app.notify("inspect works on one run: end the comparison first (c)", severity="warning")
+            return False
+        if not self.playbacks or self.db is None:
             return False
         pb = self.playbacks[0]
         rec = pb.shown()
@@ -665,7 +751,10 @@ class GenerateScreen(ReportWorkerErrors, Screen):
     def _status(self) -> None:
         text = Text()
         mode = self.view_mode()
-        if self.run is None or self.db is None:
+        if self._infilling:
+            text.append("infill", style="bold magenta")
+            text.append(" · drawing every length of the [MASK*A-B] span, ranking by ELBO per token…", style="dim")
+        elif self.run is None or self.db is None:
             text.append("no run", style="dim")
         elif mode == "compare":
             seeds = {pb.run.settings.seed for pb in self.playbacks}
@@ -996,8 +1085,9 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self.restart()
 
     def action_prompt(self) -> None:
-        self.app.push_screen(FormDialog("Prompt / infill template: text with \\[MASK] slots; masks are appended "
-                                        "up to the length (empty: unconditional)",
+        self.app.push_screen(FormDialog("Prompt / infill template: text with \\[MASK] slots (\\[MASK*N]: N of them, "
+                                        "\\[MASK*A-B]: A to B tokens, ranked by the model's ELBO per token); masks are "
+                                        "appended up to the length (empty: unconditional)",
                                         [("prompt", "template", self.session.settings.prompt,
                                           "the cat [MASK] on the [MASK]")], "Use"), self._apply_prompt)
 
@@ -1005,11 +1095,15 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if values is None:
             return
         from dbert_core.errors import DbertError
+        from dbert_core.infill import has_range, variants
         from dbert_core.sample import parse_prompt
 
         if values["prompt"] and self.db is not None:
             try:
-                parse_prompt(self.db, values["prompt"], self.session.settings.length)
+                if has_range(values["prompt"]):
+                    variants(values["prompt"])  # the spans are checked; each length is the template's own
+                else:
+                    parse_prompt(self.db, values["prompt"], self.session.settings.length)
             except DbertError as e:
                 self.app.notify(str(e), title="prompt", severity="error")
                 return
