@@ -211,6 +211,29 @@ async def test_export_as_cast_and_html(tiny_db, tmp_path):
         assert page.startswith("<!doctype html>") and 'title="step ' in page
         traj = json.loads((tmp_path / "run.json").read_text())
         assert traj["top"]["k"] == 5 and traj["pieces"]
+        from dbert_core.replay import load
+
+        again = load(tmp_path / "run.json")  # the TUI's export replays too
+        assert [again.db.decode(row) for row in again.frames[-1].ids] == [tiny_db.decode(row) for row in
+                                                                          g.run.frames[-1].frame.ids]
+
+
+async def test_a_scrubbed_frame_is_inspected_as_it_was(tiny_db):
+    app = make_app(tiny_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        g = app.generate_screen
+        await pilot.press("home", *["right"] * 7, "i")
+        rec = g.run.frames[7]
+        masked = [i for i, m in enumerate(rec.frame.masked[0].tolist()) if m]
+        shown = [i for i, m in enumerate(rec.frame.masked[0].tolist()) if not m]
+        assert g.draft.masked == len(masked) > 0
+        g.draft.cursor = masked[0]
+        assert g.inspected()["masked"]
+        await pilot.press("right")
+        g.draft.cursor = shown[0]
+        info = g.inspected()
+        assert 1 <= info["step"] <= 8 and len(info["top"]) == 5
 
 
 async def test_stable_layout_keeps_the_final_line_breaks(traj_file):
