@@ -18,31 +18,47 @@ import torch
 class TopK:
     """ids (B, L, k) and probs (B, L, k) of p' at each position's latest reveal (-1 / nan before).
 
-    The sampler calls keep(p) with the (K, V) p' of the positions it is about to reveal, then
-    put(revealed) with the (B, L) mask of those positions (row-major, the order of p's rows)."""
+    The sampler calls keep(p) with the (K, V) p' of the K positions it is about to reveal (or
+    at(idx).keep(p) for the rows idx of them, when it draws them in passes), then put(revealed)
+    with the (B, L) mask of those positions (row-major, the order of the K rows)."""
 
     def __init__(self, shape: tuple[int, int], k: int) -> None:
         self.k = k
         self.ids = torch.full((*shape, k), -1, dtype=torch.long)
         self.probs = torch.full((*shape, k), float("nan"), dtype=torch.float32)
-        self._last: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._parts: list = []
 
-    def keep(self, p: torch.Tensor) -> None:
+    def keep(self, p: torch.Tensor, idx: torch.Tensor | None = None) -> None:
         k = min(self.k, p.shape[-1])
         values, ids = torch.topk(p, k, dim=-1)
-        if k < self.k:  # a vocabulary smaller than k
-            pad = self.k - k
-            ids = torch.cat([ids, torch.full((ids.shape[0], pad), -1, dtype=ids.dtype)], 1)
-            values = torch.cat([values, torch.full((values.shape[0], pad), float("nan"), dtype=values.dtype)], 1)
-        self._last = (ids, values.float())
+        self._parts.append((idx, ids, values.float()))
+
+    def at(self, idx: torch.Tensor) -> "_Rows":
+        return _Rows(self, idx)
 
     def put(self, revealed: torch.Tensor) -> None:
-        if self._last is None or not revealed.any():
+        K = int(revealed.sum())
+        parts, self._parts = self._parts, []
+        if not parts or K == 0:
             return
-        ids, values = self._last
+        ids = torch.full((K, self.k), -1, dtype=torch.long)
+        probs = torch.full((K, self.k), float("nan"), dtype=torch.float32)
+        for idx, i, v in parts:
+            rows = slice(None) if idx is None else idx
+            ids[rows, : i.shape[1]] = i
+            probs[rows, : v.shape[1]] = v
         self.ids[revealed] = ids
-        self.probs[revealed] = values
-        self._last = None
+        self.probs[revealed] = probs
+
+
+class _Rows:
+    """TopK.at(idx): keep() for the rows idx of the positions being revealed."""
+
+    def __init__(self, top: TopK, idx: torch.Tensor) -> None:
+        self.top, self.idx = top, idx
+
+    def keep(self, p: torch.Tensor) -> None:
+        self.top.keep(p, self.idx)
 
 
 def masking_time(schedule, ids: torch.Tensor) -> torch.Tensor:

@@ -6,9 +6,11 @@ The reverse step (docs/method.md section 2), for a masked position at step t jum
 Revealed tokens are never masked again ("carry-over"). Temperature, top-k, top-p and the
 repeat block reshape the token choice only: whether a position is revealed is decided from the
 model's raw p, and which token from the reshaped p' weighted by r. The repeat block (on by
-default, `block_repeats`) removes from p' the ids of the position's revealed left and right
-neighbours: a model that predicts each position's marginal fills "once upon a time, there
-[MASK] was" with "there" far too often, and a reader sees "there there". Categorical draws use float64. At the last
+default, `block_repeats`, `RepeatBlock`) removes from p' the ids of the position's revealed left
+and right neighbours and of the word beyond a comma next to it: a model that predicts each
+position's marginal fills "once upon a time, there [MASK] was" with "there" far too often, and a
+reader sees "there there" or "once, once". Neighbours revealed in the same event are drawn in
+three passes so they see each other. Categorical draws use float64. At the last
 step (s = 0) a_0 = 1, so r = 1: every position still masked is revealed.
 
 r(v) depends on v only through the schedule's per-token constant (spindle: the centred
@@ -326,25 +328,79 @@ class _Net:
         self.flops += forward_flops(self.model.config, R, inp.shape[1], int(sel.sum()))
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device)).float()
-        if out.isnan().any() or out.isposinf().any():  # -inf is how forbidden tokens are marked
+        total = float(out.sum())  # one pass: -inf marks forbidden tokens; NaN or +inf anywhere makes it NaN or +inf
+        if math.isnan(total) or total == math.inf:
             raise DbertError("the model's outputs are not finite (NaN or inf in its weights?); "
                              "this checkpoint cannot be sampled")
         return out
 
 
-def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
-    """(K, 2) the revealed left and right neighbours' ids of the `where` positions of x (-1: none)."""
+def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor, comma: int = -1) -> torch.Tensor:
+    """(K, J) ids the `where` positions of x may not take under the repeat block (-1: none): the
+    revealed left and right neighbours (J = 2); when `comma` is the comma's id (J = 5) also the
+    word beyond a revealed comma on either side and the comma itself between two equal words
+    ("once, once")."""
     pad = torch.full((x.shape[0], 1), -1, dtype=x.dtype)
     shown = torch.where(masked, torch.full_like(x, -1), x)
     left = torch.cat([pad, shown[:, :-1]], 1)
     right = torch.cat([shown[:, 1:], pad], 1)
-    return torch.stack([left[where], right[where]], 1)
+    out = [left[where], right[where]]
+    if comma >= 0:
+        left2 = torch.cat([pad, pad, shown[:, :-2]], 1)[:, : x.shape[1]]
+        right2 = torch.cat([shown[:, 2:], pad, pad], 1)[:, : x.shape[1]]
+        between = torch.where((left == right) & (left >= 0), comma, -1)  # no comma between two equal words
+        out += [torch.where(left == comma, left2, -1)[where], torch.where(right == comma, right2, -1)[where],
+                between[where]]
+    return torch.stack(out, 1)
+
+
+@dataclass(frozen=True)
+class RepeatBlock:
+    """The repeat block: a revealed position never takes its revealed neighbour's id, nor the id
+    of the word beyond a comma next to it, nor a comma between two equal words. Positions revealed
+    in one event are drawn in three passes (by column mod 3), so of any three neighbours revealed
+    together the last drawn sees the other two."""
+
+    comma: int = -1
+
+
+def _draw_tokens(x, masked, revealed, logits, r_v, no_draw, shaping, u, block: RepeatBlock | None, top=None):
+    """Tokens for the revealed (R, L) positions of rows x (R, L) whose masked (R, L) positions
+    are the ones still masked before this event; logits and u (K,) in row-major order of
+    revealed, r_v (K, V), (1, V) or None. Returns (chosen (K,), p'(chosen) (K,)) as `_draw`.
+    top: frames(topk=k)'s recorder (inspector.TopK), given each pass's candidates."""
+    if block is None:
+        return _draw(logits, r_v, no_draw, shaping, u, top=top)
+    K = int(revealed.sum())
+    column = torch.arange(revealed.shape[1]).expand_as(revealed) % 3
+    chosen = torch.empty(K, dtype=torch.long)
+    conf = torch.empty(K, dtype=torch.float64)
+    x, masked = x.clone(), masked.clone()
+    for part in range(3):
+        where = revealed & (column == part)
+        sel = where[revealed]  # (K,) the reveals of this pass
+        if not sel.any():
+            continue
+        idx = sel.nonzero().squeeze(1)
+        rv = None if r_v is None else (r_v[idx.to(r_v.device)] if r_v.shape[0] == K and K > 1 else r_v)
+        c, pc = _draw(logits[idx.to(logits.device)], rv, no_draw, shaping, u[idx], neighbours(x, masked, where, block.comma),
+                      None if top is None else top.at(idx))
+        chosen[idx], conf[idx] = c, pc
+        x[where] = c
+        masked &= ~where
+    return chosen, conf
+
+
+def _comma_id(db) -> int:
+    """The id of "," in this checkpoint's vocabulary (-1 if it has none)."""
+    cid = db.tokenizer.backend_tokenizer.token_to_id(",")
+    return -1 if cid is None else int(cid)
 
 
 def _draw(logits, r_v, no_draw, shaping, u, blocked=None, top=None):
     """Tokens for revealed positions: from p'(v) r(v); returns (chosen (K,), p'(chosen) (K,)).
     logits (K, V) on any device (copied to the host here: the draws are float64 on the CPU).
-    blocked (K, 2): per position, ids it may not take (its revealed neighbours; -1: none)."""
+    blocked (K, J): per position, ids it may not take (neighbours(); -1: none)."""
     logits = logits.to("cpu", copy=True)
     logits[:, no_draw] = float("-inf")
     if blocked is not None:
@@ -405,7 +461,7 @@ def _frames(db, cfg, generator, template, topk, overrides):
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
         kern=kernel(db.schedule, cfg.steps), net=_Net(db, cfg.dtype), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id}),  # never sampled
-        block_repeats=cfg.block_repeats,
+        block_repeats=RepeatBlock(comma=_comma_id(db)) if cfg.block_repeats else None,
     )
     top = TopK(x.shape, topk) if topk > 0 else None
     yield top
@@ -478,8 +534,8 @@ def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, block_rep
                 else:
                     chosen_logits = logits[revealed[masked].to(logits.device)]
                 r_v = kern.r_vocab(torch.tensor([k]))
-                blocked = neighbours(x, masked, revealed) if block_repeats else None
-                chosen, conf = _draw(chosen_logits, r_v, no_draw, shaping, u_token[revealed], blocked, top)
+                chosen, conf = _draw_tokens(x, masked, revealed, chosen_logits, r_v, no_draw, shaping,
+                                            u_token[revealed], block_repeats, top)
                 if top is not None:
                     top.put(revealed)
                 x[revealed] = chosen
@@ -571,8 +627,8 @@ def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, bloc
         else:
             logits = logits[rev[mk].to(logits.device)]
         row_of = rev.nonzero()[:, 0]
-        blocked = neighbours(x[active], mk, rev) if block_repeats else None
-        chosen, conf = _draw(logits, kern.r_vocab(m[row_of]), no_draw, shaping, u_token[rev], blocked, top)
+        chosen, conf = _draw_tokens(x[active], mk, rev, logits, kern.r_vocab(m[row_of]), no_draw, shaping,
+                                    u_token[rev], block_repeats, top)
         revealed = torch.zeros_like(masked)
         revealed[active] = rev
         if top is not None:
@@ -637,8 +693,8 @@ def _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shapin
     revealed = torch.zeros_like(masked)
     if not rev.any():
         return revealed
-    blocked = neighbours(x[rows], mk, rev) if block_repeats else None
-    chosen, conf = _draw(logits[rev[mk].to(logits.device)], None, no_draw, shaping, u_token[rows][rev], blocked, top)
+    chosen, conf = _draw_tokens(x[rows], mk, rev, logits[rev[mk].to(logits.device)], None, no_draw, shaping,
+                                u_token[rows][rev], block_repeats, top)
     revealed[rows] = rev
     if top is not None:
         top.put(revealed)
@@ -813,9 +869,9 @@ def _remdm(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeat
             else:
                 revealed[masked] = u_reveal[masked] < kern.class_mass(logits) @ kern.r[k]
             if revealed.any():
-                blocked = neighbours(x, masked, revealed) if block_repeats else None
-                chosen, conf = _draw(logits[revealed[masked].to(logits.device)], kern.r_vocab(torch.tensor([k])),
-                                     no_draw, shaping, u_token[revealed], blocked, top)
+                chosen, conf = _draw_tokens(x, masked, revealed, logits[revealed[masked].to(logits.device)],
+                                            kern.r_vocab(torch.tensor([k])), no_draw, shaping, u_token[revealed],
+                                            block_repeats, top)
                 if top is not None:
                     top.put(revealed)
         remasked = torch.zeros_like(masked)
