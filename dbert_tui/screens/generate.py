@@ -567,30 +567,30 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self._arrange()
         self._draw()
 
-    def _edit(self, method, *args):
-        """A draft edit from a key (nothing outside inspect mode), then a redraw."""
+    def _edit(self, name: str, *args):
+        """Draft method `name` from a key (nothing outside inspect mode), then a redraw."""
         if self.draft is None:
             return None
-        result = method(*args)
+        result = getattr(self.draft, name)(*args)
         self._draw()
         return result
 
     def action_extend(self, delta: int) -> None:
-        self._edit(self.draft.move, delta, self.positions, True) if self.draft is not None else None
+        self._edit("move", delta, self.positions, True)
 
     def action_remask(self) -> None:
-        if self._edit(self.draft.remask if self.draft else None) == 0:
+        if self._edit("remask") == 0:
             self.app.notify("nothing to remask there (locked, or masked already)", severity="warning")
 
     def action_lock(self) -> None:
-        self._edit(self.draft.toggle_lock if self.draft else None)
+        self._edit("toggle_lock")
 
     def action_insert_slot(self) -> None:
-        if self._edit(self.draft.insert if self.draft else None, self.db.model.max_length if self.db else 0) is False:
+        if self.db is not None and self._edit("insert", self.db.model.max_length) is False:
             self.app.notify("the text is at the model's maximum length", severity="warning")
 
     def action_delete_slot(self) -> None:
-        if self._edit(self.draft.delete if self.draft else None) is False:
+        if self._edit("delete") is False:
             self.app.notify("only a masked slot can be deleted (remask the token first: ⌫)", severity="warning")
 
     def _can_refill(self) -> bool:
