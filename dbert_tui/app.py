@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
         except DbertError as e:
             fail(str(e))
         try:
-            code = run(checkpoint, settings, replay=loaded)
+            code = run(checkpoint, settings) if loaded is None else run(checkpoint, settings, replay=loaded)
         except DbertError as e:  # no terminal
             fail(str(e))
         sys.exit(code)

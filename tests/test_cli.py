@@ -276,7 +276,7 @@ def test_dbert_tui_takes_every_option_of_dbert_tui(capsys, monkeypatch):
     from dbert_tui.controller import Settings
 
     seen = {}
-    monkeypatch.setattr(tui_app, "run", lambda checkpoint, settings, replay=None: seen.update(c=checkpoint, s=settings) or 0)
+    monkeypatch.setattr(tui_app, "run", lambda checkpoint, settings: seen.update(c=checkpoint, s=settings) or 0)
     code, _, err = run(["tui", "--steps", "64", "--temperature", "0", "--top-k", "5", "--length", "20", "--seed", "3",
                         "--device", "cpu", "--pace-ms", "0", "-c", "dbert-minilm-wiki"], capsys, monkeypatch)
     assert code == 0, err
