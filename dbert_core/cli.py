@@ -57,6 +57,7 @@ Dtype = _choice("Dtype", config.DTYPES)
 Preset = _choice("Preset", config.PRESETS)
 TRAIN = config.TrainConfig(data=[], out="")  # the defaults the options below show
 SAMPLE = config.SampleConfig()
+TOPK = 5  # candidates recorded per reveal in a --trajectory file (the token inspector shows them)
 
 
 def say(message: str) -> None:
@@ -194,7 +195,7 @@ def sample(
     length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length: 128 for the shipped model).")] = SAMPLE.length,
     batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = SAMPLE.batch_size,
     seed: Annotated[Optional[int], typer.Option(help="Random seed: the same seed gives the same output (default: a fresh one, written to --output).")] = SAMPLE.seed,
-    prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Template with [MASK] slots ([MASK*N]: N of them); masks are appended up to --length.")] = SAMPLE.prompt,
+    prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Template with [MASK] slots ([MASK*N]: N of them; [MASK*A-B]: A to B tokens, see --candidates); masks are appended up to --length.")] = SAMPLE.prompt,
     prompt_file: Annotated[Optional[Path], typer.Option("--prompt-file", help="Prompts from a file, one per line (- : stdin); --n samples each.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the samples to this JSON Lines file: text, prompt, seed and settings per sample.")] = None,
     sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy. " + strategies.help_text() + ". Default: first-hitting where the model allows it, else ancestral.")] = None,
@@ -206,6 +207,7 @@ def sample(
     trajectory: Annotated[Optional[Path], typer.Option(help="Also write every frame of the run to this JSON file (one batch: --n <= --batch-size; format in dbert_core/trajectory.py).")] = None,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
     dtype: Annotated[Dtype, typer.Option(help="The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; draws stay float64), fp32 or bf16.")] = Dtype(SAMPLE.dtype),
+    candidates: Annotated[int, typer.Option(help="Infill ([MASK*A-B] in the prompt): texts drawn for each length; all are ranked by the model's ELBO per token and the best --n printed, their scores on stderr.")] = 4,
 ):
     """Generate N samples, one per line on stdout; a story start inside a sample reads " ¶ ".
 
@@ -221,6 +223,10 @@ def sample(
                               params=strategies.parse_params(sampler.value, param) if sampler else _no_params(param),
                               device=device.value, prompt=None, block_repeats=block_repeats,
                               pair_quotes=pair_quotes, dtype=dtype.value).validate()
+    from .infill import has_range
+
+    if trajectory is not None and any(has_range(p) for p in prompts):
+        raise DbertError("--trajectory records one batch; an infill prompt ([MASK*A-B]) runs one per length")
     if trajectory is not None:
         if cfg.n > cfg.batch_size or len(prompts) > 1:
             raise DbertError("--trajectory records one batch: give --n <= --batch-size and one prompt")
@@ -238,10 +244,11 @@ def sample(
         paragraph = STORY_BREAK
     except (UnicodeEncodeError, LookupError):
         paragraph = " | "  # a terminal or pipe that cannot show the pilcrow
+    from .infill import variants
     from .sample import prompt_notes
 
     for p in dict.fromkeys(x for x in prompts if x is not None):
-        for note in prompt_notes(db, p):
+        for note in prompt_notes(db, variants(p)[0][1] if has_range(p) else p):
             say(f"dbert: note: {note}" + (f" ({p[:40]!r})" if len(prompts) > 1 else ""))
     progress = SampleProgress(cfg.n * len(prompts), cfg.batch_size)
     texts, records, st = [], [], None
@@ -253,7 +260,12 @@ def sample(
 
     for p in prompts:
         run = replace(cfg, prompt=p)
-        got, st_p = generate(db, run, on_frame=on_frame, cased=not lowercase, paragraph=paragraph)
+        if has_range(p):
+            got = _infill(db, run, candidates, not lowercase, paragraph, records)
+            texts.extend(got)
+            continue
+        got, st_p = generate(db, run, on_frame=on_frame, cased=not lowercase, paragraph=paragraph,
+                             topk=TOPK if trajectory is not None else 0)
         texts.extend(got)
         resolved = run.resolved(db)
         records.extend({"text": t, "prompt": p, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
@@ -277,6 +289,21 @@ def sample(
     sys.stdout.flush()
     if stats:
         say(json.dumps(st))
+
+
+def _infill(db, cfg, candidates: int, cased: bool, paragraph: str, records: list) -> list[str]:
+    """An infill prompt ([MASK*A-B]): every length drawn `candidates` times, ranked by ELBO per
+    token (infill.py); the best cfg.n texts returned, their scores on stderr and in records."""
+    from .infill import infill
+
+    ranked = infill(db, cfg.resolved(db), per_length=candidates, cased=cased, paragraph=paragraph)
+    best = ranked[:cfg.n]
+    for i, c in enumerate(best):
+        say(f"dbert: infill #{i + 1}: {c.score:.4f} nats/token, lengths {','.join(map(str, c.lengths))}, "
+            f"{c.tokens} tokens")
+        records.append({"text": c.text, "prompt": cfg.prompt, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
+                        "infill": c.record()})
+    return [c.text for c in best]
 
 
 def _no_params(param: list[str] | None) -> None:

@@ -42,12 +42,15 @@ def unpaired(db, ids: torch.Tensor, eligible: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def touch_up(reverse, db, cfg, gen: torch.Generator, final, free: torch.Tensor, forbid=()) -> Iterator:
+def touch_up(reverse, db, cfg, gen: torch.Generator, final, free: torch.Tensor, forbid=(), top=None) -> Iterator:
     """The frames that follow the reverse process's final frame: `final` itself, then for each
     round with unpaired quotes one frame masking them again (`remasked`) and the refill's frames
     (`reverse`: sample._reverse, handed in as the sampler imports this module), run on the rows
     concerned with quote marks excluded. Every frame but the last has touch_up=True, so
-    `Frame.done` is True at the very end only; nfe, rows and flops keep counting."""
+    `Frame.done` is True at the very end only; nfe, rows and flops keep counting. top: the run's
+    inspector.TopK recorder, given the refills' candidates too."""
+    from .inspector import TopK
+
     quotes = quote_ids(db.tokenizer)
     S = final.steps
     base = {"nfe": final.nfe, "rows": final.rows, "flops": final.flops}
@@ -67,7 +70,13 @@ def touch_up(reverse, db, cfg, gen: torch.Generator, final, free: torch.Tensor, 
                           row_steps=torch.full((len(ids),), S), touch_up=True)
         yield current
         sub = None
-        for sub in reverse(db, replace(cfg, n=len(rows), prompt=None), gen, ids[rows].clone(), tuple(forbid) + tuple(quotes)):
+        sub_top = TopK((len(rows), ids.shape[1]), top.k) if top is not None else None
+        for sub in reverse(db, replace(cfg, n=len(rows), prompt=None), gen, ids[rows].clone(),
+                           tuple(forbid) + tuple(quotes), sub_top):
+            if top is not None:  # the refilled positions' candidates replace those of their first reveal
+                fresh = (sub_top.ids[..., 0] >= 0).unsqueeze(-1)
+                top.ids[rows] = torch.where(fresh, sub_top.ids, top.ids[rows])
+                top.probs[rows] = torch.where(fresh, sub_top.probs, top.probs[rows])
             ids, masked, confidence = current.ids.clone(), current.masked.clone(), current.confidence.clone()
             revealed = torch.zeros_like(masked)
             ids[rows], masked[rows], revealed[rows] = sub.ids, sub.masked, sub.revealed

@@ -104,6 +104,8 @@ class Frame:
     remasked    (B, L) bool, masked again at this step (remdm, the quote touch-up; None for the strategies that never remask)
     touch_up    True while frames of the quote touch-up follow or are under way (quotes.py): the
                 step budget is spent (step == steps) but the run is not done yet
+    top_ids     (B, L, k) the k most likely ids of p' at each position's (last) reveal, -1 where
+                never revealed; top_probs (B, L, k) their p'. Only when frames(..., topk=k).
     """
 
     ids: torch.Tensor
@@ -119,6 +121,8 @@ class Frame:
     flops: float = 0.0
     remasked: torch.Tensor | None = None
     touch_up: bool = False
+    top_ids: torch.Tensor | None = None
+    top_probs: torch.Tensor | None = None
 
     @property
     def done(self) -> bool:
@@ -364,12 +368,13 @@ class RepeatBlock:
     comma: int = -1
 
 
-def _draw_tokens(x, masked, revealed, logits, r_v, no_draw, shaping, u, block: RepeatBlock | None):
+def _draw_tokens(x, masked, revealed, logits, r_v, no_draw, shaping, u, block: RepeatBlock | None, top=None):
     """Tokens for the revealed (R, L) positions of rows x (R, L) whose masked (R, L) positions
     are the ones still masked before this event; logits and u (K,) in row-major order of
-    revealed, r_v (K, V), (1, V) or None. Returns (chosen (K,), p'(chosen) (K,)) as `_draw`."""
+    revealed, r_v (K, V), (1, V) or None. Returns (chosen (K,), p'(chosen) (K,)) as `_draw`.
+    top: frames(topk=k)'s recorder (inspector.TopK), given each pass's candidates."""
     if block is None:
-        return _draw(logits, r_v, no_draw, shaping, u)
+        return _draw(logits, r_v, no_draw, shaping, u, top=top)
     K = int(revealed.sum())
     column = torch.arange(revealed.shape[1]).expand_as(revealed) % 3
     chosen = torch.empty(K, dtype=torch.long)
@@ -382,7 +387,8 @@ def _draw_tokens(x, masked, revealed, logits, r_v, no_draw, shaping, u, block: R
             continue
         idx = sel.nonzero().squeeze(1)
         rv = None if r_v is None else (r_v[idx.to(r_v.device)] if r_v.shape[0] == K and K > 1 else r_v)
-        c, pc = _draw(logits[idx.to(logits.device)], rv, no_draw, shaping, u[idx], neighbours(x, masked, where, block.comma))
+        c, pc = _draw(logits[idx.to(logits.device)], rv, no_draw, shaping, u[idx], neighbours(x, masked, where, block.comma),
+                      None if top is None else top.at(idx))
         chosen[idx], conf[idx] = c, pc
         x[where] = c
         masked &= ~where
@@ -395,7 +401,7 @@ def _comma_id(db) -> int:
     return -1 if cid is None else int(cid)
 
 
-def _draw(logits, r_v, no_draw, shaping, u, blocked=None):
+def _draw(logits, r_v, no_draw, shaping, u, blocked=None, top=None):
     """Tokens for revealed positions: from p'(v) r(v); returns (chosen (K,), p'(chosen) (K,)).
     logits (K, V) on any device (copied to the host here: the draws are float64 on the CPU).
     blocked (K, J): per position, ids it may not take (neighbours(); -1: none)."""
@@ -413,6 +419,8 @@ def _draw(logits, r_v, no_draw, shaping, u, blocked=None):
             raw = torch.softmax(logits[empty].double(), dim=-1) * r_v[empty]
             weights[empty] = torch.where(raw.sum(-1, keepdim=True) > 0, raw, p[empty])
     chosen = categorical(weights, u)
+    if top is not None:  # frames(topk=k): the candidates of p' at this reveal
+        top.keep(p)
     return chosen, p.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
 
 
@@ -424,14 +432,20 @@ def _config(db, cfg: SampleConfig | None, overrides: dict) -> SampleConfig:
 
 @torch.inference_mode()
 def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | None = None,
-           template: torch.Tensor | None = None, forbid: tuple[int, ...] | list[int] = (), **overrides) -> Iterator[Frame]:
+           template: torch.Tensor | None = None, topk: int = 0, forbid: tuple[int, ...] | list[int] = (),
+           **overrides) -> Iterator[Frame]:
     """Run the reverse process for cfg.n samples in one batch, yielding a Frame per step (event).
 
     cfg holds the settings (SampleConfig's defaults where None); keyword overrides replace
     single fields (frames(db, n=2, steps=16)). template: token ids (length,) with [MASK] slots,
     instead of cfg.prompt's text, or (n, length): one template per row (a server batching
-    requests of different prompts into one call).
+    requests of different prompts into one call). topk > 0: each Frame carries the topk most
+    likely candidates of p' (and their p') at each position's reveal (top_ids, top_probs); the
+    draws are the same either way. forbid: more ids never drawn. With cfg.pair_quotes (the
+    default) the quote touch-up's frames follow the last step (quotes.py).
     """
+    from .inspector import TopK
+
     cfg = _config(db, cfg, overrides)
     gen = generator or torch.Generator().manual_seed(cfg.seed if cfg.seed is not None else torch.seed() % 2**63)
     mask_id = db.model.mask_id
@@ -440,19 +454,29 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
             torch.full((cfg.length,), mask_id, dtype=torch.long)
     x = template.unsqueeze(0).repeat(cfg.n, 1) if template.dim() == 1 else template.clone()  # (B, L)
     free = x == mask_id  # the positions the sampler fills (a prompt's own tokens are not among them)
+    top = TopK(x.shape, topk) if topk > 0 else None
+
+    def tagged(f: Frame) -> Frame:
+        if top is not None:
+            f.top_ids, f.top_probs = top.ids.clone(), top.probs.clone()
+        return f
+
     if not cfg.pair_quotes:
-        yield from _reverse(db, cfg, gen, x, forbid)
+        for f in _reverse(db, cfg, gen, x, forbid, top):
+            yield tagged(f)
         return
     final = None
-    for final in _reverse(db, cfg, gen, x, forbid):
+    for final in _reverse(db, cfg, gen, x, forbid, top):
         if final.done:
             break
-        yield final
-    yield from touch_up(_reverse, db, cfg, gen, final, free, forbid)
+        yield tagged(final)
+    for f in touch_up(_reverse, db, cfg, gen, final, free, forbid, top):
+        yield tagged(f)
 
 
-def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbid=()) -> Iterator[Frame]:
-    """The reverse process of cfg.sampler from x (B, L), [MASK] where it fills in (x is written in)."""
+def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbid=(), top=None) -> Iterator[Frame]:
+    """The reverse process of cfg.sampler from x (B, L), [MASK] where it fills in (x is written
+    in); top: an inspector.TopK recorder of the candidates at each reveal, or None."""
     mask_id = db.model.mask_id
     state = dict(
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
@@ -460,6 +484,8 @@ def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbi
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id} | set(forbid)),  # never sampled
         block_repeats=RepeatBlock(comma=_comma_id(db)) if cfg.block_repeats else None,
     )
+    if top is not None:
+        state["top"] = top
     params = strategies.get(cfg.sampler).resolve(cfg.params)
     if cfg.sampler == "first-hitting":
         yield from _first_hitting(**state)
@@ -478,7 +504,8 @@ def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbi
         raise AssertionError(f"no sampler for strategy {cfg.sampler!r}")
 
 
-def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, cached: bool) -> Iterator[Frame]:
+def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, cached: bool,
+              top=None) -> Iterator[Frame]:
     """ancestral and cached: one frame per step, the same random draws in both."""
     B, L = x.shape
     S = len(kern.grid) - 1
@@ -527,7 +554,9 @@ def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, block_rep
                     chosen_logits = logits[revealed[masked].to(logits.device)]
                 r_v = kern.r_vocab(torch.tensor([k]))
                 chosen, conf = _draw_tokens(x, masked, revealed, chosen_logits, r_v, no_draw, shaping,
-                                            u_token[revealed], block_repeats)
+                                            u_token[revealed], block_repeats, top)
+                if top is not None:
+                    top.put(revealed)
                 x[revealed] = chosen
                 confidence[revealed] = conf
                 masked &= ~revealed
@@ -582,7 +611,7 @@ def _next_event(P: torch.Tensor, mk: torch.Tensor, k: torch.Tensor, r: torch.Ten
     return m, R_at
 
 
-def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats) -> Iterator[Frame]:
+def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, top=None) -> Iterator[Frame]:
     """One network call per reveal event; each row jumps straight to its next event."""
     B, L = x.shape
     S = len(kern.grid) - 1
@@ -618,9 +647,11 @@ def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, bloc
             logits = logits[rev[mk].to(logits.device)]
         row_of = rev.nonzero()[:, 0]
         chosen, conf = _draw_tokens(x[active], mk, rev, logits, kern.r_vocab(m[row_of]), no_draw, shaping,
-                                    u_token[rev], block_repeats)
+                                    u_token[rev], block_repeats, top)
         revealed = torch.zeros_like(masked)
         revealed[active] = rev
+        if top is not None:
+            top.put(revealed)
         x[revealed] = chosen
         confidence[revealed] = conf
         masked &= ~revealed
@@ -674,7 +705,7 @@ def position_scores(logits: torch.Tensor, no_draw: list[int], by: str) -> torch.
     return out.cpu().double()
 
 
-def _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token, block_repeats):
+def _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token, block_repeats, top=None):
     """Draw tokens from p' at the rev (R, L) positions of batch rows `rows` (their masked
     positions mk, the logits of those in row-major order) and write them in; returns the (B, L)
     revealed mask."""
@@ -682,8 +713,10 @@ def _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shapin
     if not rev.any():
         return revealed
     chosen, conf = _draw_tokens(x[rows], mk, rev, logits[rev[mk].to(logits.device)], None, no_draw, shaping,
-                                u_token[rows][rev], block_repeats)
+                                u_token[rows][rev], block_repeats, top)
     revealed[rows] = rev
+    if top is not None:
+        top.put(revealed)
     x[revealed] = chosen
     confidence[revealed] = conf
     masked &= ~revealed
@@ -691,7 +724,7 @@ def _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shapin
 
 
 def _ordered(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, by: str,
-             curve: torch.Tensor) -> Iterator[Frame]:
+             curve: torch.Tensor, top=None) -> Iterator[Frame]:
     """confidence, margin, entropy: each step reveals the k surest masked positions of each row,
     k such that the row's revealed count is round(n0 (1 - curve[k+1])) after step k."""
     B, L = x.shape
@@ -716,14 +749,14 @@ def _ordered(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repe
             rank = torch.empty_like(order).scatter_(1, order, torch.arange(L).expand_as(order).contiguous())
             rev = mk & (rank < need[rows].unsqueeze(1))
             revealed = _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token,
-                                      block_repeats)
+                                      block_repeats, top)
         yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
                     step=k + 1, steps=S, t=kern.grid[k + 1], nfe=net.nfe, rows=net.rows, flops=net.flops,
                     row_steps=torch.full((B,), k + 1))
 
 
 def _adaptive(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, rule: str, value: float,
-              curve: torch.Tensor) -> Iterator[Frame]:
+              curve: torch.Tensor, top=None) -> Iterator[Frame]:
     """threshold and entropy-bounded: one call per frame, each row revealing as many positions as
     its rule allows (at least one), until nothing is masked."""
     B, L = x.shape
@@ -757,7 +790,7 @@ def _adaptive(x, masked, confidence, kern, net, gen, shaping, no_draw, block_rep
             ok[:, 0] = True
             rev = torch.zeros_like(mk).scatter_(1, order, ok) & mk
         revealed = _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token,
-                                  block_repeats)
+                                  block_repeats, top)
         row_steps = step_of(masked.sum(1), everyone).clamp_min(1)
         left = masked.any(1)
         step = int(row_steps[left].min()) if left.any() else S
@@ -827,7 +860,7 @@ def remdm_kernel(db, steps: int, params: dict) -> tuple[Kernel, torch.Tensor]:
 
 
 def _remdm(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, sigma, mask_id: int,
-           time_agnostic: bool) -> Iterator[Frame]:
+           time_agnostic: bool, top=None) -> Iterator[Frame]:
     """ancestral with remasking: per step, masked positions reveal as in ancestral with r', and
     revealed ones (not the prompt's) are masked again with sigma of their token's class."""
     B, L = x.shape
@@ -857,7 +890,9 @@ def _remdm(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeat
             if revealed.any():
                 chosen, conf = _draw_tokens(x, masked, revealed, logits[revealed[masked].to(logits.device)],
                                             kern.r_vocab(torch.tensor([k])), no_draw, shaping, u_token[revealed],
-                                            block_repeats)
+                                            block_repeats, top)
+                if top is not None:
+                    top.put(revealed)
         remasked = torch.zeros_like(masked)
         if shown.any() and float(sigma[k].max()) > 0:
             sig = sigma[k, 0] if token_free else sigma[k][kern.inverse[x[shown]]]
@@ -877,11 +912,12 @@ def _remdm(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeat
 
 
 def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool = True, paragraph: str | None = None,
-             **overrides) -> tuple[list[str], dict]:
+             topk: int = 0, **overrides) -> tuple[list[str], dict]:
     """cfg.n texts, cfg.batch_size per network call (keeps each batch's last frame), and stats
     {nfe, rows, gflop, seconds, samples, steps, sampler, exact, params}. Same settings, same
     seed: same texts. Texts as DBert.decode writes them (cased, paragraph: its options); a
-    prompt's words are printed as typed."""
+    prompt's words are printed as typed. topk: the frames handed to on_frame carry the
+    candidates at each reveal (frames' topk)."""
     cfg = _config(db, cfg, overrides)
     verbatim = prompt_words(db, cfg.prompt) if cfg.prompt else None
     gen = torch.Generator().manual_seed(cfg.seed if cfg.seed is not None else torch.seed() % 2**63)
@@ -891,7 +927,7 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
     start = _time.perf_counter()
     for lo in range(0, cfg.n, cfg.batch_size):
         last = None
-        for last in frames(db, replace(cfg, n=min(cfg.batch_size, cfg.n - lo)), generator=gen):
+        for last in frames(db, replace(cfg, n=min(cfg.batch_size, cfg.n - lo)), generator=gen, topk=topk):
             if on_frame is not None:
                 on_frame(last)
         nfe += last.nfe

@@ -13,6 +13,17 @@ confidence is p'(chosen token) when the position was revealed, null while masked
 that masks revealed tokens again (remdm, and the quote touch-up that follows the reverse process
 by default: quotes.py) adds "remasked" to those frames, and a position's reveal_step is then its
 last reveal; the touch-up's frames carry "touch_up": true.
+
+What a replay (`dbert-tui --replay FILE`, replay.py) needs without the checkpoint, added to the
+same format (readers of the fields above are unaffected):
+
+    pieces {id: word piece} of every id in the frames and in top,
+    special {sep, cls, pad, unk, mask}: the tokenizer's special pieces,
+    truecase {uncased word: written form} of the final texts' words (null: none),
+    masking_time {id: E[tau]}: when the forward process masks each token (inspector.py),
+    expected_masked (S+1,): the schedule's expected masked fraction after each step,
+    top {k, ids (B, L, k), probs (B, L, k)}: the k most likely candidates of p' and their p' at
+        each position's (last) reveal, -1 / null where none (only when the run recorded them).
 """
 
 from __future__ import annotations
@@ -55,6 +66,41 @@ def strategy_record(settings: dict) -> dict | None:
     return {"name": name, "label": s.label, "exact": s.exact, "params": s.resolve(settings.get("params"))}
 
 
+def replay_fields(db, frames, steps: int) -> dict:
+    """The fields a replay needs besides the frames (see the module docstring)."""
+    import re
+
+    from .inspector import masking_time
+
+    tok = db.tokenizer
+    seen = {int(i) for f in frames for i in f.ids.flatten().tolist()}
+    top = getattr(frames[-1], "top_ids", None) if frames else None
+    if top is not None:
+        seen |= {int(i) for i in top.flatten().tolist() if i >= 0}
+    ids = sorted(seen)
+    out = {"pieces": dict(zip(map(str, ids), tok.convert_ids_to_tokens(ids))),
+           "special": {"sep": tok.sep_token, "cls": tok.cls_token, "pad": tok.pad_token, "unk": tok.unk_token,
+                       "mask": tok.mask_token},
+           "masking_time": {str(i): round(float(t), 3) for i, t in zip(ids, masking_time(db.schedule, torch.tensor(ids)))},
+           "truecase": None}
+    table = getattr(db, "truecase", None)
+    if table and frames:
+        words = {w for row in frames[-1].ids for w in re.findall(r"[\w']+", db.decode(row, cased=False).lower())}
+        out["truecase"] = {w: table[w] for w in sorted(words) if w in table}
+    try:
+        from .sample import masked_curve
+
+        out["expected_masked"] = [round(float(v), 6) for v in masked_curve(db, steps)]
+    except (ValueError, AttributeError):
+        out["expected_masked"] = None
+    if top is not None:
+        probs = frames[-1].top_probs
+        out["top"] = {"k": int(top.shape[-1]), "ids": top.tolist(),
+                      "probs": [[[None if math.isnan(p) else round(p, 6) for p in cell] for cell in row]
+                                for row in probs.tolist()]}
+    return out
+
+
 def trajectory(db, settings, frames, order: torch.Tensor | None = None) -> dict:
     """The trajectory of one batch: `frames` in order (sample.Frame or compact copies of them),
     `settings` a SampleConfig (or a dict), `order` the reveal steps if already kept."""
@@ -62,7 +108,8 @@ def trajectory(db, settings, frames, order: torch.Tensor | None = None) -> dict:
     if order is None:
         order = reveal_order(frames)
     settings = asdict(settings) if is_dataclass(settings) else dict(settings)
-    return {
+    extra = replay_fields(db, frames, last.steps) if last is not None else {}
+    return {**extra, 
         "format": FORMAT,
         "checkpoint": str(db.path) if db.path else None,
         "schedule": db.schedule.name, "T": db.schedule.T,

@@ -79,8 +79,15 @@ class DbertApp(App):
 
     def __init__(self, checkpoint: str | Path | None = None, loader: Callable | None = None,
                  settings: Settings | None = None, train_data: list[str] | None = None,
-                 deterministic: bool = False) -> None:
+                 deterministic: bool = False, replay=None) -> None:
+        """replay: a dbert_core.replay.Replay (or a trajectory file's path) to play instead of
+        sampling: no checkpoint is loaded."""
         super().__init__()
+        if replay is not None and not hasattr(replay, "frames"):
+            from dbert_core.replay import load as load_replay
+
+            replay = load_replay(replay)
+        self.replay = replay
         self.requested = str(checkpoint) if checkpoint is not None else None
         self.loader = loader
         self.deterministic = deterministic
@@ -98,6 +105,11 @@ class DbertApp(App):
     def on_mount(self) -> None:
         from dbert_core.errors import DbertError
 
+        if self.replay is not None:  # a trajectory file: no model, the Generate screen plays it
+            self.generate_screen.replay = self.replay
+            self.switch_mode("generate")
+            self.db = self.replay.db
+            return
         try:
             path, notice = initial_checkpoint(self.requested)
         except DbertError as e:
@@ -210,8 +222,16 @@ class DbertApp(App):
                             g.action_compare)
         yield SystemCommand("Prompt / infill template", r"Text with \[MASK] slots (p)", g.action_prompt)
         yield SystemCommand("Save texts", "Write the generated text(s) to a file (s)", g.action_save)
-        yield SystemCommand("Export trajectory", "Every frame of the run as JSON (x)", g.action_export)
+        yield SystemCommand("Export trajectory", "Every frame as JSON, or an asciinema .cast, or .html (x)", g.action_export)
         yield SystemCommand("Toggle colouring", "Reveal order / confidence (v)", g.action_toggle_colour)
+        yield SystemCommand("Inspect tokens", "The token under a cursor: reveal step, p', top candidates; edit (i)",
+                            g.action_inspect)
+        yield SystemCommand("Refill", "Fill the remasked tokens in: a new version (f)", g.action_refill)
+        yield SystemCommand("Branch", "Several refills at once; Enter picks one (b)", g.action_branch)
+        yield SystemCommand("Undo edit", "The previous version (u)", g.action_undo)
+        yield SystemCommand("Redo edit", "The next version (y)", g.action_redo)
+        yield SystemCommand("Stable layout", "Words keep the final text's lines while they fill in (w)",
+                            g.action_toggle_stable)
         yield SystemCommand("Fetch a checkpoint", "From the Hugging Face Hub or an https URL",
                             lambda: (self.action_mode("checkpoints"), self.call_later(self.checkpoints_screen.action_fetch)))
 
@@ -221,12 +241,12 @@ def create_app(**kwargs) -> DbertApp:
     return DbertApp(**kwargs)
 
 
-def run(checkpoint: str | None = None, settings: Settings | None = None) -> int:
+def run(checkpoint: str | None = None, settings: Settings | None = None, replay=None) -> int:
     """Run the app in this terminal; returns the exit status. No terminal (stdin or stdout
     redirected, a cron job, a pipe) is one DbertError line, not a screen drawn into a file."""
     if not (_isatty(sys.stdin) and _isatty(sys.stdout)):
         raise DbertError("the TUI needs a terminal: stdin and stdout must both be one (use `dbert sample` in scripts)")
-    app = create_app(checkpoint=checkpoint, settings=settings)
+    app = create_app(checkpoint=checkpoint, settings=settings, replay=replay)
     app.run()
     return app.return_code or 0
 
@@ -258,6 +278,7 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
         seed: Annotated[int, typer.Option(help="Seed of the first run.")] = d.seed,
         device: Annotated[str, typer.Option(help=f"Where to sample: {', '.join(DEVICES)}.")] = d.device,
         pace_ms: Annotated[int, typer.Option(help="Milliseconds per shown step while playing (0: full speed).")] = d.pace_ms,
+        replay: Annotated[Optional[Path], typer.Option("--replay", help="Play, scrub and inspect a trajectory file (dbert sample --trajectory, or the TUI's export) without a model.")] = None,
     ):
         def fail(message: str):
             from dbert_core.display import safe_text
@@ -274,6 +295,14 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
                 resolve(checkpoint)
             except DbertError as e:
                 fail(str(e))
+        loaded = None
+        if replay is not None:
+            from dbert_core.replay import load as load_replay
+
+            try:
+                loaded = load_replay(replay)
+            except DbertError as e:
+                fail(str(e))
         settings = Settings(steps=steps, temperature=temperature, top_k=top_k, length=length,
                             seed=seed, device=device, pace_ms=max(0, pace_ms))
         try:
@@ -281,7 +310,7 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
         except DbertError as e:
             fail(str(e))
         try:
-            code = run(checkpoint, settings)
+            code = run(checkpoint, settings) if loaded is None else run(checkpoint, settings, replay=loaded)
         except DbertError as e:  # no terminal
             fail(str(e))
         sys.exit(code)

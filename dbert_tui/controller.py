@@ -34,6 +34,8 @@ TOP_PS = (1.0, 0.95, 0.9, 0.8, 0.5)    # `o` cycles through these (1: off)
 GRID_N = 6                             # samples `g` starts when there is one
 MAX_N = 16
 FIRST_RUN_S = 8.0                      # the app's first run lasts at least this long, so a newcomer sees it fill in
+TOPK = 5                               # candidates recorded at each reveal (the token inspector shows them)
+BRANCHES = 6                           # refills `b` draws at once
 
 
 @dataclass
@@ -126,6 +128,10 @@ class Run:
     step_budget: int = 0
     min_seconds: float = 0.0           # played, the run lasts at least this long (the app's first: FIRST_RUN_S)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    template: object = None            # (n, L) or (L,) token ids with [MASK]s to fill (a refill), else the prompt's
+    source: list | None = None         # a replay: the frames to play back (compact Frames) instead of sampling
+    source_order: object = None        # the replay's reveal order (B, L)
+    source_prompt: str | None = None   # the template its positions follow, when not settings.prompt (an infill)
 
     def hold(self, is_cancelled: Callable[[], bool], started: float, done: float) -> None:
         """While playing a run with min_seconds, keep a frame that reveals a fraction `done` of
@@ -176,8 +182,12 @@ def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Reco
 
     s = run.settings
     gen = torch.Generator().manual_seed(s.seed)
-    order = torch.zeros((s.n, s.length), dtype=torch.int32)
-    stream = frames(db, s, generator=gen)
+    if run.source is not None:  # a replay: the recorded frames, through the same gate
+        order = run.source_order
+        stream = iter(run.source)
+    else:
+        order = torch.zeros((s.n, s.length), dtype=torch.int32)
+        stream = frames(db, s, generator=gen, template=run.template, topk=TOPK)
     spent, started = 0.0, time.monotonic()
     while True:
         if is_cancelled():
@@ -187,7 +197,8 @@ def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Reco
         spent += time.perf_counter() - t0
         if frame is None:
             return True
-        order[frame.revealed] = frame.step
+        if run.source is None:
+            order[frame.revealed] = frame.step
         run.hold(is_cancelled, started, 1.0 - float(frame.masked.double().mean()))
         if is_cancelled():
             return False
@@ -354,6 +365,40 @@ class Session:
         self.selected = min(self.selected, n - 1)
         self.zoomed = self.zoomed and n > 1
         return self.playbacks
+
+    def replay_runs(self, replay) -> list[Playback]:
+        """A run that plays a replay's recorded frames (dbert_core.replay.Replay) at this
+        session's pace; its settings are the file's, as far as they are Settings'."""
+        import dataclasses
+
+        names = {f.name for f in dataclasses.fields(Settings)}
+        known = {k: v for k, v in replay.settings.items() if k in names and k != "pace_ms"}
+        s = replace(Settings(), **known, pace_ms=self.settings.pace_ms)
+        self.settings = s
+        run = Run(next(self._ids), s, playing=True, source=replay.frames, source_order=replay.order)
+        self.playbacks = [Playback(run)]
+        self.selected = min(self.selected, replay.frames[-1].ids.shape[0] - 1)
+        return self.playbacks
+
+    def edit_run(self, template, n: int, seed: int) -> Playback:
+        """A refill: the sampler fills the [MASK]s of `template` (L,) token ids, conditioned on
+        every other token (as a prompt), n times (a branch: n > 1), with side A's settings and
+        `seed` (each refill its own, so a second refill of the same selection draws anew)."""
+        from dbert_core.config import MAX_SEED
+
+        s = replace(self.settings, n=n, length=int(template.shape[-1]), prompt="", seed=seed % (MAX_SEED + 1))
+        run = Run(next(self._ids), s, playing=True, template=template)
+        self.partner, self.side = None, 0
+        self.playbacks = [Playback(run)]
+        self.selected = 0
+        self.zoomed = False
+        return self.playbacks[0]
+
+    def show_version(self, run: Run, row: int) -> None:
+        """Show a version (a finished run and its chosen row) large."""
+        self.playbacks = [Playback(run)]
+        self.selected = row
+        self.zoomed = run.settings.n > 1
 
     # ------------------------------------------------------------------ settings
     def change(self, db, **fields) -> None:

@@ -98,3 +98,23 @@ class TrainFinished(Message):
     path: Path
     step: int
     stopped: bool
+
+
+@dataclass
+class TokenPointed(Message):
+    """The mouse over the token at `position` of the token view: `press` a button went down on
+    it, `drag` it moved there with a button down (a selection), neither: a hover."""
+
+    position: int
+    press: bool = False
+    drag: bool = False
+
+
+@dataclass
+class InfillReady(Message, bubble=False):
+    """An infill prompt's candidates ([MASK*A-B]; dbert_core.infill), best first, and the frames
+    of each length's batch (`keep`), for the run `token` the screen started."""
+
+    token: int
+    candidates: list
+    keep: dict

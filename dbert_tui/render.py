@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from rich.color import Color
+from rich.style import Style
 from rich.text import Text
 
 from dbert_core.detok import MASK_GLYPH, spans, special_names
@@ -23,10 +24,11 @@ def _blend(a, b, x: float):
 
 
 def order_colour(step: int, steps: int) -> Color:
-    """Early reveals blue, middle green, late red."""
-    x = 0.0 if steps <= 1 else (step - 1) / (steps - 1)
-    rgb = _blend(EARLY, MID, x * 2) if x < 0.5 else _blend(MID, LATE, (x - 0.5) * 2)
-    return Color.from_rgb(*rgb)
+    """Early reveals blue, middle green, late red (dbert_core.share.order_rgb: the cast and the
+    HTML export use the same colours)."""
+    from dbert_core.share import order_rgb
+
+    return Color.from_rgb(*order_rgb(step, steps))
 
 
 BANDS = 5                          # confidence colours: quintiles of the run
@@ -81,33 +83,118 @@ def token_style(rec: Recorded, b: int, pos: int, mode: str, edges: tuple[float, 
     return order_colour(step, f.steps).name
 
 
+CURSOR, SELECTED, LOCKED = "reverse", "bold white on #2f5f9f", "bold white on #2f6f3f"
+
+
+def row_spans(db, rec: Recorded, b: int, paragraph: str = "\n", verbatim: dict[int, str] | None = None,
+              final: Recorded | None = None):
+    """The detok spans of sample b; with `final` (the run's last frame, when it is known) laid
+    out on the final text's line breaks (dbert_core.stable: nothing moves while it fills in)."""
+    def of(r: Recorded):
+        f = r.frame
+        return spans(token_pieces(db.tokenizer, f.ids[b]), f.masked[b].tolist(), paragraph=paragraph, cased=True,
+                     truecase=db.truecase, verbatim=verbatim, **special_names(db.tokenizer))
+
+    now = of(rec)
+    if final is None or final is rec or final.frame.ids.shape != rec.frame.ids.shape:
+        return now
+    from dbert_core.stable import stable_spans
+
+    return stable_spans(now, of(final))
+
+
 def render_row(db, rec: Recorded, b: int, mode: str = "order", paragraph: str = "\n",
-               verbatim: dict[int, str] | None = None, edges: tuple[float, ...] | None = None) -> Text:
+               verbatim: dict[int, str] | None = None, edges: tuple[float, ...] | None = None,
+               final: Recorded | None = None, marks: dict | None = None) -> Text:
     """Sample b as a reader sees it (dbert_core.detok: the words `dbert sample` prints, cased
     the same way, [SEP] a line break here), every token in its own colour, masked positions as fixed-width MASK_GLYPH.
-    `edges`: the confidence bands (confidence_edges of the run; default: of this frame)."""
+    `edges`: the confidence bands (confidence_edges of the run; default: of this frame).
+    `final`: lay it out on the final text's line breaks (row_spans). `marks` (the inspector):
+    {"cursor": position, "selected": set, "locked": set}; with marks every token carries its
+    position in its style's meta ("token"), so a mouse event says which token it is over."""
     f = rec.frame
     if mode == "confidence" and edges is None:
         edges = confidence_edges(f.confidence)
     out = Text()
-    for span in spans(token_pieces(db.tokenizer, f.ids[b]), f.masked[b].tolist(), paragraph=paragraph,
-                      cased=True, truecase=db.truecase, verbatim=verbatim, **special_names(db.tokenizer)):
+    for span in row_spans(db, rec, b, paragraph, verbatim, final):
         out.append(span.gap)
-        out.append(span.text, style="grey42" if span.masked else token_style(rec, b, span.index, mode,
-                                                                              edges or FIXED_EDGES))
+        style = "grey42" if span.masked else token_style(rec, b, span.index, mode, edges or FIXED_EDGES)
+        if marks is not None:
+            i = span.index
+            if i in marks.get("locked", ()):
+                style = LOCKED
+            if i in marks.get("selected", ()):
+                style = SELECTED
+            if i == marks.get("cursor"):
+                style = style + " " + CURSOR
+            out.append(span.text, style=Style.parse(style) + Style(meta={"token": i}))
+        else:
+            out.append(span.text, style=style)
     return out
 
 
 def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None = None,
-                  verbatim: dict[int, str] | None = None, edges: tuple[float, ...] | None = None) -> Text:
+                  verbatim: dict[int, str] | None = None, edges: tuple[float, ...] | None = None,
+                  final: Recorded | None = None, marks: dict | None = None) -> Text:
     """Several samples (default: all of the batch) one below the other, each under a heading
-    when there are more than one."""
+    when there are more than one (final, marks: render_row's)."""
     rows = list(range(rec.frame.ids.shape[0])) if rows is None else rows
     out = Text()
     for i, b in enumerate(rows):
         if len(rows) > 1:
             out.append(f"{'' if i == 0 else chr(10)}sample {b + 1}\n", style="bold dim")
-        out.append_text(render_row(db, rec, b, mode, verbatim=verbatim, edges=edges))
+        out.append_text(render_row(db, rec, b, mode, verbatim=verbatim, edges=edges, final=final, marks=marks))
+    return out
+
+
+# ------------------------------------------------------------------------------ token inspector
+def _p(x) -> str:
+    return "—" if x is None else f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
+
+
+def inspector_lines(info: dict | None, steps: int, T: int | None, compact: bool) -> Text:
+    """The token inspector (dbert_core.inspector.token_info of the token under the cursor): a
+    panel (compact False) or two lines (an 80-column terminal)."""
+    out = Text()
+    if info is None:
+        out.append("inspect: ←→ move · Enter select · ⌫ remask · f refill · Esc leave", style="dim")
+        return out
+    where = f"#{info['position'] + 1}"
+    if info["masked"]:
+        out.append(f"{where} ", style="bold")
+        out.append("masked", style="grey50")
+        out.append("  (refill: f)" if compact else "\n\nstill masked at this step", style="dim")
+        return out
+    piece, step = info["piece"], info.get("step", 0)
+    when = "prompt (given)" if info.get("given") else f"step {step}/{steps}"
+    conf = info.get("confidence")
+    top = info.get("top") or []
+    tau = info.get("masking_time")
+    if compact:
+        out.append(f"{where} ", style="bold")
+        out.append(piece, style="bold reverse")
+        out.append(f" · {when}")
+        if conf is not None:
+            out.append(f" · p' {_p(conf)}")
+        if tau is not None and T:
+            out.append(f" · masks at t≈{tau:.0f}/{T}", style="dim")
+        out.append("\n")
+        if top:
+            out.append("top: ", style="dim")
+            out.append(" · ".join(f"{w} {_p(p)}" for w, p in top))
+        return out
+    out.append(f"token {where}\n", style="bold")
+    out.append(piece + "\n", style="bold reverse")
+    out.append(f"\nrevealed  {when}\n")
+    if conf is not None:
+        out.append(f"p'        {_p(conf)}\n")
+    if tau is not None and T:
+        out.append(f"masked at t≈{tau:.0f} of {T}\n", style="dim")
+    if top:
+        out.append("\ncandidates then\n", style="bold")
+        for w, p in top:
+            mark = "▸ " if w == piece else "  "
+            out.append(f"{mark}{w[:18]:<18} {_p(p)}\n", style="bold" if w == piece else "")
     return out
 
 

@@ -1,12 +1,15 @@
 """Refresh the pictures of dbert-tui in the README and docs/tui.md.
 
-    python scripts/tui_screenshots.py [--out docs/img] [--size 100x30] [--data TRAIN.txt]
+    python scripts/tui_screenshots.py [--out docs/img] [--size 100x30] [--data TRAIN.txt] [--only NAME]
 
 Runs the app headless (Textual's `App.run_test`) and writes SVG screenshots (`App.export_screenshot`):
 
 - generate.svg: the Generate screen on the shipped default checkpoint (`dbert_core.store.resolve(None)`),
   a grid of four samples of one run filling in together, paused when about half of the tokens
   are revealed;
+- inspect.svg: the token inspector at 120x40 on one finished sample of the same checkpoint:
+  the cursor on a token (its reveal step, p', top-5 candidates, masking time), one token
+  locked and three remasked, ready to refill;
 - train.svg: the Train screen while the `tiny` preset trains on TinyStories (--data; default:
   $DBERT_DATA, ../shared/data or /work/shared/data, then tinystories/train.txt), its loss and
   validation charts live.
@@ -51,11 +54,35 @@ async def wait(pilot, condition, what: str, timeout: float = 600.0) -> None:
         await pilot.pause(0.05)
 
 
-async def shoot(out: Path, size: tuple[int, int], data: Path, samples: int, train_steps: int) -> None:
+async def shoot_inspect(out: Path) -> None:
     from dbert_core.store import resolve
     from dbert_tui.app import create_app
     from dbert_tui.controller import Settings
 
+    checkpoint = resolve(None)
+    app = create_app(checkpoint=str(checkpoint), settings=Settings(n=1, pace_ms=0, length=48, seed=2))
+    async with app.run_test(size=(120, 40)) as pilot:
+        g = app.generate_screen
+        await wait(pilot, lambda: g.run is not None and g.run.finished and g.drawn is g.run.frames[-1], "the run")
+        await pilot.press("i", *["right"] * 8, "l", "right", "shift+right", "shift+right", "backspace",
+                          *["right"] * 4)
+        await pilot.pause(0.3)
+        app.clear_notifications()
+        await pilot.pause(0.2)
+        save(app, out / "inspect.svg")
+        print(f"wrote {out / 'inspect.svg'} ({checkpoint.name}, the inspector on token #{g.draft.cursor + 1})")
+
+
+async def shoot(out: Path, size: tuple[int, int], data: Path, samples: int, train_steps: int,
+                only: str = "all") -> None:
+    from dbert_core.store import resolve
+    from dbert_tui.app import create_app
+    from dbert_tui.controller import Settings
+
+    if only in ("all", "inspect"):
+        await shoot_inspect(out)
+    if only == "inspect":
+        return
     checkpoint = resolve(None)
     app = create_app(checkpoint=str(checkpoint), settings=Settings(n=samples, pace_ms=0), train_data=[str(data)])
     async with app.run_test(size=size) as pilot:
@@ -100,14 +127,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=None, help="training text for the Train screen")
     parser.add_argument("--samples", type=int, default=4, help="samples on the Generate screen (default 4)")
     parser.add_argument("--train-steps", type=int, default=300, help="training steps of the tiny preset (default 300)")
+    parser.add_argument("--only", choices=("all", "inspect"), default="all", help="all pictures, or the inspector's alone")
     args = parser.parse_args(argv)
     cols, rows = (int(x) for x in args.size.lower().split("x"))
-    data = args.data or default_data()
+    data = args.data or (default_data() if args.only == "all" else None)
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="dbert-shots-") as home:
         os.environ["DBERT_HOME"] = home  # a throwaway store: nothing of the user's is touched
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        asyncio.run(shoot(args.out.resolve(), (cols, rows), data, args.samples, args.train_steps))
+        asyncio.run(shoot(args.out.resolve(), (cols, rows), data, args.samples, args.train_steps, args.only))
 
 
 if __name__ == "__main__":

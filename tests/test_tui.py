@@ -245,8 +245,8 @@ async def test_a_grid_of_samples_fills_in_together(tiny_db):
         for b, card in enumerate(cards):  # each card: its own sample, as `dbert sample` prints it
             assert card.text.plain.replace("\n", " ") == tiny_db.decode(final.frame.ids[b])
             assert card.border_subtitle == f"{L}/{L} done · step 24"  # not "20/20 · step 24/24"
-        # mid-run, each card shows its own progress
-        await pilot.press(*["left"] * 14)
+        # mid-run, each card shows its own progress (free layout: a mask is one MASK_GLYPH)
+        await pilot.press("w", *["left"] * 14)
         rec = g.shown()
         assert rec is g.run.frames[9]
         for b, card in enumerate(cards):
@@ -326,7 +326,7 @@ async def test_scrub_shows_earlier_frames(tiny_db):
         await pilot.press("left", "left", "left")
         assert g.view == 12 and g.shown() is g.run.frames[12]
         assert "scrub 13/16" in str(g.query_one("#gen-status").render())
-        await pilot.press("home")
+        await pilot.press("w", "home")  # the free layout: a mask is one MASK_GLYPH
         assert g.view == 0
         early = g.shown_text()
         assert early.count(MASK_GLYPH) == int(g.run.frames[0].frame.masked.sum()) > 0

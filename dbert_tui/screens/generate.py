@@ -34,13 +34,14 @@ from textual.worker import get_current_worker
 
 from dbert_core.errors import DbertError
 
-from ..controller import MAX_N, Playback, Run, Session, Settings, differences, expected_masked, produce
-from ..messages import FrameReady, RunFinished, SampleChosen
+from ..controller import BRANCHES, MAX_N, Playback, Run, Session, Settings, differences, expected_masked, produce
+from ..editing import Draft, Version, Versions
+from ..messages import FrameReady, InfillReady, RunFinished, SampleChosen, TokenPointed
 from ..files import atomic_write, default_output, output_path, texts_of, trajectory
-from ..render import FIXED_EDGES, confidence_edges, legend, render_row, render_tokens
+from ..render import FIXED_EDGES, confidence_edges, inspector_lines, legend, render_row, render_tokens, row_spans
 from ..widgets.controls import CONTROLS, ControlBar
 from ..widgets.keybar import Key, KeyBar
-from ..widgets.panes import ComparePane, TokenScroll, settings_line
+from ..widgets.panes import ComparePane, TokenScroll, TokenView, settings_line
 from ..widgets.samples import SampleCard, SampleGrid
 from ..widgets.schedule import SchedulePanel, ScheduleStrip
 from ..workers import ReportWorkerErrors
@@ -77,6 +78,7 @@ KEYS = [  # the key bar (widgets.keybar): rank 1 stays longest, `?` lists every 
     Key(".", "Step", "screen.step", 3),
     Key("←→", "Scrub", "screen.scrub_back", 3),
     Key("g", "Grid", "screen.grid", 2),
+    Key("i", "Inspect", "screen.inspect", 2),
     Key("c", "Compare", "screen.compare", 4),
     Key("e", "Settings", "screen.edit", 1),
     Key("p", "Prompt", "screen.prompt", 5),
@@ -103,7 +105,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         Binding("e", "edit", "Settings dialog: every sampling setting"),
         Binding("p", "prompt", "Prompt / infill template"),
         Binding("s", "save", "Save the text(s) to a file"),
-        Binding("x", "export", "Export the trajectory as JSON"),
+        Binding("x", "export", "Export the run: .json trajectory, .cast asciinema, .html text"),
         Binding("v", "toggle_colour", "Colour by reveal order / confidence"),
         Binding("left_square_bracket", "steps(0.5)", "Halve the steps", key_display="["),
         Binding("right_square_bracket", "steps(2)", "Double the steps", key_display="]"),
@@ -120,6 +122,18 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         Binding("escape", "unzoom", "All samples"),
         Binding("home", "scrub_to(0)", "First step"),
         Binding("end", "live", "Live"),
+        Binding("i", "inspect", "Inspect and edit tokens (a click on a token too); Esc leaves"),
+        Binding("shift+left", "extend(-1)", "Inspect: extend the selection left", key_display="⇧←"),
+        Binding("shift+right", "extend(1)", "Inspect: extend the selection right", key_display="⇧→"),
+        Binding("backspace", "remask", "Inspect: remask the selection (or the token under the cursor)", key_display="⌫"),
+        Binding("l", "lock", "Inspect: lock / unlock the selection (never remasked)"),
+        Binding("a", "insert_slot", "Inspect: insert a masked slot at the cursor"),
+        Binding("d", "delete_slot", "Inspect: delete the masked slot at the cursor"),
+        Binding("f", "refill", "Refill the masked positions (a new version)"),
+        Binding("b", "branch", f"Branch: {BRANCHES} refills at once, Enter picks one"),
+        Binding("u", "undo", "Undo: the previous version"),
+        Binding("y", "redo", "Redo: the next version"),
+        Binding("w", "toggle_stable", "Stable layout (words keep their lines) / free"),
     ]
 
     colour = reactive("order")
@@ -134,6 +148,17 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self.drawn = None                           # the frame of side A last drawn
         self.edges = FIXED_EDGES                    # the confidence bands (render.confidence_edges)
         self.frames_drawn = 0                       # draws (bursts of frames coalesce into one)
+        self.replay = None                          # a dbert_core.replay.Replay: play a file, no model
+        self.draft: Draft | None = None             # inspect mode: the sample being inspected / edited
+        self.versions = Versions()                  # the texts refills made (undo / redo)
+        self.stable = True                          # lay a known text out on its final line breaks
+        self.positions: list[int] = []              # the token positions drawn in the single view
+        self._locked: set[int] = set()              # locked positions, kept from one version to the next
+        self._branch_run: int | None = None         # the run id of a branch whose pick is pending
+        self._masking = None                        # (V,) masking time per token id (spindle)
+        self._infilling = 0                         # the token of the infill being computed (0: none)
+        self._infill_tokens = itertools.count(1)
+        self.ranking: list = []                     # the last infill's candidates, best first
 
     # ------------------------------------------------------------------ what is shown
     @property
@@ -170,12 +195,14 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         yield Static("", id="gen-status")
         with Horizontal(id="gen-main"):
             with TokenScroll(id="gen-tokens-box"):
-                yield Static(Text("loading a checkpoint…", style="dim"), id="gen-tokens")
+                yield TokenView(Text("loading a checkpoint…", style="dim"), id="gen-tokens")
             yield SampleGrid(id="gen-grid")
             yield ComparePane("A", id="gen-side-a")
             yield ComparePane("B", id="gen-side-b")
             yield SchedulePanel(id="gen-schedule")
+            yield Static(id="gen-inspect")
         yield ScheduleStrip(id="gen-strip")
+        yield Static(id="gen-inspect-line")
         yield Static(legend("order"), id="gen-legend")
         yield ControlBar(id="gen-controls")
         yield KeyBar(KEYS, id="gen-keys")
@@ -199,8 +226,11 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self.query_one(SampleGrid).display = mode == "grid"
         for pane in self.query(ComparePane):
             pane.display = mode == "compare"
-        self.query_one(SchedulePanel).display = mode == "single" and wide
-        self.query_one(ScheduleStrip).display = not (mode == "single" and wide)
+        inspecting = self.draft is not None and mode == "single"
+        self.query_one(SchedulePanel).display = mode == "single" and wide and not inspecting
+        self.query_one(ScheduleStrip).display = not (mode == "single" and wide) and not inspecting
+        self.query_one("#gen-inspect").display = inspecting and wide
+        self.query_one("#gen-inspect-line").display = inspecting and not wide
         self.query_one(SampleGrid).styles.grid_size_columns = 3 if wide else 2 if self.size.width >= 60 else 1
 
     # ------------------------------------------------------------------ the model
@@ -228,12 +258,98 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if self.db is None or not self._ready:
             return
         from dbert_core.errors import DbertError
+        from dbert_core.infill import has_range
 
+        if self.replay is None and has_range(self.session.settings.prompt):
+            self._start_infill()
+            return
+        self._infilling = 0
         try:
-            playbacks = self.session.new_runs(self.db)
+            playbacks = self.session.replay_runs(self.replay) if self.replay is not None else self.session.new_runs(self.db)
         except DbertError as e:
             self.app.notify(str(e), title="settings", severity="error")
             return
+        self.draft = None
+        self.versions = Versions()
+        self._locked = set()
+        self._branch_run = None
+        self._start(playbacks)
+
+    # ------------------------------------------------------------------ infill of unknown length
+    def _start_infill(self) -> None:
+        """A prompt with [MASK*A-B]: every length drawn and ranked (dbert_core.infill) in a
+        worker; the winner's batch is then played back, the winner shown large."""
+        from dbert_core.errors import DbertError
+
+        try:
+            cfg = dataclasses.replace(self.session.settings, n=1).resolved(self.db)
+        except DbertError as e:
+            self.app.notify(str(e), title="settings", severity="error")
+            return
+        self.workers.cancel_group(self, "sample-0")
+        self.workers.cancel_group(self, "sample-1")
+        self.draft = None
+        self.versions = Versions()
+        self._branch_run = None
+        self.session.partner, self.session.side = None, 0
+        self.session.playbacks = []
+        token = self._infilling = next(self._infill_tokens)
+        self.query_one("#gen-tokens", Static).update(Text("infill: drawing every length and ranking them by "
+                                                          "the model's ELBO per token…", style="dim"))
+        self._arrange()
+        self._status()
+        self.run_worker(partial(self._infill, token, cfg, self.db), name="infill", group="sample-0", exclusive=True,
+                        thread=True, exit_on_error=False)
+
+    def _infill(self, token: int, cfg, db) -> None:
+        """(worker thread) The infill's candidates, posted when all are ranked."""
+        from dbert_core.infill import infill
+
+        from ..controller import TOPK
+
+        worker = get_current_worker()
+
+        class Cancelled(Exception):
+            pass
+
+        def check(_frame) -> None:
+            if worker.is_cancelled:
+                raise Cancelled
+
+        keep: dict = {}
+        try:
+            got = infill(db, cfg, on_frame=check, keep=keep, topk=TOPK)
+        except Cancelled:
+            return
+        self.post_message(InfillReady(token, got, keep))
+
+    @on(InfillReady)
+    def _infill_ready(self, message: InfillReady) -> None:
+        if message.token != self._infilling or not message.candidates:
+            return
+        from dbert_core.infill import variants
+        from dbert_core.trajectory import reveal_order
+
+        from ..controller import compact
+
+        self._infilling = 0
+        self.ranking = message.candidates
+        best = message.candidates[0]
+        frames = [compact(f) for f in message.keep[best.lengths]]
+        s = dataclasses.replace(self.session.settings, n=frames[-1].ids.shape[0], length=frames[-1].ids.shape[1])
+        template = dict(variants(self.session.settings.prompt))[best.lengths]
+        run = Run(next(self.session._ids), s, playing=True, source=frames, source_order=reveal_order(frames),
+                  source_prompt=template)
+        self.session.playbacks = [Playback(run)]
+        self.session.selected, self.session.zoomed = best.row, s.n > 1
+        lines = [f"#{i + 1} {c.score:.3f} nats/token, {'+'.join(map(str, c.lengths))} token(s)"
+                 for i, c in enumerate(message.candidates[:3])]
+        self.app.notify(f"infill: {len(message.candidates)} candidates ranked by ELBO per token; shown: the best\n"
+                        + "\n".join(lines), title="infill", timeout=10)
+        self._start(self.session.playbacks)
+
+    def _start(self, playbacks: list[Playback]) -> None:
+        """Start a worker per playback (a sampler, or a replay's recorded frames)."""
         if len(playbacks) == 1:
             self.workers.cancel_group(self, "sample-1")
         self.frames_drawn = 0
@@ -243,7 +359,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         from dbert_core.display import safe_text
 
         name = safe_text(Path(self.db.path).name, 60) if self.db.path else "model"
-        self.sub_title = f"Generate · {name}"
+        self.sub_title = f"{'Replay' if self.replay is not None else 'Generate'} · {name}"
         self._show_curve()
         self._show_controls()
         self.query_one("#gen-tokens", Static).update(Text("starting…", style="dim"))
@@ -272,6 +388,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         pb = self.session.playback_of(message.run_id)
         if pb is not None:
             pb.run.finished = True
+            if pb.run.template is not None and pb.run.source is None and pb.run.settings.n == 1:  # a refill: a new version
+                self.versions.add(Version(pb.run, 0))
             self._draw_soon()
 
     # ------------------------------------------------------------------ drawing
@@ -336,16 +454,237 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         """The prompt's own words by position (shown as typed), for the session's prompt or this one."""
         from dbert_core.sample import prompt_words
 
+        if prompt is None and self.run is not None and self.run.source_prompt is not None:
+            prompt = self.run.source_prompt  # an infill: the winner's length
+        elif prompt is None and self.run is not None and self.run.template is not None:
+            return None  # a refill: the positions are the draft's, not the prompt's
         prompt = self.session.settings.prompt if prompt is None else prompt
         return prompt_words(self.db, prompt) if prompt and self.db is not None else None
 
+    def _final(self, pb: Playback):
+        """The run's final frame where it is known already (a replay, a finished run), for the
+        stable layout; None when the layout is free or the end is not known yet."""
+        from ..controller import Recorded
+
+        run = pb.run
+        if not self.stable:
+            return None
+        if run.source is not None:
+            return Recorded(run.source[-1], run.source_order, 0.0)
+        return run.frames[-1] if run.finished and run.frames else None
+
     def _draw_single(self) -> None:
-        rec = self.playbacks[0].shown()
+        pb = self.playbacks[0]
+        rec = pb.shown()
         if rec is None:
             return
-        rows = [self.session.selected] if rec.frame.ids.shape[0] > 1 else None
-        self._tokens_text = render_tokens(self.db, rec, self.colour, rows, self._prompt_words(), self.edges)
+        row = self.session.selected if rec.frame.ids.shape[0] > 1 else 0
+        if self.draft is not None:
+            d = self.draft
+            rec = d.recorded()
+            marks = {"cursor": d.cursor, "selected": d.selected, "locked": d.locked}
+            self._tokens_text = render_row(self.db, rec, 0, self.colour, edges=self.edges, marks=marks)
+            self.positions = [sp.index for sp in row_spans(self.db, rec, 0)]
+            self._show_inspector(rec)
+        else:
+            rows = [row] if rec.frame.ids.shape[0] > 1 else None
+            final = self._final(pb)
+            self._tokens_text = render_tokens(self.db, rec, self.colour, rows, self._prompt_words(), self.edges,
+                                              final=final, marks={})
         self.query_one("#gen-tokens", Static).update(self._spaced(self._tokens_text))
+
+    # ------------------------------------------------------------------ the token inspector
+    def _masking_of(self):
+        """masking(id) -> the token's mean masking time, for the spindle schedule (else None)."""
+        db = self.db
+        if db is None or db.schedule.name != "spindle":
+            return None
+        if hasattr(db, "masking_time"):  # a replay: the file's
+            return db.masking_time
+        if self._masking is None or self._masking[0] is not db:
+            import torch
+
+            from dbert_core.inspector import masking_time
+
+            self._masking = (db, masking_time(db.schedule, torch.arange(len(db.schedule.centered))))
+        table = self._masking[1]
+        return lambda i: float(table[i]) if 0 <= i < len(table) else None
+
+    def inspected(self) -> dict | None:
+        """dbert_core.inspector.token_info of the token under the inspector's cursor."""
+        from dbert_core.inspector import token_info
+
+        d = self.draft
+        if d is None or not d.ids:
+            return None
+        rec = d.recorded()
+        tok = self.db.tokenizer
+        info = token_info(rec.frame, rec.order, 0, min(d.cursor, len(d.ids) - 1),
+                          lambda i: tok.convert_ids_to_tokens([int(i)])[0], self._masking_of())
+        if info.get("masking_time") is None:
+            info.pop("masking_time", None)
+        return info
+
+    def _show_inspector(self, rec) -> None:
+        info = self.inspected()
+        steps, T = rec.frame.steps, self.db.schedule.T
+        self.query_one("#gen-inspect", Static).update(inspector_lines(info, steps, T, compact=False))
+        self.query_one("#gen-inspect-line", Static).update(inspector_lines(info, steps, T, compact=True))
+
+    def action_inspect(self) -> None:
+        """Inspect mode on (the run pauses; the cursor on the first token) or off."""
+        if self.draft is not None:
+            self._leave_inspect()
+            return
+        self._enter_inspect()
+
+    def _enter_inspect(self, cursor: int | None = None) -> bool:
+        if self.view_mode() == "compare" and self.playbacks:
+            self.app.notify("inspect works on one run: end the comparison first (c)", severity="warning")
+            return False
+        if not self.playbacks or self.db is None:
+            return False
+        pb = self.playbacks[0]
+        rec = pb.shown()
+        if rec is None:
+            return False
+        if not pb.run.finished:
+            pb.run.set_playing(False)
+        if self.view_mode() == "grid":
+            self.session.zoomed = True
+        row = self.session.selected if rec.frame.ids.shape[0] > 1 else 0
+        self.draft = Draft.of(rec, row, self.db.model.mask_id, self._locked)
+        self.positions = [sp.index for sp in row_spans(self.db, rec, row)]
+        self.draft.cursor = cursor if cursor is not None else (self.positions[0] if self.positions else 0)
+        self._arrange()
+        self._draw()
+        return True
+
+    def _leave_inspect(self) -> None:
+        if self.draft is not None:
+            self._locked = set(self.draft.locked)
+        self.draft = None
+        self._arrange()
+        self._draw()
+
+    def _edit(self, name: str, *args):
+        """Draft method `name` from a key (nothing outside inspect mode), then a redraw."""
+        if self.draft is None:
+            return None
+        result = getattr(self.draft, name)(*args)
+        self._draw()
+        return result
+
+    def action_extend(self, delta: int) -> None:
+        self._edit("move", delta, self.positions, True)
+
+    def action_remask(self) -> None:
+        if self._edit("remask") == 0:
+            self.app.notify("nothing to remask there (locked, or masked already)", severity="warning")
+
+    def action_lock(self) -> None:
+        self._edit("toggle_lock")
+
+    def action_insert_slot(self) -> None:
+        if self.db is not None and self._edit("insert", self.db.model.max_length) is False:
+            self.app.notify("the text is at the model's maximum length", severity="warning")
+
+    def action_delete_slot(self) -> None:
+        if self._edit("delete") is False:
+            self.app.notify("only a masked slot can be deleted (remask the token first: ⌫)", severity="warning")
+
+    def _can_refill(self) -> bool:
+        if self.draft is None:
+            self.app.notify("inspect first (i), then remask tokens (⌫) to refill", severity="warning")
+            return False
+        if getattr(self.db, "sampling", True) is False:
+            self.app.notify("a replay has no model: refill needs the checkpoint (dbert-tui -c NAME)", severity="warning")
+            return False
+        if not self.draft.masked:
+            self.app.notify("nothing is masked: remask tokens first (⌫)", severity="warning")
+            return False
+        return True
+
+    def action_refill(self) -> None:
+        """Fill the draft's masked positions in (a normal run, shown filling in): a new version."""
+        self._refill(1)
+
+    def action_branch(self) -> None:
+        """BRANCHES refills of the same draft at once, in the grid; Enter (or a click) picks one."""
+        self._refill(BRANCHES)
+
+    def _refill(self, n: int) -> None:
+        if not self._can_refill():
+            return
+        d = self.draft
+        if not self.versions:  # the text edited is the first version
+            self.versions.add(Version(self.playbacks[0].run, d.row))
+        self._locked = set(d.locked)
+        template = d.template()
+        self.draft = None
+        pb = self.session.edit_run(template, n, seed=self.session.settings.seed * 7919 + 104729 * len(self.versions.items)
+                                   + n)
+        self._branch_run = pb.run.id if n > 1 else None
+        self.frames_drawn = 0
+        self.drawn = None
+        self._make_cards(n)
+        self._arrange()
+        self._show_controls()
+        self._start([pb])
+
+    def _play_again(self, run: Run) -> None:
+        """A finished run's recorded frames played again through the gate (nothing is sampled)."""
+        frames = [rec.frame for rec in run.frames]
+        again = Run(next(self.session._ids), run.settings, playing=True, template=run.template, source=frames,
+                    source_order=run.frames[-1].order)
+        self.session.playbacks = [Playback(again)]
+        for i, v in enumerate(self.versions.items):  # the version now shown is the new copy
+            if v.run is run:
+                self.versions.items[i] = Version(again, v.row)
+        self._start(self.session.playbacks)
+
+    def _show_version(self, version: Version | None, what: str) -> None:
+        if version is None:
+            self.app.notify(f"nothing to {what}", severity="warning")
+            return
+        self.workers.cancel_group(self, "sample-0")
+        self.session.show_version(version.run, version.row)
+        self.draft = None
+        self._arrange()
+        self._draw()
+
+    def action_undo(self) -> None:
+        self._show_version(self.versions.undo(), "undo")
+
+    def action_redo(self) -> None:
+        self._show_version(self.versions.redo(), "redo")
+
+    def action_toggle_stable(self) -> None:
+        self.stable = not self.stable
+        self.app.notify("stable layout: words keep the final text's lines" if self.stable
+                        else "free layout: each frame wrapped as it reads", timeout=3)
+        self._draw()
+
+    @on(TokenPointed)
+    def _token_pointed(self, message: TokenPointed) -> None:
+        """The mouse: a press on a token inspects it (inspect mode on), a drag selects from the
+        press to here, a hover moves the cursor while inspecting."""
+        pos = message.position
+        if self.draft is None:
+            if message.press:
+                self._enter_inspect(pos)
+                if self.draft is not None:
+                    self.draft.anchor = pos
+            return
+        d = self.draft
+        if message.press:
+            d.cursor, d.anchor, d.selected = pos, pos, set()
+        elif message.drag and d.anchor is not None:
+            d.select_range(d.anchor, pos, self.positions)
+            d.cursor = pos
+        else:
+            d.cursor = pos
+        self._draw()
 
     def _spaced(self, text: Text) -> Text:
         """On a tall terminal (TALL rows and up) one sample is drawn double-spaced: it fills the
@@ -370,7 +709,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             if b >= f.ids.shape[0]:
                 continue
             row_step = int(f.row_steps[b]) if f.row_steps is not None else f.step
-            card.show(render_row(self.db, rec, b, self.colour, verbatim=self._prompt_words(), edges=self.edges),
+            card.show(render_row(self.db, rec, b, self.colour, verbatim=self._prompt_words(), edges=self.edges,
+                                 final=self._final(self.playbacks[0])),
                       L - int(f.masked[b].sum()), L, row_step, f.steps)
 
     def _draw_compare(self) -> None:
@@ -411,7 +751,10 @@ class GenerateScreen(ReportWorkerErrors, Screen):
     def _status(self) -> None:
         text = Text()
         mode = self.view_mode()
-        if self.run is None or self.db is None:
+        if self._infilling:
+            text.append("infill", style="bold magenta")
+            text.append(" · drawing every length of the [MASK*A-B] span, ranking by ELBO per token…", style="dim")
+        elif self.run is None or self.db is None:
             text.append("no run", style="dim")
         elif mode == "compare":
             seeds = {pb.run.settings.seed for pb in self.playbacks}
@@ -428,9 +771,19 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             if below:  # early in the line: it must not be cut off on a narrow terminal
                 text.append(f"#{below[0] + 1}{'' if len(below) == 1 else f'-#{below[-1] + 1}'} below (↓) · ",
                             style="bold yellow")
-            if rec is None:
+            if self.draft is not None:
+                d = self.draft
+                text.append("inspect", style="bold magenta")
+                text.append(f" · {d.masked} masked · {len(d.locked)} locked · ⌫ remask · f refill · b branch · Esc")
+                if self.versions:
+                    text.append(f" · {self.versions.label()}", style="dim")
+            elif rec is None:
                 text.append(f"step 0/{pb.run.settings.steps} · starting", style="dim")
             else:
+                if self.versions:
+                    text.append(f"{self.versions.label()} · ", style="bold magenta")
+                if self._branch_run is not None and pb.run.id == self._branch_run:
+                    text.append("branch: Enter picks · ", style="bold magenta")
                 text.append_text(self._progress(pb, rec, selected if mode == "single" and n > 1 else None))
         self.query_one("#gen-status", Static).update(text)
         self._show_keys()
@@ -455,7 +808,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             bar.keys = keys
 
     def _show_curve(self) -> None:
-        curve = expected_masked(self.db, self.session.shown_settings().steps)
+        curve = getattr(self.db, "curve", None) or expected_masked(self.db, self.session.shown_settings().steps)
         title = f"{self.db.schedule.name} T={self.db.schedule.T}"
         for widget in (self.query_one(SchedulePanel), self.query_one(ScheduleStrip)):
             widget.set_curve(curve, title)
@@ -482,7 +835,12 @@ class GenerateScreen(ReportWorkerErrors, Screen):
     def action_toggle_play(self) -> None:
         if not self.playbacks:
             return
+        if self.draft is not None:
+            self._leave_inspect()
         if all(pb.run.finished for pb in self.playbacks):
+            if self.versions:  # an edited text: play its recorded frames again (the versions stay)
+                self._play_again(self.playbacks[0].run)
+                return
             self.restart()  # replay from the start
             return
         playing = not self.playbacks[0].run.playing
@@ -498,6 +856,10 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self._draw()
 
     def action_scrub(self, delta: int) -> None:
+        if self.draft is not None:  # inspect mode: the arrows move the cursor
+            self.draft.move(delta, self.positions)
+            self._draw()
+            return
         for pb in self.playbacks:
             pb.scrub(delta)
         self._draw()
@@ -526,6 +888,9 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         from dbert_core.errors import DbertError
 
         if self.db is None:
+            return
+        if self.replay is not None:
+            self.app.notify("a replay plays the file's frames: its settings cannot change", severity="warning")
             return
         try:
             method(*args)
@@ -570,17 +935,41 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self._draw()
 
     def action_zoom(self) -> None:
+        if self.draft is not None:  # inspect mode: Enter selects / unselects the token under the cursor
+            self.draft.toggle_select()
+            self._draw()
+            return
+        if self._pick_branch(self.session.selected):
+            return
         if self.session.zoom():
             self._arrange()
             self._draw()
 
+    def _pick_branch(self, row: int) -> bool:
+        """In a finished branch grid, choosing a sample makes it the new version."""
+        pb = self.playbacks[0] if self.playbacks else None
+        if pb is None or self._branch_run != pb.run.id or not pb.run.finished:
+            return False
+        self._branch_run = None
+        self.versions.add(Version(pb.run, row))
+        self.session.show_version(pb.run, row)
+        self._mark_selected()
+        self._arrange()
+        self._draw()
+        return True
+
     def action_unzoom(self) -> None:
+        if self.draft is not None:
+            self._leave_inspect()
+            return
         if self.session.unzoom():
             self._arrange()
             self._draw()
 
     @on(SampleChosen)
     def _sample_chosen(self, message: SampleChosen) -> None:
+        if self._pick_branch(message.index):
+            return
         if self.session.zoom(message.index):
             self._mark_selected()
             self._arrange()
@@ -696,8 +1085,9 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self.restart()
 
     def action_prompt(self) -> None:
-        self.app.push_screen(FormDialog("Prompt / infill template: text with \\[MASK] slots; masks are appended "
-                                        "up to the length (empty: unconditional)",
+        self.app.push_screen(FormDialog("Prompt / infill template: text with \\[MASK] slots (\\[MASK*N]: N of them, "
+                                        "\\[MASK*A-B]: A to B tokens, ranked by the model's ELBO per token); masks are "
+                                        "appended up to the length (empty: unconditional)",
                                         [("prompt", "template", self.session.settings.prompt,
                                           "the cat [MASK] on the [MASK]")], "Use"), self._apply_prompt)
 
@@ -705,11 +1095,15 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if values is None:
             return
         from dbert_core.errors import DbertError
+        from dbert_core.infill import has_range, variants
         from dbert_core.sample import parse_prompt
 
         if values["prompt"] and self.db is not None:
             try:
-                parse_prompt(self.db, values["prompt"], self.session.settings.length)
+                if has_range(values["prompt"]):
+                    variants(values["prompt"])  # the spans are checked; each length is the template's own
+                else:
+                    parse_prompt(self.db, values["prompt"], self.session.settings.length)
             except DbertError as e:
                 self.app.notify(str(e), title="prompt", severity="error")
                 return
@@ -754,23 +1148,42 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         what = f" (step {rec.frame.step}/{rec.frame.steps}, {left} [MASK] left)" if left else ""
         self.app.notify(f"saved {len(texts)} text(s){what} to {Path(path).resolve()}", timeout=8)
 
+    def _export_text(self, pb: Playback, suffix: str) -> str:
+        """The run as a file of type suffix: .cast, .html, else the JSON trajectory."""
+        import json
+
+        from dbert_core import share
+
+        run = pb.run
+        frames = [rec.frame for rec in run.frames]
+        order = run.frames[-1].order
+        name = Path(self.db.path).name if self.db.path else "dbert"
+        rows = [self.session.selected] if frames[-1].ids.shape[0] > 1 and self.view_mode() == "single" else None
+        if suffix == ".cast":
+            return share.cast(self.db, frames, order, width=max(40, min(120, self.size.width)), title=f"dbert · {name}",
+                              rows=rows, verbatim=self._prompt_words())
+        if suffix in (".html", ".htm"):
+            return share.html(self.db, frames, order, title=f"dbert · {name}", verbatim=self._prompt_words())
+        if self.replay is not None and run.source is not None:  # the file as it was read
+            return json.dumps(self.replay.data) + "\n"
+        return json.dumps(trajectory(self.db, run)) + "\n"
+
     def action_export(self) -> None:
         pb = self.session.active_playback()
         if pb is None or not pb.frames:
             self.app.notify("nothing to export yet", severity="warning")
             return
-        self.app.push_screen(FormDialog("Export the trajectory (every frame) as JSON",
+        self.app.push_screen(FormDialog("Export the run: .json the trajectory (every frame; dbert-tui --replay "
+                                        "plays it), .cast an asciinema recording, .html the text coloured by reveal order",
                                         [("path", "file", self._default_name("json"), "")], "Export"),
                              partial(self._export, pb))
 
     def _export(self, pb: Playback, values: dict | None) -> None:
         if not values or not values["path"]:
             return
-        import json
-
         target = output_path(values["path"])
         try:
-            path = atomic_write(target, json.dumps(trajectory(self.db, pb.run)) + "\n")
+            path = atomic_write(target, self._export_text(pb, target.suffix.lower()))
         except (OSError, DbertError) as e:  # layout.atomic_write_text: DbertError "cannot write ..."
             self.app.notify(str(e) if isinstance(e, DbertError) else f"cannot write {target}: "
                             f"{e.strerror or e}", severity="error")

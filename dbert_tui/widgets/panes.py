@@ -62,3 +62,35 @@ class ComparePane(Vertical):
         self.query_one(".pane-head", Static).update(head)
         self.query_one(".pane-status", Static).update(status)
         self.query_one(".pane-tokens", Static).update(tokens)
+
+
+class TokenView(Static):
+    """The token text of one sample. Each token's style carries its position (render.render_row
+    with marks), so the mouse says which token it is over: a hover, a press, a drag."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._down = False
+
+    @staticmethod
+    def _position(event) -> int | None:
+        value = event.style.meta.get("token") if event.style else None
+        return value if isinstance(value, int) else None
+
+    def on_mouse_move(self, event) -> None:
+        from ..messages import TokenPointed
+
+        pos = self._position(event)
+        if pos is not None:
+            self.post_message(TokenPointed(pos, drag=self._down))
+
+    def on_mouse_down(self, event) -> None:
+        from ..messages import TokenPointed
+
+        pos = self._position(event)
+        self._down = pos is not None
+        if pos is not None:
+            self.post_message(TokenPointed(pos, press=True))
+
+    def on_mouse_up(self, event) -> None:
+        self._down = False

@@ -1,0 +1,68 @@
+"""Infill of unknown length: [MASK*A-B] spans, candidates for every length ranked by the model's
+ELBO per token (dbert_core.infill), and `dbert sample` printing the best --n with scores."""
+
+import json
+import sys
+
+import pytest
+
+from dbert_core.config import SampleConfig
+from dbert_core.errors import DbertError
+from dbert_core.infill import bound, has_range, infill, ranges, variants
+from dbert_core.sample import parse_prompt
+
+
+def test_spans_and_variants():
+    assert has_range("a [MASK*1-3] b") and has_range("a [mask * 2 - 4]") and not has_range("a [MASK*3] b")
+    assert ranges("x [MASK*1-3] y [MASK*2-2]") == [(1, 3), (2, 2)]
+    v = variants("x [MASK*1-3] y [mask*2-3]")
+    assert [lengths for lengths, _ in v] == [(1, 2), (1, 3), (2, 2), (2, 3), (3, 2), (3, 3)]
+    assert v[0][1] == "x [MASK*1] y [MASK*2]"
+    with pytest.raises(DbertError, match="1 <= A <= B"):
+        ranges("[MASK*3-1]")
+    with pytest.raises(DbertError, match="at most"):
+        variants("[MASK*1-9] [MASK*1-9]")
+
+
+def test_infill_ranks_every_length_by_elbo_per_token(tiny_db):
+    prompt = "once upon a time [MASK*1-3] was a girl"
+    cfg = SampleConfig(prompt=prompt, seed=4, steps=16, sampler="ancestral").resolved(tiny_db)
+    got = infill(tiny_db, cfg, per_length=3, score_steps=8)
+    base = len(parse_prompt(tiny_db, "once upon a time was a girl", 7))
+    assert {c.lengths for c in got} <= {(1,), (2,), (3,)} and len({c.lengths for c in got}) >= 2
+    for c in got:
+        assert c.tokens == base + c.lengths[0] == len(c.ids)
+        assert c.text.lower().startswith("once upon a time") and c.text.lower().endswith("a girl")
+    scores = [c.score for c in got]
+    assert scores == sorted(scores)  # best (lowest nats per token) first
+    assert len({c.text for c in got}) == len(got)  # each text once
+    best = got[0]
+    again = bound(tiny_db, [best.ids], 8, 4)[0]
+    assert abs(again - best.nats) < 1e-3  # the score is the bound, reproducible from the seed
+    same = infill(tiny_db, cfg, per_length=3, score_steps=8)
+    assert [c.text for c in same] == [c.text for c in got]
+
+
+def test_cli_prints_the_top_n_with_scores(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    from dbert_core.cli import main
+
+    out = tmp_path / "infill.jsonl"
+    monkeypatch.setattr(sys, "argv", ["dbert", "sample", "--checkpoint", str(tiny_checkpoint), "--prompt",
+                                      "once upon a time [MASK*1-4] girl", "--n", "3", "--seed", "1", "--steps", "16",
+                                      "--candidates", "2", "-o", str(out)])
+    with pytest.raises(SystemExit) as e:
+        main()
+    assert e.value.code in (0, None)
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert len(lines) == 3 and all(line.lower().startswith("once upon a time") for line in lines)
+    assert [line.split(":")[0] for line in captured.err.splitlines() if "infill #" in line] == \
+        ["dbert", "dbert", "dbert"] and "nats/token" in captured.err
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    scores = [r["infill"]["nats_per_token"] for r in records]
+    assert [r["text"] for r in records] == lines and scores == sorted(scores)
+    monkeypatch.setattr(sys, "argv", ["dbert", "sample", "--checkpoint", str(tiny_checkpoint), "--prompt",
+                                      "a [MASK*1-2]", "--trajectory", str(tmp_path / "t.json")])
+    with pytest.raises(SystemExit) as e:
+        main()
+    assert e.value.code == 2 and "infill" in capsys.readouterr().err
