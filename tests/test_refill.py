@@ -23,7 +23,7 @@ def lin_db(tiny_linear_checkpoint):
 
 def _draft_template(db, pos: int) -> torch.Tensor:
     """A finished sample with position `pos` remasked through the TUI's Draft."""
-    last = list(frames(db, n=1, length=12, steps=16, sampler="ancestral", seed=11,
+    last = list(frames(db, n=1, length=12, steps=16, sampler="ancestral", seed=11, pair_quotes=False,
                        generator=torch.Generator().manual_seed(11)))[-1]
     d = Draft.of(Recorded(last, torch.ones(1, 12, dtype=torch.int32), 0.0), 0, db.model.mask_id)
     d.cursor = pos
@@ -45,7 +45,7 @@ def test_refilled_position_follows_the_models_conditional(lin_db, sampler):
     template = _draft_template(lin_db, pos)
     p = _conditional(lin_db, template, pos)
     last = list(frames(lin_db, template=template, n=N, length=12, steps=16, sampler=sampler, top_k=0,
-                       block_repeats=False, seed=3, generator=torch.Generator().manual_seed(3)))[-1]
+                       block_repeats=False, pair_quotes=False, seed=3, generator=torch.Generator().manual_seed(3)))[-1]
     others = torch.arange(12) != pos
     assert (last.ids[:, others] == template[others]).all()  # everything else is kept
     counts = torch.bincount(last.ids[:, pos], minlength=p.shape[0])
@@ -65,6 +65,6 @@ def test_spindle_refill_follows_the_reverse_process_law(tiny_db):
     law = (survive.unsqueeze(1) * p * r).sum(0)
     law[:] = law / law.sum()
     last = list(frames(tiny_db, template=template, n=N, length=12, steps=S, sampler="ancestral", top_k=0,
-                       block_repeats=False, seed=5, generator=torch.Generator().manual_seed(5)))[-1]
+                       block_repeats=False, pair_quotes=False, seed=5, generator=torch.Generator().manual_seed(5)))[-1]
     counts = torch.bincount(last.ids[:, pos], minlength=p.shape[0])
     assert goodness_p(counts, law) > 1e-3
