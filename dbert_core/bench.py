@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .hardware import cpu_name, native_bf16
+from .hardware import auto_dtype, cpu_name, native_bf16
 from .layout import atomic_write_text
 from .model import attention_path, forward_flops
 
@@ -101,7 +101,7 @@ def time_forward(model, db, B: int, L: int, device, reps: int) -> float:
 def attention_report(db, length: int) -> str:
     """The attention form of sampling and of training on this device (model.attention_path)."""
     dev, p = db.device.type, db.model.config.attention_probs_dropout_prob
-    dtype = torch.bfloat16 if native_bf16(db.device) else torch.float32
+    dtype = auto_dtype(db.device)
     return f"{attention_path(dev, False, dtype, length, 0.0)} (sampling), {attention_path(dev, True, dtype, length, p)} (training)"
 
 
@@ -210,9 +210,9 @@ class Bench:
     def cli_defaults(self, load_seconds: float) -> None:
         """What `dbert sample --n 10` does after loading, with the CLI's defaults."""
         from .config import SampleConfig
-        from .sample import generate
+        from .sample import generate, resolve
 
-        cfg = SampleConfig(seed=0).resolved(self.db)
+        cfg = resolve(SampleConfig(seed=0), self.db)
         _, st = generate(self.db, cfg)
         self.result["cli_defaults"] = {"sampler": cfg.sampler, "length": cfg.length, "load_seconds": round(load_seconds, 2),
                                        "sample_seconds": st["seconds"], "calls": st["nfe"], **self._compute(st)}

@@ -100,7 +100,7 @@ def _device(gpu: bool, device: Device) -> str:
 def _load(checkpoint: str | None, device: str):
     from . import checkpoint as ckpt
     from .store import resolve
-    from .train import pick_device
+    from .hardware import pick_device
 
     return ckpt.load(resolve(checkpoint), device=pick_device(device))
 
@@ -212,7 +212,7 @@ def sample(
     """
     from .detok import STORY_BREAK
     from .progress import SampleProgress
-    from .sample import generate
+    from .sample import generate, resolve
 
     prompts = _prompts(prompt_arg, prompt, prompt_file)
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
@@ -251,10 +251,9 @@ def sample(
             kept.append(frame)
 
     for p in prompts:
-        run = replace(cfg, prompt=p)
-        got, st_p = generate(db, run, on_frame=on_frame, cased=not lowercase, paragraph=paragraph)
+        resolved = resolve(replace(cfg, prompt=p), db)
+        got, st_p = generate(db, resolved, on_frame=on_frame, cased=not lowercase, paragraph=paragraph)
         texts.extend(got)
-        resolved = run.resolved(db)
         records.extend({"text": t, "prompt": p, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
                         "settings": {k: getattr(resolved, k) for k in ("steps", "temperature", "top_k", "top_p", "length",
                                                                        "sampler", "params", "block_repeats", "dtype")},
@@ -266,7 +265,7 @@ def sample(
         from .layout import atomic_write_text
         from .trajectory import trajectory as as_json
 
-        atomic_write_text(trajectory, json.dumps(as_json(db, replace(cfg, prompt=prompts[0]).resolved(db), kept)) + "\n")
+        atomic_write_text(trajectory, json.dumps(as_json(db, resolve(replace(cfg, prompt=prompts[0]), db), kept)) + "\n")
     if output is not None:
         from .layout import atomic_write_text
 

@@ -29,26 +29,10 @@ from .config import TrainConfig
 from .data import (Special, collate, document_sentences, encode, epoch_batches, fingerprints, pack, pack_sentences,
                    read_documents, read_examples, read_lines, token_counts, tokenize, train_tokenizer)
 from .diffusion import Workspace, draw_steps, elbo, masked_kl
-from .hardware import native_bf16
+from .hardware import compute_dtype, pick_device
 from .errors import DbertError, Interrupted
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise DbertError("CUDA was requested (--gpu / --device cuda) but no CUDA GPU is available")
-    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise DbertError("--device mps was requested but Apple's MPS backend is not available")
-    if name not in ("cpu", "cuda", "mps"):
-        raise DbertError(f"unknown device {name!r}; choose auto, cpu, cuda or mps")
-    return torch.device(name)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -516,7 +500,7 @@ class Trainer:
 
     def _autocast(self):
         c = self.cfg
-        if c.dtype == "bf16" or (c.dtype == "auto" and native_bf16(self.device)):
+        if compute_dtype(c.dtype, self.device) == "bf16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 

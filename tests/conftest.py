@@ -47,10 +47,9 @@ def _portable_precision(monkeypatch, request):
     must not depend on whether this machine has native bf16 (tests of bf16 ask for it by name)."""
     if "native_bf16" in request.keywords:
         return
-    from dbert_core import hardware, train
+    from dbert_core import hardware
 
-    monkeypatch.setattr(hardware, "native_bf16", lambda *a, **k: False)
-    monkeypatch.setattr(train, "native_bf16", lambda *a, **k: False)
+    monkeypatch.setattr(hardware, "native_bf16", lambda *a, **k: False)  # compute_dtype, the one "auto" rule, reads it
 
 
 def tiny_config(out, **overrides):

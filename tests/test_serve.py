@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from dbert_core.config import SampleConfig
-from dbert_core.sample import generate
+from dbert_core.sample import generate, resolve
 from dbert_core.serve import Limits, create_app, is_loopback, server
 from dbert_core.serve_queue import Job
 
@@ -262,7 +262,7 @@ def _blocker(app, tiny_db):
         holding.set()
         release.wait(30)
 
-    cfg = SampleConfig(n=1, steps=8, length=4, dtype="fp32").resolved(tiny_db)
+    cfg = resolve(SampleConfig(n=1, steps=8, length=4, dtype="fp32"), tiny_db)
     app.state.scheduler.submit([Job(cfg, notify=notify, want_steps=True)])
     assert holding.wait(10)
     return release

@@ -667,7 +667,12 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             raise FieldError("params", str(e)) from None
         try:
             new = dataclasses.replace(old, **fields)
-            new.resolved(self.db) if self.db is not None else new.validate()
+            if self.db is not None:
+                from dbert_core.sample import resolve
+
+                resolve(new, self.db)
+            else:
+                new.validate()
         except DbertError as e:
             raise FieldError(field_of(str(e)), str(e).replace("--", "")) from None
         return fields
