@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from . import layout
 from .hardware import auto_dtype, cpu_name, native_bf16
 from .layout import atomic_write_text
 from .model import attention_path, forward_flops
@@ -126,8 +127,8 @@ class Bench:
     # ------------------------------------------------------------------ output
     def save(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.out / "bench.json", json.dumps(self.result, indent=2) + "\n")
-        atomic_write_text(self.out / "bench.md", markdown(self.result))
+        atomic_write_text(self.out / layout.BENCH_JSON, json.dumps(self.result, indent=2) + "\n")
+        atomic_write_text(self.out / layout.BENCH_MD, markdown(self.result))
 
     # ------------------------------------------------------------------ parts
     def peak(self, dtypes) -> None:

@@ -511,7 +511,7 @@ def checkpoints_fetch(
 
     Example: dbert checkpoints fetch user/my-dbert --name my-dbert
     """
-    from .hub import fetch
+    from .fetch import fetch
 
     if source.strip().lower().startswith("http://"):
         say(f"dbert: warning: {source.strip()} is plain http: anyone on the way can read or change it; "
@@ -533,7 +533,7 @@ def checkpoints_import(
 
     Example: dbert checkpoints import runs/stories --name stories
     """
-    from .hub import import_dir
+    from .store import import_dir
 
     print(import_dir(directory, name=name))
 
@@ -547,8 +547,7 @@ def checkpoints_remove(
 
     Example: dbert checkpoints remove stories --yes
     """
-    from .hub import remove
-    from .store import resolve
+    from .store import remove, resolve
 
     resolve(name)  # a clear error for an unknown name before asking anything
     if not yes:

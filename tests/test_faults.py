@@ -44,14 +44,14 @@ sys.addaudithook(hook)
 
 CHILD = r"""
 import os, signal, sys
-from dbert_core import checkpoint, hub, store  # imported before counting starts
+from dbert_core import checkpoint, fetch, store  # imported before counting starts
 what, source, name, kill_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 roots = (str(store.home()), source)
 """ + KILL_HOOK + r"""
 if what == "import":
-    hub.import_dir(source, name=name)
+    store.import_dir(source, name=name)
 else:
-    hub.fetch(source, name=name)
+    fetch.fetch(source, name=name)
 print(count, flush=True)
 """
 

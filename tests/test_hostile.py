@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conftest import ROOT, TINYSTORIES
-from dbert_core import checkpoint, hub, store
+from dbert_core import checkpoint, fetch, store
 from dbert_core.cli import main
 from dbert_core.errors import DbertError
 from dbert_core.train import OutLock, Trainer, resume_config
@@ -131,7 +131,7 @@ def test_a_padded_auto_map_is_refused_not_skipped(tiny_checkpoint, tmp_path, nam
     with pytest.raises(DbertError, match="custom code"):
         checkpoint.load(ck)
     with pytest.raises(DbertError, match="custom code"):
-        hub.import_dir(ck, name="padded")
+        store.import_dir(ck, name="padded")
     assert not (store.store_dir() / "padded").exists()
     code, out, err = run(["sample", "--checkpoint", str(ck), "--n", "1", "--device", "cpu"], capsys, monkeypatch)
     assert code == 2 and out == "" and "custom code" in one_line(err)
@@ -386,9 +386,9 @@ def test_interrupted_fetch_leaves_nothing(tmp_path, monkeypatch):
     def stop(*a, **k):
         raise Interrupted("SIGINT")
 
-    monkeypatch.setattr(hub, "_fetch_url", stop)
+    monkeypatch.setattr(fetch, "_fetch_url", stop)
     with pytest.raises(Interrupted):
-        hub.fetch("https://example.invalid/x.tar.gz")
+        fetch.fetch("https://example.invalid/x.tar.gz")
     root = store.store_dir()
     assert not root.exists() or list(root.iterdir()) == []
 
@@ -459,7 +459,7 @@ def test_folders_990_deep_are_refused_not_a_recursion_error(tiny_checkpoint, tmp
     with pytest.raises(DbertError, match="deep"):
         checkpoint.load(ck)
     with pytest.raises(DbertError, match="deep"):
-        hub.import_dir(ck, name="deep")
+        store.import_dir(ck, name="deep")
 
 
 def test_an_archive_member_990_folders_deep_is_refused(tmp_path):
@@ -493,7 +493,7 @@ def test_a_pickle_under_another_name_is_refused(tiny_checkpoint, tmp_path):
     ck = copy_of(tiny_checkpoint, tmp_path / "sneaky")
     torch.save({"w": torch.zeros(2)}, ck / "weights.dat")
     with pytest.raises(DbertError, match="pickle"):
-        hub.import_dir(ck, name="sneaky")
+        store.import_dir(ck, name="sneaky")
 
 
 # ------------------------------------------------------------------ 11. the store itself
@@ -566,11 +566,11 @@ def test_dbert_offline_refuses_a_hub_id(monkeypatch):
     monkeypatch.setenv("DBERT_OFFLINE", "1")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     with pytest.raises(DbertError, match="DBERT_OFFLINE"):
-        hub.fetch("someone/model")
+        fetch.fetch("someone/model")
 
 
 def test_plain_http_is_fetched_with_a_warning(capsys, monkeypatch):
-    monkeypatch.setattr(hub, "fetch", lambda *a, **k: (_ for _ in ()).throw(DbertError("offline")))
+    monkeypatch.setattr(fetch, "fetch", lambda *a, **k: (_ for _ in ()).throw(DbertError("offline")))
     code, out, err = run(["checkpoints", "fetch", "http://example.invalid/x.tar.gz"], capsys, monkeypatch)
     assert code == 2 and "warning" in err and "plain http" in err
 
@@ -643,7 +643,7 @@ def test_a_trickling_server_is_one_line_within_the_timeout(trickle, kind, needle
     monkeypatch.setenv("DBERT_FETCH_TIMEOUT", "1")
     start = time.monotonic()
     with pytest.raises(DbertError, match=needle) as e:
-        hub.fetch(f"{url}/ckpt.tar.gz", name="slow")
+        fetch.fetch(f"{url}/ckpt.tar.gz", name="slow")
     assert time.monotonic() - start < 10 and "\n" not in str(e.value)
     root = store.store_dir()
     assert not root.exists() or list(root.iterdir()) == []
@@ -699,7 +699,7 @@ def test_a_cancelled_fetch_ends_while_a_read_waits(monkeypatch):
     start = time.monotonic()
     try:
         with pytest.raises(DbertError, match="cancelled"):
-            hub.fetch(f"http://127.0.0.1:{sock.getsockname()[1]}/x.tar.gz", cancel=lambda: time.monotonic() - start > 0.5)
+            fetch.fetch(f"http://127.0.0.1:{sock.getsockname()[1]}/x.tar.gz", cancel=lambda: time.monotonic() - start > 0.5)
     finally:
         sock.close()
     assert time.monotonic() - start < 5
@@ -723,7 +723,7 @@ def test_a_full_disk_during_import_is_one_line_and_leaves_nothing(tiny_checkpoin
     def full(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(hub.shutil, "copytree", full)
+    monkeypatch.setattr(store.shutil, "copytree", full)
     code, out, err = run(["checkpoints", "import", str(tiny_checkpoint), "--name", "x"], capsys, monkeypatch)
     assert code == 2 and out == "" and "No space left" in one_line(err)
     root = store.store_dir()

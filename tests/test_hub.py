@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from dbert_core import hub, store
+from dbert_core import fetch, store
 from dbert_core.errors import DbertError
 
 
@@ -200,7 +200,7 @@ def _no_leftovers() -> None:
 
 def test_fetch_url_tar_gz(server):
     seen = []
-    path = hub.fetch(f"{server.url}/files/tiny.tar.gz", progress=lambda d, t, w: seen.append((d, t, w)))
+    path = fetch.fetch(f"{server.url}/files/tiny.tar.gz", progress=lambda d, t, w: seen.append((d, t, w)))
     assert path == store.store_dir() / "tiny"
     assert "tiny" in _store_names()
     assert seen and seen[-1][0] == len(server.files["tiny.tar.gz"])
@@ -212,10 +212,10 @@ def test_fetch_url_tar_gz(server):
 
 
 def test_fetch_url_zip_with_name(server):
-    path = hub.fetch(f"{server.url}/files/flat.zip", name="zipped")
+    path = fetch.fetch(f"{server.url}/files/flat.zip", name="zipped")
     assert path.name == "zipped" and (path / "model.safetensors").is_file()
     with pytest.raises(DbertError, match="already exists"):
-        hub.fetch(f"{server.url}/files/flat.zip", name="zipped")
+        fetch.fetch(f"{server.url}/files/flat.zip", name="zipped")
     _no_leftovers()
 
 
@@ -227,7 +227,7 @@ def test_fetch_url_zip_with_name(server):
 def test_fetch_refuses_unsafe_archives(server, tiny_checkpoint, member, why):
     server.files["bad.tar.gz"] = tar_bytes(tiny_checkpoint, extra={member: b"x"})
     with pytest.raises(DbertError, match=why):
-        hub.fetch(f"{server.url}/files/bad.tar.gz")
+        fetch.fetch(f"{server.url}/files/bad.tar.gz")
     assert "bad" not in _store_names()
     _no_leftovers()
 
@@ -235,27 +235,27 @@ def test_fetch_refuses_unsafe_archives(server, tiny_checkpoint, member, why):
 def test_fetch_refuses_links_and_oversize(server, tiny_checkpoint):
     server.files["link.tar.gz"] = tar_bytes(tiny_checkpoint, symlink="ckpt/vocab2.txt")
     with pytest.raises(DbertError, match="links"):
-        hub.fetch(f"{server.url}/files/link.tar.gz")
+        fetch.fetch(f"{server.url}/files/link.tar.gz")
     with pytest.raises(DbertError, match="limit"):
-        hub.fetch(f"{server.url}/files/tiny.tar.gz", max_bytes=1000)
+        fetch.fetch(f"{server.url}/files/tiny.tar.gz", max_bytes=1000)
     _no_leftovers()
     assert _store_names() == []
 
 
 def test_fetch_failures_are_one_line(server):
     with pytest.raises(DbertError, match="HTTP 404"):
-        hub.fetch(f"{server.url}/files/missing.tar.gz")
+        fetch.fetch(f"{server.url}/files/missing.tar.gz")
     server.files["junk.tar.gz"] = b"this is not an archive"
     with pytest.raises(DbertError, match="not a .tar.gz, .tgz, .tar or .zip archive"):
-        hub.fetch(f"{server.url}/files/junk.tar.gz")
+        fetch.fetch(f"{server.url}/files/junk.tar.gz")
     with pytest.raises(DbertError, match="offline"):  # HF_HUB_OFFLINE=1 from conftest
-        hub.fetch("acme/tiny-dbert")
+        fetch.fetch("acme/tiny-dbert")
     with pytest.raises(DbertError, match="cancelled"):
-        hub.fetch(f"{server.url}/files/tiny.tar.gz", cancel=lambda: True)
+        fetch.fetch(f"{server.url}/files/tiny.tar.gz", cancel=lambda: True)
     closed = HubServer()
     closed.httpd.server_close()  # nothing listens on this port any more
     with pytest.raises(DbertError, match="cannot fetch"):
-        hub.fetch(f"{closed.url}/files/tiny.tar.gz")
+        fetch.fetch(f"{closed.url}/files/tiny.tar.gz")
     _no_leftovers()
     assert _store_names() == []
 
@@ -263,28 +263,28 @@ def test_fetch_failures_are_one_line(server):
 def test_fetch_hub_repo_pinned(server, monkeypatch):
     online(monkeypatch, server)
     seen = []
-    path = hub.fetch("acme/tiny-dbert", revision=SHA, progress=lambda d, t, w: seen.append(d))
+    path = fetch.fetch("acme/tiny-dbert", revision=SHA, progress=lambda d, t, w: seen.append(d))
     assert path.name == "tiny-dbert"
     assert (path / "model.safetensors").is_file() and not (path / "trainer_state").exists()
     assert not (path / ".cache").exists()
     assert any(r.startswith("GET /acme/tiny-dbert/resolve/") for r in server.requests)
     assert seen and seen[-1] > 0
     with pytest.raises(DbertError, match="no such repo"):
-        hub.fetch("acme/missing")
+        fetch.fetch("acme/missing")
     _no_leftovers()
 
 
 def test_import_and_remove(tiny_checkpoint, tmp_path):
-    path = hub.import_dir(tiny_checkpoint, name="mine")
+    path = store.import_dir(tiny_checkpoint, name="mine")
     assert path == store.store_dir() / "mine" and "mine" in _store_names()
     with pytest.raises(DbertError, match="not a dbert checkpoint|missing"):
-        hub.import_dir(tmp_path)
+        store.import_dir(tmp_path)
     with pytest.raises(DbertError, match="default"):
-        hub.remove("default")
-    hub.remove("mine")
+        store.remove("default")
+    store.remove("mine")
     assert "mine" not in _store_names() and not path.exists()
     with pytest.raises(DbertError, match="no checkpoint named"):
-        hub.remove("mine")
+        store.remove("mine")
     _no_leftovers()
 
 

@@ -976,7 +976,7 @@ def test_snapshot_train(snap_compare, tiny_db):
 
 # ------------------------------------------------------------------------------ boundaries
 def test_core_never_imports_textual():
-    code = ("import sys, dbert_core.cli, dbert_core.hub, dbert_core.sample, dbert_core.train, dbert_core.store; "
+    code = ("import sys, dbert_core.cli, dbert_core.fetch, dbert_core.sample, dbert_core.train, dbert_core.store; "
             "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')]; "
             "sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
