@@ -223,6 +223,7 @@ class Bench:
     def train(self, batch: int = 32, seq_len: int = 64, steps: int = 3) -> None:
         """Optimizer steps on a copy of the model: tokens/s as `dbert train` counts them."""
         from .config import TrainConfig
+        from .prepare import in_memory
         from .train import Trainer
 
         db = copy.copy(self.db)
@@ -231,7 +232,7 @@ class Bench:
         examples = torch.randint(1000, db.model.config.vocab_size, (4 * batch, seq_len), generator=gen).tolist()
         cfg = TrainConfig(data=["(bench)"], out="(bench)", batch_size=batch, seq_len=seq_len, T=db.schedule.T,
                           lr=1e-5, warmup=0, max_steps=steps + 1, device=self.device.type)
-        trainer = Trainer.on(db, cfg, examples)  # the trainer's own step: optimizer, loss, autocast
+        trainer = Trainer(cfg, prepared=in_memory(db, cfg, examples))  # the trainer's own step: optimizer, loss, autocast
         trainer.train_step()  # warm-up (allocates the optimizer state)
         _sync(self.device)
         t0 = time.perf_counter()

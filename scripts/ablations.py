@@ -94,7 +94,8 @@ def config(row: Row, a, train: Path, held: Path, out: Path):
 def train(row: Row, a, train_file: Path, held: Path) -> dict:
     """Train (or resume, or skip) one row; its checkpoint meta."""
     from dbert_core import checkpoint
-    from dbert_core.train import Trainer, resume_config
+    from dbert_core.prepare import resume_config
+    from dbert_core.train import Trainer
 
     out = a.out / row.name
     state = out / "trainer_state" / "state.json"

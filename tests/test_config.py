@@ -17,7 +17,9 @@ from dbert_core import checkpoint, config
 from dbert_core.config import SampleConfig
 from dbert_core.errors import DbertError
 from dbert_core.sample import resolve
-from dbert_core.train import OutLock, Trainer, resume_config
+from dbert_core.layout import OutLock
+from dbert_core.prepare import resume_config
+from dbert_core.train import Trainer
 
 BAD_TRAIN = [
     (dict(grad_accum=0), "--grad-accum"), (dict(log_every=0), "--log-every"), (dict(lam=5.0), "--lambda"),

@@ -20,7 +20,9 @@ from conftest import ROOT, TINYSTORIES
 from dbert_core import checkpoint, fetch, store
 from dbert_core.cli import main
 from dbert_core.errors import DbertError
-from dbert_core.train import OutLock, Trainer, resume_config
+from dbert_core.layout import OutLock
+from dbert_core.prepare import resume_config
+from dbert_core.train import Trainer
 
 ESC = "\x1b]0;pwned\x07\x1b[2J"  # sets the window title, clears the screen
 
@@ -751,7 +753,7 @@ def test_a_full_disk_while_a_resumed_run_saves_keeps_the_last_checkpoint(resumab
 ], ids=["world-text", "rank-missing", "rank-out-of-range", "master-missing", "timeout-text"])
 def test_torchrun_variables_are_checked_in_one_line(env, needle, tmp_path, monkeypatch):
     from conftest import tiny_config
-    from dbert_core.train import dist_timeout
+    from dbert_core.prepare import dist_timeout
 
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(k, raising=False)
