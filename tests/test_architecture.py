@@ -7,7 +7,8 @@
   import typer or rich, and no engine module imports textual or dbert_tui;
 - the TUI's modules that hold state and rules without widgets import no Textual;
 - every on-disk file name is a constant of layout.py;
-- a sampling run resolves its settings once and hands them down.
+- a sampling run resolves its settings once and hands them down;
+- no test module imports another (shared helpers: tests/helpers.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 CORE = ROOT / "dbert_core"
 TUI = ROOT / "dbert_tui"
@@ -125,3 +126,11 @@ def test_a_sampling_run_checks_its_settings_once(tiny_db, monkeypatch):
     with pytest.raises(sample.DbertError, match="--steps"):
         next(sample.frames(tiny_db, cfg))
     assert list(sample.frames(tiny_db, n=2, steps=4, seed=0))  # the README's form
+
+
+def test_no_test_module_imports_another():
+    """Shared helpers live in tests/helpers.py; a test module never imports a test module or conftest."""
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        roots = {i.split(".")[0] for i in _imports(ast.parse(path.read_text(encoding="utf-8")))}
+        bad = {r for r in roots if r.startswith("test_") or r == "conftest"}
+        assert not bad, f"tests/{path.name} imports {sorted(bad)}"

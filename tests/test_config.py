@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from conftest import TINYSTORIES, tiny_config
+from helpers import TINYSTORIES, tiny_config
 
 from dbert_core import checkpoint, config
 from dbert_core.config import SampleConfig

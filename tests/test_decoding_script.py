@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINYSTORIES, TINYSTORIES_VALID
+from helpers import TINYSTORIES, TINYSTORIES_VALID
 
 ROOT = Path(__file__).resolve().parent.parent
 

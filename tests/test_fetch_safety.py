@@ -14,7 +14,7 @@ import pytest
 
 from dbert_core import archive, fetch, net, store
 from dbert_core.errors import DbertError
-from test_hub import HubServer, online, tar_bytes, zip_bytes
+from helpers import HubServer, online, tar_bytes, zip_bytes
 
 
 @pytest.fixture(autouse=True)

@@ -16,23 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, TINYSTORIES
+from helpers import ROOT, TINYSTORIES, run
 from dbert_core import checkpoint, fetch, store
-from dbert_core.cli import main
 from dbert_core.errors import DbertError
 from dbert_core.layout import OutLock
 from dbert_core.prepare import resume_config
 from dbert_core.train import Trainer
 
 ESC = "\x1b]0;pwned\x07\x1b[2J"  # sets the window title, clears the screen
-
-
-def run(args, capsys, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["dbert", *args])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out, err = capsys.readouterr()
-    return exc.value.code or 0, out, err
 
 
 def cli(*args, timeout=120, **kw):
@@ -315,7 +306,7 @@ def test_an_error_never_goes_to_stdout_when_stderr_is_closed():
 
 
 def test_training_carries_on_when_its_progress_stream_fails(tmp_path):
-    from conftest import tiny_config
+    from helpers import tiny_config
     from dbert_core.progress import TrainProgress
 
     class Broken:
@@ -670,7 +661,7 @@ def test_a_lower_case_mask_in_a_prompt_is_a_slot(tiny_db):
 async def test_the_checkpoints_screen_shows_escape_codes_escaped(tiny_checkpoint, monkeypatch):
     from dbert_tui.app import create_app
     from dbert_tui.controller import Settings
-    from test_tui import SIZE, wait_for
+    from helpers import SIZE, wait_for
 
     monkeypatch.setattr(store, "shipped", lambda name: None)
     good = copy_of(tiny_checkpoint, store.store_dir() / "good")
@@ -752,7 +743,7 @@ def test_a_full_disk_while_a_resumed_run_saves_keeps_the_last_checkpoint(resumab
     ({"DBERT_DIST_TIMEOUT": "soon"}, "DBERT_DIST_TIMEOUT"),
 ], ids=["world-text", "rank-missing", "rank-out-of-range", "master-missing", "timeout-text"])
 def test_torchrun_variables_are_checked_in_one_line(env, needle, tmp_path, monkeypatch):
-    from conftest import tiny_config
+    from helpers import tiny_config
     from dbert_core.prepare import dist_timeout
 
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import tiny_config
+from helpers import tiny_config
 from dbert_core import checkpoint, fetch, layout, store
 from dbert_core.errors import DbertError
 
@@ -218,7 +218,7 @@ def test_saved_checkpoints_follow_a_private_umask(own_db, tmp_path, private_umas
 
 
 def test_imported_and_fetched_checkpoints_follow_a_private_umask(tiny_checkpoint, private_umask):
-    from test_hub import HubServer, tar_bytes
+    from helpers import HubServer, tar_bytes
 
     path = store.import_dir(tiny_checkpoint, name="imported")  # the source files are 0644
     assert all(m & 0o077 == 0 for m in modes(path).values()), modes(path)

@@ -22,7 +22,7 @@ from dbert_core.sample import generate, resolve
 from dbert_core.serve import Limits, create_app, is_loopback, server
 from dbert_core.serve_queue import Job
 
-from conftest import ROOT
+from helpers import ROOT
 
 STEPS = 16
 

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from textual import events
 
-from conftest import TINYSTORIES
 from dbert_core import store
 from dbert_core.errors import DbertError
 from dbert_tui.app import create_app
@@ -27,7 +26,7 @@ from dbert_tui.widgets.controls import ControlBar
 from dbert_tui.widgets.panes import ComparePane
 from dbert_tui.widgets.samples import SampleGrid
 from dbert_tui.screens.dialogs import FormDialog
-from test_hub import HubServer, online, tar_bytes
+from helpers import SIZE, TINYSTORIES, HubServer, finished, online, tar_bytes, wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -37,22 +36,7 @@ def _without_shipped_default(monkeypatch):
 
     monkeypatch.setattr(_store, "shipped", lambda name: None)
 
-SIZE = (80, 24)
 pytestmark = pytest.mark.anyio  # async tests run on asyncio through anyio's pytest plugin
-
-
-async def wait_for(pilot, condition, timeout: float = 60.0, what: str = "condition"):
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not condition():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
-
-
-def finished(app):
-    g = app.generate_screen
-    return lambda: g.run is not None and g.run.finished and g.drawn is g.run.frames[-1]
 
 
 def make_app(db, **settings):

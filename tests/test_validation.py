@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from dbert_core import checkpoint, fetch, schema, store
+from dbert_core import checkpoint, schema, store
 from dbert_core.errors import DbertError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -271,7 +271,7 @@ def _evil(tiny_checkpoint, d: Path) -> Path:
     ["train", "--data", "{data}", "--out", "{tmp}/run", "--init", "{evil}", "--max-steps", "1"],
 ], ids=["import", "sample", "train-init"])
 def test_custom_code_is_refused_with_one_line_and_no_prompt(command, tiny_checkpoint, tmp_path):
-    from conftest import TINYSTORIES
+    from helpers import TINYSTORIES
 
     evil = _evil(tiny_checkpoint, tmp_path / "evil")
     args = [a.format(evil=evil, tmp=tmp_path, data=TINYSTORIES) for a in command]
