@@ -12,8 +12,6 @@ for code); `layout.refuse_code` applies them to a folder.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from .errors import DbertError
 
 CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyd", ".pyx", ".so", ".dylib", ".dll", ".exe", ".sh", ".bat", ".ipynb")

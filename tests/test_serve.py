@@ -349,7 +349,7 @@ def test_an_engine_failure_fails_one_request(tiny_db, monkeypatch):
 def test_load_nothing_lost_or_mixed(served, tiny_db, batching):
     """200 requests from 16 concurrent clients: every one answered with its own prompt's text;
     seeded ones exactly as alone; unseeded ones of equal settings share sampler calls.
-    (Its figures are no benchmark: scripts/serve_bench.py, docs/performance.md.)"""
+    (Its figures are no benchmark: scripts/studies/serve_bench.py, docs/performance.md.)"""
     if batching:
         _load(*served, tiny_db, batching)
     else:
