@@ -65,6 +65,9 @@ def train_tiny(out, **overrides) -> Path:
 
 # ------------------------------------------------------------------ the CLI in this process
 def run(args, capsys, monkeypatch):
+    """`dbert ARGS` in this process: (exit status, stdout, stderr)."""
+    from dbert_core.cli import main
+
     monkeypatch.setattr(sys, "argv", ["dbert", *args])
     with pytest.raises(SystemExit) as exc:
         main()
