@@ -12,7 +12,9 @@ compare (a shared or busy machine moves absolute times, much less their ratios):
     train            optimizer steps on a copy of the model: tokens/s (masked-only logits)
 
 Results go to OUT/bench.json and OUT/bench.md (each rewritten atomically after every
-measurement, so an interrupted run keeps what it measured); the Markdown is printed on stdout.
+measurement, so an interrupted run keeps what it measured); `dbert bench` prints the Markdown on
+stdout. Progress goes to the `report` callback given to `run` (the CLI writes it to stderr); the
+bench itself prints nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -32,10 +33,6 @@ from . import layout
 from .hardware import auto_dtype, cpu_name, native_bf16
 from .layout import atomic_write_text
 from .model import attention_path, forward_flops
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def machine(device: torch.device) -> dict:
@@ -109,8 +106,9 @@ def attention_report(db, length: int) -> str:
 class Bench:
     """Runs the measurements and keeps the report up to date on disk."""
 
-    def __init__(self, db, out: Path, length: int, quick: bool, reps: int):
+    def __init__(self, db, out: Path, length: int, quick: bool, reps: int, report=None):
         self.db, self.out, self.length, self.quick, self.reps = db, Path(out), length, quick, reps
+        self.say = report or (lambda message: None)  # report(message): one line per measurement (the CLI: stderr)
         self.device = db.device
         self.result: dict = {
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -135,7 +133,7 @@ class Bench:
         for dtype in dtypes:
             name = str(dtype).removeprefix("torch.")
             self.result["peak"][name] = round(matmul_peak(dtype, self.device, reps=self.reps), 2)
-            say(f"matmul peak {name}: {self.result['peak'][name]:.1f} GFLOP/s")
+            self.say(f"matmul peak {name}: {self.result['peak'][name]:.1f} GFLOP/s")
         self.save()
 
     def forward(self, B: int, threads=(), bf16: bool = False) -> None:
@@ -170,7 +168,7 @@ class Bench:
             finally:
                 torch.set_num_threads(base_threads)
             self.result["forward"].append(row)
-            say(f"forward {name} batch {row['batch']} threads {n}: " +
+            self.say(f"forward {name} batch {row['batch']} threads {n}: " +
                 (f"{row['seconds']:.3f} s, {row['percent_of_peak']}% of peak" if "seconds" in row else row["error"]))
             self.save()
 
@@ -180,7 +178,7 @@ class Bench:
         for batch in batches:
             for steps in steps_list:
                 if steps > self.db.schedule.T:
-                    say(f"skipping steps {steps} > T={self.db.schedule.T}")
+                    self.say(f"skipping steps {steps} > T={self.db.schedule.T}")
                     continue
                 base = None
                 for sampler in samplers:
@@ -196,7 +194,7 @@ class Bench:
                     if base is not None:
                         row["speedup_vs_ancestral"] = round(base / sec, 2)
                     self.result["sampling"].append(row)
-                    say(f"{sampler:>13} steps {steps:>4} batch {batch:>2}: {sec:8.2f} s, "
+                    self.say(f"{sampler:>13} steps {steps:>4} batch {batch:>2}: {sec:8.2f} s, "
                         f"{row['calls_per_batch']} calls, {row['rows_per_sample']} rows/sample")
                     self.save()
 
@@ -217,7 +215,7 @@ class Bench:
         _, st = generate(self.db, cfg)
         self.result["cli_defaults"] = {"sampler": cfg.sampler, "length": cfg.length, "load_seconds": round(load_seconds, 2),
                                        "sample_seconds": st["seconds"], "calls": st["nfe"], **self._compute(st)}
-        say(f"sample --n 10 defaults: load {load_seconds:.2f} s + sampling {st['seconds']:.2f} s")
+        self.say(f"sample --n 10 defaults: load {load_seconds:.2f} s + sampling {st['seconds']:.2f} s")
         self.save()
 
     def train(self, batch: int = 32, seq_len: int = 64, steps: int = 3) -> None:
@@ -242,7 +240,7 @@ class Bench:
         sec = (time.perf_counter() - t0) / steps
         self.result["train"] = {"batch": batch, "seq_len": seq_len, "steps": steps, "seconds_per_step": round(sec, 3),
                                 "tokens_per_s": round(batch * seq_len / sec, 1), "dtype": cfg.dtype}
-        say(f"train: {sec:.2f} s/step, {batch * seq_len / sec:.0f} tokens/s")
+        self.say(f"train: {sec:.2f} s/step, {batch * seq_len / sec:.0f} tokens/s")
         self.save()
 
 
@@ -292,10 +290,10 @@ def markdown(r: dict) -> str:
 
 
 def run(db, out, load_seconds: float, samplers, steps_list, batches, length: int = 64, quick: bool = False,
-        train: bool = True, bf16: bool = True, threads=()) -> dict:
+        train: bool = True, bf16: bool = True, threads=(), report=None) -> dict:
     """The whole suite; returns the result dict (also in out/bench.json)."""
     reps = 2 if quick else 4
-    bench = Bench(db, out, length, quick, reps)
+    bench = Bench(db, out, length, quick, reps, report)
     bench.peak([torch.float32])
     bench.forward(32, threads=threads, bf16=bf16)
     bench.cli_defaults(load_seconds)

@@ -631,7 +631,7 @@ def bench(
         chosen = [s for s in chosen if s != "cached"]
     say(f"bench: {db.path}, steps {step_list}, batch {batches}, samplers {chosen}; results in {out}/")
     result = run(db, Path(out), load_seconds, chosen, step_list, batches, length=length, quick=quick, train=measure_train,
-                 bf16=bf16, threads=range(1, (os.cpu_count() or 1) + 1))
+                 bf16=bf16, threads=range(1, (os.cpu_count() or 1) + 1), report=say)
     sys.stdout.write(markdown(result))
     sys.stdout.flush()
 
