@@ -1,6 +1,7 @@
 """The house rules of dbert's structure, read from the code itself (ast) or from a fresh interpreter.
 
-- dbert_core's import graph (lazy imports inside functions included) has no cycle, and config.py
+- dbert_core's import graph (lazy imports inside functions included) has no cycle and no arrow
+  up the floors of the package docstring's reading map, and config.py
   sits at the bottom: it imports errors.py and strategies.py (the torch-free registry of choices)
   and nothing else, so resolving a SampleConfig against a checkpoint is the sampler's job;
 - `import dbert_core.config` leaves torch out; only the CLI's modules (cli.py, progress.py)
@@ -74,6 +75,27 @@ def test_the_engine_import_graph_has_no_cycle():
     for name in sorted(graph):
         if name not in state:
             visit(name, [])
+
+
+# The reading map of dbert_core/__init__.py: a module imports only its own floor and the ones below.
+FLOORS = {
+    "leaf": {"__init__", "errors", "config", "strategies", "display", "jsonfile", "hardware", "trust", "net", "truecase",
+             "detok"},
+    "maths": {"schedule", "model", "diffusion"},
+    "sampling": {"sample", "trajectory", "distance"},
+    "files": {"layout", "schema", "tokenizer", "data", "vocab", "pretrained", "checkpoint", "archive"},
+    "store": {"store", "fetch"},
+    "runs": {"prepare", "train", "metrics", "judge", "bench", "serve_queue", "serve", "progress", "cli"},
+}
+
+
+def test_every_module_is_on_a_floor_and_imports_no_floor_above_its_own():
+    graph = _graph()
+    level = {m: i for i, floor in enumerate(FLOORS.values()) for m in floor}
+    assert set(level) == set(graph), f"floors to name: {sorted(set(graph) - set(level))}; gone: {sorted(set(level) - set(graph))}"
+    up = [f"{m} ({list(FLOORS)[level[m]]}) -> {d} ({list(FLOORS)[level[d]]})"
+          for m in sorted(graph) for d in sorted(graph[m]) if level[d] > level[m]]
+    assert not up, "arrows up the floors of dbert_core/__init__.py:\n" + "\n".join(up)
 
 
 def test_config_is_a_leaf():
