@@ -12,7 +12,7 @@ cycle (tests/test_architecture.py pins both).
     maths      schedule (a_t(v) and the schedule's own structure), model (the BERT denoiser),
                diffusion (the forward process, the per-step KL, the ELBO)
     sampling   sample (resolve: a SampleConfig made concrete for a checkpoint, once per run;
-               frames, generate), trajectory, distance
+               frames, generate), quotes (the quote touch-up), trajectory, distance
     files      layout (every on-disk name, temp and swap folders, the output lock, atomic
                writes), schema (dbert.json), tokenizer, data (text files -> examples -> batches),
                vocab (trimming), pretrained (transformers' BERT format), checkpoint (load, save),

@@ -197,6 +197,7 @@ def sample(
     sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy. " + strategies.help_text() + ". Default: first-hitting where the model allows it, else ancestral.")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable), e.g. --param tau=0.8.")] = None,
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="Never draw a token equal to an already revealed neighbour (no \"there there\"); --allow-repeats samples the model's own distribution.")] = SAMPLE.block_repeats,
+    pair_quotes: Annotated[bool, typer.Option("--pair-quotes/--unpaired-quotes", help="Refill the quote marks that pair with none (quotes excluded) after sampling; --unpaired-quotes prints the model's own quotes.")] = SAMPLE.pair_quotes,
     lowercase: Annotated[bool, typer.Option("--lowercase", help="Print the model's raw lower-case words (no truecasing; a prompt's words stay as typed).")] = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps, sampler, exact, params} as JSON on stderr.")] = False,
     trajectory: Annotated[Optional[Path], typer.Option(help="Also write every frame of the run to this JSON file (one batch: --n <= --batch-size; format in dbert_core/trajectory.py).")] = None,
@@ -216,7 +217,7 @@ def sample(
                               sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
                               params=strategies.parse_params(sampler.value, param) if sampler else _no_params(param),
                               device=device.value, prompt=None, block_repeats=block_repeats,
-                              dtype=dtype.value).validate()
+                              pair_quotes=pair_quotes, dtype=dtype.value).validate()
     if trajectory is not None:
         if cfg.n > cfg.batch_size or len(prompts) > 1:
             raise DbertError("--trajectory records one batch: give --n <= --batch-size and one prompt")
@@ -317,6 +318,7 @@ def evaluate(
     sample_length: Annotated[int, typer.Option(help="Tokens per sample (the paper: 64).")] = 64,
     top_k: Annotated[int, typer.Option(help="top-k of the samples (the paper: 30).")] = SAMPLE.top_k,
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="As in `dbert sample`.")] = SAMPLE.block_repeats,
+    pair_quotes: Annotated[bool, typer.Option("--pair-quotes/--unpaired-quotes", help="As in `dbert sample`.")] = SAMPLE.pair_quotes,
     sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy of the samples, as in `dbert sample`. Default: the model's fastest exact sampler.")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable).")] = None,
     temperature: Annotated[float, typer.Option(help="Softmax temperature of the samples' token choice.")] = SAMPLE.temperature,
@@ -378,7 +380,7 @@ def evaluate(
         result.update(quality(db, data, samples, steps=sample_steps, length=sample_length, top_k=top_k,
                               batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
                               sampler=sampler.value if sampler else None, params=params, temperature=temperature,
-                              judge=judge, on_frame=sampling))
+                              judge=judge, on_frame=sampling, pair_quotes=pair_quotes))
         sampling.close()
     if as_json:
         print(json.dumps(result))
@@ -713,6 +715,19 @@ def _std_streams() -> None:
             stream.reconfigure(errors="backslashreplace")
         except (AttributeError, ValueError, OSError):
             pass
+    sys.argv[1:] = [_argument_text(a) for a in sys.argv[1:]]
+
+
+def _argument_text(arg: str) -> str:
+    """An argument as the user typed it. Under the C locale without UTF-8 coercion Python decodes
+    argv as ASCII, so "Café" arrives holding surrogate escapes that no tokenizer or file name
+    check accepts; its bytes are read again as UTF-8 (what terminals send), undecodable bytes
+    as U+FFFD."""
+    if not any("\udc80" <= ch <= "\udcff" for ch in arg):
+        return arg
+    import os
+
+    return os.fsencode(arg).decode("utf-8", errors="replace")
 
 
 class _Closed:

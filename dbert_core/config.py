@@ -193,6 +193,7 @@ class SampleConfig:
     device: str = "auto"
     prompt: str | None = None          # a template with [MASK] slots
     block_repeats: bool = True         # never draw a token equal to a revealed neighbour ("there there")
+    pair_quotes: bool = True           # refill quotes that pair with none, quotes excluded (quotes.py)
     dtype: str = "auto"                # the network's precision: auto (bf16 where native), fp32, bf16
 
     def validate(self) -> "SampleConfig":

@@ -283,3 +283,32 @@ def special_names(tokenizer) -> dict:
     """`spans` options naming a tokenizer's own special tokens."""
     return dict(sep=tokenizer.sep_token, drop=(tokenizer.cls_token, tokenizer.pad_token, tokenizer.unk_token),
                 mask=tokenizer.mask_token)
+
+
+def unpaired_quotes(pieces: Sequence[str], *, sep: str = "[SEP]", drop: Sequence[str] = ("[CLS]", "[PAD]", "[UNK]"),
+                    mask: str = "[MASK]") -> list[int]:
+    """Positions of the double quotes that pair with none, as `spans` lays them out
+    (`_quote_roles`): within a paragraph an opening quote closes at the next closing one; a
+    closing quote with none open, an opening one before another opening one, and one still open
+    at the paragraph's end pair with nothing."""
+    hidden = [p == mask for p in pieces]
+    roles = _quote_roles(pieces, hidden, sep, drop)
+    out: list[int] = []
+    open_at: int | None = None
+    for i, piece in enumerate(pieces):
+        if piece == sep:
+            if open_at is not None:
+                out.append(open_at)
+            open_at = None
+        elif i in roles:
+            if roles[i]:
+                if open_at is not None:
+                    out.append(open_at)
+                open_at = i
+            elif open_at is None:
+                out.append(i)
+            else:
+                open_at = None
+    if open_at is not None:
+        out.append(open_at)
+    return sorted(out)

@@ -264,7 +264,7 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
 def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top_k: int = 30,
             batch_size: int = 32, seed: int = 0, unit: str = "line", sampler: str | None = None,
             block_repeats: bool = True, params: dict | None = None, temperature: float = 1.0,
-            judge=None, texts: dict | None = None, on_frame=None) -> dict:
+            judge=None, texts: dict | None = None, on_frame=None, pair_quotes: bool = True) -> dict:
     """The paper's protocol: n samples for BLEU-4 against the data, n more for Self-BLEU-4
     (on_frame: called with every frame of both runs, for progress).
 
@@ -278,7 +278,7 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
 
     cfg = resolve(SampleConfig(n=n, steps=steps, length=length, top_k=top_k, batch_size=batch_size, seed=seed,
                                sampler=sampler, block_repeats=block_repeats, params=params,
-                               temperature=temperature), db)
+                               temperature=temperature, pair_quotes=pair_quotes), db)
     sampler = cfg.sampler
     refs = read_examples(data, unit)
     first, st1 = generate(db, cfg, on_frame, paragraph=" ")
@@ -286,7 +286,7 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
     out = {
         "samples": n, "sample_steps": steps, "sample_length": length, "top_k": top_k, "sampler": sampler,
         "sampler_exact": get(sampler).exact, "params": cfg.params, "temperature": temperature,
-        "block_repeats": block_repeats,
+        "block_repeats": block_repeats, "pair_quotes": pair_quotes,
         "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second),
         "distinct1": distinct_n(first, 1), "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),
         "unigram_entropy": unigram_entropy(first), **readability(first),

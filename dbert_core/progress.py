@@ -36,6 +36,14 @@ def _quiet(method):
     return hook
 
 
+def _can_encode(stream, text: str) -> bool:
+    try:
+        text.encode(getattr(stream, "encoding", None) or "utf-8")
+        return True
+    except (UnicodeEncodeError, LookupError):
+        return False
+
+
 class TrainProgress(Callback):
     def __init__(self, every: int = 10, stream=None):
         self.every = max(1, every)
@@ -123,6 +131,8 @@ class SampleProgress:
 
     def _write(self, text: str) -> None:
         try:
+            if not _can_encode(self.stream, "·"):  # an ASCII stream (the C locale): a plain separator
+                text = text.replace("·", "-")
             self.stream.write(text)
             self.stream.flush()
         except (OSError, ValueError):  # a closed or broken progress stream never stops the work

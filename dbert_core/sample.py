@@ -6,9 +6,11 @@ The reverse step (docs/method.md section 2), for a masked position at step t jum
 Revealed tokens are never masked again ("carry-over"). Temperature, top-k, top-p and the
 repeat block reshape the token choice only: whether a position is revealed is decided from the
 model's raw p, and which token from the reshaped p' weighted by r. The repeat block (on by
-default, `block_repeats`) removes from p' the ids of the position's revealed left and right
-neighbours: a model that predicts each position's marginal fills "once upon a time, there
-[MASK] was" with "there" far too often, and a reader sees "there there". Categorical draws use float64. At the last
+default, `block_repeats`, `RepeatBlock`) removes from p' the ids of the position's revealed left
+and right neighbours and of the word beyond a comma next to it: a model that predicts each
+position's marginal fills "once upon a time, there [MASK] was" with "there" far too often, and a
+reader sees "there there" or "once, once". Neighbours revealed in the same event are drawn in
+three passes so they see each other. Categorical draws use float64. At the last
 step (s = 0) a_0 = 1, so r = 1: every position still masked is revealed.
 
 r(v) depends on v only through the schedule's per-token constant (spindle: the centred
@@ -77,6 +79,7 @@ from typing import Iterator
 import torch
 
 from . import strategies
+from .quotes import touch_up
 from .config import SampleConfig
 from .errors import DbertError
 from .hardware import compute_dtype
@@ -100,7 +103,9 @@ class Frame:
     flops       floating-point operations of those calls (the BERT forward, model.forward_flops)
     row_steps   (B,) the step each row's state belongs to (first-hitting: rows run apart, and a
                 finished row stays at the step of its last reveal)
-    remasked    (B, L) bool, masked again at this step (remdm; None for the strategies that never remask)
+    remasked    (B, L) bool, masked again at this step (remdm, the quote touch-up; None for the strategies that never remask)
+    touch_up    True while frames of the quote touch-up follow or are under way (quotes.py): the
+                step budget is spent (step == steps) but the run is not done yet
     """
 
     ids: torch.Tensor
@@ -115,10 +120,11 @@ class Frame:
     row_steps: torch.Tensor | None = None
     flops: float = 0.0
     remasked: torch.Tensor | None = None
+    touch_up: bool = False
 
     @property
     def done(self) -> bool:
-        return self.step == self.steps
+        return self.step == self.steps and not self.touch_up
 
 
 def shape_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -350,25 +356,77 @@ class _Net:
         self.flops += forward_flops(self.model.config, R, inp.shape[1], int(sel.sum()))
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device)).float()
-        if out.isnan().any() or out.isposinf().any():  # -inf is how forbidden tokens are marked
+        total = float(out.sum())  # one pass: -inf marks forbidden tokens; NaN or +inf anywhere makes it NaN or +inf
+        if math.isnan(total) or total == math.inf:
             raise DbertError("the model's outputs are not finite (NaN or inf in its weights?); "
                              "this checkpoint cannot be sampled")
         return out
 
 
-def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
-    """(K, 2) the revealed left and right neighbours' ids of the `where` positions of x (-1: none)."""
+def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor, comma: int = -1) -> torch.Tensor:
+    """(K, J) ids the `where` positions of x may not take under the repeat block (-1: none): the
+    revealed left and right neighbours (J = 2); when `comma` is the comma's id (J = 5) also the
+    word beyond a revealed comma on either side and the comma itself between two equal words
+    ("once, once")."""
     pad = torch.full((x.shape[0], 1), -1, dtype=x.dtype)
     shown = torch.where(masked, torch.full_like(x, -1), x)
     left = torch.cat([pad, shown[:, :-1]], 1)
     right = torch.cat([shown[:, 1:], pad], 1)
-    return torch.stack([left[where], right[where]], 1)
+    out = [left[where], right[where]]
+    if comma >= 0:
+        left2 = torch.cat([pad, pad, shown[:, :-2]], 1)[:, : x.shape[1]]
+        right2 = torch.cat([shown[:, 2:], pad, pad], 1)[:, : x.shape[1]]
+        between = torch.where((left == right) & (left >= 0), comma, -1)  # no comma between two equal words
+        out += [torch.where(left == comma, left2, -1)[where], torch.where(right == comma, right2, -1)[where],
+                between[where]]
+    return torch.stack(out, 1)
+
+
+@dataclass(frozen=True)
+class RepeatBlock:
+    """The repeat block: a revealed position never takes its revealed neighbour's id, nor the id
+    of the word beyond a comma next to it, nor a comma between two equal words. Positions revealed
+    in one event are drawn in three passes (by column mod 3), so of any three neighbours revealed
+    together the last drawn sees the other two."""
+
+    comma: int = -1
+
+
+def _draw_tokens(x, masked, revealed, logits, r_v, no_draw, shaping, u, block: RepeatBlock | None):
+    """Tokens for the revealed (R, L) positions of rows x (R, L) whose masked (R, L) positions
+    are the ones still masked before this event; logits and u (K,) in row-major order of
+    revealed, r_v (K, V), (1, V) or None. Returns (chosen (K,), p'(chosen) (K,)) as `_draw`."""
+    if block is None:
+        return _draw(logits, r_v, no_draw, shaping, u)
+    K = int(revealed.sum())
+    column = torch.arange(revealed.shape[1]).expand_as(revealed) % 3
+    chosen = torch.empty(K, dtype=torch.long)
+    conf = torch.empty(K, dtype=torch.float64)
+    x, masked = x.clone(), masked.clone()
+    for part in range(3):
+        where = revealed & (column == part)
+        sel = where[revealed]  # (K,) the reveals of this pass
+        if not sel.any():
+            continue
+        idx = sel.nonzero().squeeze(1)
+        rv = None if r_v is None else (r_v[idx.to(r_v.device)] if r_v.shape[0] == K and K > 1 else r_v)
+        c, pc = _draw(logits[idx.to(logits.device)], rv, no_draw, shaping, u[idx], neighbours(x, masked, where, block.comma))
+        chosen[idx], conf[idx] = c, pc
+        x[where] = c
+        masked &= ~where
+    return chosen, conf
+
+
+def _comma_id(db) -> int:
+    """The id of "," in this checkpoint's vocabulary (-1 if it has none)."""
+    cid = db.tokenizer.backend_tokenizer.token_to_id(",")
+    return -1 if cid is None else int(cid)
 
 
 def _draw(logits, r_v, no_draw, shaping, u, blocked=None):
     """Tokens for revealed positions: from p'(v) r(v); returns (chosen (K,), p'(chosen) (K,)).
     logits (K, V) on any device (copied to the host here: the draws are float64 on the CPU).
-    blocked (K, 2): per position, ids it may not take (its revealed neighbours; -1: none)."""
+    blocked (K, J): per position, ids it may not take (neighbours(); -1: none)."""
     logits = logits.to("cpu", copy=True)
     logits[:, no_draw] = float("-inf")
     if blocked is not None:
@@ -397,7 +455,7 @@ def _config(db, cfg: SampleConfig | None, overrides: dict) -> SampleConfig:
 
 @torch.inference_mode()
 def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | None = None,
-           template: torch.Tensor | None = None, **overrides) -> Iterator[Frame]:
+           template: torch.Tensor | None = None, forbid: tuple[int, ...] | list[int] = (), **overrides) -> Iterator[Frame]:
     """Run the reverse process for cfg.n samples in one batch, yielding a Frame per step (event).
 
     cfg holds the settings (SampleConfig's defaults where None); keyword overrides replace
@@ -412,11 +470,26 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
         template = parse_prompt(db, cfg.prompt, cfg.length) if cfg.prompt else \
             torch.full((cfg.length,), mask_id, dtype=torch.long)
     x = template.unsqueeze(0).repeat(cfg.n, 1) if template.dim() == 1 else template.clone()  # (B, L)
+    free = x == mask_id  # the positions the sampler fills (a prompt's own tokens are not among them)
+    if not cfg.pair_quotes:
+        yield from _reverse(db, cfg, gen, x, forbid)
+        return
+    final = None
+    for final in _reverse(db, cfg, gen, x, forbid):
+        if final.done:
+            break
+        yield final
+    yield from touch_up(_reverse, db, cfg, gen, final, free, forbid)
+
+
+def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbid=()) -> Iterator[Frame]:
+    """The reverse process of cfg.sampler from x (B, L), [MASK] where it fills in (x is written in)."""
+    mask_id = db.model.mask_id
     state = dict(
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
         kern=kernel(db.schedule, cfg.steps), net=_Net(db, cfg.dtype), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
-        no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id}),  # never sampled
-        block_repeats=cfg.block_repeats,
+        no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id} | set(forbid)),  # never sampled
+        block_repeats=RepeatBlock(comma=_comma_id(db)) if cfg.block_repeats else None,
     )
     params = strategies.get(cfg.sampler).resolve(cfg.params)
     if cfg.sampler == "first-hitting":
@@ -484,8 +557,8 @@ def _stepwise(x, masked, confidence, kern, net, gen, shaping, no_draw, block_rep
                 else:
                     chosen_logits = logits[revealed[masked].to(logits.device)]
                 r_v = kern.r_vocab(torch.tensor([k]))
-                blocked = neighbours(x, masked, revealed) if block_repeats else None
-                chosen, conf = _draw(chosen_logits, r_v, no_draw, shaping, u_token[revealed], blocked)
+                chosen, conf = _draw_tokens(x, masked, revealed, chosen_logits, r_v, no_draw, shaping,
+                                            u_token[revealed], block_repeats)
                 x[revealed] = chosen
                 confidence[revealed] = conf
                 masked &= ~revealed
@@ -575,8 +648,8 @@ def _first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, bloc
         else:
             logits = logits[rev[mk].to(logits.device)]
         row_of = rev.nonzero()[:, 0]
-        blocked = neighbours(x[active], mk, rev) if block_repeats else None
-        chosen, conf = _draw(logits, kern.r_vocab(m[row_of]), no_draw, shaping, u_token[rev], blocked)
+        chosen, conf = _draw_tokens(x[active], mk, rev, logits, kern.r_vocab(m[row_of]), no_draw, shaping,
+                                    u_token[rev], block_repeats)
         revealed = torch.zeros_like(masked)
         revealed[active] = rev
         x[revealed] = chosen
@@ -635,8 +708,8 @@ def _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shapin
     revealed = torch.zeros_like(masked)
     if not rev.any():
         return revealed
-    blocked = neighbours(x[rows], mk, rev) if block_repeats else None
-    chosen, conf = _draw(logits[rev[mk].to(logits.device)], None, no_draw, shaping, u_token[rows][rev], blocked)
+    chosen, conf = _draw_tokens(x[rows], mk, rev, logits[rev[mk].to(logits.device)], None, no_draw, shaping,
+                                u_token[rows][rev], block_repeats)
     revealed[rows] = rev
     x[revealed] = chosen
     confidence[revealed] = conf
@@ -807,9 +880,9 @@ def _remdm(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeat
             else:
                 revealed[masked] = u_reveal[masked] < kern.class_mass(logits) @ kern.r[k]
             if revealed.any():
-                blocked = neighbours(x, masked, revealed) if block_repeats else None
-                chosen, conf = _draw(logits[revealed[masked].to(logits.device)], kern.r_vocab(torch.tensor([k])),
-                                     no_draw, shaping, u_token[revealed], blocked)
+                chosen, conf = _draw_tokens(x, masked, revealed, logits[revealed[masked].to(logits.device)],
+                                            kern.r_vocab(torch.tensor([k])), no_draw, shaping, u_token[revealed],
+                                            block_repeats)
         remasked = torch.zeros_like(masked)
         if shown.any() and float(sigma[k].max()) > 0:
             sig = sigma[k, 0] if token_free else sigma[k][kern.inverse[x[shown]]]

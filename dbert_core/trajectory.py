@@ -10,8 +10,9 @@ to replay or study how the text was filled in. One object:
     frames: [{step, steps, t, nfe, ids, masked, revealed, confidence}, ...]
 
 confidence is p'(chosen token) when the position was revealed, null while masked. A strategy
-that masks revealed tokens again (remdm) adds "remasked" to each frame, and a position's
-reveal_step is then its last reveal.
+that masks revealed tokens again (remdm, and the quote touch-up that follows the reverse process
+by default: quotes.py) adds "remasked" to those frames, and a position's reveal_step is then its
+last reveal; the touch-up's frames carry "touch_up": true.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def frame_record(f) -> dict:
            "masked": f.masked.tolist(), "revealed": f.revealed.tolist(), "confidence": conf}
     if getattr(f, "remasked", None) is not None:
         out["remasked"] = f.remasked.tolist()
+    if getattr(f, "touch_up", False):
+        out["touch_up"] = True
     return out
 
 

@@ -82,7 +82,7 @@ FLOORS = {
     "leaf": {"__init__", "errors", "config", "strategies", "display", "jsonfile", "hardware", "trust", "net", "truecase",
              "detok"},
     "maths": {"schedule", "model", "diffusion"},
-    "sampling": {"sample", "trajectory", "distance"},
+    "sampling": {"sample", "quotes", "trajectory", "distance"},
     "files": {"layout", "schema", "tokenizer", "data", "vocab", "pretrained", "checkpoint", "archive"},
     "store": {"store", "fetch"},
     "runs": {"prepare", "train", "metrics", "judge", "bench", "serve_queue", "serve", "progress", "cli"},

@@ -577,6 +577,41 @@ def test_ascii_output_encoding_works(tiny_checkpoint, tmp_path):
     assert "caf" in r.stdout
 
 
+def test_the_c_locale_without_utf8_coercion_keeps_a_prompts_accents(tiny_checkpoint):
+    """LC_ALL=C with coercion and UTF-8 mode off: Python reads argv as ASCII (surrogate escapes)
+    and stdout as ASCII. The prompt still reaches the tokenizer as typed, the output is escaped,
+    the progress line plain."""
+    env = {"LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    r = cli("sample", "--checkpoint", str(tiny_checkpoint), "--n", "2", "--seed", "1", "--steps", "4",
+            "--length", "8", "--prompt", "café [MASK*3]", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2 and all(ln.startswith("caf\\xe9") or ln.startswith("Caf\\xe9") for ln in lines), lines
+    assert "\\xb7" not in r.stderr  # the progress separator is plain ASCII there
+
+
+def test_a_glob_matching_3000_files_reads_them_all(tmp_path):
+    """A glob naming thousands of files works as meant (all read, in order, none held open)."""
+    from dbert_core.data import expand_paths, read_lines
+
+    d = tmp_path / "many"
+    d.mkdir()
+    for i in range(3000):
+        (d / f"s{i:04d}.txt").write_text(f"Story number {i}.\n", encoding="utf-8")
+    paths = expand_paths([str(d / "*.txt")])
+    assert len(paths) == 3000 and paths == sorted(paths)
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))  # fewer descriptors than files
+    try:
+        lines = read_lines([str(d / "*.txt")])
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert len(lines) == 3000 and lines[0] == "Story number 0." and lines[-1] == "Story number 2999."
+
+
 def test_a_checkpoint_between_the_two_renames_of_a_save_is_readable(tiny_checkpoint, tmp_path):
     from dbert_core import layout
 

@@ -33,6 +33,7 @@ def run(db, seed=0, **kw):
     kw.setdefault("length", 10)
     kw.setdefault("steps", 32)
     kw.setdefault("top_k", 0)
+    kw.setdefault("pair_quotes", False)  # the reverse process alone (quotes.py's touch-up has its own tests)
     return list(frames(db, generator=torch.Generator().manual_seed(seed), **kw))
 
 

@@ -40,7 +40,8 @@ pytestmark = pytest.mark.anyio  # async tests run on asyncio through anyio's pyt
 
 
 def make_app(db, **settings):
-    base = dict(steps=16, length=20, pace_ms=0, seed=0, sampler="ancestral", top_k=0)  # one frame per step
+    # one frame per step: the reverse process alone (the quote touch-up adds frames; its own test below)
+    base = dict(steps=16, length=20, pace_ms=0, seed=0, sampler="ancestral", top_k=0, pair_quotes=False)
     base.update(settings)
     return create_app(checkpoint=db.path, loader=lambda path: db, settings=Settings(**base), deterministic=True)
 
@@ -348,6 +349,24 @@ async def test_prompt_infill_keeps_given_tokens(tiny_db):
         given = parse_prompt(tiny_db, "once upon a [MASK] there was a", 20) != tiny_db.model.mask_id
         order = g.run.frames[-1].order[0]
         assert ((order == 0) == given).all()  # given tokens stay, every slot was generated
+
+
+async def test_the_quote_touch_up_plays_after_the_last_step(tiny_db):
+    """With the default pair_quotes, stray quotes are masked again and refilled in frames of
+    their own after the step budget is spent: the run ends with the text `dbert sample` prints."""
+    from dbert_core.quotes import unpaired
+
+    app = make_app(tiny_db, n=4, steps=12, length=16, temperature=2.0, pair_quotes=True, seed=3)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, all_finished(app))
+        run = app.generate_screen.run
+        touch = [r for r in run.frames if r.frame.touch_up]
+        assert len(run.frames) > 12 and touch and all(r.frame.step == 12 for r in touch)
+        assert any(r.frame.remasked is not None and r.frame.remasked.any() for r in touch)
+        final = run.frames[-1].frame
+        assert final.done and not final.masked.any()
+        assert int(unpaired(tiny_db, final.ids.long(), ~final.masked).sum()) <= \
+            int(unpaired(tiny_db, touch[0].frame.ids.long(), ~touch[0].frame.masked).sum())
 
 
 async def test_save_texts_and_export_trajectory(tiny_db, tmp_path):

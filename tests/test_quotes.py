@@ -1,0 +1,72 @@
+"""The quote touch-up (quotes.py): unpaired quotes found as the printed text reads them, masked
+again and refilled without quotes, inside the run's frames."""
+
+import torch
+
+from dbert_core.detok import unpaired_quotes
+from dbert_core.quotes import quote_ids, unpaired
+from dbert_core.sample import frames, generate
+
+
+def test_unpaired_quotes_as_the_text_reads_them():
+    q = '"'
+    assert unpaired_quotes([q, "hi", ",", q, "she", "said", "."]) == []
+    assert unpaired_quotes(["she", "said", ",", q, "hi", "."]) == [3]                 # opened, never closed
+    assert unpaired_quotes(["hi", "!", q, "she", "said", "."]) == [2]                 # closed, never opened
+    assert unpaired_quotes([q, "a", ".", q, "[SEP]", q, "b", "."]) == [5]           # a paragraph closes what it opened
+    assert unpaired_quotes([q, "a", "[SEP]", "b", "."]) == [0]                      # a story break ends a quotation
+    assert unpaired_quotes([q, "a", ".", q, "b", q, "c", ".", q]) == []             # two quotations
+    assert unpaired_quotes([q, "[MASK]", "[MASK]"]) == [0]                          # still open at the end
+
+
+def _frames(db, seed, **kw):
+    kw = {"n": 48, "length": 16, "steps": 16, "temperature": 2.0, "top_k": 0, **kw}
+    return list(frames(db, generator=torch.Generator().manual_seed(seed), **kw))
+
+
+def test_touch_up_refills_stray_quotes_inside_the_run(tiny_db):
+    assert quote_ids(tiny_db.tokenizer)  # the tiny vocabulary has quote marks: the test can fail
+    raw = _frames(tiny_db, 3, pair_quotes=False)
+    fs = _frames(tiny_db, 3)
+    free = torch.ones_like(raw[-1].masked)
+    before = unpaired(tiny_db, raw[-1].ids, free)
+    assert before.any()  # at this temperature the tiny model leaves quotes unpaired
+    # the reverse process is the same run up to its end; then the touch-up frames follow
+    assert all(torch.equal(a.ids, b.ids) for a, b in zip(raw, fs)) and len(fs) > len(raw)
+    assert [f.done for f in fs].count(True) == 1 and fs[-1].done
+    touch = fs[len(raw) - 1:]
+    assert all(f.step == f.steps for f in touch) and all(f.touch_up for f in touch[:-1])
+    assert torch.equal(touch[1].remasked, before) and torch.equal(touch[1].masked, before)
+    assert all(b.nfe >= a.nfe for a, b in zip(fs, fs[1:])) and fs[-1].nfe > raw[-1].nfe
+    after = unpaired(tiny_db, fs[-1].ids, free)
+    assert int(after.sum()) < int(before.sum()) and not fs[-1].masked.any()
+    # only the quotes changed, and nothing new is a quote where one was taken away
+    changed = fs[-1].ids != raw[-1].ids
+    assert not (changed & ~before).any()
+    assert not torch.isin(fs[-1].ids[before], torch.tensor(quote_ids(tiny_db.tokenizer))).any()
+
+
+def test_a_prompts_own_quote_stays(tiny_db):
+    texts, _ = generate(tiny_db, n=8, seed=1, length=12, steps=12, temperature=2.0, top_k=0,
+                        prompt='she said, "[MASK*4]')
+    assert all(t.startswith('She said, "') or t.startswith('she said, "') for t in texts)
+
+
+def test_generate_prints_the_touched_up_text_and_counts_its_calls(tiny_db):
+    a, sa = generate(tiny_db, n=16, seed=4, length=16, steps=16, temperature=2.0, top_k=0, pair_quotes=False)
+    b, sb = generate(tiny_db, n=16, seed=4, length=16, steps=16, temperature=2.0, top_k=0)
+    assert a != b and sb["nfe"] > sa["nfe"]
+    assert sum(t.count('"') for t in b) < sum(t.count('"') for t in a)
+
+
+def test_cli_unpaired_quotes_prints_the_models_own(tiny_checkpoint):
+    from typer.testing import CliRunner
+
+    from dbert_core.cli import app
+
+    args = ["sample", "--checkpoint", str(tiny_checkpoint), "--n", "16", "--seed", "4", "--length", "16",
+            "--steps", "16", "--temperature", "2", "--top-k", "0"]
+    raw = CliRunner().invoke(app, args + ["--unpaired-quotes"])
+    paired = CliRunner().invoke(app, args)
+    assert raw.exit_code == 0 and paired.exit_code == 0
+    assert raw.stdout.count('"') > paired.stdout.count('"')
