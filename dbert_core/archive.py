@@ -6,7 +6,7 @@ paths, `..`, links, devices, code files and pickles are refused, a `trainer_stat
 (pickled optimizer state) is skipped. Bombs are refused before and while writing: at most
 MAX_MEMBERS entries and MAX_UNPACKED bytes, and no more than MAX_RATIO times the archive's own
 size once past RATIO_FLOOR (checkpoint weights hardly compress; a bomb compresses a thousandfold).
-A member nested more than layout.MAX_TREE_DEPTH folders deep is refused too.
+A member nested more than layout.layout.MAX_TREE_DEPTH folders deep is refused too.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
+from . import layout
 from .errors import DbertError
-from .layout import MAX_TREE_DEPTH
 from .trust import PICKLE_SUFFIXES, is_code, pickled
 
 MAX_UNPACKED = 10 * 1024**3  # 10 GiB
 MAX_MEMBERS = 10_000
 MAX_RATIO = 100
 RATIO_FLOOR = 64 << 20  # below 64 MiB unpacked the ratio is not checked (tokenizer files compress well)
-SKIP_DIRS = ("trainer_state",)
+SKIP_DIRS = (layout.STATE,)
 CHUNK = 1 << 16
 
 
@@ -86,8 +86,8 @@ def member_path(dest: Path, name: str) -> Path | None:
         raise DbertError(f"refusing archive member {name!r}: it points outside the target folder")
     if not parts or any(p in SKIP_DIRS for p in parts) or parts[-1] == ".DS_Store" or "__MACOSX" in parts:
         return None
-    if len(parts) > MAX_TREE_DEPTH + 1:
-        raise DbertError(f"refusing archive member {name!r}: nested more than {MAX_TREE_DEPTH} folders deep")
+    if len(parts) > layout.MAX_TREE_DEPTH + 1:
+        raise DbertError(f"refusing archive member {name!r}: nested more than {layout.MAX_TREE_DEPTH} folders deep")
     if parts[-1].lower().endswith(PICKLE_SUFFIXES):
         raise DbertError(f"refusing archive member {name!r}: pickle weights are not accepted (safetensors only)")
     if is_code(parts[-1]):

@@ -12,7 +12,9 @@ compare (a shared or busy machine moves absolute times, much less their ratios):
     train            optimizer steps on a copy of the model: tokens/s (masked-only logits)
 
 Results go to OUT/bench.json and OUT/bench.md (each rewritten atomically after every
-measurement, so an interrupted run keeps what it measured); the Markdown is printed on stdout.
+measurement, so an interrupted run keeps what it measured); `dbert bench` prints the Markdown on
+stdout. Progress goes to the `report` callback given to `run` (the CLI writes it to stderr); the
+bench itself prints nothing.
 """
 
 from __future__ import annotations
@@ -22,19 +24,15 @@ import datetime as _dt
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-from .hardware import cpu_name, native_bf16
+from . import layout
+from .hardware import auto_dtype, cpu_name, native_bf16
 from .layout import atomic_write_text
 from .model import attention_path, forward_flops
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def machine(device: torch.device) -> dict:
@@ -101,15 +99,16 @@ def time_forward(model, db, B: int, L: int, device, reps: int) -> float:
 def attention_report(db, length: int) -> str:
     """The attention form of sampling and of training on this device (model.attention_path)."""
     dev, p = db.device.type, db.model.config.attention_probs_dropout_prob
-    dtype = torch.bfloat16 if native_bf16(db.device) else torch.float32
+    dtype = auto_dtype(db.device)
     return f"{attention_path(dev, False, dtype, length, 0.0)} (sampling), {attention_path(dev, True, dtype, length, p)} (training)"
 
 
 class Bench:
     """Runs the measurements and keeps the report up to date on disk."""
 
-    def __init__(self, db, out: Path, length: int, quick: bool, reps: int):
+    def __init__(self, db, out: Path, length: int, quick: bool, reps: int, report=None):
         self.db, self.out, self.length, self.quick, self.reps = db, Path(out), length, quick, reps
+        self.say = report or (lambda message: None)  # report(message): one line per measurement (the CLI: stderr)
         self.device = db.device
         self.result: dict = {
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -126,15 +125,15 @@ class Bench:
     # ------------------------------------------------------------------ output
     def save(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.out / "bench.json", json.dumps(self.result, indent=2) + "\n")
-        atomic_write_text(self.out / "bench.md", markdown(self.result))
+        atomic_write_text(self.out / layout.BENCH_JSON, json.dumps(self.result, indent=2) + "\n")
+        atomic_write_text(self.out / layout.BENCH_MD, markdown(self.result))
 
     # ------------------------------------------------------------------ parts
     def peak(self, dtypes) -> None:
         for dtype in dtypes:
             name = str(dtype).removeprefix("torch.")
             self.result["peak"][name] = round(matmul_peak(dtype, self.device, reps=self.reps), 2)
-            say(f"matmul peak {name}: {self.result['peak'][name]:.1f} GFLOP/s")
+            self.say(f"matmul peak {name}: {self.result['peak'][name]:.1f} GFLOP/s")
         self.save()
 
     def forward(self, B: int, threads=(), bf16: bool = False) -> None:
@@ -169,7 +168,7 @@ class Bench:
             finally:
                 torch.set_num_threads(base_threads)
             self.result["forward"].append(row)
-            say(f"forward {name} batch {row['batch']} threads {n}: " +
+            self.say(f"forward {name} batch {row['batch']} threads {n}: " +
                 (f"{row['seconds']:.3f} s, {row['percent_of_peak']}% of peak" if "seconds" in row else row["error"]))
             self.save()
 
@@ -179,7 +178,7 @@ class Bench:
         for batch in batches:
             for steps in steps_list:
                 if steps > self.db.schedule.T:
-                    say(f"skipping steps {steps} > T={self.db.schedule.T}")
+                    self.say(f"skipping steps {steps} > T={self.db.schedule.T}")
                     continue
                 base = None
                 for sampler in samplers:
@@ -195,7 +194,7 @@ class Bench:
                     if base is not None:
                         row["speedup_vs_ancestral"] = round(base / sec, 2)
                     self.result["sampling"].append(row)
-                    say(f"{sampler:>13} steps {steps:>4} batch {batch:>2}: {sec:8.2f} s, "
+                    self.say(f"{sampler:>13} steps {steps:>4} batch {batch:>2}: {sec:8.2f} s, "
                         f"{row['calls_per_batch']} calls, {row['rows_per_sample']} rows/sample")
                     self.save()
 
@@ -210,18 +209,19 @@ class Bench:
     def cli_defaults(self, load_seconds: float) -> None:
         """What `dbert sample --n 10` does after loading, with the CLI's defaults."""
         from .config import SampleConfig
-        from .sample import generate
+        from .sample import generate, resolve
 
-        cfg = SampleConfig(seed=0).resolved(self.db)
+        cfg = resolve(SampleConfig(seed=0), self.db)
         _, st = generate(self.db, cfg)
         self.result["cli_defaults"] = {"sampler": cfg.sampler, "length": cfg.length, "load_seconds": round(load_seconds, 2),
                                        "sample_seconds": st["seconds"], "calls": st["nfe"], **self._compute(st)}
-        say(f"sample --n 10 defaults: load {load_seconds:.2f} s + sampling {st['seconds']:.2f} s")
+        self.say(f"sample --n 10 defaults: load {load_seconds:.2f} s + sampling {st['seconds']:.2f} s")
         self.save()
 
     def train(self, batch: int = 32, seq_len: int = 64, steps: int = 3) -> None:
         """Optimizer steps on a copy of the model: tokens/s as `dbert train` counts them."""
         from .config import TrainConfig
+        from .prepare import in_memory
         from .train import Trainer
 
         db = copy.copy(self.db)
@@ -230,7 +230,7 @@ class Bench:
         examples = torch.randint(1000, db.model.config.vocab_size, (4 * batch, seq_len), generator=gen).tolist()
         cfg = TrainConfig(data=["(bench)"], out="(bench)", batch_size=batch, seq_len=seq_len, T=db.schedule.T,
                           lr=1e-5, warmup=0, max_steps=steps + 1, device=self.device.type)
-        trainer = Trainer.on(db, cfg, examples)  # the trainer's own step: optimizer, loss, autocast
+        trainer = Trainer(cfg, prepared=in_memory(db, cfg, examples))  # the trainer's own step: optimizer, loss, autocast
         trainer.train_step()  # warm-up (allocates the optimizer state)
         _sync(self.device)
         t0 = time.perf_counter()
@@ -240,7 +240,7 @@ class Bench:
         sec = (time.perf_counter() - t0) / steps
         self.result["train"] = {"batch": batch, "seq_len": seq_len, "steps": steps, "seconds_per_step": round(sec, 3),
                                 "tokens_per_s": round(batch * seq_len / sec, 1), "dtype": cfg.dtype}
-        say(f"train: {sec:.2f} s/step, {batch * seq_len / sec:.0f} tokens/s")
+        self.say(f"train: {sec:.2f} s/step, {batch * seq_len / sec:.0f} tokens/s")
         self.save()
 
 
@@ -290,10 +290,10 @@ def markdown(r: dict) -> str:
 
 
 def run(db, out, load_seconds: float, samplers, steps_list, batches, length: int = 64, quick: bool = False,
-        train: bool = True, bf16: bool = True, threads=()) -> dict:
+        train: bool = True, bf16: bool = True, threads=(), report=None) -> dict:
     """The whole suite; returns the result dict (also in out/bench.json)."""
     reps = 2 if quick else 4
-    bench = Bench(db, out, length, quick, reps)
+    bench = Bench(db, out, length, quick, reps, report)
     bench.peak([torch.float32])
     bench.forward(32, threads=threads, bf16=bf16)
     bench.cli_defaults(load_seconds)

@@ -33,16 +33,14 @@ from pathlib import Path
 
 import torch
 
+from . import layout
 from .errors import DbertError
-from .layout import META, TRUECASE, apply_umask, discard, inspect, readable, recover, temp_dir
+from .layout import META, STATE, TIME, TOKENS, TRUECASE, apply_umask, discard, inspect, readable, recover, temp_dir
 from .layout import read_meta  # noqa: F401 - part of this module's API (tests, TUI)
 from .model import DiffusionBert, count_parameters
 from .schedule import Schedule, make_schedule
 from .schema import FORMAT
 
-TOKENS = "dbert_tokens.safetensors"
-TIME = "dbert_time.safetensors"
-STATE = "trainer_state"
 
 
 @dataclass
@@ -157,9 +155,9 @@ def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype 
         if trainer_state is not None:
             sdir = new / STATE
             sdir.mkdir()
-            torch.save(trainer_state["optimizer"], sdir / "optimizer.pt")
-            torch.save(trainer_state["rng"], sdir / "rng.pt")
-            (sdir / "state.json").write_text(json.dumps(trainer_state["state"], indent=2) + "\n")
+            torch.save(trainer_state["optimizer"], sdir / layout.OPTIMIZER)
+            torch.save(trainer_state["rng"], sdir / layout.RNG)
+            (sdir / layout.STATE_JSON).write_text(json.dumps(trainer_state["state"], indent=2) + "\n")
         apply_umask(new)  # safetensors writes 0600 whatever the umask; every file gets the umask's mode
         _fsync_tree(new)
         if path.exists():
@@ -181,7 +179,7 @@ def _check_files(path: Path) -> None:
     """Every safetensors file parses and is as long as its header says."""
     from safetensors import safe_open
 
-    for name in ("model.safetensors", TOKENS, TIME):
+    for name in (layout.WEIGHTS, TOKENS, TIME):
         f = path / name
         if not f.is_file():
             continue
@@ -370,7 +368,7 @@ def load_trainer_state(path) -> dict | None:
     from .jsonfile import read_json
 
     sdir = readable(Path(path)) / STATE
-    if not (sdir / "state.json").is_file():
+    if not (sdir / layout.STATE_JSON).is_file():
         return None
 
     def pt(name: str):
@@ -380,7 +378,7 @@ def load_trainer_state(path) -> dict | None:
             text = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
             raise DbertError(f"{sdir}/{name} cannot be read safely: {text}") from None
 
-    state = read_json(sdir / "state.json", f"{sdir}/state.json", max_bytes=64 << 20)
+    state = read_json(sdir / layout.STATE_JSON, f"{sdir}/state.json", max_bytes=64 << 20)
     return {"state": _check_state(state, f"{sdir}/state.json"),
-            "rng": _check_rng(pt("rng.pt"), f"{sdir}/rng.pt"),
-            "optimizer": _check_optimizer_file(pt("optimizer.pt"), f"{sdir}/optimizer.pt")}
+            "rng": _check_rng(pt(layout.RNG), f"{sdir}/rng.pt"),
+            "optimizer": _check_optimizer_file(pt(layout.OPTIMIZER), f"{sdir}/optimizer.pt")}

@@ -6,6 +6,7 @@ An expected failure (bad file, bad option, bad checkpoint) prints one line and e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import replace
@@ -101,7 +102,7 @@ def _device(gpu: bool, device: Device) -> str:
 def _load(checkpoint: str | None, device: str):
     from . import checkpoint as ckpt
     from .store import resolve
-    from .train import pick_device
+    from .hardware import pick_device
 
     return ckpt.load(resolve(checkpoint), device=pick_device(device))
 
@@ -110,64 +111,60 @@ def _load(checkpoint: str | None, device: str):
 @app.command()
 def train(
     ctx: typer.Context,
-    data: Annotated[Optional[list[str]], typer.Option("--data", help="Training text files or globs (repeatable; recorded as absolute paths; with --resume: the checkpoint's, or the same files moved).")] = None,
     out: Annotated[str, typer.Option(help="Output checkpoint: a bare NAME goes to the store; anything with a path separator (./x, runs/x) is a directory.")] = ...,
-    preset: Annotated[Preset, typer.Option(help="Model size for a random init.")] = Preset(TRAIN.preset),
-    init: Annotated[Optional[str], typer.Option(help="Start from a pretrained BERT (path or hub id).")] = TRAIN.init,
-    from_scratch: Annotated[bool, typer.Option("--from-scratch", help="With --init: its architecture and tokenizer, random weights.")] = TRAIN.from_scratch,
-    trim_vocab: Annotated[bool, typer.Option("--trim-vocab", help="With --init: keep only the word pieces the training data uses (faster).")] = TRAIN.trim_vocab,
-    max_steps: Annotated[int, typer.Option(help="Optimizer steps.")] = TRAIN.max_steps,
-    batch_size: Annotated[int, typer.Option(help="Examples per optimizer step (all processes).")] = TRAIN.batch_size,
-    grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step.")] = TRAIN.grad_accum,
-    seq_len: Annotated[int, typer.Option(help="Content tokens per example.")] = TRAIN.seq_len,
-    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = TRAIN.lr,
-    warmup: Annotated[int, typer.Option(help="Warm-up steps.")] = TRAIN.warmup,
-    decay: Annotated[Decay, typer.Option(help="LR after warm-up.")] = Decay(TRAIN.decay),
-    schedule: Annotated[Schedule, typer.Option(help="Noise schedule.")] = Schedule(TRAIN.schedule),
-    spindle_lambda: Annotated[float, typer.Option("--lambda", help="Spindle strength (0..1/pi).")] = TRAIN.lam,
-    T: Annotated[int, typer.Option("--T", help="Diffusion steps of the forward process.")] = TRAIN.T,
-    time: Annotated[Time, typer.Option(help="Time conditioning.")] = Time(TRAIN.time),
-    loss: Annotated[Loss, typer.Option(help="hybrid (ELBO + 0.01 CE, the paper's), elbo, or ce.")] = Loss(TRAIN.loss),
-    unit: Annotated[Unit, typer.Option(help="An example is a line or a sentence.")] = Unit(TRAIN.unit),
-    pack: Annotated[bool, typer.Option(help="Join examples with [SEP] into full-length sequences.")] = TRAIN.pack,
-    vocab_size: Annotated[Optional[int], typer.Option(help="WordPiece size learnt from the data (presets).")] = TRAIN.vocab_size,
-    dropout: Annotated[Optional[float], typer.Option(help="Override the model's dropout rates.")] = TRAIN.dropout,
-    val_data: Annotated[Optional[list[str]], typer.Option(help="Held-out files (default: a slice of --data).")] = TRAIN.val_data,
-    eval_every: Annotated[int, typer.Option(help="Validation ELBO every N steps (0: never).")] = TRAIN.eval_every,
-    eval_steps: Annotated[Optional[int], typer.Option(help="Step budget of the validation ELBO (default: min(128, T)).")] = TRAIN.eval_steps,
-    save_every: Annotated[int, typer.Option(help="Checkpoint every N steps (0: only at the end).")] = TRAIN.save_every,
-    log_every: Annotated[int, typer.Option(help="Progress line every N steps (non-terminal stderr).")] = TRAIN.log_every,
-    gpu: Annotated[bool, typer.Option("--gpu", help="Train on CUDA; an error if there is none.")] = False,
-    device: Annotated[Device, typer.Option(help="Where to train.")] = Device(TRAIN.device),
-    dtype: Annotated[Dtype, typer.Option(help="auto (bf16 autocast where native: CUDA, CPUs with AVX512-BF16/AMX), fp32 or bf16.")] = Dtype(TRAIN.dtype),
-    seed: Annotated[int, typer.Option(help="Random seed.")] = TRAIN.seed,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run saved in --out exactly (its own settings; only --max-steps, --eval-every, --save-every, --log-every, --device and --dtype may change; --data / --val-data again only for the same files moved elsewhere, checked by size and hash).")] = False,
+    data: Annotated[Optional[list[str]], typer.Option("--data", help="Training text files or globs (repeatable; recorded as absolute paths; with --resume: the checkpoint's, or the same files moved).", rich_help_panel="Data")] = None,
+    val_data: Annotated[Optional[list[str]], typer.Option(help="Held-out files (default: a slice of --data).", rich_help_panel="Data")] = TRAIN.val_data,
+    unit: Annotated[Unit, typer.Option(help="An example is a line or a sentence.", rich_help_panel="Data")] = Unit(TRAIN.unit),
+    pack: Annotated[bool, typer.Option(help="Join examples with [SEP] into full-length sequences.", rich_help_panel="Data")] = TRAIN.pack,
+    seq_len: Annotated[int, typer.Option(help="Content tokens per example.", rich_help_panel="Data")] = TRAIN.seq_len,
+    preset: Annotated[Preset, typer.Option(help="Model size for a random init.", rich_help_panel="Model")] = Preset(TRAIN.preset),
+    init: Annotated[Optional[str], typer.Option(help="Start from a pretrained BERT (path or hub id).", rich_help_panel="Model")] = TRAIN.init,
+    from_scratch: Annotated[bool, typer.Option("--from-scratch", help="With --init: its architecture and tokenizer, random weights.", rich_help_panel="Model")] = TRAIN.from_scratch,
+    trim_vocab: Annotated[bool, typer.Option("--trim-vocab", help="With --init: keep only the word pieces the training data uses (faster).", rich_help_panel="Model")] = TRAIN.trim_vocab,
+    vocab_size: Annotated[Optional[int], typer.Option(help="WordPiece size learnt from the data (presets).", rich_help_panel="Model")] = TRAIN.vocab_size,
+    dropout: Annotated[Optional[float], typer.Option(help="Override the model's dropout rates.", rich_help_panel="Model")] = TRAIN.dropout,
+    schedule: Annotated[Schedule, typer.Option(help="Noise schedule.", rich_help_panel="Diffusion")] = Schedule(TRAIN.schedule),
+    lam: Annotated[float, typer.Option("--lambda", help="Spindle strength (0..1/pi).", rich_help_panel="Diffusion")] = TRAIN.lam,
+    T: Annotated[int, typer.Option("--T", help="Diffusion steps of the forward process.", rich_help_panel="Diffusion")] = TRAIN.T,
+    time: Annotated[Time, typer.Option(help="Time conditioning.", rich_help_panel="Diffusion")] = Time(TRAIN.time),
+    loss: Annotated[Loss, typer.Option(help="hybrid (ELBO + 0.01 CE, the paper's), elbo, or ce.", rich_help_panel="Diffusion")] = Loss(TRAIN.loss),
+    max_steps: Annotated[int, typer.Option(help="Optimizer steps.", rich_help_panel="Optimization")] = TRAIN.max_steps,
+    batch_size: Annotated[int, typer.Option(help="Examples per optimizer step (all processes).", rich_help_panel="Optimization")] = TRAIN.batch_size,
+    grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step.", rich_help_panel="Optimization")] = TRAIN.grad_accum,
+    lr: Annotated[float, typer.Option(help="Peak learning rate.", rich_help_panel="Optimization")] = TRAIN.lr,
+    warmup: Annotated[int, typer.Option(help="Warm-up steps.", rich_help_panel="Optimization")] = TRAIN.warmup,
+    decay: Annotated[Decay, typer.Option(help="LR after warm-up.", rich_help_panel="Optimization")] = Decay(TRAIN.decay),
+    seed: Annotated[int, typer.Option(help="Random seed.", rich_help_panel="Optimization")] = TRAIN.seed,
+    eval_every: Annotated[int, typer.Option(help="Validation ELBO every N steps (0: never).", rich_help_panel="Evaluation and checkpoints")] = TRAIN.eval_every,
+    eval_steps: Annotated[Optional[int], typer.Option(help="Step budget of the validation ELBO (default: min(128, T)).", rich_help_panel="Evaluation and checkpoints")] = TRAIN.eval_steps,
+    save_every: Annotated[int, typer.Option(help="Checkpoint every N steps (0: only at the end).", rich_help_panel="Evaluation and checkpoints")] = TRAIN.save_every,
+    log_every: Annotated[int, typer.Option(help="Progress line every N steps (non-terminal stderr).", rich_help_panel="Evaluation and checkpoints")] = TRAIN.log_every,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run saved in --out exactly (its own settings; only --max-steps, --eval-every, --save-every, --log-every, --device and --dtype may change; --data / --val-data again only for the same files moved elsewhere, checked by size and hash).", rich_help_panel="Evaluation and checkpoints")] = False,
+    gpu: Annotated[bool, typer.Option("--gpu", help="Train on CUDA; an error if there is none.", rich_help_panel="Hardware")] = False,
+    device: Annotated[Device, typer.Option(help="Where to train.", rich_help_panel="Hardware")] = Device(TRAIN.device),
+    dtype: Annotated[Dtype, typer.Option(help="auto (bf16 autocast where native: CUDA, CPUs with AVX512-BF16/AMX), fp32 or bf16.", rich_help_panel="Hardware")] = Dtype(TRAIN.dtype),
 ):
     """Train a DiffusionBERT on your text files (stdout stays empty).
 
     Example: dbert train --data stories.txt --unit sentence --preset tiny --max-steps 300 --lr 3e-3 --out tiny
     """
+    from .config import TrainConfig
+    from .data import absolute_patterns
+    from .prepare import resume_config
     from .progress import TrainProgress
     from .store import out_path
-    from .data import absolute_patterns
-    from .train import Trainer, TrainConfig, resume_config
+    from .train import Trainer
 
-    data, val_data = absolute_patterns(data), absolute_patterns(val_data)  # a run resumes from anywhere
-    values = dict(
-        data=data, preset=None if init else preset.value, init=init, from_scratch=from_scratch, trim_vocab=trim_vocab,
-        vocab_size=vocab_size, unit=unit.value, pack=pack, seq_len=seq_len, batch_size=batch_size,
-        grad_accum=grad_accum, max_steps=max_steps, lr=lr, warmup=warmup, decay=decay.value, schedule=schedule.value,
-        lam=spindle_lambda, T=T, time=time.value, loss=loss.value, val_data=val_data, eval_every=eval_every,
-        eval_steps=eval_steps, save_every=save_every, log_every=log_every, device="cuda" if gpu else device.value,
-        dtype=dtype.value, seed=seed, dropout=dropout,
-    )
+    # The options are named after TrainConfig's fields, so the config is built from them as they are.
+    fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"out", "resume"}
+    values = {k: v.value if isinstance(v, Enum) else v for k, v in ctx.params.items() if k in fields}
+    values.update(data=absolute_patterns(data), val_data=absolute_patterns(val_data),  # a run resumes from anywhere
+                  preset=None if init else preset.value, device=_device(gpu, device))
     if init is not None and _given(ctx, "preset"):
         raise DbertError("--preset and --init both choose the model; give one of them")
     target = str(out_path(out))
     if resume:  # the checkpoint's own config, changed only where the command line says so
-        field_of = {"spindle_lambda": "lam", "gpu": "device"}
-        given = {field_of.get(k, k) for k in ctx.params if _given(ctx, k)}
-        given -= {"out", "resume"}
+        given = {k for k in fields if _given(ctx, k)} | ({"device"} if _given(ctx, "gpu") else set())
         if "init" in given:
             given.add("preset")
         cfg = resume_config(target, **{k: values[k] for k in given})
@@ -215,7 +212,7 @@ def sample(
     """
     from .detok import STORY_BREAK
     from .progress import SampleProgress
-    from .sample import generate
+    from .sample import generate, resolve
 
     prompts = _prompts(prompt_arg, prompt, prompt_file)
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
@@ -264,10 +261,10 @@ def sample(
             got = _infill(db, run, candidates, not lowercase, paragraph, records)
             texts.extend(got)
             continue
-        got, st_p = generate(db, run, on_frame=on_frame, cased=not lowercase, paragraph=paragraph,
+        resolved = resolve(run, db)
+        got, st_p = generate(db, resolved, on_frame=on_frame, cased=not lowercase, paragraph=paragraph,
                              topk=TOPK if trajectory is not None else 0)
         texts.extend(got)
-        resolved = run.resolved(db)
         records.extend({"text": t, "prompt": p, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
                         "settings": {k: getattr(resolved, k) for k in ("steps", "temperature", "top_k", "top_p", "length",
                                                                        "sampler", "params", "block_repeats", "dtype")},
@@ -279,7 +276,7 @@ def sample(
         from .layout import atomic_write_text
         from .trajectory import trajectory as as_json
 
-        atomic_write_text(trajectory, json.dumps(as_json(db, replace(cfg, prompt=prompts[0]).resolved(db), kept)) + "\n")
+        atomic_write_text(trajectory, json.dumps(as_json(db, resolve(replace(cfg, prompt=prompts[0]), db), kept)) + "\n")
     if output is not None:
         from .layout import atomic_write_text
 
@@ -295,8 +292,9 @@ def _infill(db, cfg, candidates: int, cased: bool, paragraph: str, records: list
     """An infill prompt ([MASK*A-B]): every length drawn `candidates` times, ranked by ELBO per
     token (infill.py); the best cfg.n texts returned, their scores on stderr and in records."""
     from .infill import infill
+    from .sample import resolve
 
-    ranked = infill(db, cfg.resolved(db), per_length=candidates, cased=cased, paragraph=paragraph)
+    ranked = infill(db, resolve(cfg, db), per_length=candidates, cased=cased, paragraph=paragraph)
     best = ranked[:cfg.n]
     for i, c in enumerate(best):
         say(f"dbert: infill #{i + 1}: {c.score:.4f} nats/token, lengths {','.join(map(str, c.lengths))}, "
@@ -542,7 +540,7 @@ def checkpoints_fetch(
 
     Example: dbert checkpoints fetch user/my-dbert --name my-dbert
     """
-    from .hub import fetch
+    from .fetch import fetch
 
     if source.strip().lower().startswith("http://"):
         say(f"dbert: warning: {source.strip()} is plain http: anyone on the way can read or change it; "
@@ -564,7 +562,7 @@ def checkpoints_import(
 
     Example: dbert checkpoints import runs/stories --name stories
     """
-    from .hub import import_dir
+    from .store import import_dir
 
     print(import_dir(directory, name=name))
 
@@ -578,8 +576,7 @@ def checkpoints_remove(
 
     Example: dbert checkpoints remove stories --yes
     """
-    from .hub import remove
-    from .store import resolve
+    from .store import remove, resolve
 
     resolve(name)  # a clear error for an unknown name before asking anything
     if not yes:
@@ -666,7 +663,7 @@ def bench(
         chosen = [s for s in chosen if s != "cached"]
     say(f"bench: {db.path}, steps {step_list}, batch {batches}, samplers {chosen}; results in {out}/")
     result = run(db, Path(out), load_seconds, chosen, step_list, batches, length=length, quick=quick, train=measure_train,
-                 bf16=bf16, threads=range(1, (os.cpu_count() or 1) + 1))
+                 bf16=bf16, threads=range(1, (os.cpu_count() or 1) + 1), report=say)
     sys.stdout.write(markdown(result))
     sys.stdout.flush()
 

@@ -178,7 +178,7 @@ class TrainConfig:
 # ---------------------------------------------------------------------------------- sampling
 @dataclass
 class SampleConfig:
-    """How to sample. None fields are resolved per checkpoint by `resolved(db)`."""
+    """How to sample. None fields are filled in per checkpoint by `sample.resolve(cfg, db)`."""
 
     n: int = 10                        # samples
     steps: int = 128                   # reverse steps S (1..T)
@@ -197,7 +197,7 @@ class SampleConfig:
     dtype: str = "auto"                # the network's precision: auto (bf16 where native), fp32, bf16
 
     def validate(self) -> "SampleConfig":
-        """Checks that need no checkpoint; `resolved` adds the ones that do."""
+        """Checks that need no checkpoint; `sample.resolve` adds the ones that do."""
         _int("--n", self.n, 1)
         _int("--steps", self.steps, 1, MAX_T)
         _float("--temperature", self.temperature, 0.0, 1e6)  # 0: greedy (the most likely token)
@@ -216,17 +216,3 @@ class SampleConfig:
         _one_of("--device", self.device, DEVICES)
         _one_of("--dtype", self.dtype, DTYPES)
         return self
-
-    def resolved(self, db) -> "SampleConfig":
-        """A copy with length and sampler filled in for this checkpoint, checked against it."""
-        from .sample import default_length, default_sampler, validate
-
-        self.validate()
-        from .hardware import native_bf16
-
-        dtype = self.dtype if self.dtype != "auto" else ("bf16" if native_bf16(db.device) else "fp32")
-        sampler = self.sampler if self.sampler is not None else default_sampler(db)
-        out = replace(self, length=self.length if self.length is not None else default_length(db),
-                      sampler=sampler, dtype=dtype, params=strategies.get(sampler).resolve(self.params))
-        validate(db, out.steps, out.length, out.sampler, out.params)
-        return out

@@ -9,6 +9,9 @@ so a 10 MB field is one short line (its start and end kept). Every place the CLI
 through it: the error line, the store listing (store.Entry), token pieces
 (WordPieceTokenizer.convert_ids_to_tokens) and the TUI's notifications and tables.
 
+Times are written here too: `duration` (1:02:03, 4:05) and `eta`, the remaining time every
+progress line shows.
+
 Torch-free.
 """
 
@@ -46,3 +49,17 @@ def safe_text(value, limit: int | None = MAX_SHOWN) -> str:
 def is_safe(text: str) -> bool:
     """Whether text holds nothing safe_text would escape."""
     return _UNSAFE.search(text) is None
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a progress line writes them: M:SS, or H:MM:SS from an hour on."""
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def eta(elapsed: float, done: float, left: float) -> float | None:
+    """Seconds still to go when `done` units of work took `elapsed` seconds and `left` remain
+    (at the pace so far); None before any is done."""
+    return None if done <= 0 else elapsed / done * left

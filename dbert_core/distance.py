@@ -53,8 +53,10 @@ def tv_table(db, strategies: list[tuple[str, dict | None]], draws: int, length: 
     (mean and standard deviation). A row is `outside` when its TV exceeds the floor's mean by
     more than 4 standard deviations and by more than a fifth of the mean (a spread estimated
     from a few pairs can be small by chance)."""
-    base = SampleConfig(n=1, steps=steps, length=length, top_k=top_k, sampler=reference,
-                        block_repeats=block_repeats, pair_quotes=False).resolved(db)  # the samplers' own laws
+    from .sample import resolve
+
+    base = resolve(SampleConfig(n=1, steps=steps, length=length, top_k=top_k, sampler=reference,
+                                block_repeats=block_repeats, pair_quotes=False), db)  # the samplers' own laws
     ref = sequence_counts(db, base, draws, seed, batch_size)
     floors = [tv(sequence_counts(db, base, draws, seed + 1000 + 2 * i, batch_size),
                  sequence_counts(db, base, draws, seed + 1001 + 2 * i, batch_size)) for i in range(floor_pairs)]
@@ -63,7 +65,7 @@ def tv_table(db, strategies: list[tuple[str, dict | None]], draws: int, length: 
     limit = mean + max(4 * sd, 0.2 * mean)
     rows = []
     for i, (name, params) in enumerate(strategies):
-        cfg = replace(base, sampler=name, params=params).resolved(db)
+        cfg = resolve(replace(base, sampler=name, params=params), db)
         from .strategies import get
 
         counts = sequence_counts(db, cfg, draws, seed + 1 + i, batch_size)

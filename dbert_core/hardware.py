@@ -1,9 +1,11 @@
-"""What this machine computes fast: the CPU's name and whether it does bfloat16 natively.
+"""What this machine computes with and how fast: the device a run uses, the CPU's name, and
+whether it does bfloat16 natively.
 
 bf16 halves memory traffic and, on CPUs with bf16 dot-product instructions (x86 AVX512-BF16 or
 AMX), doubles the matmul peak; elsewhere torch emulates it and it is several times slower than
 fp32. So "auto" precision means bf16 autocast on CUDA GPUs that support it and on CPUs whose
-flags say native bf16, and fp32 everywhere else.
+flags say native bf16, and fp32 everywhere else. That rule is `compute_dtype`, written once:
+training, sampling and the bench all ask it. `pick_device` turns --device into a torch device.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import platform
 from pathlib import Path
 
 import torch
+
+from .errors import DbertError
 
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo names of native bf16 on x86
 
@@ -48,6 +52,36 @@ def native_bf16(device: torch.device | str = "cpu", cpuinfo: str | None = None) 
     return False
 
 
+def compute_dtype(dtype: str, device: torch.device | str = "cpu") -> str:
+    """The precision a run computes in: "bf16" or "fp32" as asked, and for "auto" bf16 where it
+    is native on `device` (native_bf16), else fp32. The one "auto" rule of dbert."""
+    if dtype != "auto":
+        return dtype
+    return "bf16" if native_bf16(device) else "fp32"
+
+
 def auto_dtype(device: torch.device | str = "cpu") -> torch.dtype:
-    """The compute dtype "auto" picks: bfloat16 where it is native, else float32."""
-    return torch.bfloat16 if native_bf16(device) else torch.float32
+    """The torch dtype "auto" picks on device (compute_dtype's rule)."""
+    return torch.bfloat16 if compute_dtype("auto", device) == "bf16" else torch.float32
+
+
+def _mps() -> bool:
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+
+
+def pick_device(name: str) -> torch.device:
+    """The torch device for --device NAME: auto takes CUDA, then MPS, then the CPU; a named one
+    that is not available is one DbertError."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if _mps():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise DbertError("CUDA was requested (--gpu / --device cuda) but no CUDA GPU is available")
+    if name == "mps" and not _mps():
+        raise DbertError("--device mps was requested but Apple's MPS backend is not available")
+    if name not in ("cpu", "cuda", "mps"):
+        raise DbertError(f"unknown device {name!r}; choose auto, cpu, cuda or mps")
+    return torch.device(name)

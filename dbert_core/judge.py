@@ -20,10 +20,11 @@ from pathlib import Path
 
 import torch
 
+from . import layout
 from .errors import DbertError
 
-HUB_FILES = ["config.json", "generation_config.json", "*.safetensors", "tokenizer.json", "tokenizer_config.json",
-             "vocab.json", "merges.txt", "vocab.txt", "special_tokens_map.json"]
+HUB_FILES = [layout.CONFIG, "generation_config.json", "*.safetensors", layout.TOKENIZER, layout.TOKENIZER_CONFIG,
+             "vocab.json", "merges.txt", layout.VOCAB, layout.SPECIAL_TOKENS]
 
 
 def judge_dir(name: str) -> Path:
@@ -48,7 +49,7 @@ class Judge:
     """A causal LM and its tokenizer, ready to score texts."""
 
     def __init__(self, name: str, device: torch.device | str = "cpu"):
-        from .trust import refuse_code
+        from .layout import refuse_code
 
         path = judge_dir(name)
         refuse_code(path)

@@ -21,24 +21,45 @@ Torch-free: listing the store and the TUI's start-up use it without loading any 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import time
 from pathlib import Path
 
+from . import trust
 from .errors import DbertError
 
-MARK = ".dbert-temp"
+# ------------------------------------------------------------------------------ file names
+# Every name dbert gives a file on disk, here and nowhere else (tests/test_architecture.py pins it).
+META = "dbert.json"                          # dbert's settings and provenance (schema.py)
+CONFIG = "config.json"                       # the BERT's Hugging Face config
+WEIGHTS = "model.safetensors"                # the BERT's weights
+TOKENS = "dbert_tokens.safetensors"          # the token counts of the training data (the spindle schedule's)
+TIME = "dbert_time.safetensors"              # the time-embedding weights of a time-conditioned model
+TRUECASE = "dbert_truecase.json"             # optional: the truecasing table (truecase.py); older checkpoints lack it
+TOKENIZER = "tokenizer.json"                 # the tokenizer: tokenizer.json or, in older BERT folders, vocab.txt
+VOCAB = "vocab.txt"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+SPECIAL_TOKENS = "special_tokens_map.json"
+STATE = "trainer_state"                      # folder: what --resume needs besides the weights
+STATE_JSON = "state.json"                    #   the data position and counters
+OPTIMIZER = "optimizer.pt"                   #   AdamW's state (torch.load with weights_only)
+RNG = "rng.pt"                               #   every rank's random-number state
+REQUIRED = (CONFIG, WEIGHTS, META, TOKENS)
+UNCHECKED = (TOKENIZER,)                     # big (the vocabulary), and no loader reads code keys from it
+TUI_STATE = "tui.json"                       # in $DBERT_HOME: the checkpoint the TUI last used
+BENCH_JSON, BENCH_MD = "bench.json", "bench.md"  # `dbert bench --out DIR`'s report
+MARK = ".dbert-temp"                         # in a temp folder: the marker that makes it dbert's own
+LOCK = ".{name}.dbert-lock"                  # beside an output folder NAME: a training run's lock (OutLock)
+
 KINDS = ("swap", "fetch", "import", "remove")
 STALE_SECONDS = 24 * 3600  # an owner alive for longer is taken for a reused pid
-META = "dbert.json"
-REQUIRED = ("config.json", "model.safetensors", META, "dbert_tokens.safetensors")
-TUI_STATE = "tui.json"  # in $DBERT_HOME: the checkpoint the TUI last used
-TRUECASE = "dbert_truecase.json"  # optional: the truecasing table (truecase.py); older checkpoints lack it
 MAX_META = 4 << 20  # bytes of dbert.json (a few kB; its data list names every training file)
 MAX_TREE_DEPTH = 16  # folders within folders in a checkpoint (dbert's own use one: trainer_state/)
 MAX_TREE_ENTRIES = 10_000  # files and folders in a checkpoint (as archive.MAX_MEMBERS)
@@ -263,16 +284,14 @@ def missing(path) -> list[str]:
     """The files a checkpoint folder needs and lacks (nothing is opened or read)."""
     path = Path(path)
     gaps = [f for f in REQUIRED if not (path / f).is_file()]
-    if not ((path / "tokenizer.json").is_file() or (path / "vocab.txt").is_file()):
-        gaps.append("tokenizer.json or vocab.txt")
+    if not ((path / TOKENIZER).is_file() or (path / VOCAB).is_file()):
+        gaps.append(f"{TOKENIZER} or {VOCAB}")
     return gaps
 
 
 def inspect(path) -> dict:
     """The quick checks of a checkpoint folder (files present, no code, dbert.json valid): its
     meta, or DbertError with the reason. The tensors are checked by checkpoint.load."""
-    from .trust import refuse_code
-
     path = Path(path)
     if not path.is_dir():
         raise DbertError(f"checkpoint directory not found: {path}")
@@ -281,6 +300,34 @@ def inspect(path) -> dict:
         raise DbertError(f"checkpoint {path} is missing {', '.join(gaps)}")
     refuse_code(path)
     return read_meta(path)
+
+
+def refuse_code(path: Path, files: bool = True) -> None:
+    """Refuse a model folder that asks for custom code in its JSON configs or, with files=True,
+    holds a code file anywhere inside it."""
+    from .jsonfile import read_json
+
+    path = Path(path)
+
+    if files:
+        for folder, dirs, others in walk(path):  # links are not followed; a huge or deep tree is refused
+            for name in dirs + others:
+                if trust.is_code(name):
+                    raise DbertError(f"{path} holds custom code ({(folder / name).relative_to(path)}); dbert never "
+                                     "runs code from a checkpoint and does not accept folders that carry it")
+
+    for f in sorted(path.glob("*.json")):
+        if f.name in UNCHECKED or f.is_dir():
+            continue
+        # a config too large, too deep or too broken to check is refused, never passed: a loader
+        # with other limits might still read the code keys in it
+        try:
+            data = read_json(f, f"{path}/{f.name}", max_bytes=trust.MAX_CONFIG_BYTES)
+        except FileNotFoundError:
+            continue  # a dangling link: whoever needs the file says it is missing
+        except DbertError as e:
+            raise DbertError(f"{e} (a JSON config dbert cannot check for custom code is refused)") from None
+        trust.refuse_config(data, f"{path}/{f.name}")
 
 
 def is_checkpoint(path) -> bool:
@@ -313,6 +360,90 @@ def apply_umask(root: Path) -> None:
             if not os.path.islink(f):
                 os.chmod(f, 0o666 & ~mask)
         os.chmod(dirpath, 0o777 & ~mask)
+
+
+def check_writable(folder: Path) -> None:
+    """Create folder if need be and write a test file in it: a training run fails before step 1,
+    not at the first save after an hour of training."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder, prefix=".dbert-write-test-"):
+            pass
+    except OSError as e:
+        raise DbertError(f"cannot write checkpoints to {folder}: {e.strerror or e}") from None
+
+
+class OutLock:
+    """An exclusive lock on an output folder, so two runs never write one checkpoint.
+
+    The lock is a hidden file beside the folder, locked with flock: the kernel drops it when its
+    holder exits, even by kill -9, so a stale lock cannot exist. The holder removes the file
+    when done; a process that opened it just before is told to retry by the inode check.
+
+    The file is opened with O_NOFOLLOW and never truncated: a link planted at its name (to a
+    user's file) is refused, and so is anything but a small file of dbert's own "pid N" text,
+    so taking the lock can never change a file that is not dbert's.
+    """
+
+    RECORD = 32  # bytes of the "pid N" record, padded: rewriting it in place needs no truncation
+
+    def __init__(self, out: Path):
+        self.path = Path(out).with_name(LOCK.format(name=Path(out).name))
+        self.file = None
+        try:
+            import fcntl
+        except ImportError:  # Windows: no flock; runs are not protected from each other there
+            return
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | \
+            getattr(os, "O_NONBLOCK", 0)  # non-blocking: a FIFO planted there cannot hang the open
+        for _ in range(100):
+            try:
+                fd = os.open(self.path, flags, 0o666)
+            except OSError as e:
+                what = "a symbolic link" if os.path.islink(self.path) else (e.strerror or str(e))
+                raise DbertError(f"cannot lock {out}: {self.path}: {what}; dbert will not open it "
+                                 "(remove it if it is not yours)") from None
+            f = os.fdopen(fd, "r+b", buffering=0)
+            try:
+                holder = self._check(f)
+            except DbertError:
+                f.close()
+                raise
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.close()
+                raise DbertError(f"{out} is being written by another dbert run ({holder or 'another process'}); "
+                                 "wait for it or choose another --out") from None
+            try:
+                same = os.fstat(f.fileno()).st_ino == os.stat(self.path, follow_symlinks=False).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                os.pwrite(f.fileno(), f"pid {os.getpid()}".ljust(self.RECORD - 1).encode() + b"\n", 0)
+                self.file = f
+                return
+            f.close()  # the previous holder removed the file after we opened it: try again
+        raise DbertError(f"cannot lock {out}")
+
+    def _check(self, f) -> str:
+        """The holder recorded in an open lock file ("" when empty); DbertError unless it is a
+        regular file with one name, of this user, holding only dbert's record."""
+        st = os.fstat(f.fileno())
+        text = os.pread(f.fileno(), self.RECORD + 1, 0) if stat.S_ISREG(st.st_mode) else b""
+        ours = (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid()
+                and st.st_size <= self.RECORD and re.fullmatch(rb"(pid \d+ *\n?)?", text) is not None)
+        if not ours:
+            raise DbertError(f"cannot lock the output folder: {self.path} exists and is not a dbert lock file; "
+                             "dbert will not change it (remove it if it is not yours)")
+        return text.decode().strip()
+
+    def release(self) -> None:
+        if self.file is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            self.file.close()
+            self.file = None
 
 
 def check_output(path, option: str, folder: bool = False) -> Path:

@@ -273,12 +273,12 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
     pieces of the data of the samples' mean length in words ("human_"). texts: a dict that
     receives the samples ("first", "second") and the human pieces, for whoever keeps them."""
     from .config import SampleConfig
-    from .sample import generate
+    from .sample import generate, resolve
     from .strategies import get
 
-    cfg = SampleConfig(n=n, steps=steps, length=length, top_k=top_k, batch_size=batch_size, seed=seed,
-                       sampler=sampler, block_repeats=block_repeats, params=params,
-                       temperature=temperature, pair_quotes=pair_quotes).resolved(db)
+    cfg = resolve(SampleConfig(n=n, steps=steps, length=length, top_k=top_k, batch_size=batch_size, seed=seed,
+                               sampler=sampler, block_repeats=block_repeats, params=params,
+                               temperature=temperature, pair_quotes=pair_quotes), db)
     sampler = cfg.sampler
     refs = read_examples(data, unit)
     first, st1 = generate(db, cfg, on_frame, paragraph=" ")

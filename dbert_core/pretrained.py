@@ -16,14 +16,15 @@ from pathlib import Path
 
 import torch
 
+from . import layout
 from .errors import DbertError
 from .model import PRESETS, Bert, BertConfig, MLMHead
 
 IGNORED = ("pooler.", "cls.seq_relationship.", "embeddings.position_ids", "embeddings.token_type_ids",
            "cls.predictions.decoder.")  # the decoder is the word embeddings (tied), its bias cls.predictions.bias
 HEAD = "cls.predictions."
-HUB_FILES = ["config.json", "*.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
-             "special_tokens_map.json"]
+HUB_FILES = [layout.CONFIG, "*.safetensors", layout.TOKENIZER, layout.TOKENIZER_CONFIG, layout.VOCAB,
+             layout.SPECIAL_TOKENS]
 _LAYER = {"attn_out": "attention.output.dense", "attn_ln": "attention.output.LayerNorm",
           "ffn_in": "intermediate.dense", "ffn_out": "output.dense", "ffn_ln": "output.LayerNorm"}
 _HEAD = {"head.dense": "cls.predictions.transform.dense", "head.LayerNorm": "cls.predictions.transform.LayerNorm"}
@@ -119,10 +120,10 @@ def _few(names: list[str]) -> str:
 
 def read_tensors(path: Path) -> dict[str, torch.Tensor]:
     """model.safetensors, else pytorch_model.bin through torch.load(weights_only=True)."""
-    if (path / "model.safetensors").is_file():
+    if (path / layout.WEIGHTS).is_file():
         from safetensors.torch import load_file
 
-        return load_file(str(path / "model.safetensors"))
+        return load_file(str(path / layout.WEIGHTS))
     if (path / "pytorch_model.bin").is_file():
         try:
             return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
@@ -133,13 +134,13 @@ def read_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 def read_config(path: Path) -> BertConfig:
     """config.json of a BERT folder; refuses a folder whose configs ask for custom code."""
-    from .trust import refuse_code
+    from .layout import refuse_code
 
     from .jsonfile import read_json
 
     refuse_code(Path(path), files=False)
     try:
-        data = read_json(Path(path) / "config.json", f"{path}/config.json")
+        data = read_json(Path(path) / layout.CONFIG, f"{path}/config.json")
     except FileNotFoundError:
         raise DbertError(f"{path} holds no config.json") from None
     if not isinstance(data, dict):
@@ -147,7 +148,7 @@ def read_config(path: Path) -> BertConfig:
     try:
         return BertConfig.from_dict(data)
     except DbertError as e:
-        raise DbertError(f"{path}/{e}" if str(e).startswith("config.json") else f"{path}: {e}") from None
+        raise DbertError(f"{path}/{e}" if str(e).startswith(layout.CONFIG) else f"{path}: {e}") from None
     except (TypeError, AttributeError):
         raise DbertError(f"{path}/config.json is not a valid BERT config") from None
 
@@ -175,8 +176,8 @@ def save(bert: Bert, path, dtype: torch.dtype | None = None) -> None:
     path = Path(path)
     tensors = hf_state_dict(bert, dtype)
     stored = dtype or next(iter(tensors.values())).dtype
-    (path / "config.json").write_text(json.dumps(bert.config.to_dict(stored), indent=2) + "\n")
-    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    (path / layout.CONFIG).write_text(json.dumps(bert.config.to_dict(stored), indent=2) + "\n")
+    save_file(tensors, str(path / layout.WEIGHTS), metadata={"format": "pt"})
 
 
 def local_dir(init: str) -> Path:

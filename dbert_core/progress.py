@@ -10,6 +10,7 @@ import functools
 import sys
 import time
 
+from .display import duration, eta
 from .train import Callback
 
 
@@ -41,13 +42,6 @@ def _can_encode(stream, text: str) -> bool:
         return True
     except (UnicodeEncodeError, LookupError):
         return False
-
-
-def _fmt_time(seconds: float) -> str:
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 class TrainProgress(Callback):
@@ -100,8 +94,8 @@ class TrainProgress(Callback):
             self.progress.update(self.task, completed=m["step"], info=info)
         elif m["step"] % self.every == 0 or m["step"] == m["max_steps"]:
             done = m["step"] - self.first_step
-            eta = (time.perf_counter() - self.start) / max(1, done) * (m["max_steps"] - m["step"])
-            self._line(f"step {m['step']}/{m['max_steps']} {info} eta {_fmt_time(eta)}")
+            left = eta(time.perf_counter() - self.start, max(1, done), m["max_steps"] - m["step"])
+            self._line(f"step {m['step']}/{m['max_steps']} {info} eta {duration(left)}")
 
     @_quiet
     def on_eval(self, trainer, m):
@@ -146,10 +140,8 @@ class SampleProgress:
             self.stream = None
 
     def _eta(self, fraction: float) -> str:
-        elapsed = time.perf_counter() - self.start
-        if fraction <= 0:
-            return "?"
-        return _fmt_time(elapsed / fraction * (1 - fraction))
+        left = eta(time.perf_counter() - self.start, fraction, 1 - fraction)
+        return "?" if left is None else duration(left)
 
     def __call__(self, frame) -> None:
         if self.stream is None:
@@ -167,10 +159,10 @@ class SampleProgress:
             if finished or now - self._shown > 0.1:
                 self._shown = now
                 self._write(f"\r{self.label} {self.done}/{self.total} · step {frame.step}/{frame.steps} · "
-                            f"{self.nfe + (0 if finished else batch_nfe)} calls · {_fmt_time(elapsed)} · "
+                            f"{self.nfe + (0 if finished else batch_nfe)} calls · {duration(elapsed)} · "
                             f"eta {self._eta(fraction)}\x1b[K")
         elif finished:
-            self._write(f"{self.label} {self.done}/{self.total} · {self.nfe} calls · {_fmt_time(elapsed)} · "
+            self._write(f"{self.label} {self.done}/{self.total} · {self.nfe} calls · {duration(elapsed)} · "
                         f"eta {self._eta(fraction)}\n")
 
     def close(self) -> None:
@@ -187,7 +179,7 @@ class CountProgress(SampleProgress):
         elapsed = time.perf_counter() - self.start
         fraction = done / max(1, self.total)
         now = time.perf_counter()
-        text = f"{self.label} {done}/{self.total} · {_fmt_time(elapsed)} · eta {self._eta(fraction)}"
+        text = f"{self.label} {done}/{self.total} · {duration(elapsed)} · eta {self._eta(fraction)}"
         if self.live:
             if done >= self.total or now - self._shown > 0.1:
                 self._shown = now

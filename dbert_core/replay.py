@@ -111,7 +111,8 @@ def load(path) -> Replay:
             frames.append(Frame(ids=ids, masked=_tensor(fr["masked"], torch.bool),
                                 revealed=_tensor(fr["revealed"], torch.bool), confidence=_confidence(fr["confidence"]),
                                 step=int(fr["step"]), steps=int(fr["steps"]), t=int(fr["t"]), nfe=int(fr["nfe"]),
-                                remasked=_tensor(fr["remasked"], torch.bool) if "remasked" in fr else None))
+                                remasked=_tensor(fr["remasked"], torch.bool) if "remasked" in fr else None,
+                                touch_up=bool(fr.get("touch_up", False))))
         if not frames:
             raise DbertError(f"{path} holds no frames")
         order = _tensor(data["reveal_step"], torch.int32)

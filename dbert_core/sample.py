@@ -72,7 +72,8 @@ import re
 import functools
 import math
 import time as _time
-from dataclasses import dataclass, field, replace
+import weakref
+from dataclasses import dataclass, field, fields, replace
 from typing import Iterator
 
 import torch
@@ -81,6 +82,7 @@ from . import strategies
 from .quotes import touch_up
 from .config import SampleConfig
 from .errors import DbertError
+from .hardware import compute_dtype
 from .model import forward_flops
 from .schedule import step_grid
 
@@ -167,7 +169,7 @@ def validate(db, steps: int, length: int, sampler: str, params: dict | None = No
         raise DbertError(f"--length must be between 1 and {db.model.max_length} for this model, got {length}")
     if sampler == "cached" and db.model.time != "none":
         raise DbertError(f"the cached sampler needs a time-agnostic model; this one uses time={db.model.time!r}")
-    if sampler == "first-hitting" and db.model.time != "none" and not _token_free(db.schedule):
+    if sampler == "first-hitting" and db.model.time != "none" and not db.schedule.token_free:
         raise DbertError("the first-hitting sampler needs a time-agnostic model with the "
                          f"{db.schedule.name} schedule; this one uses time={db.model.time!r}")
     if sampler == "remdm" and (params or {}).get("schedule") == "loop" and steps < 2:
@@ -176,12 +178,45 @@ def validate(db, steps: int, length: int, sampler: str, params: dict | None = No
 
 def default_sampler(db) -> str:
     """The fastest exact sampler this model allows (what `dbert sample` uses unless told)."""
-    return "first-hitting" if db.model.time == "none" or _token_free(db.schedule) else "ancestral"
+    return "first-hitting" if db.model.time == "none" or db.schedule.token_free else "ancestral"
 
 
 def default_length(db) -> int:
     """Tokens per sample unless told: the length the checkpoint was trained on."""
     return min(int(db.meta.get("seq_len", 64)), db.model.max_length)
+
+
+def resolve(cfg: SampleConfig, db) -> SampleConfig:
+    """cfg made concrete for this checkpoint, once per run and handed down: SampleConfig.validate's
+    checks, then length, sampler, precision ("auto": hardware.compute_dtype) and the strategy's
+    parameters filled in, then the checks that need the checkpoint (validate). The copy keeps
+    cfg's class (the TUI's Settings stay Settings); frames and generate take it as it is."""
+    cfg.validate()
+    sampler = cfg.sampler if cfg.sampler is not None else default_sampler(db)
+    out = replace(cfg, length=cfg.length if cfg.length is not None else default_length(db), sampler=sampler,
+                  dtype=compute_dtype(cfg.dtype, db.device), params=strategies.get(sampler).resolve(cfg.params))
+    validate(db, out.steps, out.length, out.sampler, out.params)
+    return _mark(out, db)
+
+
+_RESOLVED: dict[int, tuple] = {}  # id(cfg) -> (checkpoint, field values) of the configs resolve made
+
+
+def _values(cfg: SampleConfig) -> list:
+    return [getattr(cfg, f.name) for f in fields(cfg)]
+
+
+def _mark(cfg: SampleConfig, db) -> SampleConfig:
+    """Remember that cfg, as it is now, was resolved for db (the entry goes with cfg)."""
+    _RESOLVED[id(cfg)] = (weakref.ref(db), _values(cfg))
+    weakref.finalize(cfg, _RESOLVED.pop, id(cfg), None)
+    return cfg
+
+
+def _is_resolved(cfg: SampleConfig, db) -> bool:
+    """cfg came from resolve(., db) and has not been changed since."""
+    entry = _RESOLVED.get(id(cfg))
+    return entry is not None and entry[0]() is db and entry[1] == _values(cfg)
 
 
 _MASK_RUN = re.compile(r"\[mask\s*\*\s*(\d{1,5})\]", re.IGNORECASE)
@@ -247,11 +282,6 @@ def parse_prompt(db, template: str, length: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------- kernel
-def _token_free(schedule) -> bool:
-    """True when r(v) is the same for every token (the linear schedule)."""
-    return schedule.alpha_vocab(torch.tensor(0.0)).shape[-1] == 1
-
-
 @dataclass
 class Kernel:
     """The reveal probabilities of an S-step budget, per class of tokens with equal r.
@@ -294,13 +324,11 @@ def kernel(schedule, steps: int) -> Kernel:
     grid = step_grid(schedule.T, steps)
     t = torch.tensor(grid[:-1], dtype=torch.float32).unsqueeze(-1)  # (S, 1)
     s = torch.tensor(grid[1:], dtype=torch.float32).unsqueeze(-1)
-    if _token_free(schedule):
+    if schedule.token_free:
         r = schedule.reveal_prob(t, s).double().reshape(steps, 1)  # (S, 1)
         inverse = None
     else:
-        _, inverse = torch.unique(schedule.centered, return_inverse=True)  # classes of equal a_t(v)
-        C = int(inverse.max()) + 1
-        rep = torch.empty(C, dtype=torch.long).scatter_(0, inverse, torch.arange(len(inverse)))
+        inverse, rep = schedule.classes()  # classes of equal a_t(v), one id of each
         r = schedule.reveal_prob(t, s, tokens=rep).double()  # (S, C)
     r[-1] = 1.0  # s = 0: a_0 = 1, everything still masked is revealed
     return Kernel(grid, r.contiguous(), inverse)
@@ -426,8 +454,11 @@ def _draw(logits, r_v, no_draw, shaping, u, blocked=None, top=None):
 
 # ---------------------------------------------------------------------------------- frames
 def _config(db, cfg: SampleConfig | None, overrides: dict) -> SampleConfig:
-    """cfg (default: SampleConfig's defaults) with overrides, resolved and checked for db."""
-    return replace(cfg or SampleConfig(), **overrides).resolved(db)
+    """cfg as resolve(cfg, db) made it; otherwise cfg (default: SampleConfig's defaults) with
+    overrides, resolved here (frames(db, n=2, steps=16) works as it always did)."""
+    if cfg is not None and not overrides and _is_resolved(cfg, db):
+        return cfg
+    return resolve(replace(cfg or SampleConfig(), **overrides), db)
 
 
 @torch.inference_mode()
@@ -676,11 +707,7 @@ def masked_curve(db, steps: int) -> torch.Tensor:
 
 def _masked_at(db, t: torch.Tensor) -> torch.Tensor:
     """The expected masked fraction at times t (K,), frequency-weighted: (K,) float64."""
-    alpha = db.schedule.alpha_vocab(t).to(torch.float64)  # (K, V) or (K, 1)
-    if alpha.shape[-1] == 1:
-        return 1.0 - alpha[:, 0]
-    counts = db.counts.to(torch.float64)
-    return 1.0 - (alpha * counts).sum(-1) / counts.sum().clamp_min(1e-300)
+    return db.schedule.expected_masked(t, db.counts)
 
 
 def position_scores(logits: torch.Tensor, no_draw: list[int], by: str) -> torch.Tensor:
@@ -840,13 +867,11 @@ def remdm_kernel(db, steps: int, params: dict) -> tuple[Kernel, torch.Tensor]:
     path = remdm_path(db, steps, params)
     t = torch.tensor(path[:-1], dtype=torch.float32).unsqueeze(-1)  # (S, 1)
     s = torch.tensor(path[1:], dtype=torch.float32).unsqueeze(-1)
-    if _token_free(schedule):
+    if schedule.token_free:
         a_t, a_s = schedule.alpha_vocab(t.squeeze(-1)).double(), schedule.alpha_vocab(s.squeeze(-1)).double()  # (S, 1)
         inverse = None
     else:
-        _, inverse = torch.unique(schedule.centered, return_inverse=True)
-        C = int(inverse.max()) + 1
-        rep = torch.empty(C, dtype=torch.long).scatter_(0, inverse, torch.arange(len(inverse)))
+        inverse, rep = schedule.classes()
         a_t, a_s = schedule.alpha(t, rep).double(), schedule.alpha(s, rep).double()  # (S, C)
     room = torch.where(a_t > 0, (1.0 - a_s) / a_t.clamp_min(1e-300), torch.full_like(a_t, math.inf))
     eta = params["eta"]
@@ -927,7 +952,8 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
     start = _time.perf_counter()
     for lo in range(0, cfg.n, cfg.batch_size):
         last = None
-        for last in frames(db, replace(cfg, n=min(cfg.batch_size, cfg.n - lo)), generator=gen, topk=topk):
+        batch = _mark(replace(cfg, n=min(cfg.batch_size, cfg.n - lo)), db)  # fewer samples: still resolved
+        for last in frames(db, batch, generator=gen, topk=topk):
             if on_frame is not None:
                 on_frame(last)
         nfe += last.nfe

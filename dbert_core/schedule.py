@@ -19,9 +19,15 @@ from .config import SCHEDULES
 
 
 class Schedule:
-    """Base class: a_t(v) for steps t in [0, T] and vocabulary ids v."""
+    """Base class: a_t(v) for steps t in [0, T] and vocabulary ids v.
+
+    Besides the maths, a schedule states its own structure, so the sampler and the TUI ask it
+    instead of probing: `token_free` (a_t the same for every token), `classes()` (the groups
+    of tokens with equal a_t) and `expected_masked(t, counts)` (the masked fraction the
+    reverse process is expected to leave at time t)."""
 
     name: str = "base"
+    token_free: bool = False  # True when a_t(v) is the same for every token v (alpha_vocab's last dim is 1)
 
     def __init__(self, T: int):
         if T < 1:
@@ -51,6 +57,20 @@ class Schedule:
         r = (as_ - at) / denom.clamp_min(1e-12)
         return torch.where(denom > 0, r.clamp(0.0, 1.0), torch.ones_like(r))
 
+    def classes(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(inverse (V,), representatives (C,)): the class of each vocabulary id, classes being
+        the groups of ids with equal a_t(v), and one id of each class; None when token-free."""
+        raise NotImplementedError
+
+    def expected_masked(self, t: torch.Tensor, counts: torch.Tensor | None = None) -> torch.Tensor:
+        """The expected masked fraction at times t (K,): 1 - a_t(v) averaged over the corpus
+        with weights `counts` (V,) (the token frequencies; unused when token-free), (K,) float64."""
+        alpha = self.alpha_vocab(t).to(torch.float64)  # (K, V) or (K, 1)
+        if alpha.shape[-1] == 1:
+            return 1.0 - alpha[:, 0]
+        counts = counts.to(torch.float64)
+        return 1.0 - (alpha * counts).sum(-1) / counts.sum().clamp_min(1e-300)
+
     def config(self) -> dict:
         return {"schedule": self.name, "T": self.T}
 
@@ -59,6 +79,10 @@ class LinearSchedule(Schedule):
     """D3PM's mutual-information schedule: a_t = 1 - t/T, the same for every token."""
 
     name = "linear"
+    token_free = True
+
+    def classes(self):
+        return None
 
     def alpha(self, t, tokens):
         t = torch.as_tensor(t, dtype=torch.float32, device=tokens.device)
@@ -111,6 +135,12 @@ class SpindleSchedule(Schedule):
     def alpha_vocab(self, t):
         t = torch.as_tensor(t, dtype=torch.float32)
         return self._alpha(t.unsqueeze(-1), self.centered.to(t.device))
+
+    def classes(self):
+        _, inverse = torch.unique(self.centered, return_inverse=True)  # equal centred f: equal a_t(v)
+        C = int(inverse.max()) + 1
+        rep = torch.empty(C, dtype=torch.long).scatter_(0, inverse, torch.arange(len(inverse)))
+        return inverse, rep
 
     def config(self):
         return {"schedule": self.name, "T": self.T, "lambda": self.lam}

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import math
 
+from .config import MAX_LAMBDA, MAX_T, SCHEDULES, TIME_MODES  # the choices and ranges, defined once
 from .errors import DbertError
 
-FORMAT = 1                                    # checkpoint.FORMAT
-SCHEDULES = ("linear", "spindle")             # schedule.SCHEDULES
-TIME_MODES = ("none", "prefix", "layerwise")  # model.TIME_MODES
-MAX_T = 1_000_000
-MAX_LAMBDA = 1 / math.pi
-MAX_SEQ_LEN = 1_000_000
+FORMAT = 1                                    # the checkpoint format this dbert writes (checkpoint.save)
+MAX_SEQ_LEN = 1_000_000                       # the largest seq_len dbert.json may record
 
 
 def _whole(lo: int, hi: int | None = None):

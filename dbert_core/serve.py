@@ -48,7 +48,7 @@ from starlette.routing import Route
 
 from .config import MAX_SEED, SAMPLERS, SampleConfig
 from .errors import DbertError
-from .sample import default_length
+from .sample import default_length, resolve
 from .serve_queue import Job, QueueFull, Scheduler, ShuttingDown
 
 MASK = "[MASK]"
@@ -214,7 +214,7 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
                            sampler=sampler, seed=seed, device=device, prompt=text, block_repeats=block_repeats,
                            dtype=dtype)
         try:
-            cfg = cfg.resolved(db)
+            cfg = resolve(cfg, db)
         except DbertError as e:
             message = str(e)
             for flag, name in _FIELD_OF_FLAG.items():

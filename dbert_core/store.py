@@ -6,17 +6,23 @@ Shipped checkpoints live in the package's assets/ and are listed first, under th
 SHIPPED: "default" (what every command uses when none is named; its folder's own name,
 "dbert-minilm-stories", names it too) and the others. `resolve`
 turns what a user typed (a store name, a shipped name, or a path) into a directory.
+
+The store's operations are here too: `import_dir`, `remove`, and `commit`, through which every
+entry enters the store (fetch.py downloads from the network and commits through it).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import layout
 from .display import is_safe, safe_text
 from .errors import DbertError
+from .trust import PICKLE_SUFFIXES, is_code, pickled
 
 DEFAULT_NAME = "default"
 # shipped checkpoints: name -> folder inside assets/, the default first
@@ -50,7 +56,7 @@ def shipped(name: str) -> Path | None:
     """The directory of a shipped checkpoint by name, if it is installed."""
     folder = SHIPPED.get(name) or (name if name in SHIPPED.values() else None)  # "default" or its own name
     path = assets_dir() / folder if folder else None
-    return path if path is not None and (path / "dbert.json").is_file() else None
+    return path if path is not None and (path / layout.META).is_file() else None
 
 
 def default_checkpoint() -> Path | None:
@@ -163,8 +169,8 @@ def _size(path: Path) -> int:
     a tree of 990 folders is counted only as far as layout.walk goes."""
     total = 0
     for dirpath, dirs, files in layout.walk(path, strict=False):
-        if "trainer_state" in dirs:
-            dirs.remove("trainer_state")  # pruned, as with os.walk
+        if layout.STATE in dirs:
+            dirs.remove(layout.STATE)  # pruned, as with os.walk
         for name in files:
             try:
                 total += os.lstat(os.path.join(dirpath, name)).st_size
@@ -196,7 +202,7 @@ def _val_ppl(path: Path, meta: dict) -> float | None:
     from .jsonfile import read_json
 
     try:  # jsonfile's limits: a FIFO, a huge or a deep file is no bound, never a hang
-        history = read_json(path / "trainer_state" / "state.json", max_bytes=16 << 20).get("history", [])
+        history = read_json(path / layout.STATE / layout.STATE_JSON, max_bytes=16 << 20).get("history", [])
         vals = [h["val_ppl_token"] for h in history if isinstance(h, dict) and "val_ppl_token" in h]
         return float(vals[-1]) if vals else None
     except (OSError, DbertError, ValueError, TypeError, AttributeError):
@@ -239,3 +245,114 @@ def _nonempty(folder: Path) -> bool:
         return any(folder.iterdir())
     except OSError:  # unreadable: listed, and its row says why
         return True
+
+
+# ------------------------------------------------------------------------------ operations
+# Every entry enters the store through `commit` (fetch.py downloads, then commits here) and
+# leaves it through `remove`; each operation first tidies what killed ones left (layout.clean).
+SKIP_DIRS = (layout.STATE,)  # never fetched, never checked for pickles: the trainer state's own folder
+
+
+def target(name: str) -> Path:
+    """Where a new entry called name goes; DbertError if the name is not a plain free one."""
+    if not is_name(name) or name in SHIPPED:
+        raise DbertError(f"invalid checkpoint name {name!r} (a plain name, not a shipped one "
+                         f"({', '.join(SHIPPED)}), no '/', not hidden)")
+    path = store_dir() / name
+    if layout.exists(path):
+        raise DbertError(f"a checkpoint named {name!r} already exists in the store; choose another --name "
+                         "or remove it first")
+    if os.path.lexists(path):  # a dangling link or a stray file of that name
+        raise DbertError(f"{path} is in the way (a link or a file, not a checkpoint); remove it or choose another "
+                         "--name")
+    return path
+
+
+def _skipped(parts) -> bool:
+    return any(p in SKIP_DIRS for p in parts)
+
+
+def check_tree(path: Path) -> None:
+    """Only plain files and folders: no links, devices or FIFOs (a FIFO would hang a copy), no
+    code, and pickles only in a skipped trainer_state/ folder."""
+    for dirpath, dirnames, filenames in layout.walk(path):  # links not followed; a huge or deep tree refused
+        for name in dirnames + filenames:
+            f = Path(dirpath) / name
+            rel = f.relative_to(path)
+            mode = os.lstat(f).st_mode
+            if stat.S_ISLNK(mode):
+                raise DbertError(f"refusing {rel}: links are not allowed in a checkpoint")
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                raise DbertError(f"refusing {rel}: not a regular file")
+            if is_code(name):
+                raise DbertError(f"refusing {rel}: a checkpoint may not carry custom code")
+            if name.lower().endswith(PICKLE_SUFFIXES) and not _skipped(rel.parts):
+                raise DbertError(f"refusing {rel}: pickle weights are not accepted (safetensors only)")
+            if stat.S_ISREG(mode) and not _skipped(rel.parts):
+                with open(f, "rb") as fh:
+                    if pickled(name, fh.read(8)):
+                        raise DbertError(f"refusing {rel}: it is a pickle, whatever its name (safetensors only)")
+
+
+def validate(path: Path) -> None:
+    """Raise DbertError unless path holds a loadable checkpoint with safetensors weights only."""
+    from .checkpoint import load
+
+    check_tree(path)
+    load(path)
+
+
+def commit(ckpt_dir: Path, dest: Path) -> Path:
+    """Put a checkpoint built in a temp folder into the store at dest (from `target`): validated,
+    given the user's umask, renamed into place; every way into the store ends here."""
+    validate(ckpt_dir)
+    layout.apply_umask(ckpt_dir)
+    if layout.exists(dest):
+        raise DbertError(f"a checkpoint named {dest.name!r} appeared in the store meanwhile")
+    os.rename(ckpt_dir, dest)
+    return dest
+
+
+def tidy() -> None:
+    """What killed store operations left behind: recovered or removed (layout.clean)."""
+    layout.clean(store_dir())
+
+
+def import_dir(path, name: str | None = None) -> Path:
+    """Copy a local checkpoint directory into the store (validated first); returns the entry."""
+    src = Path(path).expanduser()
+    if not src.is_dir():
+        raise DbertError(f"not a directory: {src}")
+    gaps = layout.missing(src)
+    if gaps:  # the first thing to say about a folder that is no checkpoint
+        raise DbertError(f"{src} is not a dbert checkpoint: it is missing {', '.join(gaps)}")
+    check_tree(src)  # links, FIFOs and code refused before anything is read or copied
+    from .checkpoint import load
+
+    load(src)  # a clear error before copying anything
+    tidy()
+    dst = target(name or src.resolve().name)
+    tmp = layout.temp_dir(dst, "import")
+    try:
+        dest = tmp / "ckpt"
+        shutil.copytree(src, dest, symlinks=True)
+        return commit(dest, dst)
+    finally:
+        layout.discard(tmp)
+
+
+def remove(name: str) -> Path:
+    """Delete a store entry by name (shipped checkpoints cannot be removed); returns its old path."""
+    if name in SHIPPED:
+        raise DbertError(f"the shipped checkpoint {name!r} cannot be removed")
+    if not is_name(name):
+        raise DbertError(f"not a store name: {name!r} (remove only deletes store entries, not paths)")
+    tidy()
+    path = store_dir() / name
+    if not path.is_dir():
+        raise DbertError(f"no checkpoint named {name!r} in {store_dir()}")
+    # rename first, so the entry disappears at once even if deleting takes a while (or is killed)
+    gone = layout.temp_dir(path, "remove")
+    os.rename(path, gone / "x")
+    layout.discard(gone)
+    return path

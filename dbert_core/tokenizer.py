@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from . import layout
 from .display import is_safe, safe_text
 from .errors import DbertError
 
@@ -93,17 +94,17 @@ class WordPieceTokenizer:
         from tokenizers import Tokenizer
 
         path = Path(path)
-        config = _read_json(path / "tokenizer_config.json")
-        named = {**_read_json(path / "special_tokens_map.json"), **config}
+        config = _read_json(path / layout.TOKENIZER_CONFIG)
+        named = {**_read_json(path / layout.SPECIAL_TOKENS), **config}
         specials = {k: _content(named[k]) for k in SPECIALS if named.get(k)}
-        if (path / "tokenizer.json").is_file():
+        if (path / layout.TOKENIZER).is_file():
             try:
-                backend = Tokenizer.from_file(str(path / "tokenizer.json"))
+                backend = Tokenizer.from_file(str(path / layout.TOKENIZER))
             except Exception as e:  # noqa: BLE001 - the Rust parser's errors
                 raise DbertError(f"{path}/tokenizer.json cannot be read: {str(e).splitlines()[0][:120]}") from None
             return cls(backend, specials, config)
-        if (path / "vocab.txt").is_file():
-            lines = (path / "vocab.txt").read_text(encoding="utf-8").split("\n")
+        if (path / layout.VOCAB).is_file():
+            lines = (path / layout.VOCAB).read_text(encoding="utf-8").split("\n")
             vocab = {token: i for i, token in enumerate(lines[:-1] if lines[-1] == "" else lines)}
             return cls.from_vocab(vocab, config.get("do_lower_case", True), config.get("strip_accents"),
                                   config.get("tokenize_chinese_chars", True), specials, config)
@@ -138,7 +139,7 @@ class WordPieceTokenizer:
         """tokenizer.json, tokenizer_config.json, special_tokens_map.json and vocab.txt into path."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.backend_tokenizer.save(str(path / "tokenizer.json"))
+        self.backend_tokenizer.save(str(path / layout.TOKENIZER))
         specials = {key: getattr(self, key) for key in SPECIALS}
         norm = self._normalizer()  # transformers rebuilds the normaliser from these keys: keep them in step
         config = {**self.config, **specials, "tokenizer_class": "BertTokenizer", "backend": "tokenizers",
@@ -146,8 +147,8 @@ class WordPieceTokenizer:
                   "strip_accents": norm.get("strip_accents", self.config.get("strip_accents")),
                   "tokenize_chinese_chars": norm.get("handle_chinese_chars",
                                                      self.config.get("tokenize_chinese_chars", True))}
-        (path / "tokenizer_config.json").write_text(json.dumps(dict(sorted(config.items())), indent=2) + "\n")
-        (path / "special_tokens_map.json").write_text(json.dumps(specials, indent=2) + "\n")
+        (path / layout.TOKENIZER_CONFIG).write_text(json.dumps(dict(sorted(config.items())), indent=2) + "\n")
+        (path / layout.SPECIAL_TOKENS).write_text(json.dumps(specials, indent=2) + "\n")
         vocab = self.backend_tokenizer.get_vocab(with_added_tokens=False)
-        (path / "vocab.txt").write_text("".join(t + "\n" for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])),
+        (path / layout.VOCAB).write_text("".join(t + "\n" for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])),
                                         encoding="utf-8")

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import re
 import signal
-import stat
 import threading
 import time
 from pathlib import Path
@@ -25,30 +22,15 @@ from pathlib import Path
 import torch
 
 from . import checkpoint as ckpt
+from . import layout
 from .config import TrainConfig
-from .data import (Special, collate, document_sentences, encode, epoch_batches, fingerprints, pack, pack_sentences,
-                   read_documents, read_examples, read_lines, token_counts, tokenize, train_tokenizer)
+from .data import collate, epoch_batches
 from .diffusion import Workspace, draw_steps, elbo, masked_kl
-from .hardware import native_bf16
 from .errors import DbertError, Interrupted
+from .hardware import compute_dtype
+from .prepare import Prepared, prepare, processes
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise DbertError("CUDA was requested (--gpu / --device cuda) but no CUDA GPU is available")
-    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise DbertError("--device mps was requested but Apple's MPS backend is not available")
-    if name not in ("cpu", "cuda", "mps"):
-        raise DbertError(f"unknown device {name!r}; choose auto, cpu, cuda or mps")
-    return torch.device(name)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -60,127 +42,6 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     progress = min(1.0, (step - cfg.warmup) / max(1, cfg.max_steps - cfg.warmup))
     floor = cfg.lr * cfg.min_lr_ratio
     return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * progress))
-
-
-def moved_data(saved: dict, meta: dict, given: dict, out) -> dict:
-    """The saved train_config with --data / --val-data replaced by the given paths when those name
-    the run's own files moved elsewhere (the same sizes and SHA-256, meta's *_files); DbertError
-    when they name other files."""
-    for key in ("data", "val_data"):
-        paths, recorded = given.get(key), meta.get(f"{key}_files")
-        if not paths or paths == saved.get(key):
-            continue
-        flag = "--" + key.replace("_", "-")
-        if recorded is None:
-            raise DbertError(f"--resume: {flag} differs from the run's and {out} predates the record of its files' "
-                             "contents; give the original paths")
-        if [(f["size"], f["sha256"]) for f in fingerprints(paths)] != [(f["size"], f["sha256"]) for f in recorded]:
-            raise DbertError(f"--resume: the files of {flag} are not the run's ({len(recorded)} files; sizes or "
-                             "SHA-256 differ): a resumed run trains on the same data")
-        saved = {**saved, key: list(paths)}
-    return saved
-
-
-def resume_config(out, **changes) -> TrainConfig:
-    """The config that continues the run saved in `out`: the checkpoint's own train_config with
-    `changes` on top (only TrainConfig.RESUMABLE fields may differ from it)."""
-    src = ckpt.readable(Path(out))
-    if not (src / ckpt.STATE / "state.json").is_file():
-        raise DbertError(f"--resume: no trainer state in {out} (nothing to resume)")
-    meta = ckpt.read_meta(src)
-    saved = meta.get("train_config")
-    if saved is not None:
-        saved = moved_data(saved, meta, changes, out)
-    if saved is None:  # written before dbert kept its settings: the caller's, checked against the model
-        if not changes.get("data"):
-            raise DbertError(f"--resume: {out} predates saved training settings; give them again (--data, ...)")
-        return TrainConfig(out=str(out), resume=True, **changes)
-    return TrainConfig.resume_from(saved, str(out), **changes)
-
-
-def _check_writable(folder: Path) -> None:
-    """Fail before step 1, not at the first save after an hour of training."""
-    import tempfile
-
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder, prefix=".dbert-write-test-"):
-            pass
-    except OSError as e:
-        raise DbertError(f"cannot write checkpoints to {folder}: {e.strerror or e}") from None
-
-
-class OutLock:
-    """An exclusive lock on an output folder, so two runs never write one checkpoint.
-
-    The lock is a hidden file beside the folder, locked with flock: the kernel drops it when its
-    holder exits, even by kill -9, so a stale lock cannot exist. The holder removes the file
-    when done; a process that opened it just before is told to retry by the inode check.
-
-    The file is opened with O_NOFOLLOW and never truncated: a link planted at its name (to a
-    user's file) is refused, and so is anything but a small file of dbert's own "pid N" text,
-    so taking the lock can never change a file that is not dbert's.
-    """
-
-    RECORD = 32  # bytes of the "pid N" record, padded: rewriting it in place needs no truncation
-
-    def __init__(self, out: Path):
-        self.path = Path(out).with_name(f".{Path(out).name}.dbert-lock")
-        self.file = None
-        try:
-            import fcntl
-        except ImportError:  # Windows: no flock; runs are not protected from each other there
-            return
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | \
-            getattr(os, "O_NONBLOCK", 0)  # non-blocking: a FIFO planted there cannot hang the open
-        for _ in range(100):
-            try:
-                fd = os.open(self.path, flags, 0o666)
-            except OSError as e:
-                what = "a symbolic link" if os.path.islink(self.path) else (e.strerror or str(e))
-                raise DbertError(f"cannot lock {out}: {self.path}: {what}; dbert will not open it "
-                                 "(remove it if it is not yours)") from None
-            f = os.fdopen(fd, "r+b", buffering=0)
-            try:
-                holder = self._check(f)
-            except DbertError:
-                f.close()
-                raise
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.close()
-                raise DbertError(f"{out} is being written by another dbert run ({holder or 'another process'}); "
-                                 "wait for it or choose another --out") from None
-            try:
-                same = os.fstat(f.fileno()).st_ino == os.stat(self.path, follow_symlinks=False).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                os.pwrite(f.fileno(), f"pid {os.getpid()}".ljust(self.RECORD - 1).encode() + b"\n", 0)
-                self.file = f
-                return
-            f.close()  # the previous holder removed the file after we opened it: try again
-        raise DbertError(f"cannot lock {out}")
-
-    def _check(self, f) -> str:
-        """The holder recorded in an open lock file ("" when empty); DbertError unless it is a
-        regular file with one name, of this user, holding only dbert's record."""
-        st = os.fstat(f.fileno())
-        text = os.pread(f.fileno(), self.RECORD + 1, 0) if stat.S_ISREG(st.st_mode) else b""
-        ours = (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid()
-                and st.st_size <= self.RECORD and re.fullmatch(rb"(pid \d+ *\n?)?", text) is not None)
-        if not ours:
-            raise DbertError(f"cannot lock the output folder: {self.path} exists and is not a dbert lock file; "
-                             "dbert will not change it (remove it if it is not yours)")
-        return text.decode().strip()
-
-    def release(self) -> None:
-        if self.file is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
-            self.file.close()
-            self.file = None
 
 
 def check_optimizer_state(saved: dict, optimizer, where: str) -> None:
@@ -225,46 +86,14 @@ class Callback:
     def on_end(self, trainer, metrics: dict): ...
 
 
-DIST_TIMEOUT = 1800.0  # seconds; torch's own default for a rendezvous and for each collective
-
-
-def dist_timeout() -> float:
-    """How long the processes of a torchrun launch wait for each other (DBERT_DIST_TIMEOUT)."""
-    from .net import seconds
-
-    return seconds("DBERT_DIST_TIMEOUT", DIST_TIMEOUT)
-
-
-def _dist():
-    """(rank, world, local_rank) from torchrun's environment; (0, 1, 0) when not distributed.
-    A missing or malformed variable, or a rank outside the world, is one DbertError line."""
-
-    def whole(name: str, default: str | None, lo: int, hi: int) -> int:
-        text = os.environ.get(name, default)
-        if text is None:
-            raise DbertError(f"{name} is not set (WORLD_SIZE={os.environ.get('WORLD_SIZE')} asks for a "
-                             "distributed run: launch it with torchrun)")
-        try:
-            value = int(text.strip())
-        except ValueError:
-            value = None
-        if value is None or not lo <= value <= hi:
-            raise DbertError(f"{name} must be a whole number in [{lo}, {hi}], got {text[:40]!r}")
-        return value
-
-    world = whole("WORLD_SIZE", "1", 1, 1 << 20)
-    if world == 1:
-        return 0, 1, 0
-    if not os.environ.get("MASTER_ADDR") or not os.environ.get("MASTER_PORT"):
-        raise DbertError("MASTER_ADDR and MASTER_PORT must be set for a distributed run (torchrun sets them)")
-    return whole("RANK", None, 0, world - 1), world, whole("LOCAL_RANK", "0", 0, 1 << 16)
-
-
 class Trainer:
-    def __init__(self, cfg: TrainConfig, callbacks=()):
+    """The loop: `Trainer(cfg, callbacks).run()` prepares the run (prepare.prepare) unless handed
+    a Prepared, then trains it."""
+
+    def __init__(self, cfg: TrainConfig, callbacks=(), prepared: Prepared | None = None):
         self.cfg = cfg
         self.callbacks = list(callbacks)
-        self.rank, self.world, self.local_rank = _dist()
+        self.rank, self.world, self.local_rank = processes()
         self._stop = threading.Event()
         self.step = 0
         self.epoch = 0
@@ -273,7 +102,9 @@ class Trainer:
         self.elapsed = 0.0
         self.history: list[dict] = []
         self.db = None
-        self._lock: OutLock | None = None
+        self.prepared: Prepared | None = None
+        if prepared is not None:
+            self._adopt(prepared)
 
     # ----------------------------------------------------------------- setup
     def stop(self) -> None:
@@ -284,139 +115,30 @@ class Trainer:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def _check_resume(self, out: Path) -> None:
-        """--resume continues the checkpoint's own run: its saved config is the starting point and
-        only TrainConfig.RESUMABLE fields may differ (one clear error naming any other)."""
-        if not (ckpt.readable(out) / ckpt.STATE / "state.json").is_file():
-            raise DbertError(f"--resume: no trainer state in {out} (nothing to resume)")
-        meta = ckpt.read_meta(ckpt.readable(out))
-        saved = meta.get("train_config")
-        if saved is not None:
-            saved = moved_data(saved, meta, {"data": self.cfg.data, "val_data": self.cfg.val_data}, out)
-            self.cfg = TrainConfig.from_dict(saved).continued(self.cfg)
-
-    def _check_model(self) -> None:
-        """The loaded checkpoint itself must agree with the config the loss and data will use."""
-        c, db = self.cfg, self.db
-        found = {"--schedule": db.schedule.name, "--T": db.schedule.T, "--time": db.model.time,
-                 "--seq-len": db.meta.get("seq_len", c.seq_len), "--pack": db.meta.get("pack", c.pack),
-                 "--unit": db.meta.get("unit", c.unit)}
-        wanted = {"--schedule": c.schedule, "--T": c.T, "--time": c.time, "--seq-len": c.seq_len, "--pack": c.pack,
-                  "--unit": c.unit}
-        for flag, value in found.items():
-            if value != wanted[flag]:
-                raise DbertError(f"--resume: the checkpoint was trained with {flag} {value}, not {wanted[flag]}")
-
     def prepare(self) -> None:
-        """Read data, build or load the model, restore state when resuming."""
+        """Prepare the run (prepare.prepare: data, tokenizer, model, the resume rule) and take it on."""
+        self._adopt(prepare(self.cfg, self.rank, self.world, self.local_rank))
+
+    def _adopt(self, prepared: Prepared) -> None:
+        """Take on a prepared run: its config, model, examples and device; the model goes to the
+        device with its optimizer, and a resumed run's state is restored."""
+        self.prepared = prepared
+        self.cfg, self.db, self.device = prepared.cfg, prepared.db, prepared.device
+        self.special = prepared.special
+        self.train_examples, self.val_examples = prepared.train, prepared.val
+        self.lengths = [len(e) for e in prepared.train]
         try:
-            self._prepare()
+            self._attach()
+            if prepared.state is not None:
+                self._restore(prepared.state)
         except BaseException:
             self.release()
             raise
 
     def release(self) -> None:
         """Give up the lock on the output folder (run() does this when it ends)."""
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
-
-    def _prepare(self) -> None:
-        self.cfg.validate(self.world)
-        out = Path(self.cfg.out)
-        if self.is_main:
-            _check_writable(out.parent)  # fail now, not at the first save after an hour of training
-            self._lock = OutLock(out)  # before anything touches out; released when run() ends
-            ckpt.recover(out)
-        if self.cfg.resume:
-            self._check_resume(out)
-        c = self.cfg
-        self.device = pick_device(c.device)
-        if self.world > 1 and not torch.distributed.is_initialized():
-            import datetime
-
-            backend = "nccl" if self.device.type == "cuda" else "gloo"
-            seconds = dist_timeout()
-            try:  # a peer that never starts ends the wait after `seconds`, in one line
-                torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds))
-            except (RuntimeError, ValueError, OSError) as e:
-                raise DbertError(f"rank {self.rank} of {self.world}: the processes did not meet within {seconds:g} s "
-                                 f"(DBERT_DIST_TIMEOUT): {' '.join(str(e).split())[:160]}") from None
-            if self.device.type == "cuda":
-                self.device = torch.device("cuda", self.local_rank)
-                torch.cuda.set_device(self.device)
-        torch.manual_seed(c.seed + self.rank)
-        state = None
-        if c.resume:
-            state = ckpt.load_trainer_state(out)
-            if state is None:
-                raise DbertError(f"--resume: no trainer state in {out} (nothing to resume)")
-        elif out.exists() and any(out.iterdir()):
-            raise DbertError(f"{out} already holds files; pass --resume to continue it or choose another --out")
-
-        by_document = c.pack and c.unit == "sentence"  # sentence-start windows (data.pack_sentences)
-        if by_document:
-            train_docs = document_sentences(read_documents(c.data))
-            val_docs = document_sentences(read_documents(c.val_data)) if c.val_data else None
-            texts = train_texts = [s for d in train_docs for s in d]
-        else:
-            texts = read_examples(c.data, c.unit)
-            train_texts, val_texts = self._split(texts)
-        init, trimmed = c.init, None
-        if state is not None:
-            self.db = ckpt.load(out, device="cpu")
-            self._check_model()
-            tokenizer = self.db.tokenizer
-        else:
-            if c.trim_vocab:
-                init, trimmed = self._trim(train_texts)
-            tokenizer = self._tokenizer(texts, init)
-        self.special = Special.of(tokenizer)
-        if by_document:
-            train = self._windows(train_docs, tokenizer)
-            train, val = self._hold_out(train, None if val_docs is None else self._windows(val_docs, tokenizer))
-        else:
-            train = tokenize(train_texts, tokenizer, c.seq_len)
-            val = tokenize(val_texts, tokenizer, c.seq_len)
-            if c.pack:
-                train, val = pack(train, c.seq_len, self.special.sep), pack(val, c.seq_len, self.special.sep)
-        if len(train) < c.batch_size:
-            raise DbertError(f"only {len(train)} training examples, fewer than --batch-size {c.batch_size}")
-        if not val:
-            raise DbertError("the validation slice is empty; give more data or --val-data")
-        self.train_examples, self.val_examples = train, val
-        train_record = {"train_examples": len(train), "train_tokens": sum(len(e) for e in train)}
-        self.lengths = [len(e) for e in train]
-
-        if self.db is None:
-            from .pretrained import build_bert
-
-            counts = token_counts(train, len(tokenizer))
-            bert = build_bert(c.preset, init, vocab_size=len(tokenizer), special_ids=dict(
-                pad_token_id=self.special.pad), from_scratch=c.from_scratch)
-            if bert.config.vocab_size != len(tokenizer):  # checkpoint.load refuses a mismatch too
-                raise DbertError(f"the model's vocabulary ({bert.config.vocab_size}) does not match the tokenizer's "
-                                 f"({len(tokenizer)})")
-            counts = counts[: bert.config.vocab_size] if len(counts) >= bert.config.vocab_size else \
-                torch.nn.functional.pad(counts, (0, bert.config.vocab_size - len(counts)))
-            if c.seq_len + 2 + (c.time == "prefix") > bert.config.max_position_embeddings:
-                raise DbertError(f"--seq-len {c.seq_len} exceeds the model's {bert.config.max_position_embeddings} positions")
-            meta = {"preset": None if c.init else c.preset, "init": c.init, "from_scratch": c.from_scratch,
-                    "seq_len": c.seq_len, "pack": c.pack,
-                    "unit": c.unit, "data": [str(p) for p in c.data]}
-            if trimmed is not None:
-                meta["trim_vocab"] = trimmed
-            meta.update(train_record, data_files=fingerprints(c.data))
-            if c.val_data:
-                meta["val_data_files"] = fingerprints(c.val_data)
-            self.db = ckpt.assemble(bert, tokenizer, c.schedule, c.T, counts, c.lam, c.time, meta)
-        if self.is_main:  # learnt afresh on every start (a resumed run of an older dbert gets one too)
-            from .truecase import learn
-
-            self.db.truecase = learn(read_lines(c.data))
-        self._attach()
-        if state is not None:
-            self._restore(state)
+        if self.prepared is not None:
+            self.prepared.release()
 
     def _attach(self) -> None:
         """Model on the device in training mode, DDP wrapper, optimizer and noise generator."""
@@ -436,71 +158,6 @@ class Trainer:
         self.gen = torch.Generator().manual_seed(c.seed * 1000 + 17 + self.rank)
         self.workspace = Workspace()  # the loss's (M, V) arrays, reused across steps
 
-    @classmethod
-    def on(cls, db, cfg: TrainConfig, examples: list[list[int]]) -> "Trainer":
-        """A trainer for a model already in memory and tokenized examples: no files read or
-        written (the benchmark times `train_step` with it, so it measures what training does)."""
-        tr = cls(cfg.validate())
-        tr.db, tr.device = db, pick_device(cfg.device)
-        tr.special = Special.of(db.tokenizer)
-        tr.train_examples, tr.val_examples = examples, []
-        tr.lengths = [len(e) for e in examples]
-        tr._attach()
-        return tr
-
-    def _trim(self, train_texts):
-        """--trim-vocab: a copy of --init cut to the training texts' word pieces (vocab.py), in a
-        temporary directory that lives as long as the trainer."""
-        import tempfile
-
-        from .pretrained import local_dir
-        from .vocab import trim
-
-        self._trim_dir = tempfile.TemporaryDirectory(prefix="dbert-trim-")
-        dst = Path(self._trim_dir.name) / "bert"
-        return str(dst), trim(local_dir(self.cfg.init), train_texts, dst)
-
-    def _tokenizer(self, texts, init):
-        c = self.cfg
-        if init is not None:
-            from .pretrained import local_dir
-            from .tokenizer import WordPieceTokenizer
-
-            folder = local_dir(init)  # its own message when a hub id cannot be downloaded
-            try:
-                return WordPieceTokenizer.load(folder)
-            except DbertError as e:
-                raise DbertError(f"cannot load a tokenizer from --init {c.init}: {e}") from None
-        from .model import PRESETS
-
-        size = c.vocab_size or PRESETS[c.preset]["vocab_size"]
-        return train_tokenizer(texts[:200_000], size)
-
-    def _windows(self, docs: list[list[str]], tokenizer) -> list[list[int]]:
-        """Documents' sentences -> sentence-start training windows ([SEP] opens a document)."""
-        flat = encode([s for d in docs for s in d], tokenizer)
-        grouped, i = [], 0
-        for d in docs:
-            grouped.append(flat[i:i + len(d)])
-            i += len(d)
-        return pack_sentences(grouped, self.cfg.seq_len, self.special.sep)
-
-    def _split(self, texts):
-        c = self.cfg
-        return self._hold_out(texts, read_examples(c.val_data, c.unit) if c.val_data else None)
-
-    def _hold_out(self, texts, val=None):
-        """(train, validation): val_examples of `val` at random, or, without it, of `texts` (held out)."""
-        c = self.cfg
-        g = torch.Generator().manual_seed(c.seed + 99)
-        if val is not None:
-            keep = torch.randperm(len(val), generator=g)[:c.val_examples].sort().values.tolist()
-            return texts, [val[i] for i in keep]
-        n_val = min(c.val_examples, max(1, len(texts) // 20))
-        perm = torch.randperm(len(texts), generator=g)
-        held = set(perm[:n_val].tolist())
-        return [t for i, t in enumerate(texts) if i not in held], [texts[i] for i in sorted(held)]
-
     def _optimizer(self):
         c = self.cfg
         params = [p for p in {id(p): p for p in self.model.parameters()}.values() if p.requires_grad]
@@ -516,7 +173,7 @@ class Trainer:
 
     def _autocast(self):
         c = self.cfg
-        if c.dtype == "bf16" or (c.dtype == "auto" and native_bf16(self.device)):
+        if compute_dtype(c.dtype, self.device) == "bf16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
@@ -533,7 +190,7 @@ class Trainer:
         a moment of the wrong shape would make the fused update write out of bounds)."""
         from .pretrained import upgrade_optimizer_state
 
-        where = f"--resume: {Path(self.cfg.out) / ckpt.STATE / 'optimizer.pt'}"
+        where = f"--resume: {Path(self.cfg.out) / layout.STATE / layout.OPTIMIZER}"
         try:
             saved = upgrade_optimizer_state(state["optimizer"], self.model)  # runs of older dbert
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:
@@ -664,7 +321,7 @@ class Trainer:
                 sums[key] += m[key] / c.grad_accum
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.clip)
         if not (math.isfinite(float(norm)) and math.isfinite(sums["elbo"]) and math.isfinite(sums["ce"])):
-            kept = f"the last good checkpoint in {c.out} is kept" if (Path(c.out) / ckpt.META).exists() \
+            kept = f"the last good checkpoint in {c.out} is kept" if (Path(c.out) / layout.META).exists() \
                 else "nothing was saved"
             raise DbertError(f"training diverged at step {self.step + 1}: the loss or gradient is not finite "
                              f"(try a lower --lr); {kept}")

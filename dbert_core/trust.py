@@ -5,11 +5,12 @@ load a checkpoint, so it has no way to run a checkpoint's code. It still refuses
 asks for custom code (`auto_map` and its kin in a JSON config, as transformers'
 trust_remote_code would honour) or carries code files, so such a folder never enters the store
 to be loaded later by a tool that would run it.
+
+This module holds the rules (which names are code, which bytes are a pickle, which keys ask
+for code); `layout.refuse_code` applies them to a folder.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from .errors import DbertError
 
@@ -17,7 +18,6 @@ CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyd", ".pyx", ".so", ".dylib", ".dll",
 CODE_KEYS = ("auto_map", "custom_pipelines", "trust_remote_code")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 MAX_CONFIG_BYTES = 4 << 20  # configs are small; a larger one is refused, never passed unchecked
-UNCHECKED = ("tokenizer.json",)  # big (the vocabulary), and no loader reads code keys from it
 
 
 KNOWN_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".md")  # what a checkpoint's files are named
@@ -56,31 +56,3 @@ def refuse_config(data, where: str) -> None:
     key = code_key(data)
     if key:
         raise DbertError(f"{where} asks for custom code ({key!r}); dbert never runs code from a checkpoint")
-
-
-def refuse_code(path: Path, files: bool = True) -> None:
-    """Refuse a model folder that asks for custom code in its JSON configs or, with files=True,
-    holds a code file anywhere inside it."""
-    path = Path(path)
-    from .jsonfile import read_json
-    from .layout import walk
-
-    if files:
-        for folder, dirs, others in walk(path):  # links are not followed; a huge or deep tree is refused
-            for name in dirs + others:
-                if is_code(name):
-                    raise DbertError(f"{path} holds custom code ({(folder / name).relative_to(path)}); dbert never "
-                                     "runs code from a checkpoint and does not accept folders that carry it")
-
-    for f in sorted(path.glob("*.json")):
-        if f.name in UNCHECKED or f.is_dir():
-            continue
-        # a config too large, too deep or too broken to check is refused, never passed: a loader
-        # with other limits might still read the code keys in it
-        try:
-            data = read_json(f, f"{path}/{f.name}", max_bytes=MAX_CONFIG_BYTES)
-        except FileNotFoundError:
-            continue  # a dangling link: whoever needs the file says it is missing
-        except DbertError as e:
-            raise DbertError(f"{e} (a JSON config dbert cannot check for custom code is refused)") from None
-        refuse_config(data, f"{path}/{f.name}")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from . import layout
 from .errors import DbertError
 
 # tensors with one row per vocabulary entry, in BertForMaskedLM / BertModel checkpoints
@@ -78,7 +79,7 @@ def trim(src, texts: list[str], dst) -> dict:
     src, dst = Path(src), Path(dst)
     wordpiece = WordPieceTokenizer.load(src)
     tok = wordpiece.backend_tokenizer
-    config = _read_json(src / "config.json")
+    config = _read_json(src / layout.CONFIG)
     V = config.get("vocab_size")
     if tok.model.__class__.__name__ != "WordPiece":
         raise DbertError(f"--trim-vocab needs a WordPiece tokenizer; {src} has {tok.model.__class__.__name__}")
@@ -107,18 +108,18 @@ def trim(src, texts: list[str], dst) -> dict:
     from safetensors.torch import save_file
 
     dst.mkdir(parents=True)
-    save_file(trimmed, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    save_file(trimmed, str(dst / layout.WEIGHTS), metadata={"format": "pt"})
     config["vocab_size"] = len(keep)
-    (dst / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (dst / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False) + "\n")
+    (dst / layout.CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    (dst / layout.TOKENIZER).write_text(json.dumps(tj, ensure_ascii=False) + "\n")
     pieces = sorted(tj["model"]["vocab"], key=tj["model"]["vocab"].get)
-    (dst / "vocab.txt").write_text("".join(p + "\n" for p in pieces))
-    if (src / "tokenizer_config.json").is_file():
+    (dst / layout.VOCAB).write_text("".join(p + "\n" for p in pieces))
+    if (src / layout.TOKENIZER_CONFIG).is_file():
         tc = dict(wordpiece.config)
         if "added_tokens_decoder" in tc:
             tc["added_tokens_decoder"] = {str(new_id[int(k)]): v for k, v in tc["added_tokens_decoder"].items()
                                           if int(k) in new_id}
-        (dst / "tokenizer_config.json").write_text(json.dumps(tc, indent=2) + "\n")
-    if (src / "special_tokens_map.json").is_file():
-        shutil.copyfile(src / "special_tokens_map.json", dst / "special_tokens_map.json")
+        (dst / layout.TOKENIZER_CONFIG).write_text(json.dumps(tc, indent=2) + "\n")
+    if (src / layout.SPECIAL_TOKENS).is_file():
+        shutil.copyfile(src / layout.SPECIAL_TOKENS, dst / layout.SPECIAL_TOKENS)
     return {"vocab_before": V, "vocab_after": len(keep)}

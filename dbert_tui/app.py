@@ -136,7 +136,7 @@ class DbertApp(App):
             db = self.loader(path)
         else:
             from dbert_core.checkpoint import load
-            from dbert_core.train import pick_device
+            from dbert_core.hardware import pick_device
 
             db = load(path, device=pick_device(self.generate_screen.session.settings.device))
         if not get_current_worker().is_cancelled:  # a newer choice replaced this load

@@ -329,7 +329,7 @@ class Session:
         is automatic (else within its maximum), a sampler it allows. Returns what was changed
         that the user should hear about."""
         from dbert_core.errors import DbertError
-        from dbert_core.sample import default_length, default_sampler
+        from dbert_core.sample import default_length, default_sampler, resolve
 
         notes = []
 
@@ -339,7 +339,7 @@ class Session:
                 s.length = default_length(db)
             s.length = max(1, min(db.model.max_length, s.length))
             try:
-                s.resolved(db)
+                resolve(s, db)
             except DbertError as e:  # e.g. `cached` on a time-conditioned model: use the default
                 s.sampler = default_sampler(db)
                 notes.append(f"{e}; using {s.sampler}")
@@ -355,7 +355,9 @@ class Session:
         to be started; they play, whether or not the previous ones were paused. The app's very
         first run lasts first_run_s at least (unless the pace is 0: as fast as it goes), its
         tokens revealed evenly over that time. Raises DbertError if a side's settings do not suit db (the current runs stay)."""
-        resolved = [s.resolved(db) for s in self.sides()]
+        from dbert_core.sample import resolve
+
+        resolved = [resolve(s, db) for s in self.sides()]
         first = self.run is None
         self.playbacks = []
         for s in resolved:
@@ -405,7 +407,9 @@ class Session:
         """Set fields of the active side's settings, checked against db."""
         new = replace(self.active, **fields)
         if db is not None:
-            new.resolved(db)
+            from dbert_core.sample import resolve
+
+            resolve(new, db)
         else:
             new.validate()
         if self.side == 1 and self.partner is not None:
@@ -436,10 +440,11 @@ class Session:
         the checkpoint allows, after the one the run uses, at its default parameters."""
         from dbert_core.config import STRATEGIES
         from dbert_core.errors import DbertError
+        from dbert_core.sample import resolve
 
         def allowed(name: str) -> bool:
             try:
-                replace(self.active, sampler=name, params=None).resolved(db)
+                resolve(replace(self.active, sampler=name, params=None), db)
                 return True
             except DbertError:
                 return False

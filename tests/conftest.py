@@ -7,21 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _data_dir() -> Path:
-    """The shared corpora: $DBERT_DATA, ../shared/data beside the checkout, or /work/shared/data."""
-    for candidate in (os.environ.get("DBERT_DATA"), ROOT.parent / "shared" / "data", "/work/shared/data"):
-        if candidate and (Path(candidate) / "tinystories").is_dir():
-            return Path(candidate)
-    raise RuntimeError("corpora not found: set DBERT_DATA to the shared data folder")
-
-
-DATA = _data_dir()
-TINYSTORIES = DATA / "tinystories" / "train.txt"
-TINYSTORIES_VALID = DATA / "tinystories" / "valid.txt"
-
+from helpers import ROOT, TINYSTORIES, tiny_config, train_tiny  # noqa: F401 - the fixtures below use them
 
 def pytest_configure(config):
     """One torch thread, everywhere: the SVG snapshots and seeded samples depend on the tiny
@@ -47,39 +33,21 @@ def _portable_precision(monkeypatch, request):
     must not depend on whether this machine has native bf16 (tests of bf16 ask for it by name)."""
     if "native_bf16" in request.keywords:
         return
-    from dbert_core import hardware, train
+    from dbert_core import hardware
 
-    monkeypatch.setattr(hardware, "native_bf16", lambda *a, **k: False)
-    monkeypatch.setattr(train, "native_bf16", lambda *a, **k: False)
-
-
-def tiny_config(out, **overrides):
-    from dbert_core.train import TrainConfig
-
-    cfg = dict(data=[str(TINYSTORIES)], out=str(out), preset="tiny", unit="sentence", seq_len=24,
-               batch_size=16, max_steps=60, lr=3e-3, warmup=10, eval_every=0, save_every=0,
-               val_examples=64, eval_steps=32, T=256, device="cpu", seed=0)
-    cfg.update(overrides)
-    return TrainConfig(**cfg)
-
-
-def _train(out, **overrides):
-    from dbert_core.train import Trainer
-
-    Trainer(tiny_config(out, **overrides)).run()
-    return Path(out)
+    monkeypatch.setattr(hardware, "native_bf16", lambda *a, **k: False)  # compute_dtype, the one "auto" rule, reads it
 
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     """A tiny spindle, time-agnostic model trained for a few seconds on TinyStories."""
-    return _train(tmp_path_factory.mktemp("ckpt") / "tiny", max_steps=150)
+    return train_tiny(tmp_path_factory.mktemp("ckpt") / "tiny", max_steps=150)
 
 
 @pytest.fixture(scope="session")
 def tiny_linear_checkpoint(tmp_path_factory) -> Path:
     """The same with the linear schedule."""
-    return _train(tmp_path_factory.mktemp("ckpt") / "tiny_linear", max_steps=60, schedule="linear")
+    return train_tiny(tmp_path_factory.mktemp("ckpt") / "tiny_linear", max_steps=60, schedule="linear")
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""scripts/ablations.py end to end on a tiny BERT: two rows, a few steps, the table written;
+"""scripts/studies/ablations.py end to end on a tiny BERT: two rows, a few steps, the table written;
 run again it reuses what is done; with more steps it continues every run."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINYSTORIES, TINYSTORIES_VALID
+from helpers import TINYSTORIES, TINYSTORIES_VALID
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def ablations():
-    spec = importlib.util.spec_from_file_location("ablations", ROOT / "scripts" / "ablations.py")
+    spec = importlib.util.spec_from_file_location("ablations", ROOT / "scripts" / "studies" / "ablations.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["ablations"] = mod  # its dataclasses look their module up
     spec.loader.exec_module(mod)

@@ -8,16 +8,7 @@ import sys
 
 import pytest
 
-from dbert_core.cli import main
-from conftest import TINYSTORIES, TINYSTORIES_VALID
-
-
-def run(args, capsys, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["dbert", *args])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out, err = capsys.readouterr()
-    return exc.value.code or 0, out, err
+from helpers import TINYSTORIES, TINYSTORIES_VALID, run
 
 
 def test_sample_prints_exactly_n_lines(tiny_checkpoint, capsys, monkeypatch):

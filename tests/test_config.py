@@ -11,12 +11,15 @@ import sys
 
 import pytest
 import torch
-from conftest import TINYSTORIES, tiny_config
+from helpers import TINYSTORIES, tiny_config
 
 from dbert_core import checkpoint, config
 from dbert_core.config import SampleConfig
 from dbert_core.errors import DbertError
-from dbert_core.train import OutLock, Trainer, resume_config
+from dbert_core.sample import resolve
+from dbert_core.layout import OutLock
+from dbert_core.prepare import resume_config
+from dbert_core.train import Trainer
 
 BAD_TRAIN = [
     (dict(grad_accum=0), "--grad-accum"), (dict(log_every=0), "--log-every"), (dict(lam=5.0), "--lambda"),
@@ -81,8 +84,8 @@ def test_cli_tui_and_library_resolve_the_same_defaults(tiny_db, tiny_checkpoint,
     from dbert_core.sample import generate
     from dbert_tui.controller import Settings
 
-    lib = SampleConfig().resolved(tiny_db)
-    tui = Settings().resolved(tiny_db)
+    lib = resolve(SampleConfig(), tiny_db)
+    tui = resolve(Settings(), tiny_db)
     assert lib.sampler == "first-hitting" and lib.length == tiny_db.meta["seq_len"] and lib.top_k == 30
     overridden = {"n", "seed", "prompt", "pace_ms"}  # the TUI's visible overrides (controller.Settings)
     for f in dataclasses.fields(SampleConfig):
@@ -109,9 +112,9 @@ def test_tui_command_line_defaults_are_settings(monkeypatch):
 def test_time_conditioned_checkpoint_same_rule_everywhere(tmp_path):
     Trainer(tiny_config(tmp_path / "pte", max_steps=3, time="prefix")).run()
     db = checkpoint.load(tmp_path / "pte")
-    assert SampleConfig().resolved(db).sampler == "ancestral"
+    assert resolve(SampleConfig(), db).sampler == "ancestral"
     with pytest.raises(DbertError, match="cached"):
-        SampleConfig(sampler="cached").resolved(db)
+        resolve(SampleConfig(sampler="cached"), db)
 
 
 def _cli(monkeypatch, *args) -> int:

@@ -1,4 +1,4 @@
-"""scripts/decoding.py end to end at toy scale: the TV table, three frontier settings under a
+"""scripts/studies/decoding.py end to end at toy scale: the TV table, three frontier settings under a
 stand-in judge, the doc written; run again it reuses what is done; --doc-only keeps the notes."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINYSTORIES, TINYSTORIES_VALID
+from helpers import TINYSTORIES, TINYSTORIES_VALID
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def script():
-    spec = importlib.util.spec_from_file_location("decoding_script", ROOT / "scripts" / "decoding.py")
+    spec = importlib.util.spec_from_file_location("decoding_script", ROOT / "scripts" / "studies" / "decoding.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["decoding_script"] = mod
     spec.loader.exec_module(mod)

@@ -9,7 +9,7 @@ from dbert_core import checkpoint
 from dbert_core.data import Special, collate, read_examples, tokenize
 from dbert_core.diffusion import Workspace, elbo, step_kl
 from dbert_core.schedule import make_schedule
-from conftest import TINYSTORIES_VALID
+from helpers import TINYSTORIES_VALID
 
 
 def test_step_kl_matches_direct_kl():
@@ -66,7 +66,7 @@ def test_bound_tightens_with_more_steps(tiny_db):
 
 def test_trained_model_beats_untrained(tiny_checkpoint, tmp_path):
     from dbert_core.train import Trainer
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     fresh = Trainer(tiny_config(tmp_path / "fresh", max_steps=1))
     fresh.prepare()

@@ -14,44 +14,24 @@ import random
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from dbert_core import checkpoint, store
-from test_hub import HubServer, tar_bytes
+from helpers import KILL_HOOK, ROOT, HubServer, tar_bytes
 
-ROOT = Path(__file__).resolve().parent.parent
 KILLS = 12
-
-# A child's prelude: count file-system operations under `roots` and SIGKILL itself at the
-# `kill_at`-th (0: never). The child sets roots and kill_at, then runs KILL_HOOK, then its work.
-KILL_HOOK = r"""
-EVENTS = {"open", "os.rename", "os.replace", "os.mkdir", "os.remove", "os.rmdir", "os.chmod", "os.truncate",
-          "shutil.copyfile", "shutil.copystat", "shutil.copytree", "shutil.rmtree", "tempfile.mkdtemp",
-          "tempfile.mkstemp"}
-count = 0
-
-def hook(event, args):
-    global count
-    if event in EVENTS and any(isinstance(a, (str, os.PathLike)) and str(a).startswith(roots) for a in args):
-        count += 1
-        if count == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-sys.addaudithook(hook)
-"""
 
 CHILD = r"""
 import os, signal, sys
-from dbert_core import checkpoint, hub, store  # imported before counting starts
+from dbert_core import checkpoint, fetch, store  # imported before counting starts
 what, source, name, kill_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 roots = (str(store.home()), source)
 """ + KILL_HOOK + r"""
 if what == "import":
-    hub.import_dir(source, name=name)
+    store.import_dir(source, name=name)
 else:
-    hub.fetch(source, name=name)
+    fetch.fetch(source, name=name)
 print(count, flush=True)
 """
 

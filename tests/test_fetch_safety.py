@@ -12,9 +12,9 @@ import zipfile
 
 import pytest
 
-from dbert_core import archive, hub, net, store
+from dbert_core import archive, fetch, net, store
 from dbert_core.errors import DbertError
-from test_hub import HubServer, online, tar_bytes, zip_bytes
+from helpers import HubServer, online, tar_bytes, zip_bytes
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,7 @@ def test_archive_format_comes_from_the_bytes(server, tiny_checkpoint, kind, ctyp
         tiny_checkpoint, compression="gz" if kind == "tar.gz" else "")
     server.files[url_name] = data
     server.types[url_name] = ctype
-    path = hub.fetch(f"{server.url}/files/{url_name}", name="got")
+    path = fetch.fetch(f"{server.url}/files/{url_name}", name="got")
     assert (path / "model.safetensors").is_file()
     no_leftovers()
 
@@ -65,7 +65,7 @@ def test_archive_format_comes_from_the_bytes(server, tiny_checkpoint, kind, ctyp
 def test_not_an_archive_is_one_clear_line(server, data):
     server.files["x.tar.gz"] = data
     with pytest.raises(DbertError, match="archive") as e:
-        hub.fetch(f"{server.url}/files/x.tar.gz")
+        fetch.fetch(f"{server.url}/files/x.tar.gz")
     assert "\n" not in str(e.value)
     assert names() == [] and no_leftovers() is None
 
@@ -93,16 +93,16 @@ def test_bombs_are_refused(server, tiny_checkpoint, monkeypatch, fmt):
     monkeypatch.setattr(archive, "MAX_RATIO", 10)
     server.files["ratio"] = build(zeros_member("padding.txt", 8 << 20))  # 8 MB of zeros: a few KB packed
     with pytest.raises(DbertError, match="bomb"):
-        hub.fetch(f"{server.url}/files/ratio")
+        fetch.fetch(f"{server.url}/files/ratio")
     monkeypatch.setattr(archive, "MAX_MEMBERS", 40)
     server.files["many"] = build({f"n{i}.txt": b"" for i in range(60)})
     with pytest.raises(DbertError, match="more than 40 files"):
-        hub.fetch(f"{server.url}/files/many")
+        fetch.fetch(f"{server.url}/files/many")
     monkeypatch.setattr(archive, "MAX_MEMBERS", 10_000)
     monkeypatch.setattr(archive, "MAX_UNPACKED", 100_000)  # the tiny checkpoint alone is bigger
     server.files["big"] = build({})
     with pytest.raises(DbertError, match="unpacks to more than"):
-        hub.fetch(f"{server.url}/files/big")
+        fetch.fetch(f"{server.url}/files/big")
     assert names() == []
     no_leftovers()
 
@@ -128,7 +128,7 @@ def test_a_zip_that_lies_about_its_sizes_is_stopped_while_unpacking(tmp_path, mo
 def test_code_in_an_archive_is_refused(server, tiny_checkpoint, member):
     server.files["code.tar.gz"] = tar_bytes(tiny_checkpoint, extra={member: b"print('pwned')\n"})
     with pytest.raises(DbertError, match="code"):
-        hub.fetch(f"{server.url}/files/code.tar.gz")
+        fetch.fetch(f"{server.url}/files/code.tar.gz")
     assert names() == []
     no_leftovers()
 
@@ -145,7 +145,7 @@ def test_special_members_are_refused(server, tiny_checkpoint, kind, why):
         tf.addfile(info)
     server.files["special.tar"] = buf.getvalue()
     with pytest.raises(DbertError, match=why):
-        hub.fetch(f"{server.url}/files/special.tar")
+        fetch.fetch(f"{server.url}/files/special.tar")
     assert names() == []
     no_leftovers()
 
@@ -160,11 +160,11 @@ def test_auto_map_in_a_fetched_config_is_refused(server, tiny_checkpoint, tmp_pa
     (evil / "config.json").write_text(json.dumps(config))
     server.files["evil.tar.gz"] = tar_bytes(evil)
     with pytest.raises(DbertError, match="custom code"):
-        hub.fetch(f"{server.url}/files/evil.tar.gz")
+        fetch.fetch(f"{server.url}/files/evil.tar.gz")
     server.repos["acme/evil"] = evil
     online(monkeypatch, server)
     with pytest.raises(DbertError, match="custom code"):
-        hub.fetch("acme/evil")
+        fetch.fetch("acme/evil")
     assert names() == []
     no_leftovers()
 
@@ -174,7 +174,7 @@ def test_auto_map_in_a_fetched_config_is_refused(server, tiny_checkpoint, tmp_pa
                                     "gopher://example.org/x.zip", "javascript:alert(1)"])
 def test_only_http_urls_are_fetched(source):
     with pytest.raises(DbertError, match="http"):
-        hub.fetch(source)
+        fetch.fetch(source)
     assert names() == []
     no_leftovers()
 
@@ -182,7 +182,7 @@ def test_only_http_urls_are_fetched(source):
 def test_redirects_stay_on_the_same_host(server, tiny_checkpoint):
     server.files["real.tar.gz"] = tar_bytes(tiny_checkpoint)
     server.redirects["/files/moved.tar.gz"] = "/files/real.tar.gz"  # same host: followed
-    assert (hub.fetch(f"{server.url}/files/moved.tar.gz", name="moved") / "dbert.json").is_file()
+    assert (fetch.fetch(f"{server.url}/files/moved.tar.gz", name="moved") / "dbert.json").is_file()
     port = server.url.rsplit(":", 1)[1]
     for target, why in [(f"http://localhost:{port}/files/real.tar.gz", "another host"),
                         ("http://example.org/files/real.tar.gz", "another host"),
@@ -190,7 +190,7 @@ def test_redirects_stay_on_the_same_host(server, tiny_checkpoint):
                         ("file:///etc/passwd", "file")]:
         server.redirects["/files/away.tar.gz"] = target
         with pytest.raises(DbertError, match=why):
-            hub.fetch(f"{server.url}/files/away.tar.gz", name="away")
+            fetch.fetch(f"{server.url}/files/away.tar.gz", name="away")
     assert names() == ["moved"]
     no_leftovers()
 
@@ -209,7 +209,7 @@ def test_a_silent_url_times_out_with_a_clear_message(silent, monkeypatch):
     monkeypatch.setenv("DBERT_FETCH_TIMEOUT", "0.5")
     start = time.monotonic()
     with pytest.raises(DbertError, match="no answer .* within 0.5 s"):
-        hub.fetch(f"{silent}/ckpt.tar.gz")
+        fetch.fetch(f"{silent}/ckpt.tar.gz")
     assert time.monotonic() - start < 10
     no_leftovers()
 
@@ -223,7 +223,7 @@ def test_a_silent_hub_times_out_with_a_clear_message(silent, monkeypatch):
     monkeypatch.setattr(hc, "HF_HUB_OFFLINE", False)
     start = time.monotonic()
     with pytest.raises(DbertError, match="no answer .* within 0.5 s"):
-        hub.fetch("acme/tiny-dbert")
+        fetch.fetch("acme/tiny-dbert")
     assert time.monotonic() - start < 15
     no_leftovers()
 

@@ -16,21 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, TINYSTORIES
-from dbert_core import checkpoint, hub, store
-from dbert_core.cli import main
+from helpers import ROOT, TINYSTORIES, run
+from dbert_core import checkpoint, fetch, store
 from dbert_core.errors import DbertError
-from dbert_core.train import OutLock, Trainer, resume_config
+from dbert_core.layout import OutLock
+from dbert_core.prepare import resume_config
+from dbert_core.train import Trainer
 
 ESC = "\x1b]0;pwned\x07\x1b[2J"  # sets the window title, clears the screen
-
-
-def run(args, capsys, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["dbert", *args])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out, err = capsys.readouterr()
-    return exc.value.code or 0, out, err
 
 
 def cli(*args, timeout=120, **kw):
@@ -131,7 +124,7 @@ def test_a_padded_auto_map_is_refused_not_skipped(tiny_checkpoint, tmp_path, nam
     with pytest.raises(DbertError, match="custom code"):
         checkpoint.load(ck)
     with pytest.raises(DbertError, match="custom code"):
-        hub.import_dir(ck, name="padded")
+        store.import_dir(ck, name="padded")
     assert not (store.store_dir() / "padded").exists()
     code, out, err = run(["sample", "--checkpoint", str(ck), "--n", "1", "--device", "cpu"], capsys, monkeypatch)
     assert code == 2 and out == "" and "custom code" in one_line(err)
@@ -318,7 +311,7 @@ def test_an_error_never_goes_to_stdout_when_stderr_is_closed():
 
 
 def test_training_carries_on_when_its_progress_stream_fails(tmp_path):
-    from conftest import tiny_config
+    from helpers import tiny_config
     from dbert_core.progress import TrainProgress
 
     class Broken:
@@ -391,9 +384,9 @@ def test_interrupted_fetch_leaves_nothing(tmp_path, monkeypatch):
     def stop(*a, **k):
         raise Interrupted("SIGINT")
 
-    monkeypatch.setattr(hub, "_fetch_url", stop)
+    monkeypatch.setattr(fetch, "_fetch_url", stop)
     with pytest.raises(Interrupted):
-        hub.fetch("https://example.invalid/x.tar.gz")
+        fetch.fetch("https://example.invalid/x.tar.gz")
     root = store.store_dir()
     assert not root.exists() or list(root.iterdir()) == []
 
@@ -464,7 +457,7 @@ def test_folders_990_deep_are_refused_not_a_recursion_error(tiny_checkpoint, tmp
     with pytest.raises(DbertError, match="deep"):
         checkpoint.load(ck)
     with pytest.raises(DbertError, match="deep"):
-        hub.import_dir(ck, name="deep")
+        store.import_dir(ck, name="deep")
 
 
 def test_an_archive_member_990_folders_deep_is_refused(tmp_path):
@@ -498,7 +491,7 @@ def test_a_pickle_under_another_name_is_refused(tiny_checkpoint, tmp_path):
     ck = copy_of(tiny_checkpoint, tmp_path / "sneaky")
     torch.save({"w": torch.zeros(2)}, ck / "weights.dat")
     with pytest.raises(DbertError, match="pickle"):
-        hub.import_dir(ck, name="sneaky")
+        store.import_dir(ck, name="sneaky")
 
 
 # ------------------------------------------------------------------ 11. the store itself
@@ -571,11 +564,11 @@ def test_dbert_offline_refuses_a_hub_id(monkeypatch):
     monkeypatch.setenv("DBERT_OFFLINE", "1")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     with pytest.raises(DbertError, match="DBERT_OFFLINE"):
-        hub.fetch("someone/model")
+        fetch.fetch("someone/model")
 
 
 def test_plain_http_is_fetched_with_a_warning(capsys, monkeypatch):
-    monkeypatch.setattr(hub, "fetch", lambda *a, **k: (_ for _ in ()).throw(DbertError("offline")))
+    monkeypatch.setattr(fetch, "fetch", lambda *a, **k: (_ for _ in ()).throw(DbertError("offline")))
     code, out, err = run(["checkpoints", "fetch", "http://example.invalid/x.tar.gz"], capsys, monkeypatch)
     assert code == 2 and "warning" in err and "plain http" in err
 
@@ -683,7 +676,7 @@ def test_a_trickling_server_is_one_line_within_the_timeout(trickle, kind, needle
     monkeypatch.setenv("DBERT_FETCH_TIMEOUT", "1")
     start = time.monotonic()
     with pytest.raises(DbertError, match=needle) as e:
-        hub.fetch(f"{url}/ckpt.tar.gz", name="slow")
+        fetch.fetch(f"{url}/ckpt.tar.gz", name="slow")
     assert time.monotonic() - start < 10 and "\n" not in str(e.value)
     root = store.store_dir()
     assert not root.exists() or list(root.iterdir()) == []
@@ -708,7 +701,7 @@ def test_a_lower_case_mask_in_a_prompt_is_a_slot(tiny_db):
 async def test_the_checkpoints_screen_shows_escape_codes_escaped(tiny_checkpoint, monkeypatch):
     from dbert_tui.app import create_app
     from dbert_tui.controller import Settings
-    from test_tui import SIZE, wait_for
+    from helpers import SIZE, wait_for
 
     monkeypatch.setattr(store, "shipped", lambda name: None)
     good = copy_of(tiny_checkpoint, store.store_dir() / "good")
@@ -739,7 +732,7 @@ def test_a_cancelled_fetch_ends_while_a_read_waits(monkeypatch):
     start = time.monotonic()
     try:
         with pytest.raises(DbertError, match="cancelled"):
-            hub.fetch(f"http://127.0.0.1:{sock.getsockname()[1]}/x.tar.gz", cancel=lambda: time.monotonic() - start > 0.5)
+            fetch.fetch(f"http://127.0.0.1:{sock.getsockname()[1]}/x.tar.gz", cancel=lambda: time.monotonic() - start > 0.5)
     finally:
         sock.close()
     assert time.monotonic() - start < 5
@@ -763,7 +756,7 @@ def test_a_full_disk_during_import_is_one_line_and_leaves_nothing(tiny_checkpoin
     def full(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(hub.shutil, "copytree", full)
+    monkeypatch.setattr(store.shutil, "copytree", full)
     code, out, err = run(["checkpoints", "import", str(tiny_checkpoint), "--name", "x"], capsys, monkeypatch)
     assert code == 2 and out == "" and "No space left" in one_line(err)
     root = store.store_dir()
@@ -790,8 +783,8 @@ def test_a_full_disk_while_a_resumed_run_saves_keeps_the_last_checkpoint(resumab
     ({"DBERT_DIST_TIMEOUT": "soon"}, "DBERT_DIST_TIMEOUT"),
 ], ids=["world-text", "rank-missing", "rank-out-of-range", "master-missing", "timeout-text"])
 def test_torchrun_variables_are_checked_in_one_line(env, needle, tmp_path, monkeypatch):
-    from conftest import tiny_config
-    from dbert_core.train import dist_timeout
+    from helpers import tiny_config
+    from dbert_core.prepare import dist_timeout
 
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(k, raising=False)

@@ -9,6 +9,7 @@ import pytest
 from dbert_core.config import SampleConfig
 from dbert_core.errors import DbertError
 from dbert_core.infill import bound, has_range, infill, ranges, variants
+from dbert_core.sample import resolve
 from dbert_core.sample import parse_prompt
 
 
@@ -26,7 +27,7 @@ def test_spans_and_variants():
 
 def test_infill_ranks_every_length_by_elbo_per_token(tiny_db):
     prompt = "once upon a time [MASK*1-3] was a girl"
-    cfg = SampleConfig(prompt=prompt, seed=4, steps=16, sampler="ancestral").resolved(tiny_db)
+    cfg = resolve(SampleConfig(prompt=prompt, seed=4, steps=16, sampler="ancestral"), tiny_db)
     got = infill(tiny_db, cfg, per_length=3, score_steps=8)
     base = len(parse_prompt(tiny_db, "once upon a time was a girl", 7))
     assert {c.lengths for c in got} <= {(1,), (2,), (3,)} and len({c.lengths for c in got}) >= 2

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from conftest import TINYSTORIES, TINYSTORIES_VALID
+from helpers import TINYSTORIES, TINYSTORIES_VALID
 
 from dbert_core.errors import DbertError
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import tiny_config
-from dbert_core import checkpoint, hub, layout, store
+from helpers import tiny_config
+from dbert_core import checkpoint, fetch, layout, store
 from dbert_core.errors import DbertError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,9 +100,9 @@ def test_store_ignores_a_users_dot_old_entry(tiny_checkpoint):
     user_folder(root / "mine.old")
     with pytest.raises(DbertError, match="no checkpoint named 'mine'"):
         store.resolve("mine")
-    hub.import_dir(tiny_checkpoint, name="mine")  # the name is free: mine.old is not dbert's
+    store.import_dir(tiny_checkpoint, name="mine")  # the name is free: mine.old is not dbert's
     assert intact(root / "mine.old") and (root / "mine" / "dbert.json").is_file()
-    hub.remove("mine")
+    store.remove("mine")
     assert intact(root / "mine.old")
 
 
@@ -218,13 +218,13 @@ def test_saved_checkpoints_follow_a_private_umask(own_db, tmp_path, private_umas
 
 
 def test_imported_and_fetched_checkpoints_follow_a_private_umask(tiny_checkpoint, private_umask):
-    from test_hub import HubServer, tar_bytes
+    from helpers import HubServer, tar_bytes
 
-    path = hub.import_dir(tiny_checkpoint, name="imported")  # the source files are 0644
+    path = store.import_dir(tiny_checkpoint, name="imported")  # the source files are 0644
     assert all(m & 0o077 == 0 for m in modes(path).values()), modes(path)
     with HubServer() as server:
         server.files["t.tar.gz"] = tar_bytes(tiny_checkpoint, mode=0o777)
-        path = hub.fetch(f"{server.url}/files/t.tar.gz")
+        path = fetch.fetch(f"{server.url}/files/t.tar.gz")
     found = modes(path)
     assert all(m & 0o077 == 0 for m in found.values()), found
     assert all(m & 0o111 == 0 for name, m in found.items() if (path / name).is_file())  # nothing executable

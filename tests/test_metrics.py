@@ -5,7 +5,7 @@ import math
 import pytest
 
 from dbert_core.metrics import bleu, distinct_n, perplexity, self_bleu, words
-from conftest import TINYSTORIES_VALID
+from helpers import TINYSTORIES_VALID
 
 nltk_bleu = pytest.importorskip("nltk.translate.bleu_score")
 

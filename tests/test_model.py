@@ -17,8 +17,7 @@ from dbert_core import checkpoint, pretrained
 from dbert_core.errors import DbertError
 from dbert_core.model import Bert, BertConfig, DiffusionBert
 from dbert_core.tokenizer import WordPieceTokenizer
-from conftest import TINYSTORIES, TINYSTORIES_VALID
-from test_tokenizer import TEXTS, minilm_dir
+from helpers import TEXTS, TINYSTORIES, TINYSTORIES_VALID, minilm_dir
 
 SMALL = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
              max_position_embeddings=40, hidden_act="gelu")

@@ -11,7 +11,7 @@ from dbert_core import checkpoint
 from dbert_core.sample import _Net, frames, kernel
 from dbert_tui.controller import Recorded
 from dbert_tui.editing import Draft
-from test_samplers import goodness_p
+from helpers import goodness_p
 
 N = 3000
 

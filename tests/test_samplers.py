@@ -11,6 +11,7 @@ from dbert_core import checkpoint
 from dbert_core.config import SAMPLERS
 from dbert_core.sample import frames, generate, kernel, parse_prompt
 from dbert_core.schedule import step_grid
+from helpers import goodness_p, two_sample_p
 
 
 @pytest.fixture(scope="module")
@@ -31,36 +32,6 @@ def run(db, seed=0, **kw):
     kw.setdefault("top_k", 0)
     kw.setdefault("pair_quotes", False)  # the reverse process alone (quotes.py's touch-up has its own tests)
     return list(frames(db, generator=torch.Generator().manual_seed(seed), **kw))
-
-
-def chi2_sf(x: float, dof: int) -> float:
-    """P(chi^2_dof >= x)."""
-    return torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(x / 2, dtype=torch.float64)).item()
-
-
-def two_sample_p(a: torch.Tensor, b: torch.Tensor, min_count: int = 10) -> float:
-    """Chi-square two-sample test of two histograms on the same bins (small bins pooled)."""
-    a, b = a.double(), b.double()
-    small = (a + b) < min_count
-    a = torch.cat([a[~small], a[small].sum().view(1)])
-    b = torch.cat([b[~small], b[small].sum().view(1)])
-    keep = (a + b) > 0
-    a, b = a[keep], b[keep]
-    na, nb = a.sum(), b.sum()
-    stat = (((a * (nb / na).sqrt() - b * (na / nb).sqrt()) ** 2) / (a + b)).sum().item()
-    return chi2_sf(stat, len(a) - 1)
-
-
-def goodness_p(counts: torch.Tensor, pmf: torch.Tensor, min_expected: float = 5.0) -> float:
-    """Chi-square goodness of fit of counts to pmf (bins with small expectation pooled)."""
-    n = counts.sum()
-    e = pmf.double() * n
-    small = e < min_expected
-    c = torch.cat([counts[~small].double(), counts[small].double().sum().view(1)])
-    e = torch.cat([e[~small], e[small].sum().view(1)])
-    keep = e > 0
-    stat = (((c[keep] - e[keep]) ** 2) / e[keep]).sum().item()
-    return chi2_sf(stat, int(keep.sum()) - 1)
 
 
 def reveal_steps(fs) -> torch.Tensor:

@@ -18,11 +18,11 @@ import openai
 import pytest
 
 from dbert_core.config import SampleConfig
-from dbert_core.sample import generate
+from dbert_core.sample import generate, resolve
 from dbert_core.serve import Limits, create_app, is_loopback, server
 from dbert_core.serve_queue import Job
 
-from conftest import ROOT
+from helpers import ROOT
 
 STEPS = 16
 
@@ -262,7 +262,7 @@ def _blocker(app, tiny_db):
         holding.set()
         release.wait(30)
 
-    cfg = SampleConfig(n=1, steps=8, length=4, dtype="fp32").resolved(tiny_db)
+    cfg = resolve(SampleConfig(n=1, steps=8, length=4, dtype="fp32"), tiny_db)
     app.state.scheduler.submit([Job(cfg, notify=notify, want_steps=True)])
     assert holding.wait(10)
     return release
@@ -349,7 +349,7 @@ def test_an_engine_failure_fails_one_request(tiny_db, monkeypatch):
 def test_load_nothing_lost_or_mixed(served, tiny_db, batching):
     """200 requests from 16 concurrent clients: every one answered with its own prompt's text;
     seeded ones exactly as alone; unseeded ones of equal settings share sampler calls.
-    (Its figures are no benchmark: scripts/serve_bench.py, docs/performance.md.)"""
+    (Its figures are no benchmark: scripts/studies/serve_bench.py, docs/performance.md.)"""
     if batching:
         _load(*served, tiny_db, batching)
     else:

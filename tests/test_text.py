@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import DATA, TINYSTORIES, TINYSTORIES_VALID
+from helpers import DATA, TINYSTORIES, TINYSTORIES_VALID
 from dbert_core.data import document_sentences, join_open_quotes, pack_sentences, read_documents, read_lines, split_sentences
 from dbert_core.detok import STORY_BREAK, detokenize
 from dbert_core.truecase import from_json, learn, to_json

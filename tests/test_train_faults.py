@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINYSTORIES
+from helpers import KILL_HOOK, TINYSTORIES
 
 from dbert_core import checkpoint, layout
-from test_faults import KILL_HOOK
 
 ROOT = Path(__file__).resolve().parent.parent
 KILLS = 10

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from textual import events
 
-from conftest import TINYSTORIES
 from dbert_core import store
 from dbert_core.errors import DbertError
 from dbert_tui.app import create_app
@@ -27,7 +26,7 @@ from dbert_tui.widgets.controls import ControlBar
 from dbert_tui.widgets.panes import ComparePane
 from dbert_tui.widgets.samples import SampleGrid
 from dbert_tui.screens.dialogs import FormDialog
-from test_hub import HubServer, online, tar_bytes
+from helpers import SIZE, TINYSTORIES, HubServer, all_finished, fill_dialog, finished, make_app, online, tar_bytes, wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -37,38 +36,7 @@ def _without_shipped_default(monkeypatch):
 
     monkeypatch.setattr(_store, "shipped", lambda name: None)
 
-SIZE = (80, 24)
 pytestmark = pytest.mark.anyio  # async tests run on asyncio through anyio's pytest plugin
-
-
-async def wait_for(pilot, condition, timeout: float = 60.0, what: str = "condition"):
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not condition():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
-
-
-def finished(app):
-    g = app.generate_screen
-    return lambda: g.run is not None and g.run.finished and g.drawn is g.run.frames[-1]
-
-
-def make_app(db, **settings):
-    # one frame per step: the reverse process alone (the quote touch-up adds frames; its own test below)
-    base = dict(steps=16, length=20, pace_ms=0, seed=0, sampler="ancestral", top_k=0, pair_quotes=False)
-    base.update(settings)
-    return create_app(checkpoint=db.path, loader=lambda path: db, settings=Settings(**base), deterministic=True)
-
-
-async def fill_dialog(pilot, values: dict):
-    dialog = pilot.app.screen
-    assert isinstance(dialog, FormDialog)
-    for key, value in values.items():
-        dialog.query_one(f"#field-{key}").value = value
-    await pilot.press("enter")
-    await pilot.pause()
 
 
 # ------------------------------------------------------------------------------ Generate
@@ -173,12 +141,6 @@ async def test_changing_steps_or_temperature_restarts(tiny_db):
 
 def final_ids(app):
     return [pb.frames[-1].frame.ids.clone() for pb in app.generate_screen.playbacks]
-
-
-def all_finished(app, sides: int = 1):
-    g = app.generate_screen
-    return lambda: (len(g.playbacks) == sides and all(pb.run.finished for pb in g.playbacks)
-                    and g.drawn is g.run.frames[-1] and not g._draw_pending)
 
 
 async def test_control_bar_shows_the_settings_and_its_keys_restart_with_the_same_seed(tiny_db):
@@ -995,7 +957,7 @@ def test_snapshot_train(snap_compare, tiny_db):
 
 # ------------------------------------------------------------------------------ boundaries
 def test_core_never_imports_textual():
-    code = ("import sys, dbert_core.cli, dbert_core.hub, dbert_core.sample, dbert_core.train, dbert_core.store; "
+    code = ("import sys, dbert_core.cli, dbert_core.fetch, dbert_core.sample, dbert_core.train, dbert_core.store; "
             "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')]; "
             "sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

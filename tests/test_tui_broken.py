@@ -12,7 +12,7 @@ import pytest
 from dbert_core import store
 from dbert_tui.app import create_app
 from dbert_tui.controller import Settings
-from test_tui import SIZE, finished, wait_for
+from helpers import SIZE, finished, wait_for
 
 pytestmark = pytest.mark.anyio
 

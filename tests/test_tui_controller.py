@@ -9,6 +9,7 @@ import time
 import pytest
 
 from dbert_core.errors import DbertError
+from dbert_core.sample import resolve
 from dbert_tui.controller import (GRID_N, TEMPERATURES, TOP_KS, Playback, Recorded, Run, Session, Settings,
                                   compare_partner, differences, next_in, produce, steps_by, temperature_by)
 
@@ -91,7 +92,7 @@ def test_the_gate_lets_through_steps_and_play_and_stops_on_cancel():
 
 
 def test_produce_emits_every_frame_and_same_seed_same_frames(tiny_db):
-    s = Settings(steps=12, length=10, seed=4, pace_ms=0, sampler="ancestral").resolved(tiny_db)
+    s = resolve(Settings(steps=12, length=10, seed=4, pace_ms=0, sampler="ancestral"), tiny_db)
     runs = [Run(i, s) for i in (1, 2)]
     got = [[], []]
     for run, out in zip(runs, got):
@@ -108,7 +109,7 @@ def test_produce_emits_every_frame_and_same_seed_same_frames(tiny_db):
 
 @pytest.mark.parametrize("sampler", ["ancestral", "first-hitting"])
 def test_produce_waits_at_the_gate(tiny_db, sampler):
-    run = Run(1, Settings(steps=16, length=8, seed=0, pace_ms=0, sampler=sampler).resolved(tiny_db))
+    run = Run(1, resolve(Settings(steps=16, length=8, seed=0, pace_ms=0, sampler=sampler), tiny_db))
     run.set_playing(False)
     out, stop = [], threading.Event()
     t = threading.Thread(target=produce, args=(run, tiny_db, stop.is_set, out.append))

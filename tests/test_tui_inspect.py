@@ -10,7 +10,7 @@ import pytest
 
 from dbert_tui.app import create_app
 from dbert_tui.controller import BRANCHES, Settings
-from test_tui import SIZE, all_finished, fill_dialog, finished, make_app, wait_for
+from helpers import SIZE, all_finished, fill_dialog, finished, make_app, wait_for
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from dbert_core import checkpoint, hub, schema, store
+from dbert_core import checkpoint, schema, store
 from dbert_core.errors import DbertError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,7 +149,7 @@ def test_corrupt_checkpoints_are_refused_on_load(corrupt):
 def test_corrupt_checkpoints_are_refused_on_import(corrupt):
     path, needle = corrupt
     with pytest.raises(DbertError, match=needle):
-        hub.import_dir(path, name="x")
+        store.import_dir(path, name="x")
     assert not (store.store_dir() / "x").exists()
     root = store.store_dir()
     assert not root.is_dir() or [p.name for p in root.iterdir()] == []
@@ -165,7 +165,7 @@ def test_import_refuses_links_and_special_files(tiny_checkpoint, tmp_path, make,
     shutil.copytree(tiny_checkpoint, d)
     make(d)
     with pytest.raises(DbertError, match=why):
-        hub.import_dir(d, name="odd")
+        store.import_dir(d, name="odd")
     assert not store.store_dir().is_dir() or list(store.store_dir().iterdir()) == []
 
 
@@ -271,7 +271,7 @@ def _evil(tiny_checkpoint, d: Path) -> Path:
     ["train", "--data", "{data}", "--out", "{tmp}/run", "--init", "{evil}", "--max-steps", "1"],
 ], ids=["import", "sample", "train-init"])
 def test_custom_code_is_refused_with_one_line_and_no_prompt(command, tiny_checkpoint, tmp_path):
-    from conftest import TINYSTORIES
+    from helpers import TINYSTORIES
 
     evil = _evil(tiny_checkpoint, tmp_path / "evil")
     args = [a.format(evil=evil, tmp=tmp_path, data=TINYSTORIES) for a in command]

@@ -11,7 +11,7 @@ from dbert_core.data import read_examples
 from dbert_core.errors import DbertError
 from dbert_core.train import Trainer
 from dbert_core.vocab import trim
-from conftest import TINYSTORIES, tiny_config
+from helpers import TINYSTORIES, tiny_config
 
 
 def test_trim_keeps_the_pieces_of_the_texts(bert_dir, tmp_path):

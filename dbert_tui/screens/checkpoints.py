@@ -240,7 +240,7 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="fetch", name="fetch")
     def fetch(self, source: str, revision: str | None, name: str | None) -> None:
-        from dbert_core import hub
+        from dbert_core import fetch as hub
 
         from dbert_core.errors import DbertError
 
@@ -298,10 +298,10 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="import", name="import")
     def import_dir(self, path: str, name: str | None) -> None:
-        from dbert_core import hub
+        from dbert_core import store
 
         try:
-            new = hub.import_dir(path, name=name)
+            new = store.import_dir(path, name=name)
         finally:
             self.app.call_from_thread(self._fetch_over)
         self.post_message(StoreChanged(new, "imported"))
@@ -324,14 +324,14 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
     def _delete(self, entry, yes: bool | None) -> None:
         if not yes:
             return
-        from dbert_core import hub
+        from dbert_core import store
         from dbert_core.errors import DbertError
 
         if self.app.db is not None and self.app.db.path and Path(self.app.db.path).resolve() == Path(entry.path).resolve():
             self.app.notify(f"{entry.name} is in use; choose another checkpoint first", severity="warning")
             return
         try:
-            hub.remove(entry.name)
+            store.remove(entry.name)
         except (DbertError, OSError) as e:
             self.app.notify(str(e), severity="error")
             return

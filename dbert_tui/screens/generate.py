@@ -280,9 +280,10 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         """A prompt with [MASK*A-B]: every length drawn and ranked (dbert_core.infill) in a
         worker; the winner's batch is then played back, the winner shown large."""
         from dbert_core.errors import DbertError
+        from dbert_core.sample import resolve
 
         try:
-            cfg = dataclasses.replace(self.session.settings, n=1).resolved(self.db)
+            cfg = resolve(dataclasses.replace(self.session.settings, n=1), self.db)
         except DbertError as e:
             self.app.notify(str(e), title="settings", severity="error")
             return
@@ -1056,7 +1057,12 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             raise FieldError("params", str(e)) from None
         try:
             new = dataclasses.replace(old, **fields)
-            new.resolved(self.db) if self.db is not None else new.validate()
+            if self.db is not None:
+                from dbert_core.sample import resolve
+
+                resolve(new, self.db)
+            else:
+                new.validate()
         except DbertError as e:
             raise FieldError(field_of(str(e)), str(e).replace("--", "")) from None
         return fields

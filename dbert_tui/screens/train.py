@@ -255,7 +255,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
         taken from the form."""
         from dbert_core.errors import DbertError
         from dbert_core.store import out_path
-        from dbert_core.train import resume_config
+        from dbert_core.prepare import resume_config
 
         sample_every = self._int("tr-sample", "preview every")
         if resume:

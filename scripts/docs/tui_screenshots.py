@@ -1,6 +1,6 @@
 """Refresh the pictures of dbert-tui in the README and docs/tui.md.
 
-    python scripts/tui_screenshots.py [--out docs/img] [--size 100x30] [--data TRAIN.txt] [--only NAME]
+    python scripts/docs/tui_screenshots.py [--out docs/img] [--size 100x30] [--data TRAIN.txt] [--only NAME]
 
 Runs the app headless (Textual's `App.run_test`) and writes SVG screenshots (`App.export_screenshot`):
 
@@ -24,12 +24,11 @@ import argparse
 import asyncio
 import os
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 
 def default_data() -> Path:
@@ -139,5 +138,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))  # the checkout's code, also when dbert is not installed
     main()

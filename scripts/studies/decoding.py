@@ -1,8 +1,8 @@
 """docs/decoding.md: every decoding strategy, how far from the model's law, and what it buys.
 
-    python scripts/decoding.py --judge runs/gpt2-baseline            # the full study, then the doc
-    python scripts/decoding.py --train-judge 400 --quick             # a small look with a stand-in judge
-    python scripts/decoding.py --doc-only                            # rebuild the doc from the runs
+    python scripts/studies/decoding.py --judge runs/gpt2-baseline            # the full study, then the doc
+    python scripts/studies/decoding.py --train-judge 400 --quick             # a small look with a stand-in judge
+    python scripts/studies/decoding.py --doc-only                            # rebuild the doc from the runs
 
 Two parts, each kept under --out so an interrupted run continues where it stopped:
 
@@ -33,8 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 DATA = ROOT.parent / "shared" / "data" / "tinystories"
 NOTES = "<!-- notes: kept as they are when the script writes this file again -->"
@@ -338,7 +337,7 @@ def write_doc(a) -> None:
             return str(path)
 
     L = ["# Decoding strategies: exact or heuristic, and measured", "",
-         "Written by `python scripts/decoding.py` (see its docstring; `--doc-only` rebuilds this page from the "
+         "Written by `python scripts/studies/decoding.py` (see its docstring; `--doc-only` rebuilds this page from the "
          "runs under `--out`). Every strategy runs on the one frame generator (`dbert_core/sample.py`); the "
          "registry (`dbert_core/strategies.py`) names each, says whether it is exact, and gives its parameters, and "
          "`dbert sample --sampler NAME --param KEY=VALUE`, the TUI's `m` key, `--stats`, the trajectory file and "
@@ -413,7 +412,7 @@ def write_doc(a) -> None:
         for p in plots(rows, human, doc):
             L += [f"![{p}]({p})", ""]
         if not (doc.parent / "img" / "decoding-ppl-entropy.png").exists():
-            L += ["(matplotlib is not installed: `pip install matplotlib`, then `python scripts/decoding.py "
+            L += ["(matplotlib is not installed: `pip install matplotlib`, then `python scripts/studies/decoding.py "
                   "--doc-only` draws gen-PPL against entropy and quality against calls.)", ""]
         L += ["### What the numbers say", ""] + [f"- {x}" for x in findings(rows)] + [""]
         L += ["A first sample of each setting:", ""]

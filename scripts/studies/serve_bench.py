@@ -1,7 +1,7 @@
 """Throughput and latency of `dbert serve`, with and without batching (docs/performance.md).
 
-    python scripts/serve_bench.py                                  # the shipped model, 200 x 16
-    python scripts/serve_bench.py --checkpoint runs/x --requests 400 --clients 32 --max-tokens 16
+    python scripts/studies/serve_bench.py                                  # the shipped model, 200 x 16
+    python scripts/studies/serve_bench.py --checkpoint runs/x --requests 400 --clients 32 --max-tokens 16
 
 For each mode the script starts `dbert serve` in a subprocess on a free loopback port
 (--batch, then --no-batch), waits for /health, sends --requests completions from --clients
@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 NAMES = ("Lily", "Tom", "Ben", "Sue", "Max", "Mia", "Sam", "Anna", "Tim", "Lucy", "Jack", "Amy", "Bob", "Sara",
          "Mom", "Dad")
 
@@ -121,7 +121,7 @@ def main() -> None:
             proc.wait(60)
         rows.append((batching, r))
         print(f"batching={batching}: {r}", file=sys.stderr)
-    print(f"`python scripts/serve_bench.py --requests {args.requests} --clients {args.clients} "
+    print(f"`python scripts/studies/serve_bench.py --requests {args.requests} --clients {args.clients} "
           f"--max-tokens {args.max_tokens} --steps {args.steps}`"
           f"{' --checkpoint ' + args.checkpoint if args.checkpoint else ''}; {cpu()}, {os.cpu_count()} cores\n")
     print("| batching | answered | requests/s | p50 latency | p99 latency |")

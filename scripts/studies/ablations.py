@@ -1,7 +1,7 @@
 """The paper's design study at laptop scale: pretrained start x schedule x time conditioning.
 
-    python scripts/ablations.py                       # the grid at the default budget, then the doc
-    python scripts/ablations.py --steps 300 --rows 1,5 --samples 50 --doc /tmp/r.md   # a quick look
+    python scripts/studies/ablations.py                       # the grid at the default budget, then the doc
+    python scripts/studies/ablations.py --steps 300 --rows 1,5 --samples 50 --doc /tmp/r.md   # a quick look
 
 Every row trains a normal checkpoint in a folder of its own under --out (resumable: run the
 same command again after Ctrl-C, or with a larger --steps to extend every run), is evaluated
@@ -24,8 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 STORIES = ROOT.parent / "shared" / "data" / "tinystories"
 
@@ -94,7 +93,8 @@ def config(row: Row, a, train: Path, held: Path, out: Path):
 def train(row: Row, a, train_file: Path, held: Path) -> dict:
     """Train (or resume, or skip) one row; its checkpoint meta."""
     from dbert_core import checkpoint
-    from dbert_core.train import Trainer, resume_config
+    from dbert_core.prepare import resume_config
+    from dbert_core.train import Trainer
 
     out = a.out / row.name
     state = out / "trainer_state" / "state.json"
@@ -188,7 +188,7 @@ def write_doc(rows, metas, evals, a) -> None:
     tokens = {r.n: metas[r.n]["tokens_seen"] for r in rows}
     lines = [
         "# Reproducing DiffusionBERT's design study at laptop scale", "",
-        f"Written by `{' '.join(['python scripts/ablations.py', *a.argv])}` on {time.strftime('%Y-%m-%d')}: {cpu_name()} "
+        f"Written by `{' '.join(['python scripts/studies/ablations.py', *a.argv])}` on {time.strftime('%Y-%m-%d')}: {cpu_name()} "
         f"({os.cpu_count()} cores{', native bf16' if native_bf16('cpu') else ''}), torch {__import__('torch').__version__}, "
         f"{platform.python_implementation()} {platform.python_version()}.", "",
         "## Setup", "",

