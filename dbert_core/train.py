@@ -336,6 +336,19 @@ class Trainer:
                 "lr": lr, "grad_norm": float(norm), "tokens_per_s": tokens / dt, "tokens_seen": self.tokens_seen,
                 "elapsed": self.elapsed, "epoch": self.epoch}
 
+    def _distributed_step(self) -> dict:
+        """train_step in a torchrun launch, where a collective that fails means another rank has
+        gone (killed, out of memory, its machine lost): one line saying so, not a backend error.
+        Nothing is saved (this step's gradients never arrived whole); the last checkpoint stays."""
+        try:
+            return self.train_step()
+        except RuntimeError as e:
+            if not _peer_failure(e):
+                raise
+            raise DbertError(f"rank {self.rank}: another process of this {self.world}-process run stopped "
+                             f"({' '.join(str(e).split())[:120]}); the last checkpoint in {self.cfg.out} stays "
+                             "(rerun with --resume)") from None
+
     def run(self) -> dict:
         """Train until max_steps or stop(); returns the last metrics.
 
@@ -366,7 +379,7 @@ class Trainer:
             for cb in self.callbacks:
                 cb.on_start(self)
             while self.step < c.max_steps and not self._stop.is_set():
-                metrics = self.train_step()
+                metrics = self._distributed_step() if self.world > 1 else self.train_step()
                 if self.step % c.log_every == 0 or self.step == 1:
                     self.history.append({k: metrics[k] for k in ("step", "loss_elbo", "loss_ce", "tokens_per_s")})
                 for cb in self.callbacks:
@@ -387,3 +400,14 @@ class Trainer:
         for cb in self.callbacks:
             cb.on_end(self, metrics)
         return metrics
+
+
+def _peer_failure(error: RuntimeError) -> bool:
+    """A collective failed because a peer went away (gloo and NCCL word it differently)."""
+    import torch.distributed as dist
+
+    if isinstance(error, tuple(t for t in (getattr(dist, "DistError", None),) if t is not None)):
+        return True
+    text = str(error).lower()
+    return any(w in text for w in ("gloo", "nccl", "connection reset", "connection closed", "broken pipe",
+                                   "timed out", "timeout", "peer"))

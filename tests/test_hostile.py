@@ -617,6 +617,42 @@ def test_a_glob_matching_3000_files_reads_them_all(tmp_path):
     assert len(lines) == 3000 and lines[0] == "Story number 0." and lines[-1] == "Story number 2999."
 
 
+@pytest.mark.slow
+def test_a_rank_killed_mid_run_ends_the_other_in_one_line(tmp_path):
+    """Two ranks of a gloo run (the environment torchrun sets); rank 1 is killed with SIGKILL
+    while training: rank 0 ends within DBERT_DIST_TIMEOUT with one line (not a backend error
+    reported as a bug), status 2, and the checkpoint it saved before stays loadable."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "dbert_core.cli", "train", "--preset", "tiny", "--data", str(TINYSTORIES),
+            "--unit", "sentence", "--seq-len", "24", "--batch-size", "16", "--max-steps", "100000", "--T", "256",
+            "--device", "cpu", "--out", str(out), "--eval-every", "0", "--save-every", "20", "--log-every", "5"]
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", RANK=str(rank), WORLD_SIZE="2",
+                   LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DBERT_DIST_TIMEOUT="30")
+        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / "dbert.json").is_file():  # rank 0 has saved once: training is under way
+            assert time.monotonic() < deadline and procs[0].poll() is None, procs[0].stderr.read()
+            time.sleep(0.5)
+        procs[1].kill()
+        err = procs[0].communicate(timeout=90)[1]
+    finally:
+        for p in procs:
+            p.kill()
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(("step ", "checkpoint ", "training "))]
+    assert procs[0].returncode == 2, err[-600:]
+    assert len(lines) == 1 and "another process" in lines[0] and "Traceback" not in err, lines
+    assert "internal error" not in err
+    assert checkpoint.load(out).meta["world_size"] == 2
+
+
 def test_a_checkpoint_between_the_two_renames_of_a_save_is_readable(tiny_checkpoint, tmp_path):
     from dbert_core import layout
 
