@@ -199,9 +199,30 @@ def no_answer(where: str, host: str) -> DbertError:
 _configured: float | None = None
 
 
+def _paced_stream(response, pace: _Pace):
+    """The response's stream read under a _Pace: MIN_BYTES in every window or DbertError. The
+    hub's client is httpx or a fork of it (httpx2): the stream class is taken from its package."""
+    import importlib
+
+    base = importlib.import_module(type(response).__module__.split(".")[0]).SyncByteStream
+    inner = response.stream
+
+    class PacedStream(base):
+        def __iter__(self):
+            for chunk in inner:
+                pace.after(len(chunk))
+                yield chunk
+
+        def close(self) -> None:
+            inner.close()
+
+    return PacedStream()
+
+
 def configure_hub() -> None:
     """Give huggingface_hub's HTTP client our timeouts: it passes none for some requests (repo
-    info, file listings), which then wait forever on a host that never answers."""
+    info, file listings), which then wait forever on a host that never answers; and read every
+    response body under the https downloads' pace rule, so one that trickles in ends too."""
     global _configured
     seconds = timeout()
     if _configured == seconds:
@@ -219,9 +240,15 @@ def configure_hub() -> None:
         request.extensions["timeout"] = {k: seconds if given.get(k) is None else min(given[k], seconds)
                                          for k in ("connect", "read", "write", "pool")}
 
+    def pace(response) -> None:  # a body that trickles in ends as an https download's does (_Pace)
+        clock = _Pace(seconds, str(response.request.url))
+        clock.window = (time.monotonic(), 0)
+        response.stream = _paced_stream(response, clock)
+
     def factory():
         client = default()
         client.event_hooks["request"].append(cap)
+        client.event_hooks["response"].append(pace)
         return client
 
     huggingface_hub.set_client_factory(factory)

@@ -718,6 +718,24 @@ def test_a_trickling_server_is_one_line_within_the_timeout(trickle, kind, needle
     assert not root.exists() or list(root.iterdir()) == []
 
 
+@pytest.mark.parametrize("kind,needle", [("head", "someone/model"), ("body", "too slowly")])
+def test_a_trickling_hub_is_one_line_within_the_timeout(trickle, kind, needle, monkeypatch):
+    """The same server as the Hugging Face endpoint (HF_ENDPOINT): a hub fetch whose answer never
+    comes, or trickles in, ends with one line, not after a million reads."""
+    url, mode = trickle
+    mode["kind"] = kind
+    monkeypatch.setenv("DBERT_FETCH_TIMEOUT", "1")
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.delenv("HF_HUB_OFFLINE")  # the suite's default: this test reaches its local server
+    start = time.monotonic()
+    with pytest.raises(DbertError) as e:
+        fetch.fetch("someone/model", name="slow")
+    assert time.monotonic() - start < 20 and "\n" not in str(e.value)
+    assert "someone/model" in str(e.value) and needle in str(e.value), str(e.value)
+    root = store.store_dir()
+    assert not root.exists() or list(root.iterdir()) == []
+
+
 def test_the_tui_without_a_terminal_is_one_line():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-m", "dbert_tui.app"], stdin=subprocess.DEVNULL, capture_output=True,
