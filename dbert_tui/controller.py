@@ -83,20 +83,6 @@ def differences(a: SampleConfig, b: SampleConfig) -> set[str]:
     return out | {"sampler"} if "params" in out else out
 
 
-def expected_masked(db, steps: int) -> list[float]:
-    """Expected masked fraction after k reverse steps, k = 0..steps (1.0 at k=0, 0.0 at the end),
-    weighting each token's a_t(v) by its corpus frequency."""
-    import torch
-
-    from dbert_core.schedule import step_grid
-
-    grid = torch.tensor(step_grid(db.schedule.T, steps), dtype=torch.float32)  # T ... 0
-    counts = db.counts.to(torch.float64)
-    alpha = db.schedule.alpha_vocab(grid).to(torch.float64)  # (K, V) or (K, 1)
-    visible = (alpha * counts).sum(-1) / counts.sum() if alpha.shape[-1] > 1 else alpha[:, 0]
-    return [float(1.0 - v) for v in visible]
-
-
 # ------------------------------------------------------------------------------ runs
 @dataclass
 class Recorded:

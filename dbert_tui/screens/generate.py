@@ -34,7 +34,7 @@ from textual.worker import get_current_worker
 
 from dbert_core.errors import DbertError
 
-from ..controller import BRANCHES, MAX_N, Playback, Run, Session, Settings, differences, expected_masked, produce
+from ..controller import BRANCHES, MAX_N, Playback, Run, Session, Settings, differences, produce
 from ..editing import Draft, Version, Versions
 from ..messages import FrameReady, InfillReady, RunFinished, SampleChosen, TokenPointed
 from ..files import atomic_write, default_output, output_path, texts_of, trajectory
@@ -809,7 +809,13 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             bar.keys = keys
 
     def _show_curve(self) -> None:
-        curve = getattr(self.db, "curve", None) or expected_masked(self.db, self.session.shown_settings().steps)
+        """The schedule's expected masked fraction after each shown step (the engine's curve:
+        sample.masked_curve), or the one a replayed file carries."""
+        curve = getattr(self.db, "curve", None)
+        if not curve:
+            from dbert_core.sample import masked_curve
+
+            curve = [float(v) for v in masked_curve(self.db, self.session.shown_settings().steps)]
         title = f"{self.db.schedule.name} T={self.db.schedule.T}"
         for widget in (self.query_one(SchedulePanel), self.query_one(ScheduleStrip)):
             widget.set_curve(curve, title)

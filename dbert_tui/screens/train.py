@@ -17,6 +17,7 @@ from textual.widgets import Button, Checkbox, Header, Input, Label, Select, Stat
 from textual.worker import get_current_worker
 
 from dbert_core.config import DEVICES, DTYPES, LOSSES, PRESETS, SCHEDULES, TIME_MODES, UNITS, TrainConfig
+from dbert_core.display import duration, eta
 
 from ..messages import StoreChanged, TrainEval, TrainFailed, TrainFinished, TrainPreview, TrainProgress
 from ..widgets.chart import Chart
@@ -56,13 +57,6 @@ def thinned(points: list, most: int = MAX_POINTS) -> tuple:
     return tuple(out)
 
 
-def _fmt_time(seconds: float) -> str:
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
 class TuiCallback:
     """Training callback (runs on the worker thread): records metrics, posts messages, and
     turns the worker's cancellation into Trainer.stop() (which saves a checkpoint)."""
@@ -89,9 +83,9 @@ class TuiCallback:
         if self.worker.is_cancelled:
             trainer.stop()
         done = m["step"] - self.first
-        eta = (time.perf_counter() - self.start) / max(1, done) * (m["max_steps"] - m["step"])
+        left = eta(time.perf_counter() - self.start, max(1, done), m["max_steps"] - m["step"])  # as dbert train's line
         self.screen.losses.append((m["step"], m["loss_elbo"]))
-        self.screen.post_message(TrainProgress(dict(m, eta=eta)))
+        self.screen.post_message(TrainProgress(dict(m, eta=left)))
         if self.sample_every and m["step"] % self.sample_every == 0 and m["step"] < m["max_steps"]:
             self.preview(trainer, m["step"])
 
@@ -409,7 +403,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
             text.append(f" · loss {m['loss_elbo']:.3f} · ce {m['loss_ce']:.3f} · lr {m['lr']:.1e}")
             if not self.app.deterministic:
                 text.append(f"\n{m['tokens_per_s']:.0f} tok/s · {int(m['tokens_seen']):,} tokens · "
-                            f"elapsed {_fmt_time(m['elapsed'])} · ETA {_fmt_time(m['eta'])}")
+                            f"elapsed {duration(m['elapsed'])} · ETA {duration(m['eta'])}")
         else:
             text.append(" · starting", style="dim")
         self.query_one("#tr-stats", Static).update(text)
