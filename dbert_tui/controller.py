@@ -13,8 +13,9 @@
   comparing), the side the control keys change, the current runs' playbacks, the selected
   sample and whether it is shown large; every control key and view key is a method here.
 
-The screen owns one Session, starts a worker per playback and draws; nothing here imports
-Textual, so these rules are unit-tested directly (tests/test_tui_controller.py).
+The App owns the one Session (DbertApp.session); the Generate screen reads it from there, starts a
+worker per playback and draws. Nothing here imports Textual, so these rules are unit-tested
+directly (tests/test_tui_controller.py).
 """
 
 from __future__ import annotations
