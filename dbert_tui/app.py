@@ -24,7 +24,7 @@ from dbert_core.config import DEVICES
 from dbert_core.errors import DbertError
 
 from .messages import CheckpointLoaded, StoreChanged
-from .controller import Settings
+from .controller import Session, Settings
 from .files import read_state, remember
 from .screens.checkpoints import CheckpointsScreen
 from .screens.generate import GenerateScreen
@@ -68,7 +68,8 @@ class DbertApp(App):
     db = reactive(None, always_update=True)
     """The checkpoint in use (a DBert), or None. Set in one place (on_checkpoint_loaded); the
     Generate screen runs whatever it becomes and the Checkpoints screen marks it, both by
-    watching it."""
+    watching it. The App owns the TUI's state: this checkpoint, the generation `session`, the
+    `replay` being played and `load_error`; screens read them from here and keep no copy."""
     BINDINGS = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("f1,1", "mode('generate')", "Generate"),
@@ -87,14 +88,16 @@ class DbertApp(App):
             from dbert_core.replay import load as load_replay
 
             replay = load_replay(replay)
-        self.replay = replay
+        self.replay = replay  # the Generate screen plays it instead of sampling (GenerateScreen.replay)
+        self.session = Session(settings)  # the generation session: settings, runs, selection (controller.Session)
+        self.load_error = ""  # why the last checkpoint could not be used; the Checkpoints screen shows it until one loads
         self.requested = str(checkpoint) if checkpoint is not None else None
         self.loader = loader
         self.deterministic = deterministic
         if deterministic:
             self.animation_level = "none"
         self._show_after_load = True
-        self.generate_screen = GenerateScreen(settings)
+        self.generate_screen = GenerateScreen()
         self.checkpoints_screen = CheckpointsScreen()
         self.train_screen = TrainScreen(train_data)
         self.add_mode("generate", lambda: self.generate_screen)
@@ -106,7 +109,6 @@ class DbertApp(App):
         from dbert_core.errors import DbertError
 
         if self.replay is not None:  # a trajectory file: no model, the Generate screen plays it
-            self.generate_screen.replay = self.replay
             self.switch_mode("generate")
             self.db = self.replay.db
             return
@@ -138,21 +140,21 @@ class DbertApp(App):
             from dbert_core.checkpoint import load
             from dbert_core.hardware import pick_device
 
-            db = load(path, device=pick_device(self.generate_screen.session.settings.device))
+            db = load(path, device=pick_device(self.session.settings.device))
         if not get_current_worker().is_cancelled:  # a newer choice replaced this load
             self.post_message(CheckpointLoaded(db, path))
 
     def on_checkpoint_loaded(self, message: CheckpointLoaded) -> None:
         try:  # the Generate screen's settings fitted to it first: a checkpoint it cannot run stays out
-            notes = self.generate_screen.session.fit(message.db)
+            notes = self.session.fit(message.db)
         except Exception as e:  # noqa: BLE001 - say so, keep the previous checkpoint
-            self.checkpoints_screen.error_notice = f"could not use that checkpoint: {one_line(e)}"
-            self.notify(self.checkpoints_screen.error_notice, severity="error", timeout=10)
+            self.load_error = f"could not use that checkpoint: {one_line(e)}"
+            self.notify(self.load_error, severity="error", timeout=10)
             self.switch_mode("checkpoints")
             return
         for note in notes:
             self.notify(note, title="sampler", severity="warning")
-        self.checkpoints_screen.error_notice = ""
+        self.load_error = ""
         self.db = message.db  # the screens watch it
         remember(checkpoint=str(Path(message.path).resolve()))  # only a checkpoint in use is remembered
         if self._show_after_load:
@@ -183,7 +185,7 @@ class DbertApp(App):
         self.log.error(f"worker {worker.name!r} failed: {worker.error!r}")
         self.notify(message, title=f"{worker.name} failed", severity="error", timeout=10)
         if worker.group == "load":
-            self.checkpoints_screen.error_notice = f"could not load that checkpoint: {message}"
+            self.load_error = f"could not load that checkpoint: {message}"
             self.switch_mode("checkpoints")
             if self.checkpoints_screen.is_mounted:
                 self.checkpoints_screen.refresh_store()
@@ -201,7 +203,7 @@ class DbertApp(App):
     def action_mode(self, mode: str) -> None:
         if self.current_mode != mode:
             if mode == "checkpoints":
-                self.checkpoints_screen.arriving = True
+                self.checkpoints_screen.arrive()
             self.switch_mode(mode)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

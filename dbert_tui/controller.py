@@ -13,8 +13,9 @@
   comparing), the side the control keys change, the current runs' playbacks, the selected
   sample and whether it is shown large; every control key and view key is a method here.
 
-The screen owns one Session, starts a worker per playback and draws; nothing here imports
-Textual, so these rules are unit-tested directly (tests/test_tui_controller.py).
+The App owns the one Session (DbertApp.session); the Generate screen reads it from there, starts a
+worker per playback and draws. Nothing here imports Textual, so these rules are unit-tested
+directly (tests/test_tui_controller.py).
 """
 
 from __future__ import annotations
@@ -81,20 +82,6 @@ def differences(a: SampleConfig, b: SampleConfig) -> set[str]:
     """Names of the fields where two settings differ (a strategy's parameters count as its sampler's)."""
     out = {name for name in vars(a) if getattr(a, name) != getattr(b, name)}
     return out | {"sampler"} if "params" in out else out
-
-
-def expected_masked(db, steps: int) -> list[float]:
-    """Expected masked fraction after k reverse steps, k = 0..steps (1.0 at k=0, 0.0 at the end),
-    weighting each token's a_t(v) by its corpus frequency."""
-    import torch
-
-    from dbert_core.schedule import step_grid
-
-    grid = torch.tensor(step_grid(db.schedule.T, steps), dtype=torch.float32)  # T ... 0
-    counts = db.counts.to(torch.float64)
-    alpha = db.schedule.alpha_vocab(grid).to(torch.float64)  # (K, V) or (K, 1)
-    visible = (alpha * counts).sum(-1) / counts.sum() if alpha.shape[-1] > 1 else alpha[:, 0]
-    return [float(1.0 - v) for v in visible]
 
 
 # ------------------------------------------------------------------------------ runs

@@ -5,12 +5,12 @@ A sampling worker posts every frame it computes in a `FrameReady` and the screen
 (on the UI thread) and redraws at most once per burst. Other fast producers use toolong's
 trick: a message whose `can_replace` is True for the next one of its kind, so a burst of
 download chunks or training steps collapses into the newest and the UI never floods; nothing
-is lost by that (the training callback keeps every loss; the message only says "redraw").
+is lost by that (a training step's message hands its losses on to the one that replaces it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from textual.message import Message
@@ -65,12 +65,20 @@ class StoreChanged(Message):
 
 @dataclass
 class TrainProgress(Message):
-    """New training metrics are in the screen's history (steps coalesce)."""
+    """The latest training metrics and the (step, loss) points since the last message, which the
+    screen appends to its history on the UI thread. Steps coalesce: a replaced message's points
+    go to the newer one first, so none is lost; a run's first message (`fresh`: the charts start
+    anew) is never replaced."""
 
     metrics: dict
+    losses: list = field(default_factory=list)
+    fresh: bool = False
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, TrainProgress)
+        if not isinstance(message, TrainProgress) or self.fresh:
+            return False
+        message.losses[:0] = self.losses  # (UI thread) the newer message carries these points on
+        return True
 
 
 @dataclass

@@ -9,6 +9,10 @@
 - the TUI's modules that hold state and rules without widgets import no Textual;
 - every on-disk file name is a constant of layout.py;
 - a sampling run resolves its settings once and hands them down;
+- the TUI's state has one owner, the App (the checkpoint, the generation session, the replay,
+  the last load error): no screen assigns those names, no module outside screens/ sets a screen's
+  attributes and none reaches into a screen's private ones; a worker thread only posts messages
+  (or hands a callable to call_from_thread), so widgets and screen lists change on the UI thread;
 - no test module imports another (shared helpers: tests/helpers.py).
 """
 
@@ -156,3 +160,99 @@ def test_no_test_module_imports_another():
         roots = {i.split(".")[0] for i in _imports(ast.parse(path.read_text(encoding="utf-8")))}
         bad = {r for r in roots if r.startswith("test_") or r == "conftest"}
         assert not bad, f"tests/{path.name} imports {sorted(bad)}"
+
+
+# ------------------------------------------------------------------------------ the TUI's state
+APP_STATE = {"db", "session", "replay", "load_error"}  # DbertApp's: screens read them from the App
+THREAD_SAFE = {"post_message", "call_from_thread"}    # all a worker thread may call on its screen or app
+INJECTED = {"loader"}                                  # callables handed to the App (DbertApp.loader): no UI in them
+
+
+def _tui_modules() -> dict[str, ast.Module]:
+    return {str(p.relative_to(TUI)): ast.parse(p.read_text(encoding="utf-8"), str(p)) for p in sorted(TUI.rglob("*.py"))}
+
+
+def _screenish(node: ast.AST) -> bool:
+    """`self.generate_screen`, `app.checkpoints_screen`, `screen`, `self.screen`: an expression naming a screen."""
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return name == "screen" or name.endswith("_screen")
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _targets(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            yield from ((node, t) for t in node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            yield node, node.target
+
+
+def test_the_app_owns_the_tuis_state():
+    found = []
+    for name, tree in _tui_modules().items():
+        for node in ast.walk(tree):  # nobody reaches into a screen's private attributes
+            if (isinstance(node, ast.Attribute) and _screenish(node.value) and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                found.append(f"dbert_tui/{name}:{node.lineno}: reads or writes a screen's private {node.attr}")
+        for node, target in _targets(tree):
+            if not isinstance(target, ast.Attribute):
+                continue
+            if not name.startswith("screens/") and _screenish(target.value):
+                found.append(f"dbert_tui/{name}:{node.lineno}: sets a screen's {target.attr} from outside the screens")
+            if name.startswith("screens/") and target.attr in APP_STATE and _root(target) == "self":
+                found.append(f"dbert_tui/{name}:{node.lineno}: a screen keeps its own {target.attr} (the App's)")
+    assert not found, "\n".join(found)
+
+
+def _thread_bodies(tree: ast.Module):
+    """The functions that run on a worker thread: @work(thread=True) methods and the methods
+    handed to run_worker(..., thread=True), by name."""
+    handed = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run_worker"
+                and any(k.arg == "thread" and getattr(k.value, "value", False) is True for k in node.keywords)):
+            target = node.args[0]
+            if isinstance(target, ast.Call) and target.args:  # partial(self._sample, ...)
+                target = target.args[0]
+            if isinstance(target, ast.Attribute):
+                handed.add(target.attr)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            threaded = any(isinstance(d, ast.Call) and getattr(d.func, "id", "") == "work"
+                           and any(k.arg == "thread" and getattr(k.value, "value", False) is True for k in d.keywords)
+                           for d in node.decorator_list)
+            if threaded or node.name in handed:
+                yield node
+
+
+def test_worker_threads_only_post_to_the_ui():
+    found, bodies = [], 0
+    for name, tree in _tui_modules().items():
+        for fn in _thread_bodies(tree):
+            bodies += 1
+            for node, target in _targets(fn):
+                if isinstance(target, ast.Attribute) and _root(target) == "self":
+                    found.append(f"dbert_tui/{name}:{node.lineno}: {fn.name} (a worker thread) sets self.{target.attr}")
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _root(node.func) == "self":
+                    if node.func.attr not in THREAD_SAFE | INJECTED:
+                        found.append(f"dbert_tui/{name}:{node.lineno}: {fn.name} (a worker thread) calls "
+                                     f"self...{node.func.attr}()")
+    # the training callback runs on the training worker's thread: it only posts to its screen
+    train = _tui_modules()["screens/train.py"]
+    callback = next(n for n in ast.walk(train) if isinstance(n, ast.ClassDef) and n.name == "TuiCallback")
+    for node in ast.walk(callback):
+        if isinstance(node, ast.Attribute) and _screenish(node.value) and node.attr not in THREAD_SAFE:
+            found.append(f"dbert_tui/screens/train.py:{node.lineno}: TuiCallback uses the screen's {node.attr}")
+    # workers.py (the worker error report) touches no widget
+    workers = _tui_modules()["workers.py"]
+    if {i for i in _imports(workers) if i.startswith("textual.widget")} or any(
+            isinstance(n, ast.Attribute) and n.attr in {"query", "query_one", "mount"} for n in ast.walk(workers)):
+        found.append("dbert_tui/workers.py touches widgets")
+    assert bodies >= 6, f"found only {bodies} worker bodies: the test no longer sees them"
+    assert not found, "\n".join(found)

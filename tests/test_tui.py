@@ -439,7 +439,7 @@ async def test_quit_stops_a_running_sampler(tiny_db):
         await wait_for(pilot, lambda: g.run is not None and len(g.run.frames) >= 1)
         await pilot.press("ctrl+q")
     assert app.return_code == 0
-    assert not g.run.finished
+    assert not app.session.run.finished  # the App's session (the screen reads it from its App, gone now)
 
 
 async def test_command_palette_offers_the_main_actions(tiny_db, tmp_path):

@@ -108,8 +108,7 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
         super().__init__(**kwargs)
         self.rows: list = []
         self.message = ""
-        self.error_notice = ""  # why the last load failed; shown until a checkpoint loads
-        self.arriving = True    # set when the app switches to this screen (DbertApp.action_mode)
+        self.arriving = True    # set when the app switches to this screen (arrive(), from DbertApp.action_mode)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -140,6 +139,15 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
         else:
             entry = self.selected()
             self.refresh_store(select=entry.path if entry is not None else None)
+
+    def arrive(self) -> None:
+        """The user is switching to this screen (not back from a dialog): the next resume starts afresh."""
+        self.arriving = True
+
+    @property
+    def error_notice(self) -> str:
+        """Why the last checkpoint could not be used (the App's load_error), shown until one loads."""
+        return self.app.load_error
 
     def in_use(self) -> Path | None:
         db = self.app.db

@@ -34,7 +34,7 @@ from textual.worker import get_current_worker
 
 from dbert_core.errors import DbertError
 
-from ..controller import BRANCHES, MAX_N, Playback, Run, Session, Settings, differences, expected_masked, produce
+from ..controller import BRANCHES, MAX_N, Playback, Run, Session, differences, produce
 from ..editing import Draft, Version, Versions
 from ..messages import FrameReady, InfillReady, RunFinished, SampleChosen, TokenPointed
 from ..files import atomic_write, default_output, output_path, texts_of, trajectory
@@ -138,9 +138,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
     colour = reactive("order")
 
-    def __init__(self, settings: Settings | None = None, **kwargs) -> None:
+    def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.session = Session(settings)
         self._restart_pending = False
         self._draw_pending = False
         self._ready = False
@@ -148,7 +147,6 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self.drawn = None                           # the frame of side A last drawn
         self.edges = FIXED_EDGES                    # the confidence bands (render.confidence_edges)
         self.frames_drawn = 0                       # draws (bursts of frames coalesce into one)
-        self.replay = None                          # a dbert_core.replay.Replay: play a file, no model
         self.draft: Draft | None = None             # inspect mode: the sample being inspected / edited
         self.versions = Versions()                  # the texts refills made (undo / redo)
         self.stable = True                          # lay a known text out on its final line breaks
@@ -159,6 +157,17 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self._infilling = 0                         # the token of the infill being computed (0: none)
         self._infill_tokens = itertools.count(1)
         self.ranking: list = []                     # the last infill's candidates, best first
+
+    # ------------------------------------------------------------------ the App's state
+    @property
+    def session(self) -> Session:
+        """The generation session (settings, runs, selection): the App's (DbertApp.session)."""
+        return self.app.session
+
+    @property
+    def replay(self):
+        """The dbert_core.replay.Replay being played instead of sampling (no model), or None: the App's."""
+        return getattr(self.app, "replay", None)
 
     # ------------------------------------------------------------------ what is shown
     @property
@@ -809,7 +818,13 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             bar.keys = keys
 
     def _show_curve(self) -> None:
-        curve = getattr(self.db, "curve", None) or expected_masked(self.db, self.session.shown_settings().steps)
+        """The schedule's expected masked fraction after each shown step (the engine's curve:
+        sample.masked_curve), or the one a replayed file carries."""
+        curve = getattr(self.db, "curve", None)
+        if not curve:
+            from dbert_core.sample import masked_curve
+
+            curve = [float(v) for v in masked_curve(self.db, self.session.shown_settings().steps)]
         title = f"{self.db.schedule.name} T={self.db.schedule.T}"
         for widget in (self.query_one(SchedulePanel), self.query_one(ScheduleStrip)):
             widget.set_curve(curve, title)

@@ -17,6 +17,7 @@ from textual.widgets import Button, Checkbox, Header, Input, Label, Select, Stat
 from textual.worker import get_current_worker
 
 from dbert_core.config import DEVICES, DTYPES, LOSSES, PRESETS, SCHEDULES, TIME_MODES, UNITS, TrainConfig
+from dbert_core.display import duration, eta
 
 from ..messages import StoreChanged, TrainEval, TrainFailed, TrainFinished, TrainPreview, TrainProgress
 from ..widgets.chart import Chart
@@ -56,15 +57,9 @@ def thinned(points: list, most: int = MAX_POINTS) -> tuple:
     return tuple(out)
 
 
-def _fmt_time(seconds: float) -> str:
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
 class TuiCallback:
-    """Training callback (runs on the worker thread): records metrics, posts messages, and
+    """Training callback (runs on the worker thread): posts the metrics in messages (the screen
+    records them on the UI thread; nothing here touches the screen's state or widgets), and
     turns the worker's cancellation into Trainer.stop() (which saves a checkpoint)."""
 
     def __init__(self, screen: "TrainScreen", worker, sample_every: int, sample_length: int,
@@ -79,19 +74,16 @@ class TuiCallback:
     def on_start(self, trainer):
         self.start = time.perf_counter()
         self.first = trainer.step
-        if not self.keep_history:  # the run really starts: the charts are its own from now on
-            self.screen.losses.clear()
-            self.screen.vals.clear()
+        # the run really starts: unless it resumes, the charts are its own from now on (`fresh`)
         self.screen.post_message(TrainProgress({"step": trainer.step, "max_steps": trainer.cfg.max_steps,
-                                                "starting": True}))
+                                                "starting": True}, fresh=not self.keep_history))
 
     def on_step(self, trainer, m):
         if self.worker.is_cancelled:
             trainer.stop()
         done = m["step"] - self.first
-        eta = (time.perf_counter() - self.start) / max(1, done) * (m["max_steps"] - m["step"])
-        self.screen.losses.append((m["step"], m["loss_elbo"]))
-        self.screen.post_message(TrainProgress(dict(m, eta=eta)))
+        left = eta(time.perf_counter() - self.start, max(1, done), m["max_steps"] - m["step"])  # as dbert train's line
+        self.screen.post_message(TrainProgress(dict(m, eta=left), losses=[(m["step"], m["loss_elbo"])]))
         if self.sample_every and m["step"] % self.sample_every == 0 and m["step"] < m["max_steps"]:
             self.preview(trainer, m["step"])
 
@@ -109,7 +101,6 @@ class TuiCallback:
 
     def on_eval(self, trainer, m):
         self.last_eval = m["step"]
-        self.screen.vals.append((m["step"], m["val_nats_per_token"]))
         self.screen.post_message(TrainEval(m))
 
     def on_checkpoint(self, trainer, path):
@@ -142,9 +133,9 @@ class TrainScreen(ReportWorkerErrors, Screen):
         super().__init__(**kwargs)
         self.default_data = data or []
         self.browse_root = str(Path(self.default_data[0]).parent) if self.default_data else "."
-        self.losses: list[float] = []
-        self.vals: list[float] = []
-        self.trainer = None
+        self.losses: list[tuple] = []  # (step, loss_elbo) of every step, appended on the UI thread (TrainProgress)
+        self.vals: list[tuple] = []    # (step, validation nats/token) of every evaluation (TrainEval)
+        self.trainer = None            # the running Trainer (set and cleared on the UI thread), for F6
         self.out: Path | None = None
         self._latest: dict | None = None
         self._drawn_at = 0.0
@@ -373,7 +364,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
         callback = TuiCallback(self, worker, sample_every, min(cfg.seq_len, 32), keep_history=resume)
         try:
             trainer = Trainer(cfg, [callback])
-            self.trainer = trainer
+            self.app.call_from_thread(self._set_trainer, trainer)
             metrics = trainer.run()
         except DbertError as e:
             self.post_message(TrainFailed(form_words(str(e))))
@@ -382,13 +373,23 @@ class TrainScreen(ReportWorkerErrors, Screen):
             self.post_message(TrainFailed(one_line(e), notify=False))
             raise
         finally:
-            self.trainer = None
-            self.app.call_from_thread(self._set_running, False)
+            self.app.call_from_thread(self._set_trainer, None)
         self.post_message(TrainFinished(Path(cfg.out), trainer.step, bool(metrics.get("stopped"))))
+
+    def _set_trainer(self, trainer) -> None:
+        """(UI thread) The worker's trainer, until it ends (None): F6 stops it."""
+        self.trainer = trainer
+        if trainer is None:
+            self._set_running(False)
 
     @on(TrainProgress)
     def _progress(self, message: TrainProgress) -> None:
-        """Redraw at most ~10 times a second: tiny models step far faster than anyone reads."""
+        """Record the steps' losses; redraw at most ~10 times a second: tiny models step far faster
+        than anyone reads."""
+        if message.fresh:
+            self.losses.clear()
+            self.vals.clear()
+        self.losses.extend(message.losses)
         self._latest = message.metrics
         now = time.monotonic()
         if now - self._drawn_at >= 0.1:
@@ -409,7 +410,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
             text.append(f" · loss {m['loss_elbo']:.3f} · ce {m['loss_ce']:.3f} · lr {m['lr']:.1e}")
             if not self.app.deterministic:
                 text.append(f"\n{m['tokens_per_s']:.0f} tok/s · {int(m['tokens_seen']):,} tokens · "
-                            f"elapsed {_fmt_time(m['elapsed'])} · ETA {_fmt_time(m['eta'])}")
+                            f"elapsed {duration(m['elapsed'])} · ETA {duration(m['eta'])}")
         else:
             text.append(" · starting", style="dim")
         self.query_one("#tr-stats", Static).update(text)
@@ -418,6 +419,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
     @on(TrainEval)
     def _eval(self, message: TrainEval) -> None:
         m = message.metrics
+        self.vals.append((m["step"], m["val_nats_per_token"]))
         chart = self.query_one("#tr-val", Chart)
         chart.points = tuple(self.vals)
         chart.title = f"validation ELBO · step {m['step']}: ppl ≤ {m['val_ppl_token']:.0f}"
