@@ -69,7 +69,7 @@ def gather(runs: Path = RUNS) -> dict:
         "decoding": _load(runs / "decoding.json"), "shown": _timing(runs),
         "checks200": readability(samples200), "n200": len(samples200),
         "defaults": {"steps": d.steps, "temperature": d.temperature, "top_k": d.top_k, "top_p": d.top_p,
-                     "block_repeats": d.block_repeats},
+                     "block_repeats": d.block_repeats, "pair_quotes": d.pair_quotes},
         "train_examples": meta["train_examples"], "mix": _load(runs / "mix.json"),
         "history": (runs / "stories_history.txt").read_text(encoding="utf-8").strip()
         if (runs / "stories_history.txt").is_file() else None,
@@ -105,8 +105,12 @@ def _decoding_part(dec: dict | None, c: dict, d: dict) -> str:
                 "top-p and the repeat block on 200 samples each) was not run for this model: the session's CPU time "
                 "went to training it. The defaults stay those of the previous model (the paper's top-k 30, "
                 "temperature 1, the repeat block).")
-    return (f"{dec['rows'][0]['n']} samples per setting (`python scripts/stories_decoding.py runs/stories --n 200`, "
-            f"seed 0, first-hitting, 128 steps, {c['seq_len']} tokens) on the {d['cpu']}:\n\n"
+    on = dec.get("checkpoint", "runs/stories")
+    which = "" if on in ("runs/stories", None) else (
+        f" Measured on `{on}` (the {dec.get('on_what', 'checkpoint named')}), so that the study could run while this"
+        " model trained; the settings compare within one model, and the defaults' figures for this model are below.")
+    return (f"{dec['rows'][0]['n']} samples per setting (`python scripts/stories_decoding.py {on} --n 200`, "
+            f"seed 0, first-hitting, {c['seq_len']} tokens) on the {d['cpu']}, one thread each.{which}\n\n"
             + _decoding_table(dec) + ("\n\n" + dec["why"] if dec.get("why") else ""))
 
 
@@ -123,6 +127,7 @@ def render(d: dict) -> str:
                 """The Gutenberg children's books (`../shared/data/children/`) were not tried for this model: see the
 README's training notes for why and how to try them (`scripts/stories_model.sh` takes more `--data`).""")
     dec = d.get("decoding")
+    n_ev, n_prev = (ev or {}).get("samples", 200), (prev or {}).get("samples", 200)
     return f"""# dbert-minilm-stories: the default checkpoint
 
 A DiffusionBERT (spindle schedule, lambda = {meta['lambda']}, T = {meta['T']}, time-agnostic decoding: the
@@ -161,7 +166,8 @@ runs/data/stories-heldout.txt --unit sentence --pack --seq-len {c['seq_len']} --
   (`runs/data/stories-heldout.txt`, ~500 paragraphs), the slice the previous default was measured on.
 - **Windows start at a sentence.** A document is a run of lines between blank lines (a story in the
   files that mark them, a paragraph in `train.txt`/`valid.txt`); its sentences (dbert's splitter,
-  closing quotes kept) fill windows of at most {c['seq_len']} tokens whole, a sentence that does not fit
+  closing quotes kept, the sentences inside one quotation kept together) fill windows of at most
+  {c['seq_len']} tokens whole, a sentence that does not fit
   beginning the next window, and [SEP] stands before a document's first sentence. So every window
   starts at a sentence start and ends at a sentence end, and the model learns where stories begin:
   an unconditional sample starts at a sentence, and a story start when it draws [SEP] first.
@@ -186,9 +192,10 @@ Best: {best[1]:.1f} at step {best[0]:,}; last: {d['curve'][last]:.1f} at step {l
 
 ## Evaluation against the previous default
 
-`dbert eval --unit sentence --steps 128 --limit 1000 --samples 200 --top-k 30` on the held-out slice for
+`dbert eval --unit sentence --steps 128 --limit 1000 --samples N --top-k 30` on the held-out slice for
 both models: the 128-step ELBO bound per token (one Monte-Carlo draw per sentence; ± a 95% interval)
-and per word on 1,000 held-out sentences scored one by one, then 200 + 200 samples at each model's own
+and per word on 1,000 held-out sentences scored one by one, then N + N samples (N = {n_ev} here,
+{n_prev} for the previous default, whose figures were measured with the decoding of its own release) at each model's own
 length (BLEU-4 against the held-out sentences, Self-BLEU-4, distinct-2) and the reader's checks. The
 packed column is each model's own training-time validation on its own windows (64 tokens with a [SEP]
 between sentences for the previous model, {c['seq_len']}-token sentence-start windows here): not the same
@@ -204,7 +211,7 @@ windows, so compare the per-sentence columns.
 {_decoding_part(dec, c, d)}
 
 The CLI defaults now: {df['steps']} steps, temperature {df['temperature']}, top-k {df['top_k'] or 'off'}, top-p {df['top_p']},
-repeat block {'on' if df['block_repeats'] else 'off'}. At these defaults, {d['n200']} samples (`dbert sample --n 200 --seed 0`):
+repeat block {'on' if df['block_repeats'] else 'off'}, quote touch-up {'on' if df.get('pair_quotes') else 'off'}. At these defaults, {d['n200']} samples (`dbert sample --n 200 --seed 0`):
 {chk['frac_sentence_start']:.1%} start a sentence with a capital, {chk['frac_repeat']:.1%} repeat a word (twice in a row,
 across a comma, or "x and x and x"), {chk['frac_mask_or_unk']:.1%} keep a [MASK] or [UNK], {chk['frac_quotes_balanced']:.1%}
 have balanced quotes, {chk['frac_ends_sentence']:.1%} end a sentence.
