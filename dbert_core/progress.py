@@ -147,7 +147,7 @@ class SampleProgress:
         if self.stream is None:
             return
         rows = int(frame.ids.shape[0])
-        finished = not bool(frame.masked.any())
+        finished = frame.done  # the batch's last frame (the quote touch-up's frames come after the last step)
         batch_nfe = int(frame.nfe)
         if finished:
             self.done = min(self.total, self.done + rows)

@@ -70,3 +70,19 @@ def test_cli_unpaired_quotes_prints_the_models_own(tiny_checkpoint):
     paired = CliRunner().invoke(app, args)
     assert raw.exit_code == 0 and paired.exit_code == 0
     assert raw.stdout.count('"') > paired.stdout.count('"')
+
+
+def test_progress_counts_a_batch_once_when_the_touch_up_follows(tiny_db):
+    """The last step's frame (nothing masked) and the touch-up's last frame: one batch, counted once."""
+    import io
+
+    from dbert_core.progress import SampleProgress
+
+    stream = io.StringIO()
+    bar = SampleProgress(48, 48, stream=stream)
+    fs = _frames(tiny_db, 3)
+    assert sum(not f.masked.any() for f in fs) > 1  # the touch-up ran
+    for f in fs:
+        bar(f)
+    assert bar.done == 48 and bar.nfe == fs[-1].nfe
+    assert stream.getvalue().count("\n") == 1
