@@ -360,7 +360,7 @@ class _Net:
         self.flops += forward_flops(self.model.config, R, inp.shape[1], int(sel.sum()))
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device)).float()
-        total = float(out.sum())  # one pass: -inf marks forbidden tokens; NaN or +inf anywhere makes it NaN or +inf
+        total = float(out.detach().sum())  # one pass: -inf marks forbidden tokens; NaN or +inf anywhere makes it NaN or +inf
         if math.isnan(total) or total == math.inf:
             raise DbertError("the model's outputs are not finite (NaN or inf in its weights?); "
                              "this checkpoint cannot be sampled")
