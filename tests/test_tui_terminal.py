@@ -1,5 +1,6 @@
 """A real-terminal check: dbert-tui in tmux at 80x24 fills in text with the control bar on screen,
-a key on it restarts the run, and ctrl+q exits with 0.
+a key on it restarts the run, an edit-and-refill round (inspect, select, remask, refill) makes a
+second version, and ctrl+q exits with 0.
 
 Needs tmux (CI: `apt-get install -y tmux`); skipped where it is missing.
 """
@@ -78,6 +79,23 @@ def test_dbert_tui_in_tmux(tiny_checkpoint, tmp_path):
             time.sleep(0.25)
         screen = capture()
         assert "step 96/96" in screen and "[ ] steps 96" in control_bar(screen), screen
+        # an edit-and-refill round: inspect, select three tokens, remask them, refill
+        before = "".join(token_box(screen))
+        tmux("send-keys", "-t", "dbert", "i")
+        time.sleep(0.5)
+        tmux("send-keys", "-t", "dbert", "Right", "S-Right", "S-Right", "BSpace")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "3 masked" not in capture():
+            time.sleep(0.25)
+        edited = capture()
+        assert "3 masked" in edited and "░░░" in "".join(token_box(edited)), edited
+        tmux("send-keys", "-t", "dbert", "f")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not ("version 2/2" in capture() and "done" in capture()):
+            time.sleep(0.25)
+        refilled = capture()
+        assert "version 2/2" in refilled and "░░░" not in "".join(token_box(refilled)), refilled
+        assert sum(len(row) for row in token_box(refilled)) > 40 and before, refilled
         tmux("send-keys", "-t", "dbert", "C-q")
         deadline = time.monotonic() + 30
         while not exit_file.exists() and time.monotonic() < deadline:
