@@ -1,0 +1,207 @@
+"""The same-budget autoregressive baseline of the default model (issue 23, item 4).
+
+    python scripts/studies/ar_baseline.py train runs/stories --out runs/ar-baseline     # resumable
+    python scripts/studies/ar_baseline.py eval runs/ar-baseline --heldout runs/data/stories-heldout.txt
+
+A GPT-2-shaped causal LM (transformers' GPT2LMHeadModel: 6 layers, hidden 384, 6 heads, tied
+embeddings; about the diffusion model's parameter count) trained on the diffusion checkpoint's
+own data, windows and tokenizer: its training files (dbert.json's train_config), cut into the
+same sentence-start windows (data.pack_sentences, [SEP] before a document's first sentence), the
+same batch of 32 windows and the same token budget (the checkpoint's tokens_seen), AdamW with
+the same warm-up and cosine. Each window is read left to right after a [SEP] (a window that
+starts a document already begins with one).
+
+train saves every --save-every steps and on Ctrl-C / SIGTERM (weights, optimizer, step, the data
+order's seed) into --out atomically and continues from there when run again. eval scores the
+held-out sentences one by one, each after a [SEP] as the diffusion model's eval sees them alone:
+the exact perplexity per WordPiece token (the diffusion model's figure is an upper bound on its
+own perplexity: compare with that in mind), plus tokens/s of training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from dbert_core import checkpoint
+from dbert_core.data import document_sentences, encode, pack_sentences, read_documents, read_examples
+from dbert_core.hardware import cpu_name, native_bf16
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def windows(db, files: list[str], seq_len: int) -> list[list[int]]:
+    """The diffusion run's training windows, built as its trainer builds them."""
+    tok = db.tokenizer
+    docs = document_sentences(read_documents(files))
+    flat = encode([s for d in docs for s in d], tok)
+    grouped, i = [], 0
+    for d in docs:
+        grouped.append(flat[i:i + len(d)])
+        i += len(d)
+    return pack_sentences(grouped, seq_len, tok.sep_token_id)
+
+
+def build(db, seq_len: int):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = db.tokenizer
+    config = GPT2Config(vocab_size=len(tok), n_positions=seq_len + 1, n_embd=384, n_layer=6, n_head=6,
+                        bos_token_id=tok.sep_token_id, eos_token_id=tok.sep_token_id)
+    return GPT2LMHeadModel(config)
+
+
+def _batch(rows: list[list[int]], sep: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = [r if r[:1] == [sep] else [sep] + r for r in rows]
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), pad)
+    labels = torch.full((len(rows), width), -100)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r)
+        labels[i, 1:len(r)] = torch.tensor(r[1:])  # the leading [SEP] is given, never predicted
+    return ids, labels
+
+
+def _save(model, opt, state: dict, out: Path) -> None:
+    tmp = out.with_name(out.name + ".saving")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    torch.save(opt.state_dict(), tmp / "optimizer.pt")
+    (tmp / "state.json").write_text(json.dumps(state, indent=1))
+    old = out.with_name(out.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def train(a) -> int:
+    from transformers import GPT2LMHeadModel
+
+    db = checkpoint.load(a.checkpoint)
+    meta = db.meta
+    tc = meta["train_config"]
+    seq_len, batch = meta["seq_len"], tc["batch_size"]
+    budget = a.tokens or meta["tokens_seen"]
+    out = Path(a.out)
+    rows = windows(db, tc["data"], seq_len)
+    per_step = sum(len(r) for r in rows) / len(rows) * batch
+    steps = max(1, round(budget / per_step))
+    torch.manual_seed(0)
+    if (out / "state.json").is_file():
+        state = json.loads((out / "state.json").read_text())
+        model = GPT2LMHeadModel.from_pretrained(out)
+        opt = torch.optim.AdamW(model.parameters(), lr=tc["lr"], weight_decay=0.01)
+        opt.load_state_dict(torch.load(out / "optimizer.pt", weights_only=True))
+        say(f"resumed at step {state['step']} of {state['steps']}")
+    else:
+        model = build(db, seq_len)
+        opt = torch.optim.AdamW(model.parameters(), lr=tc["lr"], weight_decay=0.01)
+        state = {"step": 0, "steps": steps, "tokens_seen": 0, "seconds": 0.0, "checkpoint": str(a.checkpoint),
+                 "budget_tokens": budget, "params": sum(p.numel() for p in model.parameters()), "cpu": cpu_name(),
+                 "windows": len(rows), "history": []}
+    steps = state["steps"]
+    stop = {"now": False}
+
+    def on_signal(signum, frame):
+        stop["now"] = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    bf16 = native_bf16("cpu") and not a.fp32
+    warmup, lr, floor = tc["warmup"], tc["lr"], tc["lr"] * tc.get("min_lr_ratio", 0.1)
+    tok = db.tokenizer
+    model.train()
+    start, seen0, t0 = time.perf_counter(), state["tokens_seen"], state["seconds"]
+    while state["step"] < steps and not stop["now"]:
+        step = state["step"]
+        epoch, k = divmod(step * batch, len(rows))
+        order = list(range(len(rows)))
+        random.Random(epoch).shuffle(order)  # the same order whenever a run resumes
+        pick = [rows[order[(k + j) % len(rows)]] for j in range(batch)]
+        ids, labels = _batch(pick, tok.sep_token_id, tok.pad_token_id)
+        progress = min(1.0, step / max(1, steps - 1))
+        rate = lr * (step + 1) / warmup if step < warmup else floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+        for g in opt.param_groups:
+            g["lr"] = rate
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        state["step"] += 1
+        state["tokens_seen"] += int((ids != tok.pad_token_id).sum())
+        state["seconds"] = t0 + time.perf_counter() - start
+        if state["step"] % a.log_every == 0 or state["step"] == steps:
+            tps = (state["tokens_seen"] - seen0) / max(1e-9, time.perf_counter() - start)
+            state["history"].append({"step": state["step"], "loss": round(loss.item(), 4), "tokens_per_s": round(tps)})
+            say(f"step {state['step']}/{steps} loss {loss.item():.3f} lr {rate:.2e} {tps:.0f} tok/s")
+        if state["step"] % a.save_every == 0:
+            _save(model, opt, state, out)
+    _save(model, opt, state, out)
+    say(("stopped" if state["step"] < steps else "finished") + f" at step {state['step']} of {steps}; saved in {out}")
+    return 0
+
+
+@torch.inference_mode()
+def evaluate(a) -> int:
+    from transformers import GPT2LMHeadModel
+
+    out = Path(a.out)
+    state = json.loads((out / "state.json").read_text())
+    db = checkpoint.load(state["checkpoint"])
+    tok = db.tokenizer
+    model = GPT2LMHeadModel.from_pretrained(out).eval()
+    sentences = read_examples([a.heldout], "sentence")[: a.limit]
+    nll = count = 0.0
+    for i in range(0, len(sentences), 32):
+        rows = [tok.encode(s, add_special_tokens=False)[: model.config.n_positions - 1] for s in sentences[i:i + 32]]
+        ids, labels = _batch([r for r in rows if r], tok.sep_token_id, tok.pad_token_id)
+        logits = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long()).logits.float()
+        lp = torch.log_softmax(logits[:, :-1], -1)
+        target = labels[:, 1:]
+        keep = target != -100
+        nll -= lp.gather(-1, target.clamp_min(0).unsqueeze(-1)).squeeze(-1)[keep].sum().item()
+        count += int(keep.sum())
+    result = {"ppl_token": math.exp(nll / count), "nats_per_token": nll / count, "tokens": int(count),
+              "sentences": len(sentences), "step": state["step"], "steps": state["steps"],
+              "tokens_seen": state["tokens_seen"], "params": state["params"], "cpu": state["cpu"],
+              "train_tokens_per_s": round(state["tokens_seen"] / max(1e-9, state["seconds"]))}
+    print(json.dumps(result))
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train")
+    t.add_argument("checkpoint", help="the diffusion checkpoint whose data, windows, tokenizer and budget to match")
+    t.add_argument("--out", default="runs/ar-baseline")
+    t.add_argument("--tokens", type=int, default=0, help="token budget (default: the checkpoint's tokens_seen)")
+    t.add_argument("--save-every", type=int, default=100)
+    t.add_argument("--log-every", type=int, default=10)
+    t.add_argument("--fp32", action="store_true", help="no bf16 autocast even where the CPU has it")
+    e = sub.add_parser("eval")
+    e.add_argument("out")
+    e.add_argument("--heldout", default="runs/data/stories-heldout.txt")
+    e.add_argument("--limit", type=int, default=1000)
+    a = ap.parse_args(argv)
+    return train(a) if a.cmd == "train" else evaluate(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
