@@ -32,6 +32,10 @@ def test_trains_resumes_and_scores(tiny_checkpoint, tmp_path, capsys):
     assert mod.main(["train", str(tiny_checkpoint), "--out", str(out), "--tokens", "2000"]) == 0
     assert json.loads((out / "state.json").read_text())["step"] == state["step"]
     capsys.readouterr()
+    assert (out / "vocab.txt").is_file()  # a causal LM folder with its tokenizer: a judge
+    from dbert_core.judge import Judge
+
+    assert Judge(str(out)).model.config.n_embd == 384
     assert mod.main(["eval", str(out), "--heldout", str(TINYSTORIES_VALID), "--limit", "20"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["sentences"] == 20 and result["tokens"] > 20 and 1 < result["ppl_token"] < 2 * len(db.tokenizer)

@@ -74,10 +74,14 @@ def _batch(rows: list[list[int]], sep: int, pad: int) -> tuple[torch.Tensor, tor
     return ids, labels
 
 
-def _save(model, opt, state: dict, out: Path) -> None:
+def _save(model, opt, state: dict, out: Path, tokenizer=None) -> None:
+    """Weights, optimizer and state into out, swapped in whole; the tokenizer beside them, so the
+    folder is a causal LM `dbert eval --judge` can load."""
     tmp = out.with_name(out.name + ".saving")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp)
     torch.save(opt.state_dict(), tmp / "optimizer.pt")
     (tmp / "state.json").write_text(json.dumps(state, indent=1))
     old = out.with_name(out.name + ".old")
@@ -151,8 +155,8 @@ def train(a) -> int:
             state["history"].append({"step": state["step"], "loss": round(loss.item(), 4), "tokens_per_s": round(tps)})
             say(f"step {state['step']}/{steps} loss {loss.item():.3f} lr {rate:.2e} {tps:.0f} tok/s")
         if state["step"] % a.save_every == 0:
-            _save(model, opt, state, out)
-    _save(model, opt, state, out)
+            _save(model, opt, state, out, tok)
+    _save(model, opt, state, out, tok)
     say(("stopped" if state["step"] < steps else "finished") + f" at step {state['step']} of {steps}; saved in {out}")
     return 0
 
