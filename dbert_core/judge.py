@@ -147,3 +147,15 @@ def human_chunks(examples: list[str], n: int, words: float) -> list[str]:
     if current and len(out) < n:
         out.append(" ".join(current))
     return out
+
+
+def causal_batch(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows -> (ids, labels) for a causal LM's loss: padded with pad_id, labels -100 on the
+    padding (the model shifts labels itself, so a row's first token is context, never a target)."""
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), pad_id)
+    labels = torch.full((len(rows), width), -100)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r)
+        labels[i, :len(r)] = torch.tensor(r)
+    return ids, labels

@@ -12,6 +12,7 @@ import torch
 from helpers import TINYSTORIES, TINYSTORIES_VALID
 
 from dbert_core.errors import DbertError
+from dbert_core.judge import causal_batch
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +31,7 @@ def judge_dir(tmp_path_factory):
     rows = [r for r in rows if len(r) > 4]
     gen = random.Random(0)
     for _ in range(150):
-        batch = gen.sample(rows, 32)
-        width = max(map(len, batch))
-        ids = torch.full((32, width), tok.pad_token_id)
-        labels = torch.full((32, width), -100)
-        for i, r in enumerate(batch):
-            ids[i, :len(r)] = torch.tensor(r)
-            labels[i, :len(r)] = torch.tensor(r)
+        ids, labels = causal_batch(gen.sample(rows, 32), tok.pad_token_id)
         loss = model(input_ids=ids, attention_mask=(labels != -100).long(), labels=labels).loss
         opt.zero_grad()
         loss.backward()

@@ -36,6 +36,7 @@ import torch
 from dbert_core import checkpoint
 from dbert_core.data import document_sentences, encode, pack_sentences, read_documents, read_examples
 from dbert_core.hardware import cpu_name, native_bf16
+from dbert_core.judge import causal_batch
 
 
 def say(text: str) -> None:
@@ -64,14 +65,8 @@ def build(db, seq_len: int):
 
 
 def _batch(rows: list[list[int]], sep: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    rows = [r if r[:1] == [sep] else [sep] + r for r in rows]
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), pad)
-    labels = torch.full((len(rows), width), -100)
-    for i, r in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(r)
-        labels[i, 1:len(r)] = torch.tensor(r[1:])  # the leading [SEP] is given, never predicted
-    return ids, labels
+    """Each window read after a [SEP] (one that starts a document has it already)."""
+    return causal_batch([r if r[:1] == [sep] else [sep] + r for r in rows], pad)
 
 
 def _save(model, opt, state: dict, out: Path, tokenizer=None) -> None:

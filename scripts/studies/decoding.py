@@ -132,6 +132,7 @@ def train_judge(a, db) -> Path:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from dbert_core.data import read_examples
+    from dbert_core.judge import causal_batch
 
     out = a.out / f"judge-{a.train_judge}"
     if (out / "model.safetensors").exists():
@@ -155,13 +156,7 @@ def train_judge(a, db) -> Path:
         lr = 2e-3 * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / a.train_judge)))
         for g in opt.param_groups:
             g["lr"] = lr
-        batch = gen.sample(rows, 16)
-        width = max(map(len, batch))
-        ids = torch.full((16, width), tok.pad_token_id)
-        labels = torch.full((16, width), -100)
-        for i, r in enumerate(batch):
-            ids[i, :len(r)] = torch.tensor(r)
-            labels[i, :len(r)] = torch.tensor(r)
+        ids, labels = causal_batch(gen.sample(rows, 16), tok.pad_token_id)
         loss = model(input_ids=ids, attention_mask=(labels != -100).long(), labels=labels).loss
         opt.zero_grad()
         loss.backward()
