@@ -167,6 +167,7 @@ def spans(pieces: Sequence[str], masked: Sequence[bool] | None = None, *, sep: s
 
     out: list[Span] = []
     joined: list[bool] = []  # span continues the word before it (a ## piece)
+    starts: set[int] = set()  # spans that begin a story (after a [SEP]), whatever `paragraph` reads as
     broken = False         # a [SEP] since the last span
     glue_next = False      # the last span wants no space after it
     single_open = False
@@ -215,19 +216,22 @@ def spans(pieces: Sequence[str], masked: Sequence[bool] | None = None, *, sep: s
                 gap, glue = "", True                               # 3.5, 10:30, 1,000
         if prev is None:
             gap = paragraph if broken else ""
+            if broken:
+                starts.add(len(out))
         if verbatim is not None and i in verbatim:
             text = verbatim[i]
         out.append(Span(i, gap, text, hidden[i]))
         joined.append(cont and prev is not None and not prev.masked and gap == "")
         broken, glue_next = False, glue
     if cased:
-        out = _cased(out, joined, roles, paragraph, truecase, verbatim or {})
+        out = _cased(out, joined, roles, starts, truecase, verbatim or {})
     return out
 
 
-def _cased(out: list[Span], joined: list[bool], roles: dict[int, bool], paragraph: str,
+def _cased(out: list[Span], joined: list[bool], roles: dict[int, bool], starts: set[int],
            table: dict | None, verbatim: Mapping[int, str]) -> list[Span]:
-    """The spans with each word in its written form and a capital at every sentence start."""
+    """The spans with each word in its written form and a capital at every sentence start
+    (starts: the spans that open a story)."""
     result = list(out)
     words = []  # (first span, end span, word)
     k = 0
@@ -244,7 +248,7 @@ def _cased(out: list[Span], joined: list[bool], roles: dict[int, bool], paragrap
     capital = True
     for k, end, word in words:
         s = out[k]
-        if s.gap == paragraph and k > 0:
+        if k in starts:
             capital = True
         if s.masked:
             capital = False

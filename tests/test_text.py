@@ -119,6 +119,14 @@ def test_without_a_table_sentences_and_i_still_get_capitals():
     assert detokenize(pieces, paragraph=" ") == "once i saw a dog. it ran! the end."
 
 
+def test_a_space_for_a_story_break_still_capitalises_only_sentence_and_story_starts():
+    # the evaluation and the decoding study show samples on one line with " " for a story break:
+    # every word gap is " " too, and it must not read as a story start (that wrote Title Case)
+    pieces = "[SEP] one day , the dog ran [SEP] the end .".split()
+    assert detokenize(pieces, cased=True, paragraph=" ") == "One day, the dog ran The end."
+    assert detokenize(pieces, cased=True, paragraph="\n") == "One day, the dog ran\nThe end."
+
+
 def test_a_name_given_in_the_text_is_a_name_throughout():
     pieces = "there was a dog named tuck ##er . tuck ##er liked to run .".split()
     assert detokenize(pieces, cased=True) == "There was a dog named Tucker. Tucker liked to run."
