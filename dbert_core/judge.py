@@ -70,7 +70,10 @@ class Judge:
         self.device = torch.device(device)
         self.model.to(self.device).eval()
         tok = self.tokenizer
-        start = next((i for i in (tok.bos_token_id, tok.eos_token_id, getattr(tok, "cls_token_id", None))
+        config_bos = getattr(self.model.config, "bos_token_id", None)  # the model's own start token, where
+        if not (isinstance(config_bos, int) and 0 <= config_bos < len(tok)):  # its tokenizer names none
+            config_bos = None
+        start = next((i for i in (tok.bos_token_id, config_bos, tok.eos_token_id, getattr(tok, "cls_token_id", None))
                       if i is not None), None)
         self.start = start  # scored from this token; without one the first token is not scored
         self.context = int(getattr(self.model.config, "n_positions", None) or

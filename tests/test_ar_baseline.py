@@ -35,7 +35,22 @@ def test_trains_resumes_and_scores(tiny_checkpoint, tmp_path, capsys):
     assert (out / "vocab.txt").is_file()  # a causal LM folder with its tokenizer: a judge
     from dbert_core.judge import Judge
 
-    assert Judge(str(out)).model.config.n_embd == 384
+    judge = Judge(str(out))
+    assert judge.model.config.n_embd == 384
+    assert judge.start == db.tokenizer.sep_token_id  # scored from the token every window was read after
     assert mod.main(["eval", str(out), "--heldout", str(TINYSTORIES_VALID), "--limit", "20"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["sentences"] == 20 and result["tokens"] > 20 and 1 < result["ppl_token"] < 2 * len(db.tokenizer)
+    # samples: two sets of windows of the asked length, shown as the diffusion model's are, with the figures
+    assert mod.main(["sample", str(out), "--n", "3", "--length", "12", "--heldout", str(TINYSTORIES_VALID),
+                     "--batch-size", "2"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["samples"] == 3 and got["length"] == 12 and len(got["texts"]["first"]) == len(got["texts"]["second"]) == 3
+    assert got["texts"]["first"] != got["texts"]["second"]  # two seeds
+    assert all("[MASK]" not in t and "[CLS]" not in t and "[PAD]" not in t for t in got["texts"]["first"])
+    assert 0 <= got["bleu4"] <= 1 and 0 <= got["self_bleu4"] <= 1 and 0 < got["distinct2"] <= 1
+    assert got["sample_tokens_per_s"] > 0 and 0 <= got["frac_repeat"] <= 1
+    # the same seed draws the same windows
+    assert mod.main(["sample", str(out), "--n", "3", "--length", "12", "--heldout", str(TINYSTORIES_VALID),
+                     "--batch-size", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["texts"] == got["texts"]

@@ -2,6 +2,7 @@
 
     python scripts/studies/ar_baseline.py train runs/stories --out runs/ar-baseline     # resumable
     python scripts/studies/ar_baseline.py eval runs/ar-baseline --heldout runs/data/stories-heldout.txt
+    python scripts/studies/ar_baseline.py sample runs/ar-baseline --n 200 > runs/ar-baseline-samples.json
 
 A GPT-2-shaped causal LM (transformers' GPT2LMHeadModel: 6 layers, hidden 384, 6 heads, tied
 embeddings; about the diffusion model's parameter count) trained on the diffusion checkpoint's
@@ -15,7 +16,14 @@ train saves every --save-every steps and on Ctrl-C / SIGTERM (weights, optimizer
 order's seed) into --out atomically and continues from there when run again. eval scores the
 held-out sentences one by one, each after a [SEP] as the diffusion model's eval sees them alone:
 the exact perplexity per WordPiece token (the diffusion model's figure is an upper bound on its
-own perplexity: compare with that in mind), plus tokens/s of training.
+own perplexity: compare with that in mind), plus tokens/s of training. sample draws --n + --n
+windows of the diffusion model's length from a [SEP] (a sentence start, as the diffusion model's
+unconditional samples begin), token by token at --temperature with --top-k (the diffusion CLI's
+defaults; no repeat block and no quote touch-up, which are the diffusion sampler's own
+heuristics), shows them with the diffusion checkpoint's detokenizer and truecasing, and reports
+the figures the decoding study reports for the diffusion model: readability checks, BLEU-4
+against the held-out sentences on the first set, Self-BLEU-4 on the second, distinct-n, unigram
+entropy, and the sampling speed in tokens/s.
 """
 
 from __future__ import annotations
@@ -77,6 +85,9 @@ def _save(model, opt, state: dict, out: Path, tokenizer=None) -> None:
     model.save_pretrained(tmp)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
+        for name in ("tokenizer_config.json", "special_tokens_map.json"):  # every window is read after a
+            meta = json.loads((tmp / name).read_text())                   # [SEP]: a judge starts there
+            (tmp / name).write_text(json.dumps({**meta, "bos_token": tokenizer.sep_token}, indent=2) + "\n")
     torch.save(opt.state_dict(), tmp / "optimizer.pt")
     (tmp / "state.json").write_text(json.dumps(state, indent=1))
     old = out.with_name(out.name + ".old")
@@ -184,6 +195,68 @@ def evaluate(a) -> int:
     return 0
 
 
+@torch.inference_mode()
+def draw(model, sep: int, n: int, length: int, temperature: float, top_k: int, seed: int,
+         batch_size: int = 32, forbidden: tuple[int, ...] = ()) -> list[list[int]]:
+    """n windows of length tokens after a [SEP], drawn left to right with the KV cache."""
+    import inspect
+
+    gen = torch.Generator().manual_seed(seed)
+    # transformers 5.x renamed past_key_values to cache (argument and output): whichever this one has
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    rows: list[list[int]] = []
+    for lo in range(0, n, batch_size):
+        b = min(batch_size, n - lo)
+        ids = torch.full((b, 1), sep, dtype=torch.long)
+        past, out = None, []
+        for _ in range(length):
+            res = model(input_ids=ids, use_cache=True, **{key: past})
+            past = getattr(res, key)
+            logits = res.logits[:, -1].float() / temperature
+            if forbidden:
+                logits[:, list(forbidden)] = float("-inf")
+            if top_k:
+                kth = logits.topk(min(top_k, logits.shape[-1]), -1).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            ids = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)
+            out.append(ids)
+        rows.extend(torch.cat(out, 1).tolist())
+    return rows
+
+
+def sample(a) -> int:
+    from transformers import GPT2LMHeadModel
+
+    from dbert_core.metrics import bleu, distinct_n, readability, self_bleu, unigram_entropy
+
+    out = Path(a.out)
+    state = json.loads((out / "state.json").read_text())
+    db = checkpoint.load(state["checkpoint"])
+    tok = db.tokenizer
+    model = GPT2LMHeadModel.from_pretrained(out).eval()
+    length = a.length or db.meta["seq_len"]
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    forbidden = tuple(i for i in (tok.pad_token_id, tok.cls_token_id, tok.mask_token_id, tok.unk_token_id)
+                      if i is not None)
+    start = time.perf_counter()
+    sets = [draw(model, tok.sep_token_id, a.n, length, a.temperature, a.top_k, a.seed + k, a.batch_size, forbidden)
+            for k in range(2)]
+    seconds = time.perf_counter() - start
+    first, second = ([db.decode(r, paragraph=" ") for r in rows] for rows in sets)
+    refs = read_examples([a.heldout], "sentence")
+    result = {"model": str(out), "step": state["step"], "steps": state["steps"], "samples": a.n, "length": length,
+              "temperature": a.temperature, "top_k": a.top_k, "seed": a.seed,
+              "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second), "distinct1": distinct_n(first, 1),
+              "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),
+              "unigram_entropy": unigram_entropy(first), **readability(first),
+              "sample_tokens_per_s": round(2 * a.n * length / seconds), "seconds_per_sample": seconds / (2 * a.n),
+              "batch_size": a.batch_size, "threads": torch.get_num_threads(), "cpu": cpu_name(),
+              "examples": first[:10], "texts": {"first": first, "second": second}}
+    print(json.dumps(result))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -198,8 +271,18 @@ def main(argv=None) -> int:
     e.add_argument("out")
     e.add_argument("--heldout", default="runs/data/stories-heldout.txt")
     e.add_argument("--limit", type=int, default=1000)
+    s = sub.add_parser("sample")
+    s.add_argument("out")
+    s.add_argument("--n", type=int, default=200, help="samples per set (two sets, as the decoding study draws)")
+    s.add_argument("--length", type=int, default=0, help="tokens per sample [the diffusion model's length]")
+    s.add_argument("--temperature", type=float, default=1.0)
+    s.add_argument("--top-k", type=int, default=30)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--batch-size", type=int, default=32)
+    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--heldout", default="runs/data/stories-heldout.txt", help="BLEU-4's references")
     a = ap.parse_args(argv)
-    return train(a) if a.cmd == "train" else evaluate(a)
+    return {"train": train, "eval": evaluate, "sample": sample}[a.cmd](a)
 
 
 if __name__ == "__main__":
