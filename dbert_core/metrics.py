@@ -297,18 +297,26 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
     if texts is not None:
         texts.update(first=first, second=second)
     if judge is not None:
-        from .judge import Judge, human_chunks
-
-        if not isinstance(judge, Judge):
-            judge = Judge(judge, db.device)
-        mine = judge.score(first)
-        human = human_chunks(refs, n, out["words_per_sample"])
-        theirs = judge.score(human)
-        out.update(judge=judge.name, gen_ppl=mine["gen_ppl"], log_gen_ppl_se=mine["log_gen_ppl_se"],
-                   judge_entropy=mine["entropy"],
-                   judge_tokens_per_sample=mine["judge_tokens_per_text"], human_texts=len(human),
-                   human_gen_ppl=theirs["gen_ppl"], human_judge_entropy=theirs["entropy"],
-                   human_unigram_entropy=unigram_entropy(human))
-        if texts is not None:
-            texts.update(human=human)
+        out.update(judged(judge, first, refs, out["words_per_sample"], db.device, texts))
     return out
+
+
+def judged(judge, samples: list[str], references: list[str], words: float, device="cpu",
+           texts: dict | None = None) -> dict:
+    """samples' gen-PPL and entropy under judge (a judge.Judge or the name of a causal LM), and the
+    same for as many pieces of the references of `words` words each ("human_"); texts receives
+    the human pieces ("human"). quality() calls it; a study can call it again on kept samples
+    to score them under another judge without drawing them again."""
+    from .judge import Judge, human_chunks
+
+    if not isinstance(judge, Judge):
+        judge = Judge(judge, device)
+    mine = judge.score(samples)
+    human = human_chunks(references, len(samples), words)
+    theirs = judge.score(human)
+    if texts is not None:
+        texts.update(human=human)
+    return dict(judge=judge.name, gen_ppl=mine["gen_ppl"], log_gen_ppl_se=mine["log_gen_ppl_se"],
+                judge_entropy=mine["entropy"], judge_tokens_per_sample=mine["judge_tokens_per_text"],
+                human_texts=len(human), human_gen_ppl=theirs["gen_ppl"], human_judge_entropy=theirs["entropy"],
+                human_unigram_entropy=unigram_entropy(human))

@@ -43,3 +43,24 @@ def test_runs_resumes_and_writes_the_doc(tiny_checkpoint, tmp_path):
     assert mod.main(["--doc-only", "--out", str(out), "--doc", str(doc)]) == 0
     assert doc.read_text().endswith("my own notes\n") and "| human text |" in doc.read_text()
     assert mod.main(["--out", str(out), "--doc", str(doc), "--skip", "tv", "--checkpoint", str(tiny_checkpoint)]) == 2
+
+
+@pytest.mark.slow
+def test_samples_drawn_once_are_scored_later_under_a_judge(tiny_checkpoint, tmp_path):
+    import json
+
+    mod = script()
+    out, doc = tmp_path / "runs", tmp_path / "docs" / "decoding.md"
+    common = ["--checkpoint", str(tiny_checkpoint), "--data", str(TINYSTORIES_VALID), "--samples", "4",
+              "--length", "12", "--settings", "first-hitting-T1.0,threshold-0.7", "--skip", "tv",
+              "--out", str(out), "--doc", str(doc)]
+    assert mod.main(common + ["--sample-only"]) == 0
+    assert not doc.exists()  # nothing to write a doc from yet
+    drawn = {p.name: json.loads(p.read_text()) for p in (out / "frontier").glob("*.json")}
+    assert len(drawn) == 2 and all("gen_ppl" not in r and len(r["texts"]["first"]) == 4 for r in drawn.values())
+    assert mod.main(common + ["--judge-data", str(TINYSTORIES_VALID), "--train-judge", "3"]) == 0
+    for name, before in drawn.items():
+        after = json.loads((out / "frontier" / name).read_text())
+        assert after["texts"] == before["texts"] and after["seconds_total"] == before["seconds_total"]  # not redrawn
+        assert after["gen_ppl"] > 1 and after["human_texts"] == 4 and after["judge"].endswith("judge-3")
+    assert "| human text |" in doc.read_text()

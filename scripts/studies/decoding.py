@@ -172,26 +172,39 @@ def train_judge(a, db) -> Path:
 
 # ---------------------------------------------------------------------------------- frontier
 def run_frontier(a) -> None:
+    """Each setting's samples and figures into --out/frontier/KEY.json, with the samples themselves:
+    a setting already drawn at this size is not drawn again, only scored under a new judge."""
     from dbert_core import checkpoint
+    from dbert_core.data import read_examples
     from dbert_core.judge import Judge
-    from dbert_core.metrics import quality
+    from dbert_core.metrics import judged, quality
     from dbert_core.store import resolve
 
     db = checkpoint.load(resolve(a.checkpoint))
-    judge_path = a.judge if a.judge else str(train_judge(a, db))
-    judge = Judge(judge_path, db.device)
+    judge = None
+    if not a.sample_only:
+        judge = Judge(a.judge if a.judge else str(train_judge(a, db)), db.device)
     keys = QUICK if a.quick else [k for k, *_ in FULL]
     if a.settings:
         keys = a.settings.split(",")
     table = {k: (s, st, temp, p) for k, s, st, temp, p in FULL}
     length = a.length or int(db.meta.get("seq_len", 64))
+    refs = None
     for key in keys:
         sampler, steps, temperature, params = table[key]
         target = a.out / "frontier" / f"{key}.json"
         if target.exists():
             prev = json.loads(target.read_text())
-            if prev.get("samples") == a.samples and prev.get("sample_length") == length and prev.get("judge") == judge.name:
-                continue
+            if prev.get("samples") == a.samples and prev.get("sample_length") == length:
+                if judge is None or prev.get("judge") == judge.name:
+                    continue
+                if prev.get("texts"):  # drawn already: scored under this judge, not drawn again
+                    say(f"frontier: {key}: scoring its samples under {judge.name}")
+                    refs = refs or read_examples([str(a.data)], "sentence")
+                    prev.update(judged(judge, prev["texts"]["first"], refs, prev["words_per_sample"], db.device),
+                                judge_stand_in=not a.judge)
+                    write_json(target, prev)
+                    continue
         say(f"frontier: {key} ({a.samples} + {a.samples} samples of {length} tokens)")
         texts: dict = {}
         start = time.perf_counter()
@@ -199,7 +212,8 @@ def run_frontier(a) -> None:
                       batch_size=a.batch_size, seed=a.seed, unit="sentence", sampler=sampler, params=params,
                       temperature=temperature, judge=judge, texts=texts)
         row.update(key=key, seconds_total=round(time.perf_counter() - start, 1), checkpoint=str(db.path),
-                   judge_stand_in=not a.judge, machine=cpu(), examples=texts["first"][:3])
+                   judge_stand_in=judge is not None and not a.judge, machine=cpu(), examples=texts["first"][:3],
+                   data=str(a.data), texts={"first": texts["first"], "second": texts["second"]})
         write_json(target, row)
 
 
@@ -427,8 +441,12 @@ def write_doc(a) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", default="default", help="the model of the frontier (a store name or folder) [the shipped default]")
-    p.add_argument("--data", type=Path, default=DATA / "valid.txt", help="held-out text: BLEU references and human text")
+    heldout = ROOT / "runs" / "data" / "stories-heldout.txt"  # scripts/stories_model.sh data: the default's held-out slice
+    p.add_argument("--data", type=Path, default=heldout if heldout.exists() else DATA / "valid.txt",
+                   help="held-out text: BLEU references and human text [the stories model's held-out slice]")
     p.add_argument("--judge", help="a Hugging Face causal LM (folder or hub id) to score the samples")
+    p.add_argument("--sample-only", action="store_true",
+                   help="draw and keep each setting's samples without a judge (a later run with --judge scores them)")
     p.add_argument("--train-judge", type=int, default=0, metavar="STEPS", help="without --judge: train a stand-in GPT-2 here")
     p.add_argument("--judge-data", type=Path, default=DATA / "train.txt", help="the stand-in judge's training text")
     p.add_argument("--samples", type=int, default=200, help="samples per set (two sets per setting)")
@@ -460,9 +478,13 @@ def main(argv: list[str] | None = None) -> int:
             if "tv" not in skip:
                 run_tv(a)
             if "frontier" not in skip:
-                if not a.judge and not a.train_judge:
-                    raise DbertError("the frontier needs --judge MODEL, or --train-judge STEPS for a stand-in")
+                if not a.judge and not a.train_judge and not a.sample_only:
+                    raise DbertError("the frontier needs --judge MODEL, or --train-judge STEPS for a stand-in "
+                                     "(or --sample-only)")
                 run_frontier(a)
+                if a.sample_only:
+                    say("samples kept; run again with --judge to score them and write the doc")
+                    return 0
         if a.preliminary:
             write_json(a.out / "preliminary.json", {"note": a.preliminary})
         elif (a.out / "preliminary.json").exists():
