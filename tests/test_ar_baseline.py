@@ -40,11 +40,13 @@ def test_trains_resumes_and_scores(tiny_checkpoint, tmp_path, capsys):
     assert judge.start == db.tokenizer.sep_token_id  # scored from the token every window was read after
     assert mod.main(["eval", str(out), "--heldout", str(TINYSTORIES_VALID), "--limit", "20"]) == 0
     result = json.loads(capsys.readouterr().out)
+    assert json.loads((out / "eval.json").read_text()) == result  # kept beside the weights for the study's doc
     assert result["sentences"] == 20 and result["tokens"] > 20 and 1 < result["ppl_token"] < 2 * len(db.tokenizer)
     # samples: two sets of windows of the asked length, shown as the diffusion model's are, with the figures
     assert mod.main(["sample", str(out), "--n", "3", "--length", "12", "--heldout", str(TINYSTORIES_VALID),
                      "--batch-size", "2"]) == 0
     got = json.loads(capsys.readouterr().out)
+    assert json.loads((out / "samples.json").read_text()) == got
     assert got["samples"] == 3 and got["length"] == 12 and len(got["texts"]["first"]) == len(got["texts"]["second"]) == 3
     assert got["texts"]["first"] != got["texts"]["second"]  # two seeds
     assert all("[MASK]" not in t and "[CLS]" not in t and "[PAD]" not in t for t in got["texts"]["first"])
@@ -54,3 +56,13 @@ def test_trains_resumes_and_scores(tiny_checkpoint, tmp_path, capsys):
     assert mod.main(["sample", str(out), "--n", "3", "--length", "12", "--heldout", str(TINYSTORIES_VALID),
                      "--batch-size", "2"]) == 0
     assert json.loads(capsys.readouterr().out)["texts"] == got["texts"]
+    # the decoding study's doc shows both figures, and says the baseline's perplexity is exact
+    import argparse
+
+    spec = importlib.util.spec_from_file_location("decoding_doc", ROOT / "scripts" / "studies" / "decoding.py")
+    dec = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dec)
+    text = "\n".join(dec.baseline_section(argparse.Namespace(baseline=out, diffusion_eval=tmp_path / "none.json"),
+                                          [], str))
+    assert f"| {result['ppl_token']:.2f} (exact) |" in text and "Three of its samples" in text
+    assert "stopped at step" not in text  # it met its budget

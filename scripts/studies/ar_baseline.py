@@ -190,9 +190,18 @@ def evaluate(a) -> int:
     result = {"ppl_token": math.exp(nll / count), "nats_per_token": nll / count, "tokens": int(count),
               "sentences": len(sentences), "step": state["step"], "steps": state["steps"],
               "tokens_seen": state["tokens_seen"], "params": state["params"], "cpu": state["cpu"],
-              "train_tokens_per_s": round(state["tokens_seen"] / max(1e-9, state["seconds"]))}
+              "train_tokens_per_s": round(state["tokens_seen"] / max(1e-9, state["seconds"])),
+              "heldout": str(a.heldout), "train_seconds": state["seconds"]}
+    _keep(out / "eval.json", result)
     print(json.dumps(result))
     return 0
+
+
+def _keep(path: Path, result: dict) -> None:
+    """The figures beside the model, for the decoding study's doc (scripts/studies/decoding.py)."""
+    from dbert_core.layout import atomic_write_text
+
+    atomic_write_text(path, json.dumps(result, indent=1) + "\n")
 
 
 @torch.inference_mode()
@@ -252,7 +261,8 @@ def sample(a) -> int:
               "unigram_entropy": unigram_entropy(first), **readability(first),
               "sample_tokens_per_s": round(2 * a.n * length / seconds), "seconds_per_sample": seconds / (2 * a.n),
               "batch_size": a.batch_size, "threads": torch.get_num_threads(), "cpu": cpu_name(),
-              "examples": first[:10], "texts": {"first": first, "second": second}}
+              "examples": first[:10], "texts": {"first": first, "second": second}, "heldout": str(a.heldout)}
+    _keep(out / "samples.json", result)
     print(json.dumps(result))
     return 0
 
