@@ -66,6 +66,7 @@ def gather(runs: Path = RUNS) -> dict:
     return {
         "meta": meta, "curve": curve, "cpu": cpu_name(), "bf16": native_bf16("cpu"),
         "eval": _load(runs / "eval_stories_stories.json"), "previous": _load(runs / "eval_previous_stories.json"),
+        "previous_own": _load(runs / "eval_previous_own_decoding.json"),
         "decoding": _load(runs / "decoding.json"), "shown": _timing(runs),
         "checks200": readability(samples200), "n200": len(samples200),
         "defaults": {"steps": d.steps, "temperature": d.temperature, "top_k": d.top_k, "top_p": d.top_p,
@@ -128,6 +129,10 @@ def render(d: dict) -> str:
 README's training notes for why and how to try them (`scripts/stories_model.sh` takes more `--data`).""")
     dec = d.get("decoding")
     n_ev, n_prev = (ev or {}).get("samples", 200), (prev or {}).get("samples", 200)
+    own = d.get("previous_own")  # the previous default under the decoding of its own release, if measured
+    own_text = (f"; with the decoding of its own release (no quote touch-up, the older repeat block) the previous "
+                f"default balanced quotes in {own['frac_quotes_balanced']:.0%} of {own['samples']} samples and "
+                f"repeated a word in {own['frac_repeat']:.1%}" if own else "")
     return f"""# dbert-minilm-stories: the default checkpoint
 
 A DiffusionBERT (spindle schedule, lambda = {meta['lambda']}, T = {meta['T']}, time-agnostic decoding: the
@@ -195,8 +200,9 @@ Best: {best[1]:.1f} at step {best[0]:,}; last: {d['curve'][last]:.1f} at step {l
 `dbert eval --unit sentence --steps 128 --limit 1000 --samples N --top-k 30` on the held-out slice for
 both models: the 128-step ELBO bound per token (one Monte-Carlo draw per sentence; ± a 95% interval)
 and per word on 1,000 held-out sentences scored one by one, then N + N samples (N = {n_ev} here,
-{n_prev} for the previous default, whose figures were measured with the decoding of its own release) at each model's own
-length (BLEU-4 against the held-out sentences, Self-BLEU-4, distinct-2) and the reader's checks. The
+{n_prev} for the previous default) at each model's own length: BLEU-4 against the held-out sentences, Self-BLEU-4,
+distinct-2 and the reader's checks. Both are sampled with today's decoding (the repeat block and the quote
+touch-up), so the rows compare the models, not the decoders{own_text}. The
 packed column is each model's own training-time validation on its own windows (64 tokens with a [SEP]
 between sentences for the previous model, {c['seq_len']}-token sentence-start windows here): not the same
 windows, so compare the per-sentence columns.
