@@ -58,6 +58,8 @@ def test_samples_drawn_once_are_scored_later_under_a_judge(tiny_checkpoint, tmp_
     assert not doc.exists()  # nothing to write a doc from yet
     drawn = {p.name: json.loads(p.read_text()) for p in (out / "frontier").glob("*.json")}
     assert len(drawn) == 2 and all("gen_ppl" not in r and len(r["texts"]["first"]) == 4 for r in drawn.values())
+    assert mod.main(["--doc-only", "--out", str(out), "--doc", str(doc)]) == 0  # a doc of what is there so far
+    assert "Drawn but not yet scored under a judge" in doc.read_text() and "| human text |" not in doc.read_text()
     assert mod.main(common + ["--judge-data", str(TINYSTORIES_VALID), "--train-judge", "3"]) == 0
     for name, before in drawn.items():
         after = json.loads((out / "frontier" / name).read_text())

@@ -377,6 +377,8 @@ def write_doc(a) -> None:
     tv_path = a.out / "tv.json"
     tv = json.loads(tv_path.read_text()) if tv_path.exists() else None
     rows = [json.loads(p.read_text()) for p in sorted((a.out / "frontier").glob("*.json"))]
+    unscored = sorted(r["key"] for r in rows if "gen_ppl" not in r)  # drawn with --sample-only, no judge yet
+    rows = [r for r in rows if "gen_ppl" in r]
     order = {k: i for i, (k, *_) in enumerate(FULL)}
     rows.sort(key=lambda r: order.get(r["key"], 99))
     from dbert_core.strategies import STRATEGIES
@@ -430,6 +432,9 @@ def write_doc(a) -> None:
     else:
         L += ["(not run yet)", ""]
     L += ["## Quality against calls", ""]
+    if unscored:
+        L += [f"Drawn but not yet scored under a judge (`--judge MODEL` scores them without drawing again): "
+              f"{', '.join(unscored)}.", ""]
     if rows:
         r0 = rows[0]
         stand_in = any(r.get("judge_stand_in") for r in rows)
