@@ -168,14 +168,18 @@ def train(a) -> int:
 
 
 @torch.inference_mode()
-def evaluate(a) -> int:
+def _trained(out: Path):
+    """A saved baseline: its state, the diffusion checkpoint it matches, and the model for inference."""
     from transformers import GPT2LMHeadModel
 
-    out = Path(a.out)
     state = json.loads((out / "state.json").read_text())
-    db = checkpoint.load(state["checkpoint"])
+    return state, checkpoint.load(state["checkpoint"]), GPT2LMHeadModel.from_pretrained(out).eval()
+
+
+def evaluate(a) -> int:
+    out = Path(a.out)
+    state, db, model = _trained(out)
     tok = db.tokenizer
-    model = GPT2LMHeadModel.from_pretrained(out).eval()
     sentences = read_examples([a.heldout], "sentence")[: a.limit]
     nll = count = 0.0
     for i in range(0, len(sentences), 32):
@@ -234,15 +238,11 @@ def draw(model, sep: int, n: int, length: int, temperature: float, top_k: int, s
 
 
 def sample(a) -> int:
-    from transformers import GPT2LMHeadModel
-
     from dbert_core.metrics import bleu, distinct_n, readability, self_bleu, unigram_entropy
 
     out = Path(a.out)
-    state = json.loads((out / "state.json").read_text())
-    db = checkpoint.load(state["checkpoint"])
+    state, db, model = _trained(out)
     tok = db.tokenizer
-    model = GPT2LMHeadModel.from_pretrained(out).eval()
     length = a.length or db.meta["seq_len"]
     if a.threads:
         torch.set_num_threads(a.threads)
