@@ -66,3 +66,15 @@ def test_trains_resumes_and_scores(tiny_checkpoint, tmp_path, capsys):
                                           [], str))
     assert f"| {result['ppl_token']:.2f} (exact) |" in text and "Three of its samples" in text
     assert "stopped at step" not in text  # it met its budget
+
+
+def test_speed_times_both_trainings_in_one_run(tiny_checkpoint, tmp_path, capsys):
+    mod = script()
+    out = tmp_path / "ar"
+    assert mod.main(["speed", str(tiny_checkpoint), "--out", str(out), "--steps", "1", "--rounds", "2"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert json.loads((out / "speed.json").read_text()) == got
+    assert got["steps_each"] == 2 and got["rounds"] == 2
+    assert got["diffusion_tokens_per_s"] > 0 and got["gpt2_tokens_per_s"] > 0
+    assert got["ratio_gpt2_over_diffusion"] == round(got["gpt2_tokens_per_s"] / got["diffusion_tokens_per_s"], 2)
+    assert got["gpt2_params"] > 0 and got["diffusion_params"] > 0

@@ -3,6 +3,7 @@
     python scripts/studies/ar_baseline.py train runs/stories --out runs/ar-baseline     # resumable
     python scripts/studies/ar_baseline.py eval runs/ar-baseline --heldout runs/data/stories-heldout.txt
     python scripts/studies/ar_baseline.py sample runs/ar-baseline --n 200 > runs/ar-baseline-samples.json
+    python scripts/studies/ar_baseline.py speed runs/stories     # both trainings' tokens/s, one run
 
 A GPT-2-shaped causal LM (transformers' GPT2LMHeadModel: 6 layers, hidden 384, 6 heads, tied
 embeddings; about the diffusion model's parameter count) trained on the diffusion checkpoint's
@@ -23,7 +24,9 @@ defaults; no repeat block and no quote touch-up, which are the diffusion sampler
 heuristics), shows them with the diffusion checkpoint's detokenizer and truecasing, and reports
 the figures the decoding study reports for the diffusion model: readability checks, BLEU-4
 against the held-out sentences on the first set, Self-BLEU-4 on the second, distinct-n, unigram
-entropy, and the sampling speed in tokens/s.
+entropy, and the sampling speed in tokens/s. speed times both trainings' optimizer steps in one
+run, interleaved on the same windows (the diffusion trainer's own train_step beside this
+script's GPT-2 step), which is the only ratio of the two quoted.
 """
 
 from __future__ import annotations
@@ -267,6 +270,75 @@ def sample(a) -> int:
     return 0
 
 
+def speed(a) -> int:
+    """Training tokens/s of both models in one run, interleaved on the same windows: the diffusion
+    trainer's own step (dbert_core.train.Trainer.train_step) and this script's GPT-2 step, each at
+    the diffusion run's batch, length and autocast. Only a ratio measured this way is quoted."""
+    import copy
+
+    from dbert_core.config import TrainConfig
+    from dbert_core.prepare import in_memory
+    from dbert_core.train import Trainer
+
+    db = checkpoint.load(a.checkpoint)
+    tc, tok = db.meta["train_config"], db.tokenizer
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    rows = windows(db, tc["data"], db.meta["seq_len"])
+    random.Random(0).shuffle(rows)
+    batch = tc["batch_size"]
+    n = a.steps * a.rounds + 2
+    pool = rows[: n * batch]
+    cfg = TrainConfig(**{**tc, "data": ["(speed)"], "out": "(speed)", "val_data": None, "resume": False,
+                         "max_steps": n + 1, "warmup": 0, "device": "cpu"})
+    diff = copy.copy(db)
+    diff.model = copy.deepcopy(db.model).float()
+    trainer = Trainer(cfg, prepared=in_memory(diff, cfg, pool))
+    gpt = build(db, db.meta["seq_len"])
+    opt = torch.optim.AdamW(gpt.parameters(), lr=tc["lr"], weight_decay=0.01)
+    bf16 = native_bf16("cpu") and tc.get("dtype", "auto") != "fp32"
+
+    def gpt_step(k: int) -> int:
+        pick = pool[(k * batch) % len(pool):][:batch]
+        ids, labels = _batch(pick, tok.sep_token_id, tok.pad_token_id)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = gpt(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(gpt.parameters(), 1.0)
+        opt.step()
+        return sum(len(r) for r in pick)
+
+    per_window = sum(len(r) for r in pool) / len(pool)
+    trainer.train_step()  # warm-up: allocates both optimizers' state
+    gpt_step(0)
+    times, tokens = {"diffusion": 0.0, "gpt2": 0.0}, {"diffusion": 0, "gpt2": 0}
+    for r in range(a.rounds):  # interleaved, so a slower minute of the machine slows both
+        t0 = time.perf_counter()
+        for _ in range(a.steps):
+            trainer.train_step()
+        times["diffusion"] += time.perf_counter() - t0
+        tokens["diffusion"] += round(a.steps * batch * per_window)
+        t0 = time.perf_counter()
+        for k in range(a.steps):
+            tokens["gpt2"] += gpt_step(1 + r * a.steps + k)
+        times["gpt2"] += time.perf_counter() - t0
+        say(f"round {r + 1}/{a.rounds}: diffusion {tokens['diffusion'] / times['diffusion']:.0f} tok/s, "
+            f"GPT-2 {tokens['gpt2'] / times['gpt2']:.0f} tok/s")
+    tps = {k: round(tokens[k] / times[k]) for k in times}
+    result = {"checkpoint": str(a.checkpoint), "batch_size": batch, "seq_len": db.meta["seq_len"],
+              "steps_each": a.steps * a.rounds, "rounds": a.rounds, "bf16": bf16, "threads": torch.get_num_threads(),
+              "cpu": cpu_name(), "diffusion_tokens_per_s": tps["diffusion"], "gpt2_tokens_per_s": tps["gpt2"],
+              "ratio_gpt2_over_diffusion": round(tps["gpt2"] / tps["diffusion"], 2),
+              "diffusion_params": sum(p.numel() for p in db.model.parameters()),
+              "gpt2_params": sum(p.numel() for p in gpt.parameters()),
+              "tokens": "window tokens (the sentences packed into each window), counted alike for both"}
+    if a.out:
+        _keep(Path(a.out) / "speed.json", result)
+    print(json.dumps(result))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -291,8 +363,14 @@ def main(argv=None) -> int:
     s.add_argument("--batch-size", type=int, default=32)
     s.add_argument("--threads", type=int, default=0)
     s.add_argument("--heldout", default="runs/data/stories-heldout.txt", help="BLEU-4's references")
+    v = sub.add_parser("speed", help="training tokens/s of the diffusion model and the baseline, in one run")
+    v.add_argument("checkpoint", help="the diffusion checkpoint (its data, windows, batch, autocast)")
+    v.add_argument("--out", default="runs/ar-baseline", help="keep speed.json here ('' for stdout only)")
+    v.add_argument("--steps", type=int, default=5, help="optimizer steps of each model per round")
+    v.add_argument("--rounds", type=int, default=4)
+    v.add_argument("--threads", type=int, default=0)
     a = ap.parse_args(argv)
-    return {"train": train, "eval": evaluate, "sample": sample}[a.cmd](a)
+    return {"train": train, "eval": evaluate, "sample": sample, "speed": speed}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -354,6 +354,16 @@ def baseline_section(a, rows, rel) -> list[str]:
         L.append(f"| default diffusion model | {d['examples']:,} | {d['tokens']:,} | <= {d['ppl_token']:.2f} "
                  f"({d['steps']}-step bound) |")
     L.append("")
+    sp = base / "speed.json"
+    if sp.exists():
+        v = json.loads(sp.read_text())
+        L += [f"Training speed, both measured in one run (`python scripts/studies/ar_baseline.py speed`: "
+              f"{v['steps_each']} optimizer steps of each, interleaved in {v['rounds']} rounds on the same windows, "
+              f"batch {v['batch_size']} x {v['seq_len']} tokens, bf16 autocast {'on' if v['bf16'] else 'off'}, "
+              f"{v['threads']} thread(s), {v['cpu']}): the diffusion model's trainer {v['diffusion_tokens_per_s']:,} "
+              f"tokens/s, the GPT-2 {v['gpt2_tokens_per_s']:,} tokens/s: the baseline trains "
+              f"{v['ratio_gpt2_over_diffusion']:g}x as many tokens per second "
+              f"({v['diffusion_params'] / 1e6:.1f} M and {v['gpt2_params'] / 1e6:.1f} M parameters).", ""]
     if s:
         fh = next((r for r in rows if r["key"] == "first-hitting-T1.0"), None)
         L += [f"Samples: {s['samples']} + {s['samples']} windows of {s['length']} tokens from a [SEP] (a sentence "
