@@ -345,7 +345,7 @@ def evaluate(
     unit: Annotated[Unit, typer.Option(help="An example is a line or a sentence.")] = Unit.line,
     samples: Annotated[int, typer.Option(help="Also draw N samples for BLEU-4 / Self-BLEU-4 / distinct-n.")] = 0,
     sample_steps: Annotated[int, typer.Option(help="Reverse steps for those samples.")] = SAMPLE.steps,
-    sample_length: Annotated[int, typer.Option(help="Tokens per sample (the paper: 64).")] = 64,
+    sample_length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length, as `dbert sample`; the paper: 64).")] = None,
     top_k: Annotated[int, typer.Option(help="top-k of the samples (the paper: 30).")] = SAMPLE.top_k,
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="As in `dbert sample`.")] = SAMPLE.block_repeats,
     pair_quotes: Annotated[bool, typer.Option("--pair-quotes/--unpaired-quotes", help="As in `dbert sample`.")] = SAMPLE.pair_quotes,
@@ -374,7 +374,7 @@ def evaluate(
                                     ("--sample-steps", sample_steps, 1, " (the samples' --steps)"),
                                     ("--sample-length", sample_length, 1, " (the samples' --length)"),
                                     ("--top-k", top_k, 0, "")):
-        if value < lo:  # checked whether or not --samples asks for them: a wrong value is never silently unused
+        if value is not None and value < lo:  # checked whether or not --samples asks for them: never silently unused
             raise DbertError(f"{option} must be >= {lo}{what}, got {value}")
     if not 0 <= seed <= config.MAX_SEED:
         raise DbertError(f"--seed must be in [0, {config.MAX_SEED}], got {seed}")
@@ -407,7 +407,10 @@ def evaluate(
     result = {"checkpoint": str(db.path), **scored}
     if samples:
         sampling = SampleProgress(2 * samples, batch_size)
-        result.update(quality(db, data, samples, steps=sample_steps, length=sample_length, top_k=top_k,
+        from .sample import default_length
+
+        length = sample_length if sample_length is not None else default_length(db)
+        result.update(quality(db, data, samples, steps=sample_steps, length=length, top_k=top_k,
                               batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
                               sampler=sampler.value if sampler else None, params=params, temperature=temperature,
                               judge=judge, on_frame=sampling, pair_quotes=pair_quotes))

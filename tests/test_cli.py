@@ -307,6 +307,17 @@ def test_eval_and_sample_show_progress_on_stderr_only(tiny_checkpoint, capsys, m
     assert "scoring 40/40" in err and "sampling 8/8" in err
 
 
+
+def test_eval_samples_follow_the_checkpoints_length_unless_told(tiny_checkpoint, capsys, monkeypatch):
+    seq_len = json.loads((tiny_checkpoint / "dbert.json").read_text())["seq_len"]
+    code, out, _ = run(["eval", "--checkpoint", str(tiny_checkpoint), "--data", str(TINYSTORIES_VALID), "--limit", "4",
+                        "--steps", "4", "--samples", "2", "--sample-steps", "4", "--json"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["sample_length"] == seq_len  # as `dbert sample` does
+    code, out, _ = run(["eval", "--checkpoint", str(tiny_checkpoint), "--data", str(TINYSTORIES_VALID), "--limit", "4",
+                        "--steps", "4", "--samples", "2", "--sample-steps", "4", "--sample-length", "7", "--json"],
+                       capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["sample_length"] == 7
+
 def test_progress_line_on_a_terminal():
     import io
 
