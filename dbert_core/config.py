@@ -181,7 +181,7 @@ class SampleConfig:
     """How to sample. None fields are filled in per checkpoint by `sample.resolve(cfg, db)`."""
 
     n: int = 10                        # samples
-    steps: int = 128                   # reverse steps S (1..T)
+    steps: int = 96                    # reverse steps S (1..T); 96 reads as 128 does (docs/decoding.md)
     temperature: float = 1.0           # 0: greedy, the most likely token (ties broken by the seeded draw)
     top_k: int = 30                    # 0: off (the paper: 30)
     top_p: float = 1.0

@@ -55,3 +55,10 @@ def test_the_stories_card_renders_every_field():
     # without a decoding study or a second stage, the card says so (and is still whole)
     bare = mod.render({**d, "decoding": None, "mix": None, "history": "Stopped once at step 400."})
     assert "{" not in bare and "was not run for this model" in bare and "Stopped once at step 400." in bare
+    assert "were not compared under a judge" in bare
+    # with the decoding study's rows: the default's steps against 128 and the readability pick, with the ratio
+    fr = {k: {"rows_per_sample": c, "gen_ppl": g, "bleu4": b} for k, c, g, b in (
+        ("first-hitting-T1.0", 80.0, 30.0, 0.26), ("first-hitting-S96", 70.0, 30.5, 0.26), ("threshold-0.9", 126.0, 19.5, 0.28))}
+    card = mod.render({**d, "frontier": fr, "defaults": {**d["defaults"], "steps": 96}})
+    assert "{" not in card and "first-hitting (exact), 96 steps" in card and "70.0 calls per sample, gen-PPL 30.50" in card
+    assert "1.8x the default's calls" in card
