@@ -101,6 +101,17 @@ def _save(model, opt, state: dict, out: Path, tokenizer=None) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _step(model, opt, ids, labels, pad: int, bf16: bool) -> torch.Tensor:
+    """One optimizer step of the causal LM on a batch (bf16 autocast where native, clipping at 1)."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = model(input_ids=ids, attention_mask=(ids != pad).long(), labels=labels).loss
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss
+
+
 def train(a) -> int:
     from transformers import GPT2LMHeadModel
 
@@ -150,12 +161,7 @@ def train(a) -> int:
         rate = lr * (step + 1) / warmup if step < warmup else floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
         for g in opt.param_groups:
             g["lr"] = rate
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = _step(model, opt, ids, labels, tok.pad_token_id, bf16)
         state["step"] += 1
         state["tokens_seen"] += int((ids != tok.pad_token_id).sum())
         state["seconds"] = t0 + time.perf_counter() - start
@@ -300,13 +306,7 @@ def speed(a) -> int:
 
     def gpt_step(k: int) -> int:
         pick = pool[(k * batch) % len(pool):][:batch]
-        ids, labels = _batch(pick, tok.sep_token_id, tok.pad_token_id)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = gpt(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(gpt.parameters(), 1.0)
-        opt.step()
+        _step(gpt, opt, *_batch(pick, tok.sep_token_id, tok.pad_token_id), tok.pad_token_id, bf16)
         return sum(len(r) for r in pick)
 
     per_window = sum(len(r) for r in pool) / len(pool)
