@@ -3,10 +3,12 @@
     python scripts/export_default.py runs/minilm-wiki assets/dbert-minilm-wiki [--card CARD.md]
 
 The weights are stored in float16 (loaded back as float32); the model card is copied in as
-MODEL_CARD.md. The export is atomic like every checkpoint save.
+MODEL_CARD.md. The export is atomic like every checkpoint save. A run that continued a dbert
+checkpoint (its --init) keeps that checkpoint's step, tokens and time under "parent".
 """
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -25,6 +27,11 @@ def main() -> int:
     for key in ("train_config",):  # keep the recipe, drop machine-local paths
         cfg = db.meta.get(key, {})
         cfg.pop("out", None)
+    parent = Path(str(db.meta.get("init") or "")) / "dbert.json"
+    if parent.is_file():  # a stage 2 (stories_model.sh continue): keep what stage 1 was, its folder is local
+        p = json.loads(parent.read_text(encoding="utf-8"))
+        db.meta["parent"] = {k: p[k] for k in ("init", "step", "tokens_seen", "train_seconds", "created", "parent")
+                             if k in p}
     from dbert_core.store import _val_ppl
 
     val = _val_ppl(Path(args.src), {})  # the run's last validation bound, kept for listings

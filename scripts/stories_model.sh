@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # How the shipped stories checkpoint (assets/dbert-minilm-stories, the default) is made, end to end.
 # Usage: scripts/stories_model.sh data|train|report|export|shown   (in this order; each repeatable)
-#   train: resumable (Ctrl-C saves); report: evaluations of this and the previous default, the decoding
+#   train: resumable (Ctrl-C saves); continue: stage 2, more steps from a shipped release (PARENT, a
+#   commit; its weights go to runs/init-<step>) with a fresh optimizer, into OUT (resumable); report: evaluations of this and the previous default, the decoding
 #   study; export: float16 copy into assets/ with the card; shown: samples at the CLI defaults, the card;
 #   stage2 stories|mix: 150 more steps from runs/stories on the stories alone or with a slice of the
 #   Gutenberg children's books (the same held-out bound decides whether the books help).
@@ -60,6 +61,14 @@ report() {  # after training: what the card states (the previous default: assets
   python scripts/stories_decoding.py runs/stories --n 200 --out runs/decoding.json > runs/decoding.md
 }
 
+continue_() {  # stage 2 of the shipped model: from the release at $PARENT, fresh AdamW, its own cosine
+  local parent=${PARENT:-f3bd4d8} dir
+  dir=runs/init-$(git show "$parent:assets/dbert-minilm-stories/dbert.json" | python -c "import json,sys; print(json.load(sys.stdin)['step'])")
+  [ -d "$dir" ] || { mkdir -p "$dir" && git archive "$parent" assets/dbert-minilm-stories | tar -x -C "$dir" --strip-components 2; }
+  printf '{"dir": "%s", "commit": "%s"}\n' "$dir" "$parent" > runs/parent.json  # for the card
+  INIT=$(realpath "$dir") LR=${LR:-1e-4} MAX_STEPS=${MAX_STEPS:-6500} SEED=${SEED:-1} train "${OUT:-runs/stories}"
+}
+
 stage2() {  # the Gutenberg children's books as a second stage: $1 = stories|mix, from runs/stories
   data
   local variant=$1 files extra=""; files=$(train_files)
@@ -85,10 +94,11 @@ shown() {  # with the exported default: 200 samples at the CLI defaults and the 
 case "${1:-}" in
   data) data ;;
   train) train "${OUT:-runs/stories}" ;;
+  continue) continue_ ;;
   eval) evaluate "${2:-runs/stories}" "${3:-$(basename "${2:-runs/stories}")}" ;;
   report) report ;;
   stage2) stage2 "${2:-stories}" ;;
   shown) shown ;;
   export) python scripts/export_default.py "${SRC:-runs/stories}" assets/dbert-minilm-stories --card runs/STORIES_CARD.md ;;
-  *) echo "usage: $0 data|train|report|export|shown|eval [DIR TAG]" >&2; exit 2 ;;
+  *) echo "usage: $0 data|train|continue|report|export|shown|eval [DIR TAG]" >&2; exit 2 ;;
 esac

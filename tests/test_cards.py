@@ -62,3 +62,68 @@ def test_the_stories_card_renders_every_field():
     card = mod.render({**d, "frontier": fr, "defaults": {**d["defaults"], "steps": 96}})
     assert "{" not in card and "first-hitting (exact), 96 steps" in card and "70.0 calls per sample, gen-PPL 30.50" in card
     assert "1.8x the default's calls" in card
+
+
+def test_a_stage_two_card_counts_both_stages():
+    """A run that continued a shipped release (`stories_model.sh continue`): steps, tokens and the
+    validation curve run on from stage 1's, and stage 1 alone gets its own evaluation row."""
+    from dbert_core.metrics import readability
+
+    mod = _renderer()
+    old_card = ("### Validation during training\n\n| step | held-out bound per token |\n|---|---|\n"
+                "| 500 | 51.7 |\n| 5,400 | 22.4 |\n\nThe Gutenberg...\n\n## Evaluation\n| 1 | 2.0 |\n")
+    assert mod.card_curve(old_card) == {500: 51.7, 5400: 22.4}
+    samples = ["Once upon a time, there was a cat named Tom.", "The dog ran."]
+    cfg = {"seq_len": 128, "batch_size": 32, "warmup": 100, "dtype": "auto", "min_lr_ratio": 0.1}
+    parent = {"commit": "abc1234", "cpu": "AMD EPYC", "curve": {500: 51.7, 5400: 22.4},
+              "meta": {"step": 5400, "tokens_seen": 20_000_000, "train_seconds": 11_580.0,
+                       "train_config": {**cfg, "lr": 3e-4, "max_steps": 5400, "seed": 0}}}
+    meta = {"lambda": 0.3, "T": 2048, "schedule": "spindle", "time": "none", "parameters": 16_200_000, "step": 6500,
+            "tokens_seen": 24_000_000, "train_seconds": 5400.0, "train_tokens": 1_760_000, "seq_len": 128,
+            "trim_vocab": {"vocab_before": 30522, "vocab_after": 13624},
+            "train_config": {**cfg, "lr": 1e-4, "max_steps": 6500, "seed": 1}}
+    d = {"meta": meta, "curve": {200: 22.8, 6500: 20.0}, "cpu": "Intel Xeon", "bf16": True,
+         "eval": _eval(30.0), "previous": _eval(48.4), "parent_eval": _eval(34.1), "parent": parent,
+         "decoding": None, "mix": None, "frontier": {},
+         "shown": {"nfe": 70, "real": 8.5, "seconds": 6.0, "texts": samples * 5}, "checks200": readability(samples),
+         "n200": 200, "defaults": {"steps": 96, "temperature": 1.0, "top_k": 30, "top_p": 1.0, "block_repeats": True},
+         "train_examples": 14860}
+    card = mod.render(d)
+    assert "{" not in card and "}" not in card
+    assert "11,900 optimizer steps of 32 windows in two stages, 44.00 M tokens = 25.0 epochs" in card
+    assert "Stage 1, the release at commit abc1234: 5,400 steps" in card and "6,500 more steps" in card
+    assert "| 5,600 | 22.8 |" not in card  # the table keeps every 500th step and the last
+    assert "| 5,400 | 22.4 |" in card and "| 11,900 | 20.0 |" in card and "Best: 20.0 at step 11,900" in card
+    assert "| stage 1 alone (the release at abc1234, 5,400 steps) | 22.4 (128 tokens) | 34.1 ± 0.7" in card
+    assert "--init <stage 1 folder>" in card and "--max-steps 6500 --seed 1" in card
+    assert "scripts/stories_model.sh continue" in card and "git show abc1234:" in card
+    assert "not repeated for stage 2" in card and "not redrawn for stage 2" in card
+    one = mod.render({**d, "parent": None, "parent_eval": None})  # a single run has no stage lines
+    assert "Stage 1" not in one and "stage 1 alone" not in one and "6,500 optimizer steps" in one
+
+
+def test_export_keeps_the_parent_of_a_continued_run(tiny_checkpoint, tmp_path):
+    """scripts/export_default.py on a run whose --init was a dbert checkpoint: the shipped record keeps
+    stage 1's step, tokens and time (its folder will not travel), and the weights load back as float32."""
+    import json
+    import subprocess
+    import sys
+
+    from dbert_core import checkpoint
+
+    db = checkpoint.load(tiny_checkpoint)
+    db.meta["init"] = str(tiny_checkpoint)
+    checkpoint.save(db, tmp_path / "run")
+    card = tmp_path / "CARD.md"
+    card.write_text("# card\n")
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "export_default.py"), str(tmp_path / "run"),
+                    str(tmp_path / "out"), "--card", str(card)], check=True, capture_output=True)
+    meta = json.loads((tmp_path / "out" / "dbert.json").read_text())
+    stage1 = json.loads((tiny_checkpoint / "dbert.json").read_text())
+    assert meta["parent"]["step"] == stage1["step"] and meta["parent"]["tokens_seen"] == stage1["tokens_seen"]
+    assert (tmp_path / "out" / "MODEL_CARD.md").read_text() == "# card\n"
+    plain = checkpoint.load(tiny_checkpoint)  # a run from a BERT folder gets no parent
+    checkpoint.save(plain, tmp_path / "run2")
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "export_default.py"), str(tmp_path / "run2"),
+                    str(tmp_path / "out2")], check=True, capture_output=True)
+    assert "parent" not in json.loads((tmp_path / "out2" / "dbert.json").read_text())
