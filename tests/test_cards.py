@@ -75,7 +75,8 @@ def test_a_stage_two_card_counts_both_stages():
     assert mod.card_curve(old_card) == {500: 51.7, 5400: 22.4}
     samples = ["Once upon a time, there was a cat named Tom.", "The dog ran."]
     cfg = {"seq_len": 128, "batch_size": 32, "warmup": 100, "dtype": "auto", "min_lr_ratio": 0.1}
-    parent = {"commit": "abc1234", "cpu": "AMD EPYC", "curve": {500: 51.7, 5400: 22.4},
+    parent = {"commit": "abc1234", "cpu": "AMD EPYC", "curve": {500: 51.7, 5400: 22.4}, "first": True,
+              "total_step": 5400, "total_tokens_seen": 20_000_000, "total_train_seconds": 11_580.0,
               "meta": {"step": 5400, "tokens_seen": 20_000_000, "train_seconds": 11_580.0,
                        "train_config": {**cfg, "lr": 3e-4, "max_steps": 5400, "seed": 0}}}
     meta = {"lambda": 0.3, "T": 2048, "schedule": "spindle", "time": "none", "parameters": 16_200_000, "step": 6500,
@@ -95,9 +96,16 @@ def test_a_stage_two_card_counts_both_stages():
     assert "| 5,600 | 22.8 |" not in card  # the table keeps every 500th step and the last
     assert "| 5,400 | 22.4 |" in card and "| 11,900 | 20.0 |" in card and "Best: 20.0 at step 11,900" in card
     assert "| stage 1 alone (the release at abc1234, 5,400 steps) | 22.4 (128 tokens) | 34.1 ± 0.7" in card
-    assert "--init <stage 1 folder>" in card and "--max-steps 6500 --seed 1" in card
+    assert "--init <the earlier release's folder>" in card and "--max-steps 6500 --seed 1" in card
     assert "scripts/stories_model.sh continue" in card and "git show abc1234:" in card
-    assert "not repeated for stage 2" in card and "not redrawn for stage 2" in card
+    assert "not repeated since" in card and "not redrawn since" in card
+    # a third stage: the release it continues had a parent itself; its steps count in full
+    assert mod.total({"step": 6500, "parent": {"step": 5400}}, "step") == 11_900
+    third = mod.render({**d, "parent": {**parent, "first": False, "total_step": 11_900, "total_tokens_seen": 44e6,
+                                        "curve": {5400: 22.4, 11_900: 19.2}}})
+    assert "18,400 optimizer steps" in third and "The earlier stages, the release at commit abc1234: 11,900 steps" in third
+    assert "| 18,400 | 20.0 |" in third and "the release it continues (the release at abc1234, 11,900 steps)" in third
+    assert "Stage 1" not in third and "{" not in third
     one = mod.render({**d, "parent": None, "parent_eval": None})  # a single run has no stage lines
     assert "Stage 1" not in one and "stage 1 alone" not in one and "6,500 optimizer steps" in one
 
