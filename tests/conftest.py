@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,18 @@ def tiny_db(tiny_checkpoint):
     from dbert_core import checkpoint
 
     return checkpoint.load(tiny_checkpoint)
+
+
+@pytest.fixture(scope="session")
+def snapshot_db(tmp_path_factory):
+    """The SVG snapshots' model: tiny_checkpoint's recipe trained once and committed (tests/fixtures/tiny),
+    because a model trained on the spot differs from CPU to CPU (AMD and Intel kernels round differently
+    and 150 steps amplify it) and so would its samples; fixed weights sample the same text everywhere."""
+    from dbert_core import checkpoint
+
+    folder = tmp_path_factory.mktemp("snap") / "tiny"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "tiny", folder)
+    return checkpoint.load(folder)
 
 
 @pytest.fixture(scope="session")

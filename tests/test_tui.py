@@ -886,29 +886,29 @@ async def _settle(pilot):
     await pilot.pause()
 
 
-def test_snapshot_generate(snap_compare, tiny_db):
-    assert snap_compare(_snapshot_app(tiny_db), terminal_size=SIZE, run_before=_settle)
+def test_snapshot_generate(snap_compare, snapshot_db):
+    assert snap_compare(_snapshot_app(snapshot_db), terminal_size=SIZE, run_before=_settle)
 
 
-def test_snapshot_generate_scrubbed_confidence(snap_compare, tiny_db):
+def test_snapshot_generate_scrubbed_confidence(snap_compare, snapshot_db):
     async def before(pilot):
         await _settle(pilot)
         await pilot.press("v", "left", "left", "left", "left", "left", "left", "left", "left")
 
-    assert snap_compare(_snapshot_app(tiny_db), terminal_size=SIZE, run_before=before)
+    assert snap_compare(_snapshot_app(snapshot_db), terminal_size=SIZE, run_before=before)
 
 
-def test_snapshot_generate_grid(snap_compare, tiny_db):
+def test_snapshot_generate_grid(snap_compare, snapshot_db):
     async def before(pilot):
         await wait_for(pilot, all_finished(pilot.app))
         await pilot.press(*["left"] * 12)
         pilot.app.clear_notifications()
         await pilot.pause()
 
-    assert snap_compare(make_app(tiny_db, n=4, steps=24, length=24, seed=3), terminal_size=SIZE, run_before=before)
+    assert snap_compare(make_app(snapshot_db, n=4, steps=24, length=24, seed=3), terminal_size=SIZE, run_before=before)
 
 
-def test_snapshot_generate_compare(snap_compare, tiny_db):
+def test_snapshot_generate_compare(snap_compare, snapshot_db):
     async def before(pilot):
         await _settle(pilot)
         await pilot.press("c")
@@ -916,7 +916,7 @@ def test_snapshot_generate_compare(snap_compare, tiny_db):
         pilot.app.clear_notifications()
         await pilot.pause()
 
-    assert snap_compare(_snapshot_app(tiny_db), terminal_size=SIZE, run_before=before)
+    assert snap_compare(_snapshot_app(snapshot_db), terminal_size=SIZE, run_before=before)
 
 
 def test_snapshot_checkpoints(snap_compare, tiny_db, tiny_checkpoint):

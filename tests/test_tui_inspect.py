@@ -254,28 +254,28 @@ async def test_stable_layout_keeps_the_final_line_breaks(traj_file):
         assert not g.stable and "░░░" in g.shown_text()
 
 
-def test_snapshot_inspector_80x24(snap_compare, tiny_db):
+def test_snapshot_inspector_80x24(snap_compare, snapshot_db):
     async def before(pilot):
         await wait_for(pilot, finished(pilot.app))
         await pilot.press("i", "right", "right", "right", "shift+right")
         pilot.app.clear_notifications()
         await pilot.pause()
 
-    assert snap_compare(make_app(tiny_db, steps=24, length=40, seed=3), terminal_size=(80, 24), run_before=before)
+    assert snap_compare(make_app(snapshot_db, steps=24, length=40, seed=3), terminal_size=(80, 24), run_before=before)
 
 
-def test_snapshot_inspector_120x40(snap_compare, tiny_db):
+def test_snapshot_inspector_120x40(snap_compare, snapshot_db):
     async def before(pilot):
         await wait_for(pilot, finished(pilot.app))
         await pilot.press("i", *["right"] * 6, "l", "right", "shift+right", "shift+right", "backspace", "right", "right")
         pilot.app.clear_notifications()
         await pilot.pause()
 
-    assert snap_compare(make_app(tiny_db, steps=24, length=40, seed=3), terminal_size=(120, 40), run_before=before)
+    assert snap_compare(make_app(snapshot_db, steps=24, length=40, seed=3), terminal_size=(120, 40), run_before=before)
 
 
-async def test_an_infill_prompt_ranks_every_length_and_plays_the_best(tiny_db):
-    app = make_app(tiny_db)
+async def test_an_infill_prompt_ranks_every_length_and_plays_the_best(snapshot_db):
+    app = make_app(snapshot_db)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, finished(app))
         g = app.generate_screen
