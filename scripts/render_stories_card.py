@@ -64,6 +64,7 @@ def gather(runs: Path = RUNS) -> dict:
         meta["train_examples"], meta["train_tokens"] = _windows(runs / "stories", meta)
     samples200 = (runs / "samples200.txt").read_text(encoding="utf-8").rstrip("\n").split("\n")
     d = SampleConfig()
+    parent = _parent(runs)
     return {
         "meta": meta, "curve": curve, "cpu": cpu_name(), "bf16": native_bf16("cpu"),
         "eval": _load(runs / "eval_stories_stories.json"), "previous": _load(runs / "eval_previous_stories.json"),
@@ -76,7 +77,7 @@ def gather(runs: Path = RUNS) -> dict:
         "train_examples": meta["train_examples"], "mix": _load(runs / "mix.json"),
         "history": (runs / "stories_history.txt").read_text(encoding="utf-8").strip()
         if (runs / "stories_history.txt").is_file() else None,
-        "parent": _parent(runs), "parent_eval": _parent_eval(runs),
+        "parent": parent, "parent_eval": parent and _load(runs / f"eval_{parent['dir'].name}_stories.json"),
     }
 
 
@@ -89,7 +90,7 @@ def _parent(runs: Path) -> dict | None:
     folder = Path(where["dir"])
     card = (folder / "MODEL_CARD.md").read_text(encoding="utf-8")
     meta = _load(folder / "dbert.json")
-    return {"meta": meta, "commit": where["commit"], "curve": card_curve(card), "first": "parent" not in meta,
+    return {"meta": meta, "dir": folder, "commit": where["commit"], "curve": card_curve(card), "first": "parent" not in meta,
             "cpu": re.search(r"min on a 2-core (.+?)[;\n]", card).group(1).strip(),
             **{f"total_{k}": total(meta, k) for k in ("step", "tokens_seen", "train_seconds")}}
 
@@ -97,11 +98,6 @@ def _parent(runs: Path) -> dict | None:
 def total(meta: dict, key: str) -> float:
     """A release's figure summed over the stages it continued (export keeps each one's under "parent")."""
     return meta.get(key, 0) + (total(meta["parent"], key) if meta.get("parent") else 0)
-
-
-def _parent_eval(runs: Path) -> dict | None:
-    where = _load(runs / "parent.json")
-    return _load(runs / f"eval_{Path(where['dir']).name}_stories.json") if where else None
 
 
 def card_curve(card: str) -> dict[int, float]:
@@ -157,11 +153,12 @@ def _decoding_part(dec: dict | None, c: dict, d: dict) -> str:
 def _sampler_part(rows: dict, steps: int, parent: dict | None = None) -> str:
     """Why the default sampler and step budget: the decoding study's rows (docs/decoding.md)."""
     need = ("first-hitting-T1.0", f"first-hitting-S{steps}" if steps != 128 else "first-hitting-T1.0", "threshold-0.9")
-    if (not rows or any(k not in rows or "gen_ppl" not in rows[k] for k in need)) and parent:
+    missing = not rows or any(k not in rows or "gen_ppl" not in rows[k] for k in need)
+    if missing and parent:
         return (f"Sampler: first-hitting (exact), {steps} steps, chosen under the same-budget GPT-2 judge on stage 1's "
                 f"weights (the release at {parent['commit']}; [docs/decoding.md](../../docs/decoding.md) has the "
                 "table and the readability pick, `--sampler threshold`); the comparison was not redrawn since.")
-    if not rows or any(k not in rows or "gen_ppl" not in rows[k] for k in need):
+    if missing:
         return ("The sampler and step budget were not compared under a judge for this model "
                 "(`scripts/studies/decoding.py`, docs/decoding.md).")
     base, here, thr = (rows[k] for k in need)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # How the shipped stories checkpoint (assets/dbert-minilm-stories, the default) is made, end to end.
 # Usage: scripts/stories_model.sh data|train|report|export|shown   (in this order; each repeatable)
-#   train: resumable (Ctrl-C saves); continue: stage 2, more steps from a shipped release (PARENT, a
-#   commit; its weights go to runs/init-<step>) with a fresh optimizer, into OUT (resumable); report: evaluations of this and the previous default, the decoding
-#   study; export: float16 copy into assets/ with the card; shown: samples at the CLI defaults, the card;
+#   train: resumable (Ctrl-C saves); continue: more steps from a shipped release (PARENT, a commit;
+#   its weights go to runs/init-<step>) with a fresh optimizer, into OUT (resumable); report:
+#   evaluations of this and the previous default, the decoding study; export: float16 copy into assets/ with the card; shown: samples at the CLI defaults, the card;
 #   stage2 stories|mix: 150 more steps from runs/stories on the stories alone or with a slice of the
 #   Gutenberg children's books (the same held-out bound decides whether the books help).
 # Env: OUT, INIT, SEED, LR, WARMUP, MAX_STEPS, SEQ_LEN, THREADS, DTYPE, EXTRA (more `dbert train` flags).
