@@ -52,6 +52,7 @@ Time = _choice("Time", config.TIME_MODES)
 Device = _choice("Device", config.DEVICES)
 Sampler = _choice("Sampler", config.STRATEGIES)
 Unit = _choice("Unit", config.UNITS)
+EvalUnit = _choice("EvalUnit", config.EVAL_UNITS)
 Loss = _choice("Loss", config.LOSSES)
 Decay = _choice("Decay", config.DECAYS)
 Dtype = _choice("Dtype", config.DTYPES)
@@ -117,6 +118,7 @@ def train(
     unit: Annotated[Unit, typer.Option(help="An example is a line or a sentence.", rich_help_panel="Data")] = Unit(TRAIN.unit),
     pack: Annotated[bool, typer.Option(help="Join examples with [SEP] into full-length sequences.", rich_help_panel="Data")] = TRAIN.pack,
     seq_len: Annotated[int, typer.Option(help="Content tokens per example.", rich_help_panel="Data")] = TRAIN.seq_len,
+    short_windows: Annotated[float, typer.Option(help="With --unit sentence --pack: this fraction of windows get a room drawn from 1..--seq-len, so some hold one sentence alone (BERT keeps 10% of sequences short).", rich_help_panel="Data")] = TRAIN.short_windows,
     preset: Annotated[Preset, typer.Option(help="Model size for a random init.", rich_help_panel="Model")] = Preset(TRAIN.preset),
     init: Annotated[Optional[str], typer.Option(help="Start from a pretrained BERT (path or hub id).", rich_help_panel="Model")] = TRAIN.init,
     from_scratch: Annotated[bool, typer.Option("--from-scratch", help="With --init: its architecture and tokenizer, random weights.", rich_help_panel="Model")] = TRAIN.from_scratch,
@@ -342,7 +344,7 @@ def evaluate(
     limit: Annotated[Optional[int], typer.Option(help="Score only the first N examples.")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Sum all S terms per example (slow).")] = False,
     mc_samples: Annotated[int, typer.Option(help="Monte-Carlo draws per example (without --exact).")] = 1,
-    unit: Annotated[Unit, typer.Option(help="An example is a line or a sentence.")] = Unit.line,
+    unit: Annotated[EvalUnit, typer.Option(help="An example is a line, a sentence, or a window: the sentence-start windows of the checkpoint's length that `dbert train --unit sentence --pack` builds from the documents (blank-line separated), its validation bound.")] = EvalUnit.line,
     samples: Annotated[int, typer.Option(help="Also draw N samples for BLEU-4 / Self-BLEU-4 / distinct-n.")] = 0,
     sample_steps: Annotated[int, typer.Option(help="Reverse steps for those samples.")] = SAMPLE.steps,
     sample_length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length, as `dbert sample`; the paper: 64).")] = None,

@@ -21,6 +21,7 @@ SAMPLERS = strategies.EXACT                        # the exact samplers: the mod
 STRATEGIES = strategies.NAMES                      # every --sampler choice: exact and heuristic (strategies.py)
 DEVICES = ("auto", "cpu", "cuda", "mps")
 UNITS = ("line", "sentence")
+EVAL_UNITS = UNITS + ("window",)  # eval also scores the sentence-start windows a checkpoint trained on
 LOSSES = ("hybrid", "elbo", "ce")
 DECAYS = ("cosine", "constant")
 DTYPES = ("auto", "fp32", "bf16")
@@ -63,6 +64,7 @@ class TrainConfig:
     vocab_size: int | None = None      # WordPiece size learnt from the data (presets without init)
     unit: str = "line"                 # an example is a line or a sentence of the files
     pack: bool = False                 # join examples with [SEP] into full seq_len streams
+    short_windows: float = 0.0         # with --unit sentence --pack: this fraction of windows get a shorter room
     seq_len: int = 64                  # content tokens per example (plus [CLS], [SEP])
     batch_size: int = 32               # examples per optimizer step, over all processes
     grad_accum: int = 1                # micro-batches per optimizer step
@@ -111,6 +113,9 @@ class TrainConfig:
             _int("--vocab-size", self.vocab_size, 16, 1_000_000)
         _one_of("--unit", self.unit, UNITS)
         _int("--seq-len", self.seq_len, 1, 100_000)
+        _float("--short-windows", self.short_windows, 0.0, 1.0)
+        _need(not self.short_windows or (self.pack and self.unit == "sentence"),
+              "--short-windows shortens sentence-start windows: it needs --unit sentence --pack")
         _int("--batch-size", self.batch_size, 1)
         _int("--grad-accum", self.grad_accum, 1)
         _need(self.batch_size % (world * self.grad_accum) == 0,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
+import random
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -200,32 +201,65 @@ def pack(examples: list[list[int]], seq_len: int, sep_id: int) -> list[list[int]
     return [stream[i:i + seq_len] for i in range(0, len(stream) - seq_len + 1, seq_len)]
 
 
-def pack_sentences(docs: list[list[list[int]]], seq_len: int, sep_id: int) -> list[list[int]]:
+def pack_sentences(docs: list[list[list[int]]], seq_len: int, sep_id: int, short: float = 0.0, seed: int = 0,
+                   words: list[list[int]] | None = None):
     """Sentence-start windows: each document's sentences (token ids) in order, [SEP] before a
     document's first sentence, whole sentences filling a window of at most seq_len tokens; a
     sentence that does not fit begins the next window, so every window starts at a sentence
     start and ends at a sentence end (its unused room is padding). A window that starts a
     document starts with [SEP]: the model learns where stories begin. A sentence longer than a
-    window is cut, its rest beginning the next windows."""
+    window is cut, its rest beginning the next windows.
+
+    short: the fraction of windows given a shorter room, drawn uniformly from 1..seq_len (seeded),
+    as BERT's pre-training keeps some sequences short: a room smaller than the next sentence gives a
+    window of that one sentence, so the model also learns text that stands alone, not only text with
+    a window's worth of context around it. With words (each sentence's word count, shaped as docs)
+    it returns (windows, each window's words); a cut sentence's words count in its first piece."""
+    rng = random.Random(seed)
+
+    def room() -> int:
+        return rng.randint(1, seq_len) if short > 0 and rng.random() < short else seq_len
+
     windows: list[list[int]] = []
+    sizes: list[int] = []
     cur: list[int] = []
-    for doc in docs:
+    cur_words, limit = 0, room()
+    for d, doc in enumerate(docs):
         first = True
-        for sent in doc:
+        for s, sent in enumerate(doc):
             if not sent:
                 continue
             unit = [sep_id, *sent] if first else list(sent)
+            n_words = words[d][s] if words is not None else 0
             first = False
-            if cur and len(cur) + len(unit) > seq_len:
+            if cur and len(cur) + len(unit) > limit:
                 windows.append(cur)
-                cur = []
+                sizes.append(cur_words)
+                cur, cur_words, limit = [], 0, room()
             while len(unit) > seq_len:
                 windows.append(unit[:seq_len])
-                unit = unit[seq_len:]
+                sizes.append(n_words)
+                unit, n_words = unit[seq_len:], 0
             cur.extend(unit)
+            cur_words += n_words
     if cur:
         windows.append(cur)
-    return windows
+        sizes.append(cur_words)
+    return (windows, sizes) if words is not None else windows
+
+
+def document_windows(docs: list[list[str]], tokenizer, seq_len: int, short: float = 0.0, seed: int = 0,
+                     words: bool = False):
+    """Documents' sentences (document_sentences) -> their sentence-start windows (pack_sentences),
+    encoded in one pass; words=True also returns each window's word count."""
+    flat = encode([s for d in docs for s in d], tokenizer)
+    grouped, counts, i = [], [], 0
+    for d in docs:
+        grouped.append(flat[i:i + len(d)])
+        counts.append([count_words(s) for s in d])
+        i += len(d)
+    return pack_sentences(grouped, seq_len, tokenizer.sep_token_id, short=short, seed=seed,
+                          words=counts if words else None)
 
 
 @dataclass

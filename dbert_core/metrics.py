@@ -19,7 +19,8 @@ from collections import Counter
 
 import torch
 
-from .data import Special, collate, count_words, iter_encode, read_examples
+from .data import (Special, collate, count_words, document_sentences, document_windows, iter_encode, read_documents,
+                   read_examples)
 from .diffusion import elbo
 from .errors import DbertError
 
@@ -221,17 +222,22 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
         raise DbertError(f"--steps must be between 1 and T={db.schedule.T}, got {steps}")
     if mc < 1:
         raise DbertError("--mc-samples must be >= 1")
-    texts = read_examples(data, unit)
     max_len = db.model.max_length
     kept, kept_words, skipped = [], [], 0
-    for text, ids in zip(texts, iter_encode(texts, db.tokenizer)):  # encode only as far as --limit needs
-        if not ids or len(ids) > max_len:
-            skipped += 1
-            continue
-        kept.append(ids)
-        kept_words.append(count_words(text))
-        if limit and len(kept) >= limit:
-            break
+    if unit == "window":  # the checkpoint's own training windows of the documents: the trainer's validation bound
+        length = min(int(db.meta.get("seq_len", max_len)), max_len)
+        kept, kept_words = document_windows(document_sentences(read_documents(data)), db.tokenizer, length, words=True)
+        kept, kept_words = kept[:limit or None], kept_words[:limit or None]
+    else:
+        texts = read_examples(data, unit)
+        for text, ids in zip(texts, iter_encode(texts, db.tokenizer)):  # encode only as far as --limit needs
+            if not ids or len(ids) > max_len:
+                skipped += 1
+                continue
+            kept.append(ids)
+            kept_words.append(count_words(text))
+            if limit and len(kept) >= limit:
+                break
     if not kept:
         raise DbertError("no example of the data file fits the model's length")
     special = Special.of(db.tokenizer)
@@ -280,7 +286,7 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
                                sampler=sampler, block_repeats=block_repeats, params=params,
                                temperature=temperature, pair_quotes=pair_quotes), db)
     sampler = cfg.sampler
-    refs = read_examples(data, unit)
+    refs = read_examples(data, "sentence" if unit == "window" else unit)  # windows: their sentences
     first, st1 = generate(db, cfg, on_frame, paragraph=" ")
     second, st2 = generate(db, cfg, on_frame, seed=seed + 1, paragraph=" ")
     out = {

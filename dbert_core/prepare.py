@@ -18,7 +18,7 @@ import torch
 from . import checkpoint as ckpt
 from . import layout
 from .config import TrainConfig
-from .data import (Special, document_sentences, encode, fingerprints, pack, pack_sentences, read_documents,
+from .data import (Special, document_sentences, document_windows, fingerprints, pack, read_documents,
                    read_examples, read_lines, token_counts, tokenize, train_tokenizer)
 from .errors import DbertError
 from .hardware import pick_device
@@ -217,8 +217,8 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         tokenizer = _tokenizer(c, texts, init)
     special = Special.of(tokenizer)
     if by_document:
-        train = _windows(c, train_docs, tokenizer, special)
-        train, val = _hold_out(c, train, None if val_docs is None else _windows(c, val_docs, tokenizer, special))
+        train = document_windows(train_docs, tokenizer, c.seq_len, short=c.short_windows, seed=c.seed)
+        train, val = _hold_out(c, train, None if val_docs is None else document_windows(val_docs, tokenizer, c.seq_len))
     else:
         train = tokenize(train_texts, tokenizer, c.seq_len)
         val = tokenize(val_texts, tokenizer, c.seq_len)
@@ -297,16 +297,6 @@ def _tokenizer(c: TrainConfig, texts, init):
 
     size = c.vocab_size or PRESETS[c.preset]["vocab_size"]
     return train_tokenizer(texts[:200_000], size)
-
-
-def _windows(c: TrainConfig, docs: list[list[str]], tokenizer, special: Special) -> list[list[int]]:
-    """Documents' sentences -> sentence-start training windows ([SEP] opens a document)."""
-    flat = encode([s for d in docs for s in d], tokenizer)
-    grouped, i = [], 0
-    for d in docs:
-        grouped.append(flat[i:i + len(d)])
-        i += len(d)
-    return pack_sentences(grouped, c.seq_len, special.sep)
 
 
 def _hold_out(c: TrainConfig, texts, val=None):

@@ -38,16 +38,12 @@ def _timing(runs: Path) -> dict:
 
 def _windows(run: Path, meta: dict) -> tuple[int, int]:
     """(windows, tokens) of the run's training data, rebuilt as the trainer builds them."""
-    from dbert_core.data import document_sentences, encode, pack_sentences, read_documents
+    from dbert_core.data import document_sentences, document_windows, read_documents
     from dbert_core.tokenizer import WordPieceTokenizer
 
-    tok = WordPieceTokenizer.load(run)
-    docs = document_sentences(read_documents(meta["train_config"]["data"]))
-    flat, grouped, i = encode([s for d in docs for s in d], tok), [], 0
-    for doc in docs:
-        grouped.append(flat[i:i + len(doc)])
-        i += len(doc)
-    windows = pack_sentences(grouped, meta["seq_len"], tok.sep_token_id)
+    tc = meta["train_config"]
+    windows = document_windows(document_sentences(read_documents(tc["data"])), WordPieceTokenizer.load(run),
+                               meta["seq_len"], short=tc.get("short_windows", 0.0), seed=tc.get("seed", 0))
     return len(windows), sum(len(w) for w in windows)
 
 
@@ -68,6 +64,7 @@ def gather(runs: Path = RUNS) -> dict:
     return {
         "meta": meta, "curve": curve, "cpu": cpu_name(), "bf16": native_bf16("cpu"),
         "eval": _load(runs / "eval_stories_stories.json"), "previous": _load(runs / "eval_previous_stories.json"),
+        "windows": {k: _load(runs / f"eval_{k}_windows.json") for k in ("stories", "previous")},
         "previous_own": _load(runs / "eval_previous_own_decoding.json"),
         "decoding": _load(runs / "decoding.json"), "shown": _timing(runs),
         "frontier": {f.stem: _load(f) for f in sorted((runs / "decoding-final" / "frontier").glob("*.json"))},
@@ -78,6 +75,7 @@ def gather(runs: Path = RUNS) -> dict:
         "history": (runs / "stories_history.txt").read_text(encoding="utf-8").strip()
         if (runs / "stories_history.txt").is_file() else None,
         "parent": parent, "parent_eval": parent and _load(runs / f"eval_{parent['dir'].name}_stories.json"),
+        "parent_windows": parent and _load(runs / f"eval_{parent['dir'].name}_windows.json"),
     }
 
 
@@ -110,10 +108,15 @@ def _lr(x: float) -> str:
     return f"{x:.0e}".replace("e-0", "e-")
 
 
-def _eval_row(name: str, e: dict | None, packed: str) -> str:
+def _bound(e: dict) -> str:
+    return f"{e['ppl_token']:.1f} ± {e['ppl_token'] * e['nats_per_token_se'] * 1.96:.1f}"
+
+
+def _eval_row(name: str, e: dict | None, w: dict | None, length: int) -> str:
+    packed = f"{_bound(w)} ({length} tokens)" if w else "not evaluated"
     if e is None:
         return f"| {name} | {packed} | not evaluated | | | | | | | | |"
-    return (f"| {name} | {packed} | {e['ppl_token']:.1f} ± {e['ppl_token'] * e['nats_per_token_se'] * 1.96:.1f} | "
+    return (f"| {name} | {packed} | {_bound(e)} | "
             f"{e['ppl_word']:.1f} | {e['bleu4']:.3f} | {e['self_bleu4']:.3f} | {e['distinct2']:.3f} | "
             f"{e['frac_sentence_start']:.0%} | {e['frac_repeat']:.1%} | {e['frac_quotes_balanced']:.0%} | "
             f"{e['nfe_per_sample']:.0f} |")
@@ -224,6 +227,14 @@ mixed with the stories; they made the TinyStories held-out bound worse, so they 
 README's training notes for why and how to try them (`scripts/stories_model.sh` takes more `--data`).""")
     dec = d.get("decoding")
     n_ev, n_prev = (ev or {}).get("samples", 200), (prev or {}).get("samples", 200)
+    mc = (ev or {}).get("mc_samples", 1)
+    val_windows = min(c.get("val_examples", 256), (d["windows"]["stories"] or {}).get("examples", 10**9))
+    short = c.get("short_windows", 0.0)
+    short_text = (f"""
+  In {"this stage" if par else "training"}, {short:.0%} of the windows (`--short-windows {short}`) get a room
+  drawn from 1 to {c['seq_len']} tokens, so some hold a single sentence or two, as BERT's pre-training keeps some
+  sequences short: the model then also knows text that stands alone, not only text with a window of context
+  around it (the per-sentence bound below).""" if short else "")
     own = d.get("previous_own")  # the previous default under the decoding of its own release, if measured
     own_text = (f"; with the decoding of its own release (no quote touch-up, the older repeat block) the previous "
                 f"default balanced quotes in {own['frac_quotes_balanced']:.0%} of {own['samples']} samples and "
@@ -257,7 +268,8 @@ SRC=runs/stories scripts/stories_model.sh export   # float16 copy into assets/, 
 
 which runs `dbert train --init {"<the earlier release's folder>" if par else '<MiniLM dir>'} --trim-vocab --data <each file below> --val-data
 runs/data/stories-heldout.txt --unit sentence --pack --seq-len {c['seq_len']} --schedule {meta['schedule']} --time {meta['time']}
---batch-size {c['batch_size']} --lr {_lr(c['lr'])} --warmup {c['warmup']} --max-steps {c['max_steps']} --seed {c['seed']} --dtype {c['dtype']}`{
+--batch-size {c['batch_size']} --lr {_lr(c['lr'])} --warmup {c['warmup']} --max-steps {c['max_steps']} --seed {c['seed']} --dtype {c['dtype']}{
+f" --short-windows {short}" if short else ""}`{
 f" (stage 1 ran it from MiniLM with --lr {_lr(par['meta']['train_config']['lr'])} --max-steps {par['meta']['train_config']['max_steps']} --seed {par['meta']['train_config']['seed']})" if par and par['first'] else ""}.
 
 - **Data** (`../shared/data/`, never committed): `tinystories/train.txt`, `tinystories/valid.txt` but
@@ -271,14 +283,15 @@ f" (stage 1 ran it from MiniLM with --lr {_lr(par['meta']['train_config']['lr'])
   {c['seq_len']} tokens whole, a sentence that does not fit
   beginning the next window, and [SEP] stands before a document's first sentence. So every window
   starts at a sentence start and ends at a sentence end, and the model learns where stories begin:
-  an unconditional sample starts at a sentence, and a story start when it draws [SEP] first.
+  an unconditional sample starts at a sentence, and a story start when it draws [SEP] first.{short_text}
   {d['train_examples']:,} training windows, {meta['train_tokens'] / 1e6:.2f} M tokens.
 - **Training**: {_training(d, epochs)}
 - **Hardware**: CPU only; no GPU was available for this model.
 
 ### Validation during training
 
-128-step ELBO bound per token on 256 held-out windows (packed as in training), every 100 steps.
+128-step ELBO bound per token on the held-out windows, every 100 steps: {val_windows} of them, packed as in
+training, one Monte-Carlo draw each (so a step of ±0.1 between evaluations is noise; the table below draws {mc}).
 Best: {best[1]:.1f} at step {best[0]:,}; last: {full[last]:.1f} at step {last:,}.
 
 | step | held-out bound per token |
@@ -289,20 +302,19 @@ Best: {best[1]:.1f} at step {best[0]:,}; last: {full[last]:.1f} at step {last:,}
 
 ## Evaluation against the previous default
 
-`dbert eval --unit sentence --steps 128 --limit 1000 --samples N --top-k 30` on the held-out slice for
-both models: the 128-step ELBO bound per token (one Monte-Carlo draw per sentence; ± a 95% interval)
-and per word on 1,000 held-out sentences scored one by one, then N + N samples (N = {n_ev} here,
-{n_prev} for the previous default) at each model's own length: BLEU-4 against the held-out sentences, Self-BLEU-4,
-distinct-2 and the reader's checks. Both are sampled with today's decoding (the repeat block and the quote
-touch-up), so the rows compare the models, not the decoders{own_text}. The
-packed column is each model's own training-time validation on its own windows (64 tokens with a [SEP]
-between sentences for the previous model, {c['seq_len']}-token sentence-start windows here): not the same
-windows, so compare the per-sentence columns.
+`scripts/stories_model.sh eval DIR TAG` for each model, one after another in one run on the {d['cpu']}: the
+128-step ELBO bound per token (± a 95% interval; {mc} Monte-Carlo draws per example) on the held-out
+slice cut two ways: into the sentence-start windows each model writes (`dbert eval --unit window`:
+{c['seq_len']} tokens here, 64 for the previous default; [SEP] before a story's first sentence), and into 1,000
+sentences scored one by one with nothing around them (`--unit sentence --limit 1000`, also per word). Then N + N
+samples (N = {n_ev} here, {n_prev} for the previous default) at each model's own length: BLEU-4 against the
+held-out sentences, Self-BLEU-4, distinct-2 and the reader's checks. All are sampled with today's decoding (the
+repeat block and the quote touch-up), so the rows compare the models, not the decoders{own_text}.
 
-| model | packed bound | bound per token (sentences) | per word | BLEU-4 | Self-BLEU-4 | distinct-2 | sentence start | repeats a word | quotes balanced | calls/sample |
+| model | bound per token (windows) | bound per token (sentences) | per word | BLEU-4 | Self-BLEU-4 | distinct-2 | sentence start | repeats a word | quotes balanced | calls/sample |
 |---|---|---|---|---|---|---|---|---|---|---|
-{_eval_row("this checkpoint", ev, f"{full[last]:.1f} ({c['seq_len']} tokens)")}
-{_eval_row(f"{'stage 1 alone' if par['first'] else 'the release it continues'} (the release at {par['commit']}, {start:,} steps)", d.get("parent_eval"), f"{par['curve'][start]:.1f} ({c['seq_len']} tokens)") + chr(10) if par else ""}{_eval_row("previous default (64 tokens, sentences joined by [SEP])", prev, "26.8 (64 tokens)")}
+{_eval_row("this checkpoint", ev, d["windows"]["stories"], c['seq_len'])}
+{_eval_row(f"{'stage 1 alone' if par['first'] else 'the release it continues'} (the release at {par['commit']}, {start:,} steps)", d.get("parent_eval"), d.get("parent_windows"), c['seq_len']) + chr(10) if par else ""}{_eval_row("previous default (64 tokens, sentences joined by [SEP])", prev, d["windows"]["previous"], 64)}
 
 ## Decoding defaults
 

@@ -46,11 +46,14 @@ train() {  # $1 = out dir, rest = extra flags
     ${EXTRA:-} $resume
 }
 
-evaluate() {  # $1 = checkpoint dir, $2 = tag
-  data
+evaluate() {  # $1 = checkpoint dir, $2 = tag: the bound on the held-out sentences one by one (and samples), then
+  data        # on the held-out windows the checkpoint trained on (its length, sentence-start, [SEP] opening a story)
   local length; length=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['seq_len'])" "$1/dbert.json")
   dbert eval --checkpoint "$1" --data "$DATA/stories-heldout.txt" --unit sentence --steps 128 --limit 1000 \
-    --samples "${SAMPLES:-200}" --sample-steps 128 --sample-length "$length" --top-k 30 --json > "runs/eval_$2_stories.json"
+    --mc-samples "${MC:-4}" --samples "${SAMPLES:-200}" --sample-steps 128 --sample-length "$length" --top-k 30 --json \
+    > "runs/eval_$2_stories.json"
+  dbert eval --checkpoint "$1" --data "$DATA/stories-heldout.txt" --unit window --steps 128 --mc-samples "${MC:-4}" \
+    --json > "runs/eval_$2_windows.json"
 }
 
 report() {  # after training: what the card states (the previous default: assets/ at commit $PREVIOUS, 69472a6)

@@ -30,6 +30,10 @@ def _eval(ppl: float) -> dict:
             "nfe_per_sample": 120.0}
 
 
+def _windows(ppl: float) -> dict:
+    return {"ppl_token": ppl, "nats_per_token_se": 0.02, "examples": 184, "tokens": 22247}
+
+
 def test_the_stories_card_renders_every_field():
     from dbert_core.metrics import readability
 
@@ -44,12 +48,16 @@ def test_the_stories_card_renders_every_field():
                              "dtype": "bf16", "min_lr_ratio": 0.1, "seed": 0}}
     d = {"meta": meta, "curve": {100: 180.0, 500: 40.0, 3500: 20.0}, "cpu": "AMD EPYC", "bf16": True,
          "eval": _eval(25.0), "previous": _eval(49.7), "decoding": {"rows": [row], "why": "Chosen because."},
+         "windows": {"stories": _windows(18.0), "previous": None},
          "shown": {"nfe": 120, "real": 8.5, "seconds": 6.0, "texts": samples * 5}, "checks200": readability(samples),
          "n200": 200, "defaults": {"steps": 128, "temperature": 1.0, "top_k": 30, "top_p": 1.0, "block_repeats": True},
          "train_examples": 14750, "mix": None}
     card = mod.render(d)
     assert "{" not in card and "}" not in card
     assert "3,500 optimizer steps" in card and "7.6 epochs" in card and "25.0 ± 0.5" in card and "49.7" in card
+    assert "| this checkpoint | 18.0 ± 0.7 (128 tokens) | 25.0 ± 0.5 |" in card  # the windows, then the sentences
+    assert "| previous default (64 tokens, sentences joined by [SEP]) | not evaluated | 49.7" in card
+    assert "184 of them" in card and "--short-windows" not in card
     assert "1. Once upon a time, there was a cat named Tom." in card and "Chosen because." in card
     assert "CDLA-Sharing-1.0" in card and "Apache-2.0" in card
     # without a decoding study or a second stage, the card says so (and is still whole)
@@ -85,6 +93,7 @@ def test_a_stage_two_card_counts_both_stages():
             "train_config": {**cfg, "lr": 1e-4, "max_steps": 6500, "seed": 1}}
     d = {"meta": meta, "curve": {200: 22.8, 6500: 20.0}, "cpu": "Intel Xeon", "bf16": True,
          "eval": _eval(30.0), "previous": _eval(48.4), "parent_eval": _eval(34.1), "parent": parent,
+         "windows": {"stories": _windows(20.0), "previous": _windows(27.0)}, "parent_windows": _windows(22.4),
          "decoding": None, "mix": None, "frontier": {},
          "shown": {"nfe": 70, "real": 8.5, "seconds": 6.0, "texts": samples * 5}, "checks200": readability(samples),
          "n200": 200, "defaults": {"steps": 96, "temperature": 1.0, "top_k": 30, "top_p": 1.0, "block_repeats": True},
@@ -95,17 +104,20 @@ def test_a_stage_two_card_counts_both_stages():
     assert "Stage 1, the release at commit abc1234: 5,400 steps" in card and "6,500 more steps" in card
     assert "| 5,600 | 22.8 |" not in card  # the table keeps every 500th step and the last
     assert "| 5,400 | 22.4 |" in card and "| 11,900 | 20.0 |" in card and "Best: 20.0 at step 11,900" in card
-    assert "| stage 1 alone (the release at abc1234, 5,400 steps) | 22.4 (128 tokens) | 34.1 ± 0.7" in card
+    assert "| stage 1 alone (the release at abc1234, 5,400 steps) | 22.4 ± 0.9 (128 tokens) | 34.1 ± 0.7" in card
+    assert "| previous default (64 tokens, sentences joined by [SEP]) | 27.0 ± 1.1 (64 tokens) | 48.4" in card
     assert "--init <the earlier release's folder>" in card and "--max-steps 6500 --seed 1" in card
     assert "scripts/stories_model.sh continue" in card and "git show abc1234:" in card
     assert "not repeated since" in card and "not redrawn since" in card
     # a third stage: the release it continues had a parent itself; its steps count in full
     assert mod.total({"step": 6500, "parent": {"step": 5400}}, "step") == 11_900
-    third = mod.render({**d, "parent": {**parent, "first": False, "total_step": 11_900, "total_tokens_seen": 44e6,
-                                        "curve": {5400: 22.4, 11_900: 19.2}}})
+    short = {**meta, "train_config": {**meta["train_config"], "short_windows": 0.15}}
+    third = mod.render({**d, "meta": short, "parent": {**parent, "first": False, "total_step": 11_900,
+                                                       "total_tokens_seen": 44e6, "curve": {5400: 22.4, 11_900: 19.2}}})
     assert "18,400 optimizer steps" in third and "The earlier stages, the release at commit abc1234: 11,900 steps" in third
     assert "| 18,400 | 20.0 |" in third and "the release it continues (the release at abc1234, 11,900 steps)" in third
     assert "Stage 1" not in third and "{" not in third
+    assert "--seed 1 --dtype auto --short-windows 0.15`" in third and "In this stage, 15% of the windows" in third
     one = mod.render({**d, "parent": None, "parent_eval": None})  # a single run has no stage lines
     assert "Stage 1" not in one and "stage 1 alone" not in one and "6,500 optimizer steps" in one
 

@@ -53,6 +53,21 @@ def test_eval_json(tiny_checkpoint, capsys, monkeypatch):
     assert 0 <= result["bleu4"] <= 1 and 0 <= result["self_bleu4"] <= 1 and 0 < result["distinct2"] <= 1
 
 
+def test_eval_windows_scores_the_checkpoints_own_training_windows(tiny_checkpoint, capsys, monkeypatch):
+    from dbert_core import checkpoint
+    from dbert_core.data import document_sentences, document_windows, read_documents
+
+    code, out, err = run(["eval", "--checkpoint", str(tiny_checkpoint), "--data", str(TINYSTORIES_VALID),
+                          "--unit", "window", "--steps", "8", "--limit", "30", "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    result = json.loads(out)
+    db = checkpoint.load(tiny_checkpoint)
+    windows, words = document_windows(document_sentences(read_documents([str(TINYSTORIES_VALID)])), db.tokenizer,
+                                      db.meta["seq_len"], words=True)
+    assert result["examples"] == 30 and result["tokens"] == sum(len(w) for w in windows[:30])
+    assert result["words"] == sum(words[:30]) and result["ppl_word"] > result["ppl_token"] > 1
+
+
 BAD = [
     (["sample", "--checkpoint", "{ck}", "--steps", "0"], "--steps"),
     (["sample", "--checkpoint", "{ck}", "--steps", "999999"], "--steps"),

@@ -74,6 +74,28 @@ def test_windows_start_at_a_sentence_and_sep_opens_a_document():
     assert pack_sentences([[[1, 2]], [[3]]], 6, SEP) == [[SEP, 1, 2, SEP, 3]]  # documents share a window
 
 
+def test_short_windows_hold_sentences_alone_and_keep_every_token_in_order():
+    SEP = 0
+    docs = [[[i * 10 + j for j in range(1, 2 + (i % 4))] for i in range(d * 8, d * 8 + 8)] for d in range(40)]
+    words = [[len(s) + 1 for s in doc] for doc in docs]
+    full, full_words = pack_sentences(docs, 12, SEP, words=words)
+    assert full == pack_sentences(docs, 12, SEP) and sum(full_words) == sum(map(sum, words))
+    short, short_words = pack_sentences(docs, 12, SEP, short=0.5, seed=3, words=words)
+    assert short == pack_sentences(docs, 12, SEP, short=0.5, seed=3)  # seeded: the same windows
+    assert short != pack_sentences(docs, 12, SEP, short=0.5, seed=4)
+    # the same tokens in the same order, only cut in more places, each cut at a sentence start
+    assert [x for w in short for x in w] == [x for w in full for x in w]
+    starts = {s[0] for doc in docs for s in doc} | {SEP}
+    assert all(w[0] in starts and 0 < len(w) <= 12 for w in short)
+    assert len(short) > 1.15 * len(full)
+    sentences = {tuple(s) for doc in docs for s in doc} | {(SEP, *doc[0]) for doc in docs}
+    alone = sum(tuple(w) in sentences for w in short)
+    assert alone > 0.1 * len(short) and sum(tuple(w) in sentences for w in full) == 0
+    # each window's words are its sentences' words
+    assert sum(short_words) == sum(map(sum, words)) and all(n > 0 for n in short_words)
+    assert pack_sentences(docs, 12, SEP, short=1.0, seed=3) != full
+
+
 # ------------------------------------------------------------------------------ truecasing
 def test_truecasing_table_learnt_from_cased_text_only():
     table = learn(["Lily met Tom. Then Lily saw Paris and the café.", "Tom and Lily went to the café in Paris.",

@@ -158,6 +158,26 @@ def test_two_process_gloo_run_keeps_ranks_identical(tmp_path):
     assert moved, "training changed the weights"
 
 
+def test_short_windows_train_on_shorter_windows_and_validate_on_full_ones(tmp_path):
+    from helpers import TINYSTORIES, TINYSTORIES_VALID
+
+    from dbert_core.data import document_sentences, document_windows, read_documents
+
+    cfg = tiny_config(tmp_path / "run", pack=True, val_data=[str(TINYSTORIES_VALID)], seq_len=24, max_steps=2,
+                      eval_every=0, short_windows=0.3)
+    tr = Trainer(cfg)
+    tr.prepare()
+    tok = tr.db.tokenizer
+    full = document_windows(document_sentences(read_documents([str(TINYSTORIES)])), tok, 24)
+    assert [x for e in tr.train_examples for x in e] == [x for e in full for x in e]  # every token, in order
+    assert len(tr.train_examples) > 1.03 * len(full)  # cut in more places (24 tokens hold one or two sentences)
+    val = document_windows(document_sentences(read_documents([str(TINYSTORIES_VALID)])), tok, 24)
+    assert all(e in val for e in tr.val_examples)  # validation windows are full ones
+    for bad in (dict(short_windows=0.3, pack=False), dict(short_windows=1.5, pack=True)):
+        with pytest.raises(DbertError, match="--short-windows"):
+            tiny_config(tmp_path / "bad", val_data=[str(TINYSTORIES_VALID)], **bad).validate()
+
+
 def test_options_of_the_shipped_recipes(tmp_path):
     """--pack, --val-data, --dropout and --grad-accum > 1, as scripts/stories_model.sh uses them
     (--init, --from-scratch and --trim-vocab have tests of their own in test_model/test_vocab)."""

@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 from dbert_core import checkpoint
-from dbert_core.data import document_sentences, encode, pack_sentences, read_documents, read_examples
+from dbert_core.data import document_sentences, document_windows, read_documents, read_examples
 from dbert_core.hardware import cpu_name, native_bf16
 from dbert_core.judge import causal_batch
 
@@ -56,14 +56,7 @@ def say(text: str) -> None:
 
 def windows(db, files: list[str], seq_len: int) -> list[list[int]]:
     """The diffusion run's training windows, built as its trainer builds them."""
-    tok = db.tokenizer
-    docs = document_sentences(read_documents(files))
-    flat = encode([s for d in docs for s in d], tok)
-    grouped, i = [], 0
-    for d in docs:
-        grouped.append(flat[i:i + len(d)])
-        i += len(d)
-    return pack_sentences(grouped, seq_len, tok.sep_token_id)
+    return document_windows(document_sentences(read_documents(files)), db.tokenizer, seq_len)
 
 
 def build(db, seq_len: int):
