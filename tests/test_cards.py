@@ -111,13 +111,17 @@ def test_a_stage_two_card_counts_both_stages():
     assert "not repeated since" in card and "not redrawn since" in card
     # a third stage: the release it continues had a parent itself; its steps count in full
     assert mod.total({"step": 6500, "parent": {"step": 5400}}, "step") == 11_900
-    short = {**meta, "train_config": {**meta["train_config"], "short_windows": 0.15}}
+    short = {**meta, "train_config": {**meta["train_config"], "short_windows": 0.15},
+             "trim_vocab": {"vocab_before": 13624, "vocab_after": 13624}}  # a later stage trims nothing more
     third = mod.render({**d, "meta": short, "parent": {**parent, "first": False, "total_step": 11_900,
                                                        "total_tokens_seen": 44e6, "curve": {5400: 22.4, 11_900: 19.2}}})
     assert "18,400 optimizer steps" in third and "The earlier stages, the release at commit abc1234: 11,900 steps" in third
     assert "| 18,400 | 20.0 |" in third and "the release it continues (the release at abc1234, 11,900 steps)" in third
     assert "Stage 1" not in third and "{" not in third
+    assert "13,624 pieces, cut from MiniLM's in stage 1" in third and "13,624 -> 13,624" not in third
+    assert "the card of the release at abc1234 names them" in third
     assert "--seed 1 --dtype auto --short-windows 0.15`" in third and "In this stage, 15% of the windows" in third
+    assert 'PARENT=abc1234 LR=1e-4 WARMUP=100 MAX_STEPS=6500 SEED=1 EXTRA="--short-windows 0.15" \\\n' in third
     one = mod.render({**d, "parent": None, "parent_eval": None})  # a single run has no stage lines
     assert "Stage 1" not in one and "stage 1 alone" not in one and "6,500 optimizer steps" in one
 
