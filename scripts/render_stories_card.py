@@ -132,6 +132,10 @@ def _decoding_table(dec: dict) -> str:
     return study.table(dec["rows"])
 
 
+def _threads(n: int) -> str:
+    return "one thread" if n == 1 else f"{n} threads"
+
+
 def _decoding_part(dec: dict | None, c: dict, d: dict) -> str:
     if not dec and d.get("parent"):
         return (f"The decoding study (`python scripts/stories_decoding.py CHECKPOINT --n 200`: temperature, top-k, top-p, "
@@ -149,7 +153,8 @@ def _decoding_part(dec: dict | None, c: dict, d: dict) -> str:
         f" Measured on `{on}` (the {dec.get('on_what', 'checkpoint named')}), so that the study could run while this"
         " model trained; the settings compare within one model, and the defaults' figures for this model are below.")
     return (f"{dec['rows'][0]['n']} samples per setting (`python scripts/stories_decoding.py {on} --n 200`, "
-            f"seed 0, first-hitting, {c['seq_len']} tokens) on the {d['cpu']}, one thread each.{which}\n\n"
+            f"seed 0, first-hitting, {c['seq_len']} tokens) on the {d['cpu']}, {_threads(dec['rows'][0].get('threads', 1))} "
+            f"each.{which}\n\n"
             + _decoding_table(dec) + ("\n\n" + dec["why"] if dec.get("why") else ""))
 
 
