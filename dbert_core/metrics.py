@@ -225,8 +225,10 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     max_len = db.model.max_length
     kept, kept_words, skipped = [], [], 0
     if unit == "window":  # the checkpoint's own training windows of the documents: the trainer's validation bound
-        length = min(int(db.meta.get("seq_len", max_len)), max_len)
-        kept, kept_words = document_windows(document_sentences(read_documents(data)), db.tokenizer, length, words=True)
+        from .sample import default_length
+
+        kept, kept_words = document_windows(document_sentences(read_documents(data)), db.tokenizer, default_length(db),
+                                            words=True)
         kept, kept_words = kept[:limit or None], kept_words[:limit or None]
     else:
         texts = read_examples(data, unit)
