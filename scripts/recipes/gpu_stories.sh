@@ -22,7 +22,8 @@
 # Env (device): TRAIN_S (default 300), PROBE_STEPS (30), BATCH (256), LR (2e-4), WARMUP (50),
 # EVAL_LIMIT (1000), DEVICE (cuda; cpu for the dry run in tests/test_gpu_recipe.py), BENCH (more
 # `dbert bench` flags), TESTS (1: run tests/test_cuda.py), EVAL_S / TESTS_S / BENCH_S (time limits of
-# the stages after the weights are saved: 90 / 90 / 100 s), INIT (the checkpoint to continue). Data: every TinyStories file and the fables, as
+# the stages after the weights are saved: 90 / 90 / 100 s), INIT (the checkpoint to continue), SHORT (the
+# fraction of short windows, 0.5 as in the shipped stage 3; 0 for full windows only). Data: every TinyStories file and the fables, as
 # scripts/stories_model.sh trains on; held out: the last 1,000 lines of tinystories/valid.txt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -78,7 +79,8 @@ device() {
                --data "$src/tinystories/more/train_1001_2016.txt"
                --data "$src/tinystories/more/train_2317_5000_lowercase.txt" --data "$src/fables/fables.txt")
   local common=(--init "${INIT:-assets/dbert-minilm-stories}" "${files[@]}" --val-data "$data/heldout.txt"
-                --unit sentence --pack --seq-len "${SEQ_LEN:-128}" --schedule spindle --time none
+                --unit sentence --pack --short-windows "${SHORT:-0.5}" --seq-len "${SEQ_LEN:-128}"
+                --schedule spindle --time none
                 --batch-size "${BATCH:-256}" --device "$dev" --dtype "${DTYPE:-auto}" --log-every 10 --seed 0)
   # the probe: tokens per second of this machine, to size the run to TRAIN_S
   dbert train "${common[@]}" --max-steps "${PROBE_STEPS:-30}" --warmup 5 --eval-every 0 --save-every 0 \
