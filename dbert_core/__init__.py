@@ -13,7 +13,9 @@ cycle (tests/test_architecture.py pins both).
     maths      schedule (a_t(v) and the schedule's own structure), model (the BERT denoiser),
                diffusion (the forward process, the per-step KL, the ELBO)
     sampling   sample (resolve: a SampleConfig made concrete for a checkpoint, once per run;
-               frames, generate), quotes (the quote touch-up), inspector (each reveal's top-k
+               frames, generate), quotes (quote marks that pair with none), contractions
+               (contractions English does not write), touchup (the rounds that refill both after
+               the last step), inspector (each reveal's top-k
                candidates, masking times), trajectory, replay (a trajectory read back without
                the model), share (a run as an asciinema cast or HTML), distance
     files      layout (every on-disk name, temp and swap folders, the output lock, atomic

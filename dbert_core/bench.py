@@ -183,7 +183,8 @@ class Bench:
                 base = None
                 for sampler in samplers:
                     _, st = generate(self.db, n=batch, batch_size=batch, seed=seed, length=self.length,
-                                     steps=steps, top_k=top_k, sampler=sampler, pair_quotes=False)  # the sampler alone
+                                     steps=steps, top_k=top_k, sampler=sampler, pair_quotes=False,
+                                     fix_contractions=False)  # the sampler alone
                     sec = st["seconds"]
                     row = {"sampler": sampler, "exact": st["exact"], "params": st["params"], "steps": steps,
                            "batch": batch, "seconds": sec,

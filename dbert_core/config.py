@@ -199,6 +199,7 @@ class SampleConfig:
     prompt: str | None = None          # a template with [MASK] slots
     block_repeats: bool = True         # never draw a token equal to a revealed neighbour ("there there")
     pair_quotes: bool = True           # refill quotes that pair with none, quotes excluded (quotes.py)
+    fix_contractions: bool = True      # refill contractions English lacks ("you't"), apostrophes excluded
     dtype: str = "auto"                # the network's precision: auto (bf16 where native), fp32, bf16
 
     def validate(self) -> "SampleConfig":

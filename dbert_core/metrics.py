@@ -19,6 +19,7 @@ from collections import Counter
 
 import torch
 
+from .contractions import broken_in_text
 from .data import (Special, collate, count_words, document_sentences, document_windows, iter_encode, read_documents,
                    read_examples)
 from .diffusion import elbo
@@ -189,7 +190,9 @@ def readability(samples: list[str], min_words: int = 8) -> dict:
     same on both sides of punctuation: "timmy. timmy"). frac_repeat: a word twice in a row,
     across a comma or in an "x and x and x" chain; frac_sentence_start: the sample begins with a
     capital (after any opening quote); frac_quotes_balanced: its double quotes pair up, opening
-    before closing; frac_ends_sentence: it ends with . ! ? or a closing quote.
+    before closing; frac_ends_sentence: it ends with . ! ? or a closing quote;
+    frac_broken_contraction: it holds a contraction English does not write ("you't", "friends's":
+    contractions.py).
     """
     n = max(len(samples), 1)
     lengths = [sum(any(c.isalnum() for c in w) for w in s.replace("[MASK]", " ").replace("[UNK]", " ").split())
@@ -206,6 +209,7 @@ def readability(samples: list[str], min_words: int = 8) -> dict:
         "frac_sentence_start": sum(_starts_sentence(s) for s in samples) / n,
         "frac_quotes_balanced": sum(_quotes_balanced(s) for s in samples) / n,
         "frac_ends_sentence": sum(s.rstrip()[-1:] in ('.', '!', '?', '"') for s in samples) / n,
+        "frac_broken_contraction": sum(bool(broken_in_text(s)) for s in samples) / n,
     }
 
 
@@ -272,7 +276,8 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
 def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top_k: int = 30,
             batch_size: int = 32, seed: int = 0, unit: str = "line", sampler: str | None = None,
             block_repeats: bool = True, params: dict | None = None, temperature: float = 1.0,
-            judge=None, texts: dict | None = None, on_frame=None, pair_quotes: bool = True) -> dict:
+            judge=None, texts: dict | None = None, on_frame=None, pair_quotes: bool = True,
+            fix_contractions: bool = True) -> dict:
     """The paper's protocol: n samples for BLEU-4 against the data, n more for Self-BLEU-4
     (on_frame: called with every frame of both runs, for progress).
 
@@ -286,7 +291,8 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
 
     cfg = resolve(SampleConfig(n=n, steps=steps, length=length, top_k=top_k, batch_size=batch_size, seed=seed,
                                sampler=sampler, block_repeats=block_repeats, params=params,
-                               temperature=temperature, pair_quotes=pair_quotes), db)
+                               temperature=temperature, pair_quotes=pair_quotes,
+                               fix_contractions=fix_contractions), db)
     sampler = cfg.sampler
     refs = read_examples(data, "sentence" if unit == "window" else unit)  # windows: their sentences
     first, st1 = generate(db, cfg, on_frame, paragraph=" ")
@@ -294,7 +300,7 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
     out = {
         "samples": n, "sample_steps": steps, "sample_length": length, "top_k": top_k, "sampler": sampler,
         "sampler_exact": get(sampler).exact, "params": cfg.params, "temperature": temperature,
-        "block_repeats": block_repeats, "pair_quotes": pair_quotes,
+        "block_repeats": block_repeats, "pair_quotes": pair_quotes, "fix_contractions": fix_contractions,
         "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second),
         "distinct1": distinct_n(first, 1), "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),
         "unigram_entropy": unigram_entropy(first), **readability(first),

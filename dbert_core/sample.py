@@ -79,7 +79,7 @@ from typing import Iterator
 import torch
 
 from . import strategies
-from .quotes import touch_up
+from .touchup import touch_up
 from .config import SampleConfig
 from .errors import DbertError
 from .hardware import compute_dtype
@@ -104,7 +104,7 @@ class Frame:
     row_steps   (B,) the step each row's state belongs to (first-hitting: rows run apart, and a
                 finished row stays at the step of its last reveal)
     remasked    (B, L) bool, masked again at this step (remdm, the quote touch-up; None for the strategies that never remask)
-    touch_up    True while frames of the quote touch-up follow or are under way (quotes.py): the
+    touch_up    True while frames of the touch-up follow or are under way (touchup.py): the
                 step budget is spent (step == steps) but the run is not done yet
     top_ids     (B, L, k) the k most likely ids of p' at each position's (last) reveal, -1 where
                 never revealed; top_probs (B, L, k) their p'. Only when frames(..., topk=k).
@@ -472,8 +472,8 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
     instead of cfg.prompt's text, or (n, length): one template per row (a server batching
     requests of different prompts into one call). topk > 0: each Frame carries the topk most
     likely candidates of p' (and their p') at each position's reveal (top_ids, top_probs); the
-    draws are the same either way. forbid: more ids never drawn. With cfg.pair_quotes (the
-    default) the quote touch-up's frames follow the last step (quotes.py).
+    draws are the same either way. forbid: more ids never drawn. With cfg.pair_quotes or
+    cfg.fix_contractions (both on by default) the touch-up's frames follow the last step (touchup.py).
     """
     from .inspector import TopK
 
@@ -492,7 +492,7 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
             f.top_ids, f.top_probs = top.ids.clone(), top.probs.clone()
         return f
 
-    if not cfg.pair_quotes:
+    if not (cfg.pair_quotes or cfg.fix_contractions):
         for f in _reverse(db, cfg, gen, x, forbid, top):
             yield tagged(f)
         return

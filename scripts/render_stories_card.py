@@ -70,7 +70,8 @@ def gather(runs: Path = RUNS) -> dict:
         "frontier": {f.stem: _load(f) for f in sorted((runs / "decoding-final" / "frontier").glob("*.json"))},
         "checks200": readability(samples200), "n200": len(samples200),
         "defaults": {"steps": d.steps, "temperature": d.temperature, "top_k": d.top_k, "top_p": d.top_p,
-                     "block_repeats": d.block_repeats, "pair_quotes": d.pair_quotes},
+                     "block_repeats": d.block_repeats, "pair_quotes": d.pair_quotes,
+                     "fix_contractions": d.fix_contractions},
         "train_examples": meta["train_examples"], "mix": _load(runs / "mix.json"),
         "history": (runs / "stories_history.txt").read_text(encoding="utf-8").strip()
         if (runs / "stories_history.txt").is_file() else None,
@@ -339,10 +340,10 @@ repeat block and the quote touch-up), so the rows compare the models, not the de
 {_sampler_part(d.get("frontier"), df['steps'], d.get("parent"))}
 
 The CLI defaults now: {df['steps']} steps, temperature {df['temperature']}, top-k {df['top_k'] or 'off'}, top-p {df['top_p']},
-repeat block {'on' if df['block_repeats'] else 'off'}, quote touch-up {'on' if df.get('pair_quotes') else 'off'}. At these defaults, {d['n200']} samples (`dbert sample --n 200 --seed 0`):
+repeat block {'on' if df['block_repeats'] else 'off'}, quote touch-up {'on' if df.get('pair_quotes') else 'off'}, contraction touch-up {'on' if df.get('fix_contractions') else 'off'}. At these defaults, {d['n200']} samples (`dbert sample --n 200 --seed 0`):
 {chk['frac_sentence_start']:.1%} start a sentence with a capital, {chk['frac_repeat']:.1%} repeat a word (twice in a row,
 across a comma, or "x and x and x"), {chk['frac_mask_or_unk']:.1%} keep a [MASK] or [UNK], {chk['frac_quotes_balanced']:.1%}
-have balanced quotes, {chk['frac_ends_sentence']:.1%} end a sentence.
+have balanced quotes, {chk['frac_broken_contraction']:.1%} hold a contraction English does not write ("you't"), {chk['frac_ends_sentence']:.1%} end a sentence.
 
 ## Ten unedited samples
 

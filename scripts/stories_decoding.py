@@ -3,8 +3,9 @@
     python scripts/stories_decoding.py runs/stories --n 200 --out runs/decoding.json
 
 Draws --n samples (seed 0, the checkpoint's own length, first-hitting) at each setting of a small
-grid (temperature, top-k, top-p, the repeat block, the quote touch-up, the default 96 steps, 128 or 64) and reports for each the reader's checks
-(metrics.readability: starts a sentence with a capital, repeats, balanced quotes, [MASK]/[UNK]), the
+grid (temperature, top-k, top-p, the repeat block, the quote and contraction touch-ups, the default 96 steps,
+128 or 64) and reports for each the reader's checks (metrics.readability: starts a sentence with a capital,
+repeats, balanced quotes, broken contractions, [MASK]/[UNK]), the
 diversity (distinct-2, Self-BLEU-4, unigram entropy) and the seconds. Writes the JSON (one entry per
 setting, with the first five samples) and prints a Markdown table on stdout. Rows already in --out
 or in a --from file are kept, not drawn again, and --only 0,2 runs some settings, so two
@@ -30,27 +31,28 @@ from dbert_core.metrics import distinct_n, readability, self_bleu, unigram_entro
 from dbert_core.sample import generate
 
 _D = SampleConfig()
-GRID = [  # (temperature, top_k, top_p, block_repeats, pair_quotes, steps)
-    (_D.temperature, _D.top_k, _D.top_p, _D.block_repeats, _D.pair_quotes, _D.steps),  # the CLI defaults (96 steps)
-    (1.0, 0, 0.9, True, True, _D.steps),     # nucleus instead of top-k
-    (0.8, 30, 1.0, True, True, _D.steps),    # colder
-    (1.0, 30, 1.0, False, True, _D.steps),   # no repeat block
-    (1.0, 30, 1.0, True, False, _D.steps),   # no quote touch-up: the model's own quotes
-    (1.0, 30, 1.0, True, True, 128),         # the budget the bound is measured at
-    (1.0, 30, 1.0, True, True, 64),          # a smaller budget
+GRID = [  # (temperature, top_k, top_p, block_repeats, pair_quotes, fix_contractions, steps)
+    (_D.temperature, _D.top_k, _D.top_p, _D.block_repeats, _D.pair_quotes, _D.fix_contractions, _D.steps),  # the CLI defaults
+    (1.0, 0, 0.9, True, True, True, _D.steps),     # nucleus instead of top-k
+    (0.8, 30, 1.0, True, True, True, _D.steps),    # colder
+    (1.0, 30, 1.0, False, True, True, _D.steps),   # no repeat block
+    (1.0, 30, 1.0, True, False, True, _D.steps),   # no quote touch-up: the model's own quotes
+    (1.0, 30, 1.0, True, True, False, _D.steps),   # no contraction touch-up: the model's own contractions
+    (1.0, 30, 1.0, True, True, True, 128),         # the budget the bound is measured at
+    (1.0, 30, 1.0, True, True, True, 64),          # a smaller budget
 ]
 
 
 def run(db, n: int, temperature: float, top_k: int, top_p: float, block: bool, pair: bool = True,
-        steps: int = 128) -> dict:
+        contractions: bool = True, steps: int = 128) -> dict:
     cfg = SampleConfig(n=n, seed=0, temperature=temperature, top_k=top_k, top_p=top_p, block_repeats=block,
-                       pair_quotes=pair, steps=steps)
+                       pair_quotes=pair, fix_contractions=contractions, steps=steps)
     start = time.perf_counter()
     texts, stats = generate(db, cfg)
     seconds = time.perf_counter() - start
     flat = [t.replace(STORY_BREAK, " ") for t in texts]  # for the diversity measures
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "block_repeats": block, "pair_quotes": pair,
-            "steps": steps, "n": n, **readability(texts), "distinct2": distinct_n(flat, 2), "self_bleu4": self_bleu(flat),
+            "fix_contractions": contractions, "steps": steps, "n": n, **readability(texts), "distinct2": distinct_n(flat, 2), "self_bleu4": self_bleu(flat),
             "unigram_entropy": unigram_entropy(flat), "seconds": round(seconds, 1), "nfe": stats["nfe"],
             "threads": torch.get_num_threads(), "examples": texts[:5]}
 
@@ -62,7 +64,7 @@ def human(path: str, n: int, words: float) -> dict:
 
     texts = human_chunks(read_lines([path]), n, words)
     return {"temperature": "held-out text", "top_k": "", "top_p": "", "block_repeats": None, "pair_quotes": None,
-            "steps": "", "n": len(texts),
+            "fix_contractions": None, "steps": "", "n": len(texts),
             **readability(texts), "distinct2": distinct_n(texts, 2), "self_bleu4": self_bleu(texts),
             "unigram_entropy": unigram_entropy(texts), "seconds": "", "nfe": 0, "examples": texts[:2]}
 
@@ -72,14 +74,16 @@ def _on(flag) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| temperature | top-k | top-p | repeat block | quote touch-up | steps | sentence start | repeats | "
-            "quotes balanced | [MASK]/[UNK] | ends a sentence | distinct-2 | Self-BLEU-4 | entropy | calls | seconds |")
+    head = ("| temperature | top-k | top-p | repeat block | quote touch-up | contraction touch-up | steps | "
+            "sentence start | repeats | quotes balanced | broken contraction | [MASK]/[UNK] | ends a sentence | "
+            "distinct-2 | Self-BLEU-4 | entropy | calls | seconds |")
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         out.append(f"| {r['temperature']} | {r['top_k'] if r['top_k'] != 0 else 'off'} | {r['top_p']} | "
-                   f"{_on(r['block_repeats'])} | {_on(r.get('pair_quotes'))} | "
+                   f"{_on(r['block_repeats'])} | {_on(r.get('pair_quotes'))} | {_on(_contractions(r))} | "
                    f"{r.get('steps', '')} | "
                    f"{r['frac_sentence_start']:.1%} | {r['frac_repeat']:.1%} | {r['frac_quotes_balanced']:.1%} | "
+                   f"{_pct(r.get('frac_broken_contraction'))} | "
                    f"{r['frac_mask_or_unk']:.1%} | {r['frac_ends_sentence']:.1%} | {r['distinct2']:.3f} | "
                    f"{r['self_bleu4']:.3f} | {r['unigram_entropy']:.2f} | {r.get('nfe', '') or ''} | {r['seconds']} |")
     return "\n".join(out)
@@ -121,8 +125,18 @@ def main() -> int:
     return 0
 
 
+def _contractions(r: dict):
+    """A row's contraction touch-up: off in rows drawn before it existed (they have no such key)."""
+    return r.get("fix_contractions", None if r.get("block_repeats") is None else False)
+
+
+def _pct(x) -> str:
+    return "" if x is None else f"{x:.1%}"
+
+
 def _key(r: dict) -> list:
-    return [r["temperature"], r["top_k"], r["top_p"], r["block_repeats"], r["pair_quotes"], r["steps"], r["n"]]
+    return [r["temperature"], r["top_k"], r["top_p"], r["block_repeats"], r["pair_quotes"], _contractions(r),
+            r["steps"], r["n"]]
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ FLOORS = {
     "leaf": {"__init__", "errors", "config", "strategies", "display", "jsonfile", "hardware", "trust", "net", "truecase",
              "detok", "stable"},
     "maths": {"schedule", "model", "diffusion"},
-    "sampling": {"sample", "quotes", "inspector", "trajectory", "replay", "share", "distance"},
+    "sampling": {"sample", "quotes", "contractions", "touchup", "inspector", "trajectory", "replay", "share", "distance"},
     "files": {"layout", "schema", "tokenizer", "data", "vocab", "pretrained", "checkpoint", "archive"},
     "store": {"store", "fetch"},
     "runs": {"prepare", "train", "metrics", "judge", "infill", "bench", "serve_queue", "serve", "progress", "cli"},

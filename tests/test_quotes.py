@@ -3,6 +3,7 @@ again and refilled without quotes, inside the run's frames."""
 
 import torch
 
+from dbert_core.contractions import join_ids
 from dbert_core.detok import unpaired_quotes
 from dbert_core.quotes import quote_ids, unpaired
 from dbert_core.sample import frames, generate
@@ -44,6 +45,8 @@ def test_touch_up_refills_stray_quotes_inside_the_run(tiny_db):
     changed = fs[-1].ids != raw[-1].ids
     assert not (changed & ~before).any()
     assert not torch.isin(fs[-1].ids[before], torch.tensor(quote_ids(tiny_db.tokenizer))).any()
+    # nor a single quote or a lone suffix piece in a quote's place ("'The little girl")
+    assert not torch.isin(fs[-1].ids[before], torch.tensor(join_ids(tiny_db.tokenizer))).any()
 
 
 def test_a_prompts_own_quote_stays(tiny_db):
