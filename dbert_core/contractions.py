@@ -44,8 +44,10 @@ _NO_S = _NEGATED | frozenset(
 
 _SINGULAR_S = ("ss", "us", "is", "os")  # "boss's", "octopus's", "oasis's": a singular that ends in s
 _STEMS = _NEGATED - {"can", "won"}  # no English word without their 't ("can" and "won" are words)
-_STRANDED = re.compile(r"\b(?:" + "|".join(sorted(_STEMS)) + r") ?['\u2019](?!(?:t|s|m|re|ve|ll|d)\b)", re.IGNORECASE)  # a suffix: _TEXT's
-_TEXT = re.compile(r"\b([A-Za-z]+)['\u2019](t|s|m|re|ve|ll|d)\b", re.IGNORECASE)
+_APOSTROPHE, _SUFFIX = f"[{''.join(APOSTROPHES)}]", "|".join(SUFFIXES)
+_TEXT = re.compile(rf"\b([A-Za-z]+){_APOSTROPHE}({_SUFFIX})\b", re.IGNORECASE)
+_STRANDED = re.compile(rf"\b(?:{'|'.join(sorted(_STEMS))}) ?{_APOSTROPHE}(?!(?:{_SUFFIX})\b)",  # a suffix: _TEXT's
+                       re.IGNORECASE)
 
 
 def valid(word: str, suffix: str) -> bool:
@@ -90,16 +92,14 @@ def broken(pieces: Sequence[str], hidden: Sequence[bool] | None = None) -> list[
 
 def apostrophe_ids(tokenizer) -> list[int]:
     """The vocabulary ids of the apostrophe pieces (those the tokenizer has)."""
-    ids = [tokenizer.backend_tokenizer.token_to_id(p) for p in APOSTROPHES]
-    return [int(i) for i in ids if i is not None]
+    return tokenizer.ids_of(APOSTROPHES)
 
 
 def join_ids(tokenizer) -> list[int]:
     """The ids of the apostrophes and the suffix pieces: what only a contraction uses. A touch-up's
     refill never draws them, or the model would write the mark it was denied as a single quote
     ("'The little girl" where a stray double quote stood) or a stray suffix."""
-    ids = [tokenizer.backend_tokenizer.token_to_id(p) for p in APOSTROPHES + SUFFIXES]
-    return [int(i) for i in ids if i is not None]
+    return tokenizer.ids_of(APOSTROPHES + SUFFIXES)
 
 
 def broken_positions(db, ids: torch.Tensor, eligible: torch.Tensor) -> torch.Tensor:

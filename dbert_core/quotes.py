@@ -23,8 +23,7 @@ QUOTE_PIECES = ('"', "`")
 
 def quote_ids(tokenizer) -> list[int]:
     """The vocabulary ids of the double-quote pieces (those the tokenizer has)."""
-    ids = [tokenizer.backend_tokenizer.token_to_id(p) for p in QUOTE_PIECES]
-    return [int(i) for i in ids if i is not None]
+    return tokenizer.ids_of(QUOTE_PIECES)
 
 
 def unpaired(db, ids: torch.Tensor, eligible: torch.Tensor) -> torch.Tensor:

@@ -124,6 +124,11 @@ class WordPieceTokenizer:
                 text = text.replace(old, new)
         return text
 
+    def ids_of(self, pieces) -> list[int]:
+        """The ids of those of these pieces the vocabulary has, in their order."""
+        ids = (self.backend_tokenizer.token_to_id(p) for p in pieces)
+        return [int(i) for i in ids if i is not None]
+
     def convert_ids_to_tokens(self, ids):
         """Token pieces as they are shown (display.safe_text: a piece holding escape codes or other
         control characters reads as their escapes, never reaches a terminal raw)."""

@@ -31,7 +31,6 @@ ROUNDS = 3
 
 @dataclass(frozen=True)
 class Check:
-    name: str
     find: Callable  # (db, ids (B, L), eligible (B, L) bool) -> (B, L) bool: the positions to refill
     exclude: tuple[int, ...]  # ids the refill of what it found never draws
 
@@ -41,9 +40,9 @@ def checks(db, cfg) -> list[Check]:
     no unpaired quotes)."""
     out, joins = [], tuple(contractions.join_ids(db.tokenizer))
     if cfg.pair_quotes and (q := quotes.quote_ids(db.tokenizer)):
-        out.append(Check("quotes", quotes.unpaired, tuple(q) + joins))
+        out.append(Check(quotes.unpaired, tuple(q) + joins))
     if cfg.fix_contractions and contractions.apostrophe_ids(db.tokenizer):
-        out.append(Check("contractions", contractions.broken_positions, joins))
+        out.append(Check(contractions.broken_positions, joins))
     return out
 
 

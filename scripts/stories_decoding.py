@@ -127,7 +127,7 @@ def main() -> int:
 
 def _contractions(r: dict):
     """A row's contraction touch-up: off in rows drawn before it existed (they have no such key)."""
-    return r.get("fix_contractions", None if r.get("block_repeats") is None else False)
+    return r.get("fix_contractions", False)
 
 
 def _pct(x) -> str:

@@ -21,6 +21,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from dbert_core.layout import read_meta
+
 WORD = re.compile(r"[A-Za-z]+(?:['\u2019][A-Za-z]+)?")
 
 
@@ -56,7 +58,7 @@ def main() -> int:
     ap.add_argument("--checkpoint", default="assets/dbert-minilm-stories", help="whose training files to read")
     ap.add_argument("--json", action="store_true", help="one JSON object per file instead of the table")
     a = ap.parse_args()
-    meta = json.loads((Path(a.checkpoint) / "dbert.json").read_text(encoding="utf-8"))
+    meta = read_meta(a.checkpoint)
     files = meta.get("train_config", {}).get("data") or meta.get("data_files") or []
     missing = [f for f in files if not Path(f).is_file()]
     if not files or missing:
