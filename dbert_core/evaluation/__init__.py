@@ -1,0 +1,7 @@
+"""evaluation: how good a checkpoint is.
+
+metrics (the bound, samples' measures: dbert eval), judge (gen-PPL under a causal model), bench
+(speed: dbert bench).
+
+May import: the floor, disk, text, maths, sampling, storage, training.
+"""
