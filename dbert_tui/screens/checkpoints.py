@@ -25,7 +25,7 @@ def entry_details(entry) -> Text:
     steps trained, the last validation bound, and the data it was trained on."""
     import json
 
-    from dbert_core.storage.checkpoint import STATE, read_meta
+    from dbert_core.disk.layout import STATE, STATE_JSON, read_meta
 
     out = Text()
     out.append(entry.name, style="bold")
@@ -53,7 +53,7 @@ def entry_details(entry) -> Text:
         out.append("\ntrained: " + " · ".join(line), style="")
     evals = []
     try:
-        history = json.loads((Path(entry.path) / STATE / "state.json").read_text()).get("history", [])
+        history = json.loads((Path(entry.path) / STATE / STATE_JSON).read_text()).get("history", [])
         evals = [h for h in history if "val_nats_per_token" in h]
     except (OSError, ValueError, AttributeError):
         pass

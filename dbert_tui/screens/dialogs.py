@@ -12,6 +12,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, DirectoryTree, Input, Label
 
+from dbert_core.disk import layout
+
 
 class ConfirmDialog(ModalScreen[bool]):
     """Yes / no; dismisses with True only on an explicit yes."""
@@ -175,7 +177,7 @@ class FileDialog(ModalScreen[str | None]):
 
     def on_directory_tree_directory_selected(self, event: DirectoryTree.DirectorySelected) -> None:
         event.stop()
-        if self.folders and any((event.path / name).is_file() for name in ("dbert.json", "config.json")):
+        if self.folders and any((event.path / name).is_file() for name in (layout.META, layout.CONFIG)):
             self.dismiss(str(event.path))
 
     def action_cancel(self) -> None:
