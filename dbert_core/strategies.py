@@ -17,7 +17,7 @@ the logits, tokens that can never be drawn left out), so a colder temperature ne
 the order of reveals, as for the exact samplers.
 
 This module is torch-free (config.py reads it, and `dbert --help` stays instant); the
-samplers themselves are in sample.py.
+samplers themselves are in sampling/ (one module per family).
 """
 
 from __future__ import annotations

@@ -269,11 +269,11 @@ def test_every_file_name_is_a_layout_constant():
 
 
 def test_a_sampling_run_checks_its_settings_once(tiny_db, monkeypatch):
-    from dbert_core.sampling import sample
+    from dbert_core.sampling import sample, settings
 
     calls = []
-    real = sample.validate
-    monkeypatch.setattr(sample, "validate", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = settings.validate
+    monkeypatch.setattr(settings, "validate", lambda *a, **k: calls.append(a) or real(*a, **k))
     texts, _ = sample.generate(tiny_db, n=3, batch_size=1, steps=4, seed=0)
     assert len(texts) == 3 and len(calls) == 1
     cfg = sample.resolve(sample.SampleConfig(n=2, steps=4, seed=0), tiny_db)

@@ -8,7 +8,8 @@ import torch
 
 from dbert_core.text.contractions import apostrophe_ids, broken, broken_in_text, broken_positions, valid
 from dbert_core.evaluation.metrics import readability
-from dbert_core.sampling.sample import _config, _reverse, frames
+from dbert_core.sampling.sample import _reverse, frames
+from dbert_core.sampling.settings import config
 from dbert_core.sampling.touchup import touch_up
 
 from helpers import DATA
@@ -70,7 +71,7 @@ def test_a_prompts_own_apostrophe_stays(tiny_db):
 
 @torch.inference_mode()
 def test_touch_up_refills_broken_contractions_inside_the_run(tiny_db):
-    cfg = _config(tiny_db, None, {"n": 4, "length": 16, "steps": 16, "pair_quotes": False})
+    cfg = config(tiny_db, None, {"n": 4, "length": 16, "steps": 16, "pair_quotes": False})
     raw = list(frames(tiny_db, cfg, generator=torch.Generator().manual_seed(0)))
     x = raw[-1].ids.clone()
     x[0, 3:6] = _ids(tiny_db, "you", "'", "t")

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from dbert_core.storage import checkpoint
-from dbert_core.sampling.sample import _Net, frames, kernel
+from dbert_core.sampling.base import Net
+from dbert_core.sampling.sample import frames, kernel
 from dbert_tui.controller import Recorded
 from dbert_tui.editing import Draft
 from helpers import goodness_p
@@ -34,7 +35,7 @@ def _draft_template(db, pos: int) -> torch.Tensor:
 def _conditional(db, template: torch.Tensor, pos: int) -> torch.Tensor:
     """The model's p(x_pos | the rest) as the sampler draws from it (never-drawn ids left out)."""
     select = template == db.model.mask_id
-    logits = _Net(db)(template.unsqueeze(0), select.unsqueeze(0), torch.tensor([0])).double()[0]
+    logits = Net(db)(template.unsqueeze(0), select.unsqueeze(0), torch.tensor([0])).double()[0]
     logits[list(db.model.forbidden) + [db.tokenizer.unk_token_id]] = float("-inf")
     return torch.softmax(logits, -1)
 

@@ -110,15 +110,15 @@ def test_bf16_network_keeps_the_distribution(tiny_db):
     """--dtype bf16 runs the network under bf16 autocast; logits come back fp32 and draws stay
     float64. The predicted distributions stay within a small total variation of fp32's, and
     the samples are complete."""
-    from dbert_core.sampling.sample import _Net
+    from dbert_core.sampling.base import Net
 
     torch.manual_seed(0)
     x = torch.randint(5, 1000, (8, 24))
     masked = torch.rand(x.shape) < 0.6
     x[masked] = tiny_db.model.mask_id
     t = torch.full((8,), 100)
-    p32 = torch.softmax(_Net(tiny_db, "fp32")(x, masked, t).double(), -1)
-    net16 = _Net(tiny_db, "bf16")
+    p32 = torch.softmax(Net(tiny_db, "fp32")(x, masked, t).double(), -1)
+    net16 = Net(tiny_db, "bf16")
     p16 = torch.softmax(net16(x, masked, t).double(), -1)
     assert net16.bf16
     tv = 0.5 * (p32 - p16).abs().sum(-1)

@@ -1,4 +1,4 @@
-"""The decoding strategies (dbert_core/strategies.py, the heuristic samplers of sample.py): the
+"""The decoding strategies (dbert_core/strategies.py, the heuristic samplers of sampling/ordered.py and remdm.py): the
 registry every surface reads, what each heuristic reveals, and how far from the model's law
 they are (total-variation distance against the noise floor, dbert_core/sampling/distance.py)."""
 
@@ -188,7 +188,7 @@ def test_temperature_shapes_tokens_not_which_positions(tiny_db):
 # ---------------------------------------------------------------------------------- each one's rule
 @pytest.mark.parametrize("by", ["confidence", "margin", "entropy"])
 def test_ordered_reveals_the_surest_positions_at_the_schedules_pace(any_db, by):
-    from dbert_core.sampling.sample import _Net, masked_curve
+    from dbert_core.sampling.base import Net, masked_curve
 
     L, S = 10, 8
     fs = run(any_db, n=3, length=L, steps=S, sampler=by)
@@ -200,7 +200,7 @@ def test_ordered_reveals_the_surest_positions_at_the_schedules_pace(any_db, by):
     # the first reveals are the top-scoring positions of the all-[MASK] input
     x = torch.full((3, L), any_db.model.mask_id)
     with torch.inference_mode():
-        logits = _Net(any_db)(x, x == any_db.model.mask_id, torch.full((3,), any_db.schedule.T))
+        logits = Net(any_db)(x, x == any_db.model.mask_id, torch.full((3,), any_db.schedule.T))
     no_draw = sorted(set(any_db.model.forbidden) | {any_db.tokenizer.unk_token_id})
     score = position_scores(logits, no_draw, by).view(3, L).clone()
     score = -score if by == "entropy" else score
@@ -224,11 +224,11 @@ def test_threshold_and_entropy_bound_set_how_many_per_call(any_db):
     mid = run(any_db, n=3, length=L, sampler="entropy-bounded", params={"gamma": 2.0})
     assert 1 <= mid[-1].nfe <= L
     # each call's set is the lowest-entropy prefix whose sum minus its largest stays under gamma
-    from dbert_core.sampling.sample import _Net
+    from dbert_core.sampling.base import Net
 
     x = torch.full((3, L), any_db.model.mask_id)
     with torch.inference_mode():
-        logits = _Net(any_db)(x, x == any_db.model.mask_id, torch.full((3,), any_db.schedule.T))
+        logits = Net(any_db)(x, x == any_db.model.mask_id, torch.full((3,), any_db.schedule.T))
     no_draw = sorted(set(any_db.model.forbidden) | {any_db.tokenizer.unk_token_id})
     h = position_scores(logits, no_draw, "entropy").view(3, L).clone()
     for b in range(3):

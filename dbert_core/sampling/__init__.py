@@ -1,9 +1,14 @@
 """sampling: the reverse process, from settings to text.
 
-sample (resolve: a SampleConfig made concrete for a checkpoint; the samplers; frames and generate),
-touchup (the refill rounds after the last step), inspector (each reveal's candidates), trajectory and
-replay (a run written down and read back), share (a run as a cast or HTML), distance (how far a strategy's
-law is from the model's own), infill (spans of unknown length, ranked by the bound).
+A run: sample (frames, generate: the frames generator and its batches), settings (resolve: a
+SampleConfig made concrete for a checkpoint, once per run), prompt (templates -> ids).
+The samplers: base (what a sampler family is: Frame, the Kernel of reveal probabilities, the Net
+wrapper), draw (the token choice every family shares: top-k, top-p, the repeat block), one module
+per family: ancestral (the reverse step; ancestral and cached), first_hitting, ordered (confidence,
+margin, entropy, threshold, entropy-bounded), remdm; touchup (the refill rounds after the last step).
+Around a run: inspector (each reveal's candidates), trajectory and replay (a run written down and
+read back), share (a run as a cast or HTML), distance (how far a strategy's law is from the
+model's own), infill (spans of unknown length, ranked by the bound).
 
 May import: the floor, disk, text, maths.
 """

@@ -109,7 +109,8 @@ def infill(db, cfg, per_length: int = PER_LENGTH, score_steps: int = SCORE_STEPS
     (the same text) kept once. cfg.n is not used here: the caller keeps the top n.
     keep: a dict that receives, per length combination, every frame of its batch (the TUI
     plays the winner's batch back); topk: the frames' candidates (sample.frames)."""
-    from .sample import _slots, expand_template, frames, parse_prompt, prompt_words
+    from .prompt import expand_template, parse_prompt, prompt_words, slots
+    from .sample import frames
 
     if not has_range(cfg.prompt):
         raise DbertError("infill needs a [MASK*A-B] span in the prompt")
@@ -120,7 +121,7 @@ def infill(db, cfg, per_length: int = PER_LENGTH, score_steps: int = SCORE_STEPS
     gen = torch.Generator().manual_seed(seed)
     out: dict[str, Candidate] = {}
     for lengths, template in variants(cfg.prompt):
-        L = len(tok.encode(_slots(tok, expand_template(template)), add_special_tokens=False))
+        L = len(tok.encode(slots(tok, expand_template(template)), add_special_tokens=False))
         if L > db.model.max_length:
             raise DbertError(f"with {lengths} the prompt is {L} tokens, longer than the model's {db.model.max_length}")
         ids = parse_prompt(db, template, L)

@@ -49,7 +49,7 @@ def checks(db, cfg) -> list[Check]:
 def touch_up(reverse, db, cfg, gen: torch.Generator, final, free: torch.Tensor, forbid=(), top=None) -> Iterator:
     """The frames that follow the reverse process's final frame: `final` itself, then for each
     round with something flagged one frame masking it again (`remasked`) and the refill's frames
-    (`reverse`: sample._reverse, handed in as the sampler imports this module), run on the rows
+    (`reverse`: sample._reverse, handed in as sample.py imports this module), run on the rows
     concerned. Every frame but the last has touch_up=True, so `Frame.done` is True at the very end
     only. top: the run's inspector.TopK recorder, given the refills' candidates too."""
     from .inspector import TopK

@@ -88,7 +88,7 @@ def replay_fields(db, frames, steps: int) -> dict:
         words = {w for row in frames[-1].ids for w in re.findall(r"[\w']+", db.decode(row, cased=False).lower())}
         out["truecase"] = {w: table[w] for w in sorted(words) if w in table}
     try:
-        from .sample import masked_curve
+        from .base import masked_curve
 
         out["expected_masked"] = [round(float(v), 6) for v in masked_curve(db, steps)]
     except (ValueError, AttributeError):

@@ -1,0 +1,189 @@
+"""What a sampler is: the state a sampler family works on, the Frame it yields after each step,
+and the network and reveal probabilities it is handed.
+
+A sampler family is a generator function (the Sampler protocol below)
+
+    family(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, top=None,
+           **its own parameters) -> Iterator[Frame]
+
+that fills in the [MASK]s of x (B, L) in place: masked (B, L) and confidence (B, L) are written as
+positions are revealed, and revealed tokens are never masked again (carry-over; remdm is the one
+family that masks on purpose, and says so in Frame.remasked). It calls the model only through net
+(a Net, which counts calls, rows and FLOPs), draws its uniforms from gen in a fixed order (same
+seed, same samples), chooses tokens only through draw.draw_tokens (so temperature, top-k, top-p
+(shaping), the never-drawn ids (no_draw) and the repeat block apply alike to every family) and
+yields a Frame after each step or reveal event, the last one with nothing masked. kern holds the
+reveal probabilities of the step budget; top, when given, records the candidates of each reveal
+(inspector.TopK).
+
+The families: ancestral.py (ancestral, cached), first_hitting.py, ordered.py (confidence, margin,
+entropy, threshold, entropy-bounded), remdm.py. strategies.py names them; sample._reverse hands a
+strategy's family this state.
+
+The reveal probabilities per class: r(v) depends on v only through the schedule's per-token
+constant (spindle: the centred information f(v) - fbar), so the vocabulary splits into C classes
+of equal r and R = sum_c P(c) r(c) with P(c) the mass p puts on class c: a (M, C) x (C,) product
+per step instead of a vocabulary-wide one (C = 1 for the linear schedule). That is the Kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Iterator, Protocol
+
+import torch
+
+from ..errors import DbertError
+from ..maths.model import forward_flops
+from ..maths.schedule import step_grid
+from .draw import RepeatBlock
+
+
+@dataclass
+class Frame:
+    """The state after one reverse step (first-hitting: one reveal event) of a batch of samples.
+
+    ids         (B, L) content token ids; [MASK] where still masked
+    masked      (B, L) bool, still masked after this step
+    revealed    (B, L) bool, revealed at this step
+    confidence  (B, L) float, p'(chosen token) when it was revealed (nan if masked or given)
+    step        1..steps, the number of reverse steps done (first-hitting: by the slowest row)
+    steps       the step budget S
+    t           the diffusion time reached (T ... 0), t = grid[step]
+    nfe         network calls so far
+    rows        rows the network evaluated so far (a call on k rows adds k)
+    flops       floating-point operations of those calls (the BERT forward, model.forward_flops)
+    row_steps   (B,) the step each row's state belongs to (first-hitting: rows run apart, and a
+                finished row stays at the step of its last reveal)
+    remasked    (B, L) bool, masked again at this step (remdm, the quote touch-up; None for the strategies that never remask)
+    touch_up    True while frames of the touch-up follow or are under way (touchup.py): the
+                step budget is spent (step == steps) but the run is not done yet
+    top_ids     (B, L, k) the k most likely ids of p' at each position's (last) reveal, -1 where
+                never revealed; top_probs (B, L, k) their p'. Only when frames(..., topk=k).
+    """
+
+    ids: torch.Tensor
+    masked: torch.Tensor
+    revealed: torch.Tensor
+    confidence: torch.Tensor
+    step: int
+    steps: int
+    t: int
+    nfe: int
+    rows: int = 0
+    row_steps: torch.Tensor | None = None
+    flops: float = 0.0
+    remasked: torch.Tensor | None = None
+    touch_up: bool = False
+    top_ids: torch.Tensor | None = None
+    top_probs: torch.Tensor | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.step == self.steps and not self.touch_up
+
+
+class Sampler(Protocol):
+    """A sampler family (see the module docstring)."""
+
+    def __call__(self, x: torch.Tensor, masked: torch.Tensor, confidence: torch.Tensor, kern: Kernel, net: Net,
+                 gen: torch.Generator, shaping: tuple[float, int, float], no_draw: list[int],
+                 block_repeats: RepeatBlock | None, top=None, **params) -> Iterator[Frame]: ...
+
+
+@dataclass
+class Kernel:
+    """The reveal probabilities of an S-step budget, per class of tokens with equal r.
+
+    grid      the S+1 times T = grid[0] > ... > grid[S] = 0
+    r         (S, C) float64: r at step k (grid[k] -> grid[k+1]) for each class
+    inverse   (V,) class of each vocabulary id, or None for a token-free schedule (C = 1)
+    """
+
+    grid: list[int]
+    r: torch.Tensor
+    inverse: torch.Tensor | None
+    _on_device: dict = field(default_factory=dict, repr=False)  # inverse on the model's device
+
+    @property
+    def classes(self) -> int:
+        return self.r.shape[1]
+
+    def r_vocab(self, k: torch.Tensor) -> torch.Tensor | None:
+        """r over the vocabulary at steps k (K,): (K, V) float64, or None if token-free."""
+        return None if self.inverse is None else self.r[k][:, self.inverse]
+
+    def class_mass(self, logits: torch.Tensor) -> torch.Tensor:
+        """P (M, C) float64 on the host: the mass softmax(logits) puts on each class.
+
+        Computed where the logits are (on a GPU only the (M, C) result crosses, not (M, V))."""
+        if self.inverse is None:
+            return torch.ones(logits.shape[0], 1, dtype=torch.float64)
+        p = torch.softmax(logits.float(), dim=-1)
+        inverse = self._on_device.get(p.device)
+        if inverse is None:  # copied once per device: the kernel is cached per schedule and budget
+            inverse = self._on_device[p.device] = self.inverse.to(p.device)
+        mass = torch.zeros(p.shape[0], self.classes, dtype=p.dtype, device=p.device).index_add_(1, inverse, p)
+        return mass.cpu().double()
+
+
+@functools.lru_cache(maxsize=8)
+def kernel(schedule, steps: int) -> Kernel:
+    """The Kernel of a schedule and a step budget (cached: it is the same for every batch)."""
+    grid = step_grid(schedule.T, steps)
+    t = torch.tensor(grid[:-1], dtype=torch.float32).unsqueeze(-1)  # (S, 1)
+    s = torch.tensor(grid[1:], dtype=torch.float32).unsqueeze(-1)
+    if schedule.token_free:
+        r = schedule.reveal_prob(t, s).double().reshape(steps, 1)  # (S, 1)
+        inverse = None
+    else:
+        inverse, rep = schedule.classes()  # classes of equal a_t(v), one id of each
+        r = schedule.reveal_prob(t, s, tokens=rep).double()  # (S, C)
+    r[-1] = 1.0  # s = 0: a_0 = 1, everything still masked is revealed
+    return Kernel(grid, r.contiguous(), inverse)
+
+
+class Net:
+    """Calls the denoiser on some rows of the batch; counts calls and rows."""
+
+    def __init__(self, db, dtype: str = "fp32"):
+        self.model, self.device = db.model, db.device
+        self.bf16 = dtype == "bf16" and next(self.model.parameters()).dtype == torch.float32  # autocast; fp32 logits out
+        self.cls, self.sep = db.tokenizer.cls_token_id, db.tokenizer.sep_token_id
+        self.nfe = 0
+        self.rows = 0
+        self.flops = 0.0  # of the BERT forward passes (model.forward_flops)
+
+    def __call__(self, x: torch.Tensor, select: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Logits (M, V) float32 at the select (R, L) positions of rows x (R, L), row-major.
+
+        They stay on the model's device: the sampler reduces them there (Kernel.class_mass) and
+        brings to the host only the rows of positions it reveals (`draw.draw`)."""
+        R = x.shape[0]
+        edge = torch.zeros(R, 1, dtype=torch.bool)
+        inp = torch.cat([torch.full((R, 1), self.cls), x, torch.full((R, 1), self.sep)], dim=1)
+        sel = torch.cat([edge, select, edge], dim=1)
+        attention = torch.ones(inp.shape, dtype=torch.bool, device=self.device)
+        self.nfe += 1
+        self.rows += R
+        self.flops += forward_flops(self.model.config, R, inp.shape[1], int(sel.sum()))
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device)).float()
+        total = float(out.detach().sum())  # one pass: -inf marks forbidden tokens; NaN or +inf anywhere makes it NaN or +inf
+        if math.isnan(total) or total == math.inf:
+            raise DbertError("the model's outputs are not finite (NaN or inf in its weights?); "
+                             "this checkpoint cannot be sampled")
+        return out
+
+
+def masked_curve(db, steps: int) -> torch.Tensor:
+    """(S+1,) float64: the expected masked fraction after k of S reverse steps (1 at k = 0, 0 at
+    k = S), each token's a_t(v) weighted by its corpus frequency (the TUI draws the same curve)."""
+    return masked_at(db, torch.tensor(step_grid(db.schedule.T, steps), dtype=torch.float32))
+
+
+def masked_at(db, t: torch.Tensor) -> torch.Tensor:
+    """The expected masked fraction at times t (K,), frequency-weighted: (K,) float64."""
+    return db.schedule.expected_masked(t, db.counts)

@@ -1,0 +1,131 @@
+"""Choosing the token of each revealed position, the same for every sampler family.
+
+Temperature, top-k, top-p and the repeat block reshape the token choice only: whether a position
+is revealed is decided from the model's raw p, and which token from the reshaped p' weighted by r
+(p'(v) r(v)). The repeat block (on by default, `block_repeats`, RepeatBlock) removes from p' the
+ids of the position's revealed left and right neighbours and of the word beyond a comma next to
+it: a model that predicts each position's marginal fills "once upon a time, there [MASK] was"
+with "there" far too often, and a reader sees "there there" or "once, once". Neighbours revealed
+in the same event are drawn in three passes so they see each other. Categorical draws use
+float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def shape_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """p' = softmax(logits / temperature) restricted to top-k / nucleus top-p, float64 (M, V).
+    temperature 0 is its limit: the most likely tokens, equally likely where several tie (the
+    seeded draw picks among them), whatever top-k and top-p say."""
+    if temperature == 0:
+        z = logits.double()
+        best = z == z.max(dim=-1, keepdim=True).values
+        return best.double() / best.sum(-1, keepdim=True)
+    z = logits.double() / temperature
+    if top_k and top_k < z.shape[-1]:
+        kth = torch.topk(z, top_k, dim=-1).values[..., -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    p = torch.softmax(z, dim=-1)
+    if top_p < 1.0:
+        sp, idx = torch.sort(p, dim=-1, descending=True)
+        before = sp.cumsum(-1) - sp  # mass strictly above each token
+        sp = sp.masked_fill(before >= top_p, 0.0)
+        p = torch.zeros_like(p).scatter_(-1, idx, sp)
+        p = p / p.sum(-1, keepdim=True)
+    return p
+
+
+def categorical(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw from rows of p (M, V) with uniforms u (M,), in float64."""
+    cdf = p.double().cumsum(-1)
+    x = (u.double() * cdf[:, -1]).unsqueeze(-1)
+    return torch.searchsorted(cdf, x, right=True).squeeze(-1).clamp_max(p.shape[-1] - 1)
+
+
+def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor, comma: int = -1) -> torch.Tensor:
+    """(K, J) ids the `where` positions of x may not take under the repeat block (-1: none): the
+    revealed left and right neighbours (J = 2); when `comma` is the comma's id (J = 5) also the
+    word beyond a revealed comma on either side and the comma itself between two equal words
+    ("once, once")."""
+    pad = torch.full((x.shape[0], 1), -1, dtype=x.dtype)
+    shown = torch.where(masked, torch.full_like(x, -1), x)
+    left = torch.cat([pad, shown[:, :-1]], 1)
+    right = torch.cat([shown[:, 1:], pad], 1)
+    out = [left[where], right[where]]
+    if comma >= 0:
+        left2 = torch.cat([pad, pad, shown[:, :-2]], 1)[:, : x.shape[1]]
+        right2 = torch.cat([shown[:, 2:], pad, pad], 1)[:, : x.shape[1]]
+        between = torch.where((left == right) & (left >= 0), comma, -1)  # no comma between two equal words
+        out += [torch.where(left == comma, left2, -1)[where], torch.where(right == comma, right2, -1)[where],
+                between[where]]
+    return torch.stack(out, 1)
+
+
+@dataclass(frozen=True)
+class RepeatBlock:
+    """The repeat block: a revealed position never takes its revealed neighbour's id, nor the id
+    of the word beyond a comma next to it, nor a comma between two equal words. Positions revealed
+    in one event are drawn in three passes (by column mod 3), so of any three neighbours revealed
+    together the last drawn sees the other two."""
+
+    comma: int = -1
+
+
+def draw_tokens(x, masked, revealed, logits, r_v, no_draw, shaping, u, block: RepeatBlock | None, top=None):
+    """Tokens for the revealed (R, L) positions of rows x (R, L) whose masked (R, L) positions
+    are the ones still masked before this event; logits and u (K,) in row-major order of
+    revealed, r_v (K, V), (1, V) or None. Returns (chosen (K,), p'(chosen) (K,)) as `draw`.
+    top: frames(topk=k)'s recorder (inspector.TopK), given each pass's candidates."""
+    if block is None:
+        return draw(logits, r_v, no_draw, shaping, u, top=top)
+    K = int(revealed.sum())
+    column = torch.arange(revealed.shape[1]).expand_as(revealed) % 3
+    chosen = torch.empty(K, dtype=torch.long)
+    conf = torch.empty(K, dtype=torch.float64)
+    x, masked = x.clone(), masked.clone()
+    for part in range(3):
+        where = revealed & (column == part)
+        sel = where[revealed]  # (K,) the reveals of this pass
+        if not sel.any():
+            continue
+        idx = sel.nonzero().squeeze(1)
+        rv = None if r_v is None else (r_v[idx.to(r_v.device)] if r_v.shape[0] == K and K > 1 else r_v)
+        c, pc = draw(logits[idx.to(logits.device)], rv, no_draw, shaping, u[idx], neighbours(x, masked, where, block.comma),
+                      None if top is None else top.at(idx))
+        chosen[idx], conf[idx] = c, pc
+        x[where] = c
+        masked &= ~where
+    return chosen, conf
+
+
+def comma_id(db) -> int:
+    """The id of "," in this checkpoint's vocabulary (-1 if it has none)."""
+    cid = db.tokenizer.backend_tokenizer.token_to_id(",")
+    return -1 if cid is None else int(cid)
+
+
+def draw(logits, r_v, no_draw, shaping, u, blocked=None, top=None):
+    """Tokens for revealed positions: from p'(v) r(v); returns (chosen (K,), p'(chosen) (K,)).
+    logits (K, V) on any device (copied to the host here: the draws are float64 on the CPU).
+    blocked (K, J): per position, ids it may not take (neighbours(); -1: none)."""
+    logits = logits.to("cpu", copy=True)
+    logits[:, no_draw] = float("-inf")
+    if blocked is not None:
+        rows, cols = (blocked >= 0).nonzero(as_tuple=True)
+        logits[rows, blocked[rows, cols]] = float("-inf")
+    p = shape_probs(logits, *shaping)
+    weights = p if r_v is None else p * r_v
+    if r_v is not None:
+        r_v = r_v.expand_as(p)  # top-k/top-p can leave no token that can appear now: fall back to p r
+        empty = weights.sum(-1) <= 0
+        if empty.any():
+            raw = torch.softmax(logits[empty].double(), dim=-1) * r_v[empty]
+            weights[empty] = torch.where(raw.sum(-1, keepdim=True) > 0, raw, p[empty])
+    chosen = categorical(weights, u)
+    if top is not None:  # frames(topk=k): the candidates of p' at this reveal
+        top.keep(p)
+    return chosen, p.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)

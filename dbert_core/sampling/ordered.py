@@ -1,0 +1,148 @@
+"""The heuristic strategies that choose which positions to reveal by how sure the model is.
+
+They change the law of the exact samplers (strategies.py names each, its label and parameters;
+docs/decoding.md measures them):
+    confidence, margin, entropy
+                   each step reveals the k masked positions the model is surest of (top-1
+                   probability, top-1 minus top-2, lowest entropy), k such that a row's revealed
+                   count follows the schedule's expected masked fraction (frequency-weighted
+                   over the vocabulary, as the TUI's curve); no call at a step where no row
+                   reveals anything, so S >= L costs about L calls and S < L costs S.
+    threshold, entropy-bounded
+                   one call per frame until nothing is masked: reveal every position whose
+                   top-1 probability exceeds tau (Fast-dLLM), or the lowest-entropy positions
+                   while sum(H) - max(H) <= gamma (EB-sampler); at least one per row and call.
+                   --steps sets only the time grid: a frame's step is the grid step whose
+                   expected masked fraction the row has reached (the model is called there).
+The scores that rank positions come from the raw p (with the never-drawn ids left out), the
+tokens from p' (temperature, top-k, top-p, repeat block) as in the exact samplers.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+from .base import Frame
+from .draw import draw_tokens
+
+
+def position_scores(logits: torch.Tensor, no_draw: list[int], by: str) -> torch.Tensor:
+    """(M,) float64 on the host: how sure the model is of each position, from its raw p (softmax
+    of the logits with the never-drawn ids left out), computed where the logits are.
+
+    confidence: top-1 probability; margin: top-1 minus top-2; entropy: H(p) in nats."""
+    z = logits.float().clone()
+    if no_draw:
+        z[:, torch.tensor(no_draw, device=z.device)] = float("-inf")
+    logp = torch.log_softmax(z, dim=-1)
+    p = logp.exp()
+    if by == "confidence":
+        out = p.max(-1).values
+    elif by == "margin":
+        top = p.topk(min(2, p.shape[-1]), dim=-1).values
+        out = top[:, 0] - (top[:, 1] if top.shape[-1] > 1 else 0.0)
+    elif by == "entropy":
+        out = -(p * logp.masked_fill(p == 0, 0.0)).sum(-1)
+    else:
+        raise ValueError(f"unknown score {by!r}")
+    return out.cpu().double()
+
+
+def _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token, block_repeats, top=None):
+    """Draw tokens from p' at the rev (R, L) positions of batch rows `rows` (their masked
+    positions mk, the logits of those in row-major order) and write them in; returns the (B, L)
+    revealed mask."""
+    revealed = torch.zeros_like(masked)
+    if not rev.any():
+        return revealed
+    chosen, conf = draw_tokens(x[rows], mk, rev, logits[rev[mk].to(logits.device)], None, no_draw, shaping,
+                               u_token[rows][rev], block_repeats, top)
+    revealed[rows] = rev
+    if top is not None:
+        top.put(revealed)
+    x[revealed] = chosen
+    confidence[revealed] = conf
+    masked &= ~revealed
+    return revealed
+
+
+def ordered(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, by: str,
+             curve: torch.Tensor, top=None) -> Iterator[Frame]:
+    """confidence, margin, entropy: each step reveals the k surest masked positions of each row,
+    k such that the row's revealed count is round(n0 (1 - curve[k+1])) after step k."""
+    B, L = x.shape
+    S = len(kern.grid) - 1
+    n0 = masked.sum(1)
+    target = torch.round(n0.double().unsqueeze(0) * (1.0 - curve[1:]).unsqueeze(1)).long()  # (S, B)
+    target[-1] = n0
+    for k in range(S):
+        u_token = torch.rand(x.shape, generator=gen, dtype=torch.float64)
+        need = torch.minimum(target[k] - (n0 - masked.sum(1)), masked.sum(1))
+        revealed = torch.zeros_like(masked)
+        if (need > 0).any():
+            rows = (need > 0).nonzero().squeeze(1)
+            mk = masked[rows]
+            logits = net(x[rows], mk, torch.full((len(rows),), kern.grid[k]))
+            score = position_scores(logits, no_draw, by)
+            if by == "entropy":
+                score = -score
+            full = torch.full(mk.shape, float("-inf"), dtype=torch.float64)
+            full[mk] = score
+            order = torch.argsort(full, dim=1, descending=True, stable=True)  # ties: leftmost first
+            rank = torch.empty_like(order).scatter_(1, order, torch.arange(L).expand_as(order).contiguous())
+            rev = mk & (rank < need[rows].unsqueeze(1))
+            revealed = _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token,
+                                      block_repeats, top)
+        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
+                    step=k + 1, steps=S, t=kern.grid[k + 1], nfe=net.nfe, rows=net.rows, flops=net.flops,
+                    row_steps=torch.full((B,), k + 1))
+
+
+def adaptive(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, rule: str, value: float,
+              curve: torch.Tensor, top=None) -> Iterator[Frame]:
+    """threshold and entropy-bounded: one call per frame, each row revealing as many positions as
+    its rule allows (at least one), until nothing is masked."""
+    B, L = x.shape
+    S = len(kern.grid) - 1
+    grid = torch.tensor(kern.grid)
+    n0 = masked.sum(1).clamp_min(1)
+
+    def step_of(left: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The grid step whose expected masked fraction each row's `left` masked count has reached."""
+        f = left.double() / n0[rows]
+        return (curve[1:].unsqueeze(0) >= f.unsqueeze(1) - 1e-12).sum(1)
+
+    everyone = torch.arange(B)
+    while masked.any():
+        rows = masked.any(1).nonzero().squeeze(1)
+        mk = masked[rows]
+        u_token = torch.rand(x.shape, generator=gen, dtype=torch.float64)
+        k = step_of(mk.sum(1), rows).clamp_max(S - 1)
+        logits = net(x[rows], mk, grid[k])
+        if rule == "threshold":
+            full = torch.full(mk.shape, float("-inf"), dtype=torch.float64)
+            full[mk] = position_scores(logits, no_draw, "confidence")
+            rev = mk & (full > value)
+            rev[torch.arange(len(rows)), full.argmax(1)] = True  # at least the most confident one
+        else:  # entropy-bounded: sorted by entropy, the longest prefix with sum(H) - max(H) <= gamma
+            full = torch.full(mk.shape, float("inf"), dtype=torch.float64)
+            full[mk] = position_scores(logits, no_draw, "entropy")
+            h, order = torch.sort(full, dim=1, stable=True)
+            before = h.cumsum(1) - h  # the sum of the smaller entropies: sum(H) - max(H) of the prefix
+            ok = torch.isfinite(h) & (before <= value + 1e-12)
+            ok[:, 0] = True
+            rev = torch.zeros_like(mk).scatter_(1, order, ok) & mk
+        revealed = _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token,
+                                  block_repeats, top)
+        row_steps = step_of(masked.sum(1), everyone).clamp_min(1)
+        left = masked.any(1)
+        step = int(row_steps[left].min()) if left.any() else S
+        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
+                    step=step, steps=S, t=kern.grid[step], nfe=net.nfe, rows=net.rows, flops=net.flops,
+                    row_steps=row_steps)
+    if net.nfe == 0:  # nothing to fill in
+        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=torch.zeros_like(masked),
+                    confidence=confidence.clone(), step=S, steps=S, t=0, nfe=0, rows=0,
+                    row_steps=torch.full((B,), S))

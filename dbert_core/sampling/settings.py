@@ -1,0 +1,83 @@
+"""A SampleConfig made concrete for one checkpoint, once per run, and handed down.
+
+resolve(cfg, db) checks what SampleConfig.validate checks, fills in the length, sampler, precision
+and the strategy's parameters, then makes the checks that need the checkpoint (validate). frames()
+and generate() take a config resolve made as it is (they ask is_resolved), and resolve any other.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import fields, replace
+
+from .. import strategies
+from ..config import SampleConfig
+from ..errors import DbertError
+from ..hardware import compute_dtype
+
+
+def validate(db, steps: int, length: int, sampler: str, params: dict | None = None) -> None:
+    """The checks that need the checkpoint (SampleConfig.validate makes the others)."""
+    T = db.schedule.T
+    if not 1 <= steps <= T:
+        raise DbertError(f"--steps must be between 1 and T={T}, got {steps}")
+    if not 1 <= length <= db.model.max_length:
+        raise DbertError(f"--length must be between 1 and {db.model.max_length} for this model, got {length}")
+    if sampler == "cached" and db.model.time != "none":
+        raise DbertError(f"the cached sampler needs a time-agnostic model; this one uses time={db.model.time!r}")
+    if sampler == "first-hitting" and db.model.time != "none" and not db.schedule.token_free:
+        raise DbertError("the first-hitting sampler needs a time-agnostic model with the "
+                         f"{db.schedule.name} schedule; this one uses time={db.model.time!r}")
+    if sampler == "remdm" and (params or {}).get("schedule") == "loop" and steps < 2:
+        raise DbertError("remdm's loop schedule needs --steps >= 2 (one step to reveal, one to finish)")
+
+
+def default_sampler(db) -> str:
+    """The fastest exact sampler this model allows (what `dbert sample` uses unless told)."""
+    return "first-hitting" if db.model.time == "none" or db.schedule.token_free else "ancestral"
+
+
+def default_length(db) -> int:
+    """Tokens per sample unless told: the length the checkpoint was trained on."""
+    return min(int(db.meta.get("seq_len", 64)), db.model.max_length)
+
+
+def resolve(cfg: SampleConfig, db) -> SampleConfig:
+    """cfg made concrete for this checkpoint, once per run and handed down: SampleConfig.validate's
+    checks, then length, sampler, precision ("auto": hardware.compute_dtype) and the strategy's
+    parameters filled in, then the checks that need the checkpoint (validate). The copy keeps
+    cfg's class (the TUI's Settings stay Settings); frames and generate take it as it is."""
+    cfg.validate()
+    sampler = cfg.sampler if cfg.sampler is not None else default_sampler(db)
+    out = replace(cfg, length=cfg.length if cfg.length is not None else default_length(db), sampler=sampler,
+                  dtype=compute_dtype(cfg.dtype, db.device), params=strategies.get(sampler).resolve(cfg.params))
+    validate(db, out.steps, out.length, out.sampler, out.params)
+    return mark(out, db)
+
+
+_RESOLVED: dict[int, tuple] = {}  # id(cfg) -> (checkpoint, field values) of the configs resolve made
+
+
+def _values(cfg: SampleConfig) -> list:
+    return [getattr(cfg, f.name) for f in fields(cfg)]
+
+
+def mark(cfg: SampleConfig, db) -> SampleConfig:
+    """Remember that cfg, as it is now, was resolved for db (the entry goes with cfg)."""
+    _RESOLVED[id(cfg)] = (weakref.ref(db), _values(cfg))
+    weakref.finalize(cfg, _RESOLVED.pop, id(cfg), None)
+    return cfg
+
+
+def is_resolved(cfg: SampleConfig, db) -> bool:
+    """cfg came from resolve(., db) and has not been changed since."""
+    entry = _RESOLVED.get(id(cfg))
+    return entry is not None and entry[0]() is db and entry[1] == _values(cfg)
+
+
+def config(db, cfg: SampleConfig | None, overrides: dict) -> SampleConfig:
+    """cfg as resolve(cfg, db) made it; otherwise cfg (default: SampleConfig's defaults) with
+    overrides, resolved here (frames(db, n=2, steps=16) works as it always did)."""
+    if cfg is not None and not overrides and is_resolved(cfg, db):
+        return cfg
+    return resolve(replace(cfg or SampleConfig(), **overrides), db)
