@@ -6,7 +6,7 @@ The engine, importable as a library; it never imports Textual or the TUI. Its pa
     errors, config, strategies, display, hardware   the floor every package stands on (torch-free but hardware)
     disk        every on-disk name, dbert.json's schema, what counts as code, JSON read safely
     text        tokenizer, text files -> windows -> batches, detokenizing, truecasing, quote and contraction rules
-    maths       the schedules (linear, cosine, spindle), the BERT denoiser, the forward process and the ELBO
+    maths       the schedules (linear, spindle), the BERT denoiser, the forward process and the ELBO
     sampling    the reverse process: settings resolved, the samplers, frames, touch-ups, inspector, trajectories
     storage     checkpoints (load, save), transformers' BERT format, the store of names, fetching, archives
     training    a run made ready (prepare), the training loop (train), vocabulary trimming
