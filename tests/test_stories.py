@@ -1,0 +1,107 @@
+"""Whole stories: documents read in every format users bring, whole-story windows with their end,
+and a short training run on them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from dbert_core.data import (EOT, DocumentStats, Special, Window, collate, read_documents, scored_tokens,
+                             story_windows)
+from dbert_core.errors import DbertError
+from helpers import DATA, TINYSTORIES
+
+HEAD = DATA / "tinystories" / "TinyStories-train-head.txt"
+
+
+def test_the_tinystories_head_file_is_2016_stories():
+    docs = read_documents([str(HEAD)])  # auto: the file holds <|endoftext|> lines
+    assert len(docs) == 2016
+    assert docs[0][0].startswith("One day, a little girl named Lily")
+    assert all(EOT not in p for d in docs for p in d)
+    stats = DocumentStats.of(docs)
+    assert stats.count == 2016 and 140 <= stats.median_words <= 160 and stats.longest_words == 837
+    assert stats.warning("eot") is None
+
+
+def test_every_document_separator(tmp_path):
+    blank = tmp_path / "a.txt"
+    blank.write_text("One. Two.\nThree.\n\nFour.\n")
+    eot = tmp_path / "b.txt"
+    eot.write_text(f"First story.\n\nIts second paragraph.\n{EOT}\nSecond story.\n{EOT}\n")
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text(json.dumps({"text": "A story.\nIts end."}) + "\n\n" + json.dumps({"text": "B."}) + "\n")
+    assert read_documents([str(blank)]) == [["One. Two.", "Three."], ["Four."]]
+    assert read_documents([str(eot)]) == [["First story.", "Its second paragraph."], ["Second story."]]
+    assert read_documents([str(jsonl)]) == [["A story.", "Its end."], ["B."]]
+    assert read_documents([str(blank)], "line") == [["One. Two."], ["Three."], ["Four."]]
+    # an <|endoftext|> line always ends a document; blank lines too when asked
+    assert read_documents([str(eot)], "blank") == [["First story."], ["Its second paragraph."], ["Second story."]]
+    with pytest.raises(DbertError, match="--doc-sep"):
+        read_documents([str(blank)], "pages")
+    bad = tmp_path / "d.jsonl"
+    bad.write_text('{"title": "no text"}\n')
+    with pytest.raises(DbertError, match='d.jsonl:1: .*"text"'):
+        read_documents([str(bad)])
+
+
+def test_paragraphs_read_as_stories_are_flagged():
+    """train.txt puts blank lines between paragraphs: read as blank-line documents they are too short."""
+    stats = DocumentStats.of(read_documents([str(TINYSTORIES)], "blank"))
+    warning = stats.warning("blank")
+    assert warning is not None and "--doc-sep" in warning and "blank" in warning
+    huge = DocumentStats.of([["word " * 200_000]])
+    assert "200,000 words" in huge.warning("blank")
+
+
+def test_story_windows_hold_whole_stories_and_their_end():
+    SEP = 3
+    short, long_ = list(range(10, 15)), list(range(100, 125))
+    w = story_windows([short, long_], seq_len=10, sep_id=SEP, context=4)
+    # a story that fits: [SEP] story [SEP] then [SEP] padding; only the opening [SEP] is given
+    assert w[0] == [SEP, 10, 11, 12, 13, 14, SEP, SEP, SEP, SEP]
+    assert (w[0].context, w[0].scored) == (1, 6)  # 5 tokens and the end mark
+    # a longer one: its first 9 tokens, then windows carrying the 4 tokens before them
+    assert w[1] == [SEP, *range(100, 109)] and (w[1].context, w[1].scored) == (1, 9)
+    assert w[2] == [105, 106, 107, 108, *range(109, 115)] and (w[2].context, w[2].scored) == (4, 6)
+    assert w[3] == [111, 112, 113, 114, *range(115, 121)]
+    assert w[4] == [117, 118, 119, 120, 121, 122, 123, 124, SEP, SEP] and (w[4].context, w[4].scored) == (4, 5)
+    assert all(len(x) == 10 for x in w)
+    # every story token is scored exactly once, and each end mark once
+    assert scored_tokens(w) == len(short) + len(long_) + 2
+    # a story ending exactly at a window's edge gets its end mark in a next window
+    edge = story_windows([list(range(20, 29))], seq_len=10, sep_id=SEP, context=4)
+    assert edge[-1] == [25, 26, 27, 28, SEP, SEP, SEP, SEP, SEP, SEP] and edge[-1].scored == 1
+    with pytest.raises(DbertError, match="story context"):
+        story_windows([short], seq_len=10, sep_id=SEP, context=10)
+
+
+def test_collate_keeps_a_windows_context_out_of_the_noise():
+    special = Special(cls=2, sep=3, pad=0, mask=4)
+    ids, att, noisable = collate([Window.of([7, 8, 9, 10], context=2, scored=2), [5, 6]], special)
+    assert ids[0].tolist() == [2, 7, 8, 9, 10, 3]
+    assert noisable[0].tolist() == [False, False, False, True, True, False]
+    assert noisable[1].tolist() == [False, True, True, False, False, False]
+    assert bool(att.all()) is False and att[1].tolist() == [True, True, True, True, False, False]
+
+
+@pytest.mark.slow
+def test_training_on_stories_reports_their_documents(tmp_path, capsys):
+    from dbert_core.config import TrainConfig
+    from dbert_core.train import Trainer
+
+    stories = tmp_path / "stories.txt"
+    docs = read_documents([str(HEAD)])[:60]
+    stories.write_text("".join("\n".join(d) + f"\n{EOT}\n" for d in docs))
+    cfg = TrainConfig(data=[str(stories)], out=str(tmp_path / "run"), preset="tiny", unit="story", seq_len=48,
+                      batch_size=8, max_steps=3, eval_every=3, log_every=1, val_examples=8)
+    trainer = Trainer(cfg)
+    trainer.prepare()
+    assert trainer.prepared.documents[0] == "training data: " + DocumentStats.of(docs).line()
+    assert all(len(e) == 48 for e in trainer.train_examples)
+    assert any(e.context > 1 for e in trainer.train_examples)  # stories longer than a window continue
+    result = trainer.run()
+    assert trainer.step == 3 and all(torch.isfinite(torch.tensor(h.get("loss_elbo", 0.0))) for h in trainer.history)
+    assert "val_ppl_token" in result or any("val_ppl_token" in h for h in trainer.history)
