@@ -20,8 +20,8 @@ from collections import Counter
 import torch
 
 from .contractions import broken_in_text
-from .data import (Special, collate, count_words, document_sentences, document_windows, iter_encode, read_documents,
-                   read_examples)
+from .data import (Special, collate, count_words, document_sentences, document_windows, encode_stories, iter_encode,
+                   read_documents, read_examples, scored_tokens, story_texts)
 from .diffusion import elbo
 from .errors import DbertError
 
@@ -228,7 +228,18 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
         raise DbertError("--mc-samples must be >= 1")
     max_len = db.model.max_length
     kept, kept_words, skipped = [], [], 0
-    if unit == "window":  # the checkpoint's own training windows of the documents: the trainer's validation bound
+    if unit == "story":  # whole documents, in the whole-story windows the checkpoint trained on
+        from .sample import default_length
+
+        docs = read_documents(data)
+        context = (db.meta.get("train_config") or {}).get("story_context")
+        kept = []
+        for doc, text in zip(docs, story_texts(docs)):
+            windows = encode_stories([doc], db.tokenizer, default_length(db), context)
+            kept.extend(windows)
+            kept_words.extend([count_words(text)] + [0] * (len(windows) - 1))  # a story's words count once
+        kept, kept_words = kept[:limit or None], kept_words[:limit or None]
+    elif unit == "window":  # the checkpoint's own training windows of the documents: the trainer's validation bound
         from .sample import default_length
 
         kept, kept_words = document_windows(document_sentences(read_documents(data)), db.tokenizer, default_length(db),
@@ -257,7 +268,7 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
         if progress is not None:
             progress(min(i + batch_size, len(kept)), len(kept))
     nats = torch.cat(per_example)
-    n_tok = sum(len(e) for e in kept)
+    n_tok = scored_tokens(kept)  # a story window's padding is not text; its end mark is
     n_words = sum(kept_words)
     total = nats.sum().item()
     se = (nats.var(unbiased=True).item() * len(nats)) ** 0.5 if len(nats) > 1 and not exact else 0.0
@@ -269,7 +280,7 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
         "nats_per_word": total / n_words, "nats_per_word_se": se / n_words,
     }
     if examples:
-        result.update(example_nats=[round(v, 4) for v in nats.tolist()], example_tokens=[len(e) for e in kept])
+        result.update(example_nats=[round(v, 4) for v in nats.tolist()], example_tokens=[scored_tokens([e]) for e in kept])
     return result
 
 

@@ -105,3 +105,27 @@ def test_training_on_stories_reports_their_documents(tmp_path, capsys):
     result = trainer.run()
     assert trainer.step == 3 and all(torch.isfinite(torch.tensor(h.get("loss_elbo", 0.0))) for h in trainer.history)
     assert "val_ppl_token" in result or any("val_ppl_token" in h for h in trainer.history)
+
+
+def test_story_measures_read_real_stories_as_whole():
+    from dbert_core.data import story_texts
+    from dbert_core.story_metrics import changed_name, doubled_name, one_story, quartiles, story_report
+
+    real = story_texts(read_documents([str(HEAD)]))[-200:]
+    report = story_report(real)
+    assert report["frac_one_story"] >= 0.95 and report["frac_doubled_name"] == 0.0
+    assert 135 <= report["words_median"] <= 170
+    # what the issue saw in samples cut from several stories
+    assert not one_story("She was three, old, and she had a toy he had found.")["start"]
+    glued = "Tom ran home. He was happy. \u00b6 Once upon a time, there was a boy named Joe."
+    assert one_story(glued)["single"] is False
+    assert one_story("Tom ran home. Once upon a time, there was a boy named Joe. He sang.")["single"] is False
+    assert not one_story("Once upon a time, Tom had a kite. He flew it and")["end"]
+    assert one_story('Once upon a time, Tom had a kite. "I love it!" he said. The End')["ok"]
+    assert doubled_name("Lily and Lily went to the park.") and not doubled_name("Lily and Tom went to the park.")
+    forgot = ("Once upon a time there was a girl named Lily. Lily had a red ball and she loved it very much. " +
+              "She played with it every day in the big green park near her house. " * 2 +
+              "Then Sue took the ball. Sue ran to the tree. Sue was happy and the ball was hers.")
+    kept = forgot.replace("Sue", "Lily")
+    assert changed_name(forgot) and not changed_name(kept)
+    assert quartiles([1, 2, 3, 4, 5]) == (2.0, 3.0, 4.0)
