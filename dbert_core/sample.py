@@ -80,6 +80,7 @@ import torch
 
 from . import strategies
 from .touchup import touch_up
+from .blocks import is_story_model, run_stories, story_template, window, with_end_rule
 from .config import SampleConfig
 from .errors import DbertError
 from .hardware import compute_dtype
@@ -165,8 +166,9 @@ def validate(db, steps: int, length: int, sampler: str, params: dict | None = No
     T = db.schedule.T
     if not 1 <= steps <= T:
         raise DbertError(f"--steps must be between 1 and T={T}, got {steps}")
-    if not 1 <= length <= db.model.max_length:
-        raise DbertError(f"--length must be between 1 and {db.model.max_length} for this model, got {length}")
+    longest = MAX_STORY if is_story_model(db) else db.model.max_length  # a story continues block by block
+    if not 1 <= length <= longest:
+        raise DbertError(f"--length must be between 1 and {longest} for this model, got {length}")
     if sampler == "cached" and db.model.time != "none":
         raise DbertError(f"the cached sampler needs a time-agnostic model; this one uses time={db.model.time!r}")
     if sampler == "first-hitting" and db.model.time != "none" and not db.schedule.token_free:
@@ -182,8 +184,9 @@ def default_sampler(db) -> str:
 
 
 def default_length(db) -> int:
-    """Tokens per sample unless told: the length the checkpoint was trained on."""
-    return min(int(db.meta.get("seq_len", 64)), db.model.max_length)
+    """Tokens per sample unless told: the length the checkpoint was trained on (a story model: the
+    story text one window holds, after the [SEP] that opens it)."""
+    return window(db) - 1 if is_story_model(db) else window(db)
 
 
 def resolve(cfg: SampleConfig, db) -> SampleConfig:
@@ -219,6 +222,7 @@ def _is_resolved(cfg: SampleConfig, db) -> bool:
     return entry is not None and entry[0]() is db and entry[1] == _values(cfg)
 
 
+MAX_STORY = 8192  # tokens a story model may be asked for (--length), in windows one after another
 _MASK_RUN = re.compile(r"\[mask\s*\*\s*(\d{1,5})\]", re.IGNORECASE)
 
 
@@ -266,6 +270,13 @@ def prompt_notes(db, template: str) -> list[str]:
             shown = ", ".join(repr(u) for u in dict.fromkeys(unknown[:5]))
             notes.append(f"the tokenizer cannot spell {shown}: the model sees [UNK] there (printed as typed)")
     return notes
+
+
+def prompt_ids(db, template: str) -> torch.Tensor:
+    """A template's token ids (its [MASK] slots as masks), nothing appended."""
+    tok = db.tokenizer
+    ids = tok.encode(_slots(tok, expand_template(template)), add_special_tokens=False)
+    return parse_prompt(db, template, len(ids))
 
 
 def parse_prompt(db, template: str, length: int) -> torch.Tensor:
@@ -480,7 +491,9 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
     cfg = _config(db, cfg, overrides)
     gen = generator or torch.Generator().manual_seed(cfg.seed if cfg.seed is not None else torch.seed() % 2**63)
     mask_id = db.model.mask_id
-    if template is None:
+    if template is None and is_story_model(db):  # [SEP] opens the story, then the prompt's tokens and masks
+        template = story_template(db, prompt_ids(db, cfg.prompt) if cfg.prompt else None, cfg.length)
+    elif template is None:
         template = parse_prompt(db, cfg.prompt, cfg.length) if cfg.prompt else \
             torch.full((cfg.length,), mask_id, dtype=torch.long)
     x = template.unsqueeze(0).repeat(cfg.n, 1) if template.dim() == 1 else template.clone()  # (B, L)
@@ -517,6 +530,14 @@ def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbi
     )
     if top is not None:
         state["top"] = top
+    if is_story_model(db):  # after a story's end, the rest of its row is end padding, decided at once
+        yield from with_end_rule(_strategy(db, cfg, state, mask_id), x, state["masked"], db.tokenizer.sep_token_id)
+    else:
+        yield from _strategy(db, cfg, state, mask_id)
+
+
+def _strategy(db, cfg: SampleConfig, state: dict, mask_id: int) -> Iterator[Frame]:
+    """The frames of cfg.sampler's reverse process from the state _reverse set up."""
     params = strategies.get(cfg.sampler).resolve(cfg.params)
     if cfg.sampler == "first-hitting":
         yield from _first_hitting(**state)
@@ -953,6 +974,12 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
     for lo in range(0, cfg.n, cfg.batch_size):
         last = None
         batch = _mark(replace(cfg, n=min(cfg.batch_size, cfg.n - lo)), db)  # fewer samples: still resolved
+        if is_story_model(db):  # one story a sample, continued block by block past one window
+            first = story_template(db, prompt_ids(db, cfg.prompt) if cfg.prompt else None, cfg.length)
+            run = run_stories(db, batch, frames, gen, first, on_frame, topk)
+            nfe, rows, flops = nfe + run.nfe, rows + run.rows, flops + run.flops
+            texts.extend(db.decode(t, cased=cased, paragraph=paragraph, verbatim=verbatim) for t in run.tokens)
+            continue
         for last in frames(db, batch, generator=gen, topk=topk):
             if on_frame is not None:
                 on_frame(last)
