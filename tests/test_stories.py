@@ -129,3 +129,116 @@ def test_story_measures_read_real_stories_as_whole():
     kept = forgot.replace("Sue", "Lily")
     assert changed_name(forgot) and not changed_name(kept)
     assert quartiles([1, 2, 3, 4, 5]) == (2.0, 3.0, 4.0)
+
+
+def test_the_end_rule_makes_the_rest_of_a_row_end_padding():
+    from dbert_core.blocks import end_fill
+
+    E, M = 3, 4
+    x = torch.tensor([[E, 10, M, E, M, 12, M], [E, 10, M, M, M, M, M], [E, 11, 12, 13, 14, 15, 16]])
+    masked = x == M
+    free = masked.clone()
+    free[:, 1:] = True  # the opening [SEP] is given
+    free[2] = False  # a row that is all given: its [SEP]s are no end
+    filled = end_fill(x, masked, free, E)
+    assert x[0].tolist() == [E, 10, M, E, E, E, E]  # masks and text after the end become [SEP]
+    assert masked[0].tolist() == [False, False, True, False, False, False, False]  # before the end: still open
+    assert filled[0].tolist() == [False, False, False, False, True, True, True]
+    assert x[1].tolist() == [E, 10, M, M, M, M, M] and not filled[1].any()  # no end yet
+    assert not filled[2].any()
+
+
+@pytest.fixture(scope="module")
+def story_model(tmp_path_factory):
+    """A tiny model trained for a few steps on whole stories (windows of 24 tokens)."""
+    from dbert_core import checkpoint
+    from dbert_core.config import TrainConfig
+    from dbert_core.train import Trainer
+
+    tmp = tmp_path_factory.mktemp("story")
+    stories = tmp / "stories.txt"
+    stories.write_text("".join("\n".join(d) + f"\n{EOT}\n" for d in read_documents([str(HEAD)])[:40]))
+    cfg = TrainConfig(data=[str(stories)], out=str(tmp / "run"), preset="tiny", unit="story", seq_len=24,
+                      batch_size=8, max_steps=2, eval_every=0, log_every=1, val_examples=4, lr=3e-3)
+    Trainer(cfg).run()
+    return checkpoint.load(tmp / "run")
+
+
+def test_a_story_sample_opens_with_the_start_and_ends_at_its_end(story_model):
+    from dbert_core.blocks import is_story_model, story_of
+    from dbert_core.sample import default_length, frames
+
+    db = story_model
+    assert is_story_model(db) and default_length(db) == 23  # the window after its opening [SEP]
+    sep = db.tokenizer.sep_token_id
+    last = None
+    for last in frames(db, n=6, steps=8, seed=1, pair_quotes=False, fix_contractions=False):
+        ids = last.ids
+        assert (ids[:, 0] == sep).all()  # the given story start
+        for row, m in zip(ids, last.masked):  # nothing but end padding after a revealed end
+            ends = [i for i in range(1, len(row)) if row[i] == sep and not m[i]]
+            if ends:
+                assert (row[ends[0]:] == sep).all()
+    assert last.done and not last.masked.any()
+    texts = [db.decode(story_of(r, sep)) for r in last.ids]
+    assert all("\u00b6" not in t and "[SEP]" not in t for t in texts)
+
+
+def test_long_stories_continue_block_by_block(story_model):
+    from dbert_core.blocks import context, run_stories, story_template
+    from dbert_core.sample import frames, generate, resolve
+    from dbert_core.config import SampleConfig
+
+    db = story_model
+    cfg = resolve(SampleConfig(n=4, steps=8, seed=0, length=60, pair_quotes=False, fix_contractions=False), db)
+    seen = []
+    run = run_stories(db, cfg, frames, torch.Generator().manual_seed(0), story_template(db, None, cfg.length),
+                      on_frame=lambda f: seen.append((f.block, list(f.story_rows), f.story_start)))
+    assert all(len(t) <= 60 for t in run.tokens)
+    for t, ended in zip(run.tokens, run.ended):
+        assert ended or len(t) == 60  # a story stops at its end or at --length, never before
+        assert db.tokenizer.sep_token_id not in t
+    assert run.blocks > 1 or all(run.ended)
+    if run.blocks > 1:  # the continuation windows start their new text after the given context
+        assert {s for b, _, s in seen if b > 0} == {context(db)}
+    texts, stats = generate(db, cfg)
+    assert len(texts) == 4 and stats["nfe"] >= 1
+    with pytest.raises(DbertError, match="--length"):
+        resolve(SampleConfig(length=10_000), db)
+
+
+def test_each_continuation_window_carries_the_storys_last_tokens(story_model):
+    """Block continuation with a stand-in sampler that writes 100, 101, ... and ends row 1's story
+    in its second window: what each window is given, and what each story becomes."""
+    from types import SimpleNamespace
+
+    from dbert_core.blocks import context, run_stories, story_template, window
+    from dbert_core.config import SampleConfig
+    from dbert_core.sample import resolve
+
+    db = story_model
+    sep, mask = db.tokenizer.sep_token_id, db.model.mask_id
+    ctx, L = context(db), window(db)
+    windows = []
+    counter = iter(range(100, 10_000))
+
+    def fake_frames(db, cfg, generator, template, topk):
+        x = template.clone()
+        windows.append(template.clone())
+        for r in range(x.shape[0]):
+            for c in range(x.shape[1]):
+                if x[r, c] == mask:
+                    x[r, c] = next(counter)
+        if len(windows) == 2:  # row 1 of the second window ends its story five tokens in
+            x[1, ctx + 5:] = sep
+        yield SimpleNamespace(ids=x, nfe=1, rows=x.shape[0], flops=0.0)
+
+    cfg = resolve(SampleConfig(n=2, steps=4, length=60), db)
+    run = run_stories(db, cfg, fake_frames, torch.Generator(), story_template(db, None, cfg.length))
+    assert windows[0].shape == (2, L) and (windows[0][:, 0] == sep).all() and (windows[0][:, 1:] == mask).all()
+    first = run.tokens[0][:L - 1]
+    assert windows[1][0, :ctx].tolist() == first[-ctx:]  # the story's last ctx tokens, given
+    assert (windows[1][:, ctx:] == mask).all()
+    assert run.ended == [False, True] and len(run.tokens[1]) == L - 1 + 5 and len(run.tokens[0]) == 60
+    assert windows[-1].shape[0] == 1  # the ended story left the batch
+    assert run.blocks == len(windows) and run.nfe == len(windows)
