@@ -349,7 +349,7 @@ def evaluate(
     limit: Annotated[Optional[int], typer.Option(help="Score only the first N examples.")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Sum all S terms per example (slow).")] = False,
     mc_samples: Annotated[int, typer.Option(help="Monte-Carlo draws per example (without --exact).")] = 1,
-    unit: Annotated[EvalUnit, typer.Option(help="An example is a line, a sentence, or a window: the sentence-start windows of the checkpoint's length that `dbert train --unit sentence --pack` builds from the documents (blank-line separated), its validation bound.")] = EvalUnit.line,
+    unit: Annotated[EvalUnit, typer.Option(help="An example is a line, a sentence, a story (a whole document, in the windows `dbert train --unit story` builds: the bound per token of text and end mark) or a window: the sentence-start windows of the checkpoint's length that `dbert train --unit sentence --pack` builds from the documents, its validation bound. Documents: <|endoftext|> lines, JSONL or blank lines, read from each file.")] = EvalUnit.line,
     samples: Annotated[int, typer.Option(help="Also draw N samples for BLEU-4 / Self-BLEU-4 / distinct-n.")] = 0,
     sample_steps: Annotated[int, typer.Option(help="Reverse steps for those samples.")] = SAMPLE.steps,
     sample_length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length, as `dbert sample`; the paper: 64).")] = None,
@@ -408,6 +408,9 @@ def evaluate(
         scored = {"nats_per_token": math.inf}
     finally:
         scoring.close()
+    if "documents" in scored:
+        say(f"{scored['documents']:,} documents, median {scored['document_words_median']:,} words, "
+            f"longest {scored['document_words_longest']:,}")
     bad = [k for k, v in scored.items() if isinstance(v, float) and not math.isfinite(v)]
     if bad:  # a score of inf or NaN is no answer: the weights' outputs overflow
         raise DbertError(f"the checkpoint's scores are not finite ({', '.join(bad)}): its outputs overflow "

@@ -242,3 +242,24 @@ def test_each_continuation_window_carries_the_storys_last_tokens(story_model):
     assert run.ended == [False, True] and len(run.tokens[1]) == L - 1 + 5 and len(run.tokens[0]) == 60
     assert windows[-1].shape[0] == 1  # the ended story left the batch
     assert run.blocks == len(windows) and run.nfe == len(windows)
+
+
+def test_eval_scores_whole_stories_and_measures_story_samples(story_model, tmp_path, capsys, monkeypatch):
+    from helpers import run
+
+    held = tmp_path / "held.txt"
+    docs = read_documents([str(HEAD)])[-6:]
+    held.write_text("".join("\n".join(d) + f"\n{EOT}\n" for d in docs))
+    code, out, err = run(["eval", "--checkpoint", str(story_model.path), "--data", str(held), "--unit", "story",
+                          "--steps", "8", "--samples", "3", "--sample-steps", "4", "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    result = json.loads(out)
+    assert "6 documents, median" in err and result["documents"] == 6
+    assert result["examples"] >= 6  # every story, in as many windows as it takes (24 tokens here)
+    from dbert_core.data import encode_stories
+
+    windows = encode_stories(docs, story_model.tokenizer, 24)
+    assert result["tokens"] == scored_tokens(windows) == sum(len(w.scored * [0]) for w in windows)
+    for key in ("frac_one_story", "words_median", "frac_doubled_name", "human_frac_one_story", "human_words_median"):
+        assert key in result
+    assert result["human_frac_one_story"] == 1.0
