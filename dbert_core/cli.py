@@ -102,8 +102,8 @@ def _device(gpu: bool, device: Device) -> str:
 
 
 def _load(checkpoint: str | None, device: str):
-    from . import checkpoint as ckpt
-    from .store import resolve
+    from .storage import checkpoint as ckpt
+    from .storage.store import resolve
     from .hardware import pick_device
 
     return ckpt.load(resolve(checkpoint), device=pick_device(device))
@@ -154,11 +154,11 @@ def train(
     Example: dbert train --data stories.txt --unit sentence --preset tiny --max-steps 300 --lr 3e-3 --out tiny
     """
     from .config import TrainConfig
-    from .data import absolute_patterns
-    from .prepare import resume_config
+    from .text.data import absolute_patterns
+    from .training.prepare import resume_config
     from .progress import TrainProgress
-    from .store import out_path
-    from .train import Trainer
+    from .storage.store import out_path
+    from .training.train import Trainer
 
     # The options are named after TrainConfig's fields, so the config is built from them as they are.
     fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"out", "resume"}
@@ -207,7 +207,7 @@ def sample(
     fix_contractions: Annotated[bool, typer.Option("--fix-contractions/--raw-contractions", help="Refill the contractions English does not write (\"you't\", \"friends's\"; apostrophes excluded) after sampling; --raw-contractions prints the model's own.")] = SAMPLE.fix_contractions,
     lowercase: Annotated[bool, typer.Option("--lowercase", help="Print the model's raw lower-case words (no truecasing; a prompt's words stay as typed).")] = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps, sampler, exact, params} as JSON on stderr.")] = False,
-    trajectory: Annotated[Optional[Path], typer.Option(help="Also write every frame of the run to this JSON file (one batch: --n <= --batch-size; format in dbert_core/trajectory.py).")] = None,
+    trajectory: Annotated[Optional[Path], typer.Option(help="Also write every frame of the run to this JSON file (one batch: --n <= --batch-size; format in dbert_core/sampling/trajectory.py).")] = None,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
     dtype: Annotated[Dtype, typer.Option(help="The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; draws stay float64), fp32 or bf16.")] = Dtype(SAMPLE.dtype),
     candidates: Annotated[int, typer.Option(help="Infill ([MASK*A-B] in the prompt): texts drawn for each length; all are ranked by the model's ELBO per token and the best --n printed, their scores on stderr.")] = 4,
@@ -216,9 +216,9 @@ def sample(
 
     Example: dbert sample "Once upon a time [MASK*20]" -n 3 --seed 1 -o stories.jsonl
     """
-    from .detok import STORY_BREAK
+    from .text.detok import STORY_BREAK
     from .progress import SampleProgress
-    from .sample import generate, resolve
+    from .sampling.sample import generate, resolve
 
     prompts = _prompts(prompt_arg, prompt, prompt_file)
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
@@ -227,14 +227,14 @@ def sample(
                               device=device.value, prompt=None, block_repeats=block_repeats,
                               pair_quotes=pair_quotes, fix_contractions=fix_contractions,
                               dtype=dtype.value).validate()
-    from .infill import has_range
+    from .sampling.infill import has_range
 
     if trajectory is not None and any(has_range(p) for p in prompts):
         raise DbertError("--trajectory records one batch; an infill prompt ([MASK*A-B]) runs one per length")
     if trajectory is not None:
         if cfg.n > cfg.batch_size or len(prompts) > 1:
             raise DbertError("--trajectory records one batch: give --n <= --batch-size and one prompt")
-        from .layout import check_output
+        from .disk.layout import check_output
 
         check_output(trajectory, "--trajectory")  # before the run, not after it
     if cfg.seed is None:  # drawn once here, so --output can say which seed made each sample
@@ -248,8 +248,8 @@ def sample(
         paragraph = STORY_BREAK
     except (UnicodeEncodeError, LookupError):
         paragraph = " | "  # a terminal or pipe that cannot show the pilcrow
-    from .infill import variants
-    from .sample import prompt_notes
+    from .sampling.infill import variants
+    from .sampling.sample import prompt_notes
 
     for p in dict.fromkeys(x for x in prompts if x is not None):
         for note in prompt_notes(db, variants(p)[0][1] if has_range(p) else p):
@@ -280,12 +280,12 @@ def sample(
                                       for k in st_p}
     progress.close()
     if trajectory is not None:
-        from .layout import atomic_write_text
-        from .trajectory import trajectory as as_json
+        from .disk.layout import atomic_write_text
+        from .sampling.trajectory import trajectory as as_json
 
         atomic_write_text(trajectory, json.dumps(as_json(db, resolve(replace(cfg, prompt=prompts[0]), db), kept)) + "\n")
     if output is not None:
-        from .layout import atomic_write_text
+        from .disk.layout import atomic_write_text
 
         atomic_write_text(output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     for t in texts:  # a line at a time: one giant write to a pipe whose reader left can end "successfully"
@@ -298,8 +298,8 @@ def sample(
 def _infill(db, cfg, candidates: int, cased: bool, paragraph: str, records: list) -> list[str]:
     """An infill prompt ([MASK*A-B]): every length drawn `candidates` times, ranked by ELBO per
     token (infill.py); the best cfg.n texts returned, their scores on stderr and in records."""
-    from .infill import infill
-    from .sample import resolve
+    from .sampling.infill import infill
+    from .sampling.sample import resolve
 
     ranked = infill(db, resolve(cfg, db), per_length=candidates, cased=cased, paragraph=paragraph)
     best = ranked[:cfg.n]
@@ -370,7 +370,7 @@ def evaluate(
 
     Example: dbert eval --data held-out.txt --unit sentence --limit 200 --samples 20 --json
     """
-    from .metrics import perplexity, quality
+    from .evaluation.metrics import perplexity, quality
 
     if limit is not None and limit < 1:
         raise DbertError("--limit must be >= 1")
@@ -418,7 +418,7 @@ def evaluate(
     result = {"checkpoint": str(db.path), **scored}
     if samples:
         sampling = SampleProgress(2 * samples, batch_size)
-        from .sample import default_length
+        from .sampling.sample import default_length
 
         length = sample_length if sample_length is not None else default_length(db)
         result.update(quality(db, data, samples, steps=sample_steps, length=length, top_k=top_k,
@@ -461,7 +461,7 @@ def checkpoints_list(as_json: Annotated[bool, typer.Option("--json", help="One J
 
     Example: dbert checkpoints list --json
     """
-    from .store import entries, store_dir, tui_checkpoint
+    from .storage.store import entries, store_dir, tui_checkpoint
 
     rows = entries()
     in_tui = tui_checkpoint()
@@ -489,7 +489,7 @@ def checkpoints_list(as_json: Annotated[bool, typer.Option("--json", help="One J
 def list_lines(rows, used, width: int = 80) -> list[str]:
     """`dbert checkpoints list` as a table that fits `width` columns: name, size, parameters (as the
     TUI counts them), steps, the last validation bound, the day it was created; * marks the TUI's."""
-    from .store import human_size
+    from .storage.store import human_size
 
     fixed = 2 + 9 + 8 + 7 + 9 + 11  # mark, SIZE, PARAMS, STEPS, VAL PPL, CREATED with their gaps
     labels = [e.label for e in rows]
@@ -523,7 +523,7 @@ class _FetchProgress:
         self.last = -1
 
     def __call__(self, done: int, total: int | None, what: str) -> None:
-        from .store import human_size
+        from .storage.store import human_size
 
         pct = int(100 * done / total) if total else None
         if self.live:
@@ -555,7 +555,7 @@ def checkpoints_fetch(
 
     Example: dbert checkpoints fetch user/my-dbert --name my-dbert
     """
-    from .fetch import fetch
+    from .storage.fetch import fetch
 
     if source.strip().lower().startswith("http://"):
         say(f"dbert: warning: {source.strip()} is plain http: anyone on the way can read or change it; "
@@ -577,7 +577,7 @@ def checkpoints_import(
 
     Example: dbert checkpoints import runs/stories --name stories
     """
-    from .store import import_dir
+    from .storage.store import import_dir
 
     print(import_dir(directory, name=name))
 
@@ -591,7 +591,7 @@ def checkpoints_remove(
 
     Example: dbert checkpoints remove stories --yes
     """
-    from .store import remove, resolve
+    from .storage.store import remove, resolve
 
     resolve(name)  # a clear error for an unknown name before asking anything
     if not yes:
@@ -654,13 +654,13 @@ def bench(
 
     import torch
 
-    from .bench import markdown, run
+    from .evaluation.bench import markdown, run
 
     step_list = _int_list(steps, "--steps") if steps else ([16, 128] if quick else [16, 128, 512, 2048])
     batches = _int_list(batch, "--batch")
     if not 1 <= length <= MAX_BENCH_LENGTH:
         raise DbertError(f"--length must be in [1, {MAX_BENCH_LENGTH}], got {length}")
-    from .layout import check_output
+    from .disk.layout import check_output
 
     check_output(out, "--out", folder=True)  # before the hour of measuring, not after it
     chosen = [s.strip() for s in samplers.split(",") if s.strip()]
@@ -713,7 +713,7 @@ def serve(
         raise DbertError(f"--port must be in [1, 65535], got {port}")
     if timeout <= 0 or grace < 0:
         raise DbertError("--timeout must be > 0 and --grace >= 0")
-    from .serve import Limits, create_app, is_loopback, run
+    from .serving.serve import Limits, create_app, is_loopback, run
 
     if not is_loopback(host) and not api_key:
         say(f"dbert serve: warning: listening on {host} without --api-key: anyone who can reach this port can use it")

@@ -36,8 +36,8 @@ def initial_checkpoint(requested: str | None) -> tuple[Path | None, str]:
     """--checkpoint, else the last one used, else the shipped default, else the newest usable
     store entry; and a notice when the remembered one had to be ignored."""
     from dbert_core.errors import DbertError
-    from dbert_core.layout import inspect
-    from dbert_core.store import entries, resolve
+    from dbert_core.disk.layout import inspect
+    from dbert_core.storage.store import entries, resolve
 
     if requested:
         return resolve(requested), ""  # a clear DbertError for a bad name
@@ -81,11 +81,11 @@ class DbertApp(App):
     def __init__(self, checkpoint: str | Path | None = None, loader: Callable | None = None,
                  settings: Settings | None = None, train_data: list[str] | None = None,
                  deterministic: bool = False, replay=None) -> None:
-        """replay: a dbert_core.replay.Replay (or a trajectory file's path) to play instead of
+        """replay: a dbert_core.sampling.replay.Replay (or a trajectory file's path) to play instead of
         sampling: no checkpoint is loaded."""
         super().__init__()
         if replay is not None and not hasattr(replay, "frames"):
-            from dbert_core.replay import load as load_replay
+            from dbert_core.sampling.replay import load as load_replay
 
             replay = load_replay(replay)
         self.replay = replay  # the Generate screen plays it instead of sampling (GenerateScreen.replay)
@@ -137,7 +137,7 @@ class DbertApp(App):
         if self.loader is not None:
             db = self.loader(path)
         else:
-            from dbert_core.checkpoint import load
+            from dbert_core.storage.checkpoint import load
             from dbert_core.hardware import pick_device
 
             db = load(path, device=pick_device(self.session.settings.device))
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
         if device not in DEVICES:
             fail(f"--device must be one of {', '.join(DEVICES)} (got {device!r})")
         if checkpoint:
-            from dbert_core.store import resolve
+            from dbert_core.storage.store import resolve
 
             try:
                 resolve(checkpoint)
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
                 fail(str(e))
         loaded = None
         if replay is not None:
-            from dbert_core.replay import load as load_replay
+            from dbert_core.sampling.replay import load as load_replay
 
             try:
                 loaded = load_replay(replay)

@@ -91,7 +91,7 @@ class Recorded:
     is written once, when it is revealed, so for any frame it is exact wherever that frame
     shows a token (positions revealed later are still masked there)."""
 
-    frame: object          # dbert_core.sample.Frame, stored compactly (int32 ids, float32 confidence)
+    frame: object          # dbert_core.sampling.sample.Frame, stored compactly (int32 ids, float32 confidence)
     order: object          # (B, L) int32: step at which each position was revealed (0: given / not yet)
     seconds: float         # model time spent so far in this run
 
@@ -160,12 +160,12 @@ class Run:
 
 
 def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Recorded], None]) -> bool:
-    """The worker's loop: compute `run`'s frames (dbert_core.sample.frames, seeded by its
+    """The worker's loop: compute `run`'s frames (dbert_core.sampling.sample.frames, seeded by its
     settings) and hand each to `emit`, waiting at the run's gate between frames. True when the
     run reached its last frame, False when cancelled first."""
     import torch
 
-    from dbert_core.sample import frames
+    from dbert_core.sampling.sample import frames
 
     s = run.settings
     gen = torch.Generator().manual_seed(s.seed)
@@ -316,7 +316,7 @@ class Session:
         is automatic (else within its maximum), a sampler it allows. Returns what was changed
         that the user should hear about."""
         from dbert_core.errors import DbertError
-        from dbert_core.sample import default_length, default_sampler, resolve
+        from dbert_core.sampling.sample import default_length, default_sampler, resolve
 
         notes = []
 
@@ -342,7 +342,7 @@ class Session:
         to be started; they play, whether or not the previous ones were paused. The app's very
         first run lasts first_run_s at least (unless the pace is 0: as fast as it goes), its
         tokens revealed evenly over that time. Raises DbertError if a side's settings do not suit db (the current runs stay)."""
-        from dbert_core.sample import resolve
+        from dbert_core.sampling.sample import resolve
 
         resolved = [resolve(s, db) for s in self.sides()]
         first = self.run is None
@@ -356,7 +356,7 @@ class Session:
         return self.playbacks
 
     def replay_runs(self, replay) -> list[Playback]:
-        """A run that plays a replay's recorded frames (dbert_core.replay.Replay) at this
+        """A run that plays a replay's recorded frames (dbert_core.sampling.replay.Replay) at this
         session's pace; its settings are the file's, as far as they are Settings'."""
         import dataclasses
 
@@ -394,7 +394,7 @@ class Session:
         """Set fields of the active side's settings, checked against db."""
         new = replace(self.active, **fields)
         if db is not None:
-            from dbert_core.sample import resolve
+            from dbert_core.sampling.sample import resolve
 
             resolve(new, db)
         else:
@@ -427,7 +427,7 @@ class Session:
         the checkpoint allows, after the one the run uses, at its default parameters."""
         from dbert_core.config import STRATEGIES
         from dbert_core.errors import DbertError
-        from dbert_core.sample import resolve
+        from dbert_core.sampling.sample import resolve
 
         def allowed(name: str) -> bool:
             try:

@@ -14,15 +14,15 @@ def texts_of(db, rec: Recorded) -> list[str]:
 
 
 def atomic_write(path, data: str) -> Path:
-    """Write text whole or not at all (dbert_core.layout.atomic_write_text)."""
-    from dbert_core.layout import atomic_write_text
+    """Write text whole or not at all (dbert_core.disk.layout.atomic_write_text)."""
+    from dbert_core.disk.layout import atomic_write_text
 
     return atomic_write_text(path, data)
 
 
 def trajectory(db, run: Run) -> dict:
-    """Every recorded frame of a run, in the engine's trajectory format (dbert_core.trajectory)."""
-    from dbert_core.trajectory import trajectory as as_json
+    """Every recorded frame of a run, in the engine's trajectory format (dbert_core.sampling.trajectory)."""
+    from dbert_core.sampling.trajectory import trajectory as as_json
 
     last = run.frames[-1] if run.frames else None
     return as_json(db, run.settings, [rec.frame for rec in run.frames], last.order if last else None)
@@ -31,7 +31,7 @@ def trajectory(db, run: Run) -> dict:
 def output_dir() -> Path:
     """Where saved texts and exported trajectories go by default: $DBERT_HOME/outputs (beside
     the store; docs/tui.md says so)."""
-    from dbert_core.store import home
+    from dbert_core.storage.store import home
 
     return home() / "outputs"
 
@@ -53,17 +53,17 @@ def default_output(stem: str, ext: str) -> Path:
 
 
 def state_file() -> Path:
-    from dbert_core.layout import TUI_STATE
-    from dbert_core.store import home
+    from dbert_core.disk.layout import TUI_STATE
+    from dbert_core.storage.store import home
 
     return home() / TUI_STATE
 
 
 def read_state() -> dict:
     """tui.json, or {} when it is missing or unusable: a FIFO, /dev/zero, a huge or deeply
-    nested file is never read through (dbert_core.jsonfile), it is simply a fresh start."""
+    nested file is never read through (dbert_core.disk.jsonfile), it is simply a fresh start."""
     from dbert_core.errors import DbertError
-    from dbert_core.jsonfile import read_json
+    from dbert_core.disk.jsonfile import read_json
 
     try:
         data = read_json(state_file(), max_bytes=1 << 20)

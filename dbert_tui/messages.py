@@ -120,7 +120,7 @@ class TokenPointed(Message):
 
 @dataclass
 class InfillReady(Message, bubble=False):
-    """An infill prompt's candidates ([MASK*A-B]; dbert_core.infill), best first, and the frames
+    """An infill prompt's candidates ([MASK*A-B]; dbert_core.sampling.infill), best first, and the frames
     of each length's batch (`keep`), for the run `token` the screen started."""
 
     token: int

@@ -10,7 +10,7 @@ from rich.color import Color
 from rich.style import Style
 from rich.text import Text
 
-from dbert_core.detok import MASK_GLYPH, spans, special_names
+from dbert_core.text.detok import MASK_GLYPH, spans, special_names
 
 from .controller import Recorded
 
@@ -24,9 +24,9 @@ def _blend(a, b, x: float):
 
 
 def order_colour(step: int, steps: int) -> Color:
-    """Early reveals blue, middle green, late red (dbert_core.share.order_rgb: the cast and the
+    """Early reveals blue, middle green, late red (dbert_core.sampling.share.order_rgb: the cast and the
     HTML export use the same colours)."""
-    from dbert_core.share import order_rgb
+    from dbert_core.sampling.share import order_rgb
 
     return Color.from_rgb(*order_rgb(step, steps))
 
@@ -89,7 +89,7 @@ CURSOR, SELECTED, LOCKED = "reverse", "bold white on #2f5f9f", "bold white on #2
 def row_spans(db, rec: Recorded, b: int, paragraph: str = "\n", verbatim: dict[int, str] | None = None,
               final: Recorded | None = None):
     """The detok spans of sample b; with `final` (the run's last frame, when it is known) laid
-    out on the final text's line breaks (dbert_core.stable: nothing moves while it fills in)."""
+    out on the final text's line breaks (dbert_core.text.stable: nothing moves while it fills in)."""
     def of(r: Recorded):
         f = r.frame
         return spans(token_pieces(db.tokenizer, f.ids[b]), f.masked[b].tolist(), paragraph=paragraph, cased=True,
@@ -98,7 +98,7 @@ def row_spans(db, rec: Recorded, b: int, paragraph: str = "\n", verbatim: dict[i
     now = of(rec)
     if final is None or final is rec or final.frame.ids.shape != rec.frame.ids.shape:
         return now
-    from dbert_core.stable import stable_spans
+    from dbert_core.text.stable import stable_spans
 
     return stable_spans(now, of(final))
 
@@ -106,7 +106,7 @@ def row_spans(db, rec: Recorded, b: int, paragraph: str = "\n", verbatim: dict[i
 def render_row(db, rec: Recorded, b: int, mode: str = "order", paragraph: str = "\n",
                verbatim: dict[int, str] | None = None, edges: tuple[float, ...] | None = None,
                final: Recorded | None = None, marks: dict | None = None) -> Text:
-    """Sample b as a reader sees it (dbert_core.detok: the words `dbert sample` prints, cased
+    """Sample b as a reader sees it (dbert_core.text.detok: the words `dbert sample` prints, cased
     the same way, [SEP] a line break here), every token in its own colour, masked positions as fixed-width MASK_GLYPH.
     `edges`: the confidence bands (confidence_edges of the run; default: of this frame).
     `final`: lay it out on the final text's line breaks (row_spans). `marks` (the inspector):
@@ -153,7 +153,7 @@ def _p(x) -> str:
 
 
 def inspector_lines(info: dict | None, steps: int, T: int | None, compact: bool) -> Text:
-    """The token inspector (dbert_core.inspector.token_info of the token under the cursor): a
+    """The token inspector (dbert_core.sampling.inspector.token_info of the token under the cursor): a
     panel (compact False) or two lines (an 80-column terminal)."""
     out = Text()
     if info is None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from dbert_core import checkpoint
+from dbert_core.storage import checkpoint
 
 
 def main() -> int:
@@ -32,7 +32,7 @@ def main() -> int:
         p = json.loads(parent.read_text(encoding="utf-8"))
         db.meta["parent"] = {k: p[k] for k in ("init", "step", "tokens_seen", "train_seconds", "created", "parent")
                              if k in p}
-    from dbert_core.store import _val_ppl
+    from dbert_core.storage.store import _val_ppl
 
     val = _val_ppl(Path(args.src), {})  # the run's last validation bound, kept for listings
     if val is not None:

@@ -38,8 +38,8 @@ def _timing(runs: Path) -> dict:
 
 def _windows(run: Path, meta: dict) -> tuple[int, int]:
     """(windows, tokens) of the run's training data, rebuilt as the trainer builds them."""
-    from dbert_core.data import document_sentences, document_windows, read_documents
-    from dbert_core.tokenizer import WordPieceTokenizer
+    from dbert_core.text.data import document_sentences, document_windows, read_documents
+    from dbert_core.text.tokenizer import WordPieceTokenizer
 
     tc = meta["train_config"]
     windows = document_windows(document_sentences(read_documents(tc["data"])), WordPieceTokenizer.load(run),
@@ -51,7 +51,7 @@ def gather(runs: Path = RUNS) -> dict:
     """Everything the card states, read from the runs folder."""
     from dbert_core.config import SampleConfig
     from dbert_core.hardware import cpu_name, native_bf16
-    from dbert_core.metrics import readability
+    from dbert_core.evaluation.metrics import readability
 
     meta = _load(runs / "stories" / "dbert.json")
     state = _load(runs / "stories" / "trainer_state" / "state.json") or {"history": []}

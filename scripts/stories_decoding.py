@@ -23,12 +23,12 @@ import time
 
 import torch
 
-from dbert_core import checkpoint
+from dbert_core.storage import checkpoint
 from dbert_core.config import SampleConfig
-from dbert_core.detok import STORY_BREAK
+from dbert_core.text.detok import STORY_BREAK
 from dbert_core.hardware import cpu_name
-from dbert_core.metrics import distinct_n, readability, self_bleu, unigram_entropy
-from dbert_core.sample import generate
+from dbert_core.evaluation.metrics import distinct_n, readability, self_bleu, unigram_entropy
+from dbert_core.sampling.sample import generate
 
 _D = SampleConfig()
 GRID = [  # (temperature, top_k, top_p, block_repeats, pair_quotes, fix_contractions, steps)
@@ -59,8 +59,8 @@ def run(db, n: int, temperature: float, top_k: int, top_p: float, block: bool, p
 
 def human(path: str, n: int, words: float) -> dict:
     """The same figures for held-out text cut into n pieces of the samples' mean length."""
-    from dbert_core.data import read_lines
-    from dbert_core.judge import human_chunks
+    from dbert_core.text.data import read_lines
+    from dbert_core.evaluation.judge import human_chunks
 
     texts = human_chunks(read_lines([path]), n, words)
     return {"temperature": "held-out text", "top_k": "", "top_p": "", "block_repeats": None, "pair_quotes": None,

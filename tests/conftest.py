@@ -53,7 +53,7 @@ def tiny_linear_checkpoint(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_db(tiny_checkpoint):
-    from dbert_core import checkpoint
+    from dbert_core.storage import checkpoint
 
     return checkpoint.load(tiny_checkpoint)
 
@@ -63,7 +63,7 @@ def snapshot_db(tmp_path_factory):
     """The SVG snapshots' model: tiny_checkpoint's recipe trained once and committed (tests/fixtures/tiny),
     because a model trained on the spot differs from CPU to CPU (AMD and Intel kernels round differently
     and 150 steps amplify it) and so would its samples; fixed weights sample the same text everywhere."""
-    from dbert_core import checkpoint
+    from dbert_core.storage import checkpoint
 
     folder = tmp_path_factory.mktemp("snap") / "tiny"
     shutil.copytree(Path(__file__).parent / "fixtures" / "tiny", folder)
@@ -76,7 +76,7 @@ def bert_dir(tmp_path_factory):
     import torch
     from transformers import BertConfig, BertForMaskedLM
 
-    from dbert_core.data import read_examples, train_tokenizer
+    from dbert_core.text.data import read_examples, train_tokenizer
 
     out = tmp_path_factory.mktemp("bert") / "bert"
     texts = read_examples([str(TINYSTORIES)], "sentence")

@@ -58,7 +58,7 @@ def tiny_config(out, **overrides):
 
 def train_tiny(out, **overrides) -> Path:
     """Train a tiny model (tiny_config with overrides) into out; its path."""
-    from dbert_core.train import Trainer
+    from dbert_core.training.train import Trainer
 
     Trainer(tiny_config(out, **overrides)).run()
     return Path(out)

@@ -17,7 +17,7 @@ def script():
 
 
 def test_trains_resumes_and_scores(tiny_checkpoint, tmp_path, capsys):
-    from dbert_core import checkpoint
+    from dbert_core.storage import checkpoint
 
     mod = script()
     db = checkpoint.load(tiny_checkpoint)
@@ -33,7 +33,7 @@ def test_trains_resumes_and_scores(tiny_checkpoint, tmp_path, capsys):
     assert json.loads((out / "state.json").read_text())["step"] == state["step"]
     capsys.readouterr()
     assert (out / "vocab.txt").is_file()  # a causal LM folder with its tokenizer: a judge
-    from dbert_core.judge import Judge
+    from dbert_core.evaluation.judge import Judge
 
     judge = Judge(str(out))
     assert judge.model.config.n_embd == 384

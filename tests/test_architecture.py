@@ -1,13 +1,18 @@
 """The house rules of dbert's structure, read from the code itself (ast) or from a fresh interpreter.
 
-- dbert_core's import graph (lazy imports inside functions included) has no cycle and no arrow
-  up the floors of the package docstring's reading map, and config.py
-  sits at the bottom: it imports errors.py and strategies.py (the torch-free registry of choices)
-  and nothing else, so resolving a SampleConfig against a checkpoint is the sampler's job;
+- dbert_core is in packages by role (docs/architecture.md): a module imports only the floor
+  (errors, config, strategies, display, hardware), its own package and the packages LAYERS lets
+  its package import; only the `dbert` command (cli.py, progress.py) imports anything. The import
+  graph (lazy imports inside functions included) has no cycle. docs/architecture.md and every
+  package's docstring say the same packages, modules and layers as the code;
+- config.py sits at the bottom: it imports errors.py and strategies.py (the torch-free registry of
+  choices) and nothing else, so resolving a SampleConfig against a checkpoint is the sampler's job;
+- the old flat module names (dbert_core.sample, ...) import the moved modules, with a
+  DeprecationWarning, for one release (dbert_core/_compat.py), and nothing of ours uses them;
 - `import dbert_core.config` leaves torch out; only the CLI's modules (cli.py, progress.py)
   import typer or rich, and no engine module imports textual or dbert_tui;
 - the TUI's modules that hold state and rules without widgets import no Textual;
-- every on-disk file name is a constant of layout.py;
+- every on-disk file name is a constant of disk/layout.py;
 - a sampling run resolves its settings once and hands them down;
 - the TUI's state has one owner, the App (the checkpoint, the generation session, the replay,
   the last load error): no screen assigns those names, no module outside screens/ sets a screen's
@@ -19,6 +24,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,20 +35,40 @@ from helpers import ROOT
 
 CORE = ROOT / "dbert_core"
 TUI = ROOT / "dbert_tui"
-CLI_MODULES = {"cli", "progress"}          # the `dbert` command: the only engine modules on typer and rich
+FLOOR = {"__init__", "_compat", "errors", "config", "strategies", "display", "hardware"}  # dbert_core/*.py below all
+CLI_MODULES = {"cli", "progress"}          # the `dbert` command: on top, and the only engine modules on typer and rich
+LAYERS = {  # each package of dbert_core -> the packages it may import besides the floor and itself
+    "disk": set(),
+    "text": {"disk"},
+    "maths": set(),
+    "sampling": {"disk", "text", "maths"},
+    "storage": {"disk", "text", "maths"},
+    "training": {"disk", "text", "maths", "storage"},
+    "evaluation": {"disk", "text", "maths", "sampling", "storage", "training"},
+    "serving": {"disk", "text", "maths", "sampling", "storage"},
+}
 TEXTUAL_FREE = ("controller.py", "files.py", "render.py")  # dbert_tui's modules without widgets
 NAMES = ("dbert.json", "config.json", "model.safetensors", "dbert_tokens.safetensors", "dbert_time.safetensors",
          "dbert_truecase.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
          "trainer_state", "state.json", "optimizer.pt", "rng.pt", "tui.json", "bench.json", "bench.md")
 
 
-def _modules(package: Path) -> dict[str, ast.Module]:
-    return {p.stem: ast.parse(p.read_text(encoding="utf-8"), str(p)) for p in sorted(package.glob("*.py"))}
+def _name(path: Path) -> str:
+    """dbert_core/sampling/sample.py -> "sampling.sample"; a package's __init__.py -> its package
+    ("sampling"); dbert_core/__init__.py -> "__init__"."""
+    parts = path.relative_to(CORE).with_suffix("").parts
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
 
 
-def _imports(tree: ast.Module) -> set[str]:
+def _modules(package: Path = CORE) -> dict[str, ast.Module]:
+    return {_name(p): ast.parse(p.read_text(encoding="utf-8"), str(p)) for p in sorted(package.rglob("*.py"))}
+
+
+def _imports(tree: ast.Module, package: str = "dbert_core") -> set[str]:
     """Every module an ast imports, top level or inside a function, as absolute dotted names
-    (a relative import of dbert_core is made absolute)."""
+    (a relative import is made absolute from `package`, the importing module's package)."""
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -50,16 +76,44 @@ def _imports(tree: ast.Module) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = "dbert_core" + ("." + base if base else "")
+                up = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([base] if base else []))
             found.add(base)
             found.update(f"{base}.{a.name}" for a in node.names)  # `from . import store` names a module
     return found
 
 
+def _package_of(name: str) -> str:
+    """The dotted package a module's relative imports start from."""
+    if name == "__init__":
+        return "dbert_core"
+    if (CORE / name.replace(".", "/")).is_dir():
+        return f"dbert_core.{name}"
+    return ".".join(["dbert_core"] + name.split(".")[:-1])
+
+
 def _graph() -> dict[str, set[str]]:
-    mods = _modules(CORE)
-    return {name: {i.split(".")[1] for i in _imports(tree) if i.startswith("dbert_core.")} & set(mods) - {name}
-            for name, tree in mods.items()}
+    """module -> the dbert_core modules it imports (a package's __init__ only when nothing under it is named)."""
+    mods = _modules()
+    dotted = {("dbert_core" if m == "__init__" else f"dbert_core.{m}"): m for m in mods}
+    graph = {}
+    for name, tree in mods.items():
+        hits = {i for i in _imports(tree, _package_of(name)) if i in dotted}
+        hits -= {h for h in hits if any(o.startswith(h + ".") for o in hits)}
+        graph[name] = {dotted[h] for h in hits} - {name}
+    return graph
+
+
+def _group(name: str) -> str:
+    """Where a module stands: "floor", "cli" or its package."""
+    head = name.split(".")[0]
+    if head in LAYERS:
+        return head
+    if name in FLOOR:
+        return "floor"
+    if name in CLI_MODULES:
+        return "cli"
+    pytest.fail(f"dbert_core/{name.replace('.', '/')}.py stands in no package of LAYERS, the floor or the CLI")
 
 
 def test_the_engine_import_graph_has_no_cycle():
@@ -81,25 +135,98 @@ def test_the_engine_import_graph_has_no_cycle():
             visit(name, [])
 
 
-# The reading map of dbert_core/__init__.py: a module imports only its own floor and the ones below.
-FLOORS = {
-    "leaf": {"__init__", "errors", "config", "strategies", "display", "jsonfile", "hardware", "trust", "net", "truecase",
-             "detok", "stable"},
-    "maths": {"schedule", "model", "diffusion"},
-    "sampling": {"sample", "quotes", "contractions", "touchup", "inspector", "trajectory", "replay", "share", "distance"},
-    "files": {"layout", "schema", "tokenizer", "data", "vocab", "pretrained", "checkpoint", "archive"},
-    "store": {"store", "fetch"},
-    "runs": {"prepare", "train", "metrics", "judge", "infill", "bench", "serve_queue", "serve", "progress", "cli"},
-}
+def test_every_module_imports_only_its_floor_its_package_and_the_layers_below():
+    packages = {p.name for p in CORE.iterdir() if (p / "__init__.py").is_file()}
+    assert packages == set(LAYERS), f"packages LAYERS lacks: {sorted(packages - set(LAYERS))}; " \
+                                    f"gone: {sorted(set(LAYERS) - packages)}"
+    below: dict[str, set[str]] = {}  # every package a package reaches, so the layers themselves have no circle
 
+    def reach(p: str, path: tuple[str, ...] = ()) -> set[str]:
+        assert p not in path, "LAYERS has a circle: " + " -> ".join(path + (p,))
+        if p not in below:
+            below[p] = set().union(*({q} | reach(q, path + (p,)) for q in LAYERS[p]))
+        return below[p]
 
-def test_every_module_is_on_a_floor_and_imports_no_floor_above_its_own():
+    for p in LAYERS:
+        reach(p)
     graph = _graph()
-    level = {m: i for i, floor in enumerate(FLOORS.values()) for m in floor}
-    assert set(level) == set(graph), f"floors to name: {sorted(set(graph) - set(level))}; gone: {sorted(set(level) - set(graph))}"
-    up = [f"{m} ({list(FLOORS)[level[m]]}) -> {d} ({list(FLOORS)[level[d]]})"
-          for m in sorted(graph) for d in sorted(graph[m]) if level[d] > level[m]]
-    assert not up, "arrows up the floors of dbert_core/__init__.py:\n" + "\n".join(up)
+    wrong = []
+    for m in sorted(graph):
+        g = _group(m)
+        allowed = {"floor", g} | LAYERS.get(g, set()) if g != "cli" else None
+        wrong += [f"{m} ({g}) -> {d} ({_group(d)})" for d in sorted(graph[m]) if allowed is not None and
+                  _group(d) not in allowed]
+    assert not wrong, "imports across dbert_core's layers (docs/architecture.md):\n" + "\n".join(wrong)
+
+
+def _layers_of_docstring(text: str) -> set[str]:
+    line = re.search(r"^May import: (.*)$", text, re.M)
+    assert line, "no 'May import:' line"
+    text = re.sub(r"\(.*?\)|\bonly\b", "", line.group(1))
+    return {w.strip(" .") for w in text.split(",")} - {"the floor"}
+
+
+def test_every_package_says_what_lives_there_and_what_it_may_import():
+    mods = _modules()
+    for package, allowed in LAYERS.items():
+        doc = ast.get_docstring(mods[package]) or ""
+        assert _layers_of_docstring(doc) == allowed, f"dbert_core/{package}/__init__.py"
+        unnamed = [m for m in mods if m.startswith(package + ".") and not re.search(rf"\b{m.split('.')[1]}\b", doc)]
+        assert not unnamed, f"dbert_core/{package}/__init__.py does not name {unnamed}"
+        assert len(mods[package].body) == 1, f"dbert_core/{package}/__init__.py holds more than its docstring"
+
+
+def test_docs_architecture_names_the_packages_modules_and_layers_of_the_code():
+    """docs/architecture.md's table: | `package/` | modules | may import |, one row a package,
+    and the floor's and the command's rows for the top-level modules."""
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = {m.group(1): ({w.strip() for w in m.group(2).split(",")}, {w.strip() for w in m.group(3).split(",")})
+            for m in re.finditer(r"^\| `([a-z_]+)/?` \| ([^|]+) \| ([^|]+) \|$", doc, re.M)}
+    code = {p: {m.split(".")[1] for m in _modules() if m.startswith(p + ".")} for p in LAYERS}
+    code["floor"] = FLOOR - {"__init__", "_compat"}
+    code["cli"] = CLI_MODULES
+    assert {p: mods for p, (mods, _) in rows.items()} == code
+    assert {p: layers - {"floor", "-"} for p, (_, layers) in rows.items() if p in LAYERS} == LAYERS
+    for path in re.findall(r"dbert_core/[\w/]+\.py", doc):
+        assert (ROOT / path).is_file(), f"docs/architecture.md names {path}, which is not there"
+
+
+def test_the_old_module_names_import_the_moved_modules_with_a_warning():
+    """One release of grace: the three ways to import an old name each give the very module, and a
+    DeprecationWarning that names the new name and the importing line."""
+    code = """if True:
+        import importlib, sys, warnings
+        from dbert_core._compat import MOVED
+        ways = ["import dbert_core.{0} as m", "from dbert_core import {0} as m",
+                "from dbert_core.{0} import __doc__; m = sys.modules['dbert_core.{0}']"]
+        for i, (old, package) in enumerate(sorted(MOVED.items())):
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                scope = {"sys": sys}
+                exec(compile(ways[i % 3].format(old), "<user>", "exec"), scope)
+            new = importlib.import_module(f"dbert_core.{package}.{old}")
+            assert scope["m"] is new and new.__spec__.name == new.__name__ == f"dbert_core.{package}.{old}", old
+            assert [(w.category, w.filename) for w in seen] == [(DeprecationWarning, "<user>")], (old, seen)
+            assert f"dbert_core.{package}.{old}" in str(seen[0].message), seen[0].message
+        print(len(MOVED))
+        """
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    from dbert_core._compat import MOVED
+
+    assert int(out.stdout) == len(MOVED) and all((CORE / p / f"{m}.py").is_file() for m, p in MOVED.items())
+
+
+def test_nothing_of_ours_imports_an_old_module_name():
+    from dbert_core._compat import OLD
+
+    found = []
+    for folder in ("dbert_core", "dbert_tui", "scripts", "tests"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            package = ".".join(path.relative_to(ROOT).parent.parts)
+            names = _imports(ast.parse(path.read_text(encoding="utf-8")), package)
+            found += [f"{path.relative_to(ROOT)}: {n}" for n in sorted(names & set(OLD))]
+    assert not found, "old module names (dbert_core/_compat.py):\n" + "\n".join(found)
 
 
 def test_config_is_a_leaf():
@@ -113,7 +240,7 @@ def test_importing_config_leaves_torch_out():
 
 
 def test_only_the_cli_imports_typer_or_rich_and_nothing_imports_the_front_end():
-    for name, tree in _modules(CORE).items():
+    for name, tree in _modules().items():
         roots = {i.split(".")[0] for i in _imports(tree)}
         assert not roots & {"textual", "dbert_tui"}, f"dbert_core/{name}.py imports the front end"
         if name not in CLI_MODULES:
@@ -128,17 +255,17 @@ def test_the_tuis_state_modules_import_no_textual(name):
 
 def test_every_file_name_is_a_layout_constant():
     found = []
-    for name, tree in _modules(CORE).items():
-        if name == "layout":
+    for name, tree in _modules().items():
+        if name == "disk.layout":
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in NAMES:
                 found.append(f"dbert_core/{name}.py:{node.lineno}: {node.value!r}")
-    assert not found, "file names outside layout.py:\n" + "\n".join(found)
+    assert not found, "file names outside disk/layout.py:\n" + "\n".join(found)
 
 
 def test_a_sampling_run_checks_its_settings_once(tiny_db, monkeypatch):
-    from dbert_core import sample
+    from dbert_core.sampling import sample
 
     calls = []
     real = sample.validate

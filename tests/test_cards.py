@@ -35,7 +35,7 @@ def _windows(ppl: float) -> dict:
 
 
 def test_the_stories_card_renders_every_field():
-    from dbert_core.metrics import readability
+    from dbert_core.evaluation.metrics import readability
 
     mod = _renderer()
     samples = ["Once upon a time, there was a cat named Tom.", '"Hi," she said. ¶ The dog ran.']
@@ -75,7 +75,7 @@ def test_the_stories_card_renders_every_field():
 def test_a_stage_two_card_counts_both_stages():
     """A run that continued a shipped release (`stories_model.sh continue`): steps, tokens and the
     validation curve run on from stage 1's, and stage 1 alone gets its own evaluation row."""
-    from dbert_core.metrics import readability
+    from dbert_core.evaluation.metrics import readability
 
     mod = _renderer()
     old_card = ("### Validation during training\n\n| step | held-out bound per token |\n|---|---|\n"
@@ -133,7 +133,7 @@ def test_export_keeps_the_parent_of_a_continued_run(tiny_checkpoint, tmp_path):
     import subprocess
     import sys
 
-    from dbert_core import checkpoint
+    from dbert_core.storage import checkpoint
 
     db = checkpoint.load(tiny_checkpoint)
     db.meta["init"] = str(tiny_checkpoint)

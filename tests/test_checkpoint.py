@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from dbert_core import checkpoint
+from dbert_core.storage import checkpoint
 from dbert_core.errors import DbertError
 
 

@@ -54,8 +54,8 @@ def test_eval_json(tiny_checkpoint, capsys, monkeypatch):
 
 
 def test_eval_windows_scores_the_checkpoints_own_training_windows(tiny_checkpoint, capsys, monkeypatch):
-    from dbert_core import checkpoint
-    from dbert_core.data import document_sentences, document_windows, read_documents
+    from dbert_core.storage import checkpoint
+    from dbert_core.text.data import document_sentences, document_windows, read_documents
 
     code, out, err = run(["eval", "--checkpoint", str(tiny_checkpoint), "--data", str(TINYSTORIES_VALID),
                           "--unit", "window", "--steps", "8", "--limit", "30", "--json"], capsys, monkeypatch)
@@ -144,8 +144,8 @@ def test_help_does_not_import_torch():
 
 
 def test_core_never_imports_textual():
-    mods = ["cli", "checkpoint", "data", "diffusion", "metrics", "model", "progress", "sample", "schedule",
-            "store", "train"]
+    mods = ["cli", "storage.checkpoint", "text.data", "maths.diffusion", "evaluation.metrics", "maths.model", "progress",
+            "sampling.sample", "maths.schedule", "storage.store", "training.train"]
     code = "import sys\n" + "".join(f"import dbert_core.{m}\n" for m in mods) + "print('textual' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
@@ -254,7 +254,7 @@ def test_resume_from_anywhere_and_moved_data(tmp_path, capsys, monkeypatch):
 
 
 def test_the_default_answers_to_both_names(capsys, monkeypatch):
-    from dbert_core.store import resolve
+    from dbert_core.storage.store import resolve
 
     assert resolve("dbert-minilm-stories") == resolve("default") == resolve(None)
     code, _, err = run(["sample", "-c", "dbert-minilm-stori", "-n", "1"], capsys, monkeypatch)
@@ -339,7 +339,7 @@ def test_progress_line_on_a_terminal():
     import torch
 
     from dbert_core.progress import SampleProgress
-    from dbert_core.sample import Frame
+    from dbert_core.sampling.sample import Frame
 
     class Tty(io.StringIO):
         def isatty(self):

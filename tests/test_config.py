@@ -13,13 +13,14 @@ import pytest
 import torch
 from helpers import TINYSTORIES, tiny_config
 
-from dbert_core import checkpoint, config
+from dbert_core.storage import checkpoint
+from dbert_core import config
 from dbert_core.config import SampleConfig
 from dbert_core.errors import DbertError
-from dbert_core.sample import resolve
-from dbert_core.layout import OutLock
-from dbert_core.prepare import resume_config
-from dbert_core.train import Trainer
+from dbert_core.sampling.sample import resolve
+from dbert_core.disk.layout import OutLock
+from dbert_core.training.prepare import resume_config
+from dbert_core.training.train import Trainer
 
 BAD_TRAIN = [
     (dict(grad_accum=0), "--grad-accum"), (dict(log_every=0), "--log-every"), (dict(lam=5.0), "--lambda"),
@@ -75,13 +76,13 @@ def test_cli_choices_are_the_config_tuples():
              (cli.Decay, config.DECAYS), (cli.Dtype, config.DTYPES), (cli.Preset, config.PRESETS)]
     for enum, values in pairs:
         assert tuple(e.value for e in enum) == values
-    from dbert_core.model import PRESETS
+    from dbert_core.maths.model import PRESETS
 
     assert tuple(PRESETS) == config.PRESETS
 
 
 def test_cli_tui_and_library_resolve_the_same_defaults(tiny_db, tiny_checkpoint, monkeypatch, capsys):
-    from dbert_core.sample import generate
+    from dbert_core.sampling.sample import generate
     from dbert_tui.controller import Settings
 
     lib = resolve(SampleConfig(), tiny_db)
@@ -209,7 +210,7 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypat
 
 
 def test_sampler_refuses_a_non_finite_model(tiny_db):
-    from dbert_core.sample import generate
+    from dbert_core.sampling.sample import generate
 
     db = copy.deepcopy(tiny_db)
     with torch.no_grad():
@@ -223,7 +224,7 @@ def test_store_names_win_over_a_local_folder(tmp_path, monkeypatch, tiny_checkpo
     import shutil
     from pathlib import Path
 
-    from dbert_core import store
+    from dbert_core.storage import store
 
     shutil.copytree(tiny_checkpoint, store.store_dir() / "mine")
     monkeypatch.chdir(tmp_path)

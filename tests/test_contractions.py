@@ -6,10 +6,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from dbert_core.contractions import apostrophe_ids, broken, broken_in_text, broken_positions, valid
-from dbert_core.metrics import readability
-from dbert_core.sample import _config, _reverse, frames
-from dbert_core.touchup import touch_up
+from dbert_core.text.contractions import apostrophe_ids, broken, broken_in_text, broken_positions, valid
+from dbert_core.evaluation.metrics import readability
+from dbert_core.sampling.sample import _config, _reverse, frames
+from dbert_core.sampling.touchup import touch_up
 
 from helpers import DATA
 

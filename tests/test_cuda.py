@@ -25,7 +25,7 @@ def _batch(db, rows=4, length=20, masked=0.5, seed=0):
 
 
 def test_cuda_logits_match_the_cpus(tiny_checkpoint):
-    from dbert_core import checkpoint
+    from dbert_core.storage import checkpoint
 
     cpu, gpu = checkpoint.load(tiny_checkpoint), checkpoint.load(tiny_checkpoint, device="cuda")
     ids, att, hide = _batch(cpu)
@@ -43,9 +43,9 @@ def test_cuda_logits_match_the_cpus(tiny_checkpoint):
 
 
 def test_sampling_on_cuda_fills_every_mask_and_repeats_with_its_seed(tiny_checkpoint):
-    from dbert_core import checkpoint
+    from dbert_core.storage import checkpoint
     from dbert_core.config import SampleConfig
-    from dbert_core.sample import generate
+    from dbert_core.sampling.sample import generate
 
     db = checkpoint.load(tiny_checkpoint, device="cuda")
     for sampler in ("first-hitting", "ancestral", "threshold"):
@@ -60,7 +60,7 @@ def test_sampling_on_cuda_fills_every_mask_and_repeats_with_its_seed(tiny_checkp
 def test_training_on_cuda_in_bf16_saves_a_checkpoint_the_cpu_loads(tmp_path):
     import json
 
-    from dbert_core import checkpoint
+    from dbert_core.storage import checkpoint
 
     out = train_tiny(tmp_path / "gpu", device="cuda", dtype="bf16", max_steps=12, save_every=6)
     state = json.loads((out / "trainer_state" / "state.json").read_text())

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from dbert_core import checkpoint, store
+from dbert_core.storage import checkpoint, store
 from dbert_core.cli import main
 
 

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from dbert_core import checkpoint
-from dbert_core.data import Special, collate, read_examples, tokenize
-from dbert_core.diffusion import Workspace, elbo, step_kl
-from dbert_core.schedule import make_schedule
+from dbert_core.storage import checkpoint
+from dbert_core.text.data import Special, collate, read_examples, tokenize
+from dbert_core.maths.diffusion import Workspace, elbo, step_kl
+from dbert_core.maths.schedule import make_schedule
 from helpers import TINYSTORIES_VALID
 
 
@@ -65,13 +65,13 @@ def test_bound_tightens_with_more_steps(tiny_db):
 
 
 def test_trained_model_beats_untrained(tiny_checkpoint, tmp_path):
-    from dbert_core.train import Trainer
+    from dbert_core.training.train import Trainer
     from helpers import tiny_config
 
     fresh = Trainer(tiny_config(tmp_path / "fresh", max_steps=1))
     fresh.prepare()
     trained = checkpoint.load(tiny_checkpoint)
-    from dbert_core.metrics import perplexity
+    from dbert_core.evaluation.metrics import perplexity
 
     data = [str(TINYSTORIES_VALID)]
     untrained_ppl = perplexity(fresh.db, data, steps=32, limit=200, unit="sentence")["ppl_token"]

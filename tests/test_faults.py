@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from dbert_core import checkpoint, store
+from dbert_core.storage import checkpoint, store
 from helpers import KILL_HOOK, ROOT, HubServer, tar_bytes
 
 KILLS = 12

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from dbert_core import archive, fetch, net, store
+from dbert_core.storage import archive, fetch, net, store
 from dbert_core.errors import DbertError
 from helpers import HubServer, online, tar_bytes, zip_bytes
 

@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from helpers import ROOT, TINYSTORIES, run
-from dbert_core import checkpoint, fetch, store
+from dbert_core.storage import checkpoint, fetch, store
 from dbert_core.errors import DbertError
-from dbert_core.layout import OutLock
-from dbert_core.prepare import resume_config
-from dbert_core.train import Trainer
+from dbert_core.disk.layout import OutLock
+from dbert_core.training.prepare import resume_config
+from dbert_core.training.train import Trainer
 
 ESC = "\x1b]0;pwned\x07\x1b[2J"  # sets the window title, clears the screen
 
@@ -353,7 +353,7 @@ def test_bench_out_that_is_a_file_is_refused_before_measuring(tmp_path, capsys, 
 
 
 def test_a_full_disk_while_writing_is_one_line(tmp_path, monkeypatch):
-    from dbert_core import layout
+    from dbert_core.disk import layout
 
     def full(*a, **k):
         raise OSError(28, "No space left on device")
@@ -464,7 +464,7 @@ def test_an_archive_member_990_folders_deep_is_refused(tmp_path):
     import io
     import tarfile
 
-    from dbert_core.archive import unpack
+    from dbert_core.storage.archive import unpack
 
     archive = tmp_path / "deep.tar.gz"
     with tarfile.open(archive, "w:gz") as tf:
@@ -535,7 +535,7 @@ def test_out_naming_an_existing_file_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_a_binary_val_data_is_refused(tmp_path):
-    from dbert_core.data import read_lines
+    from dbert_core.text.data import read_lines
 
     (tmp_path / "bin.txt").write_bytes(b"abc\x00\x01\x02\n" * 10)
     with pytest.raises(DbertError, match="NUL"):
@@ -543,7 +543,7 @@ def test_a_binary_val_data_is_refused(tmp_path):
 
 
 def test_file_names_with_glob_characters_are_files(tmp_path):
-    from dbert_core.data import expand_paths
+    from dbert_core.text.data import expand_paths
 
     (tmp_path / "a[1].txt").write_text("one\n")
     (tmp_path / "a1.txt").write_text("other\n")
@@ -598,7 +598,7 @@ def test_the_c_locale_without_utf8_coercion_keeps_a_prompts_accents(tiny_checkpo
 
 def test_a_glob_matching_3000_files_reads_them_all(tmp_path):
     """A glob naming thousands of files works as meant (all read, in order, none held open)."""
-    from dbert_core.data import expand_paths, read_lines
+    from dbert_core.text.data import expand_paths, read_lines
 
     d = tmp_path / "many"
     d.mkdir()
@@ -654,7 +654,7 @@ def test_a_rank_killed_mid_run_ends_the_other_in_one_line(tmp_path):
 
 
 def test_a_checkpoint_between_the_two_renames_of_a_save_is_readable(tiny_checkpoint, tmp_path):
-    from dbert_core import layout
+    from dbert_core.disk import layout
 
     ck = copy_of(tiny_checkpoint, tmp_path / "ck")
     swap = layout.temp_dir(ck, "swap")
@@ -744,7 +744,7 @@ def test_the_tui_without_a_terminal_is_one_line():
 
 
 def test_a_lower_case_mask_in_a_prompt_is_a_slot(tiny_db):
-    from dbert_core.sample import parse_prompt
+    from dbert_core.sampling.sample import parse_prompt
 
     lower = parse_prompt(tiny_db, "once [mask] a [Mask] time", 8)
     upper = parse_prompt(tiny_db, "once [MASK] a [MASK] time", 8)
@@ -838,7 +838,7 @@ def test_a_full_disk_while_a_resumed_run_saves_keeps_the_last_checkpoint(resumab
 ], ids=["world-text", "rank-missing", "rank-out-of-range", "master-missing", "timeout-text"])
 def test_torchrun_variables_are_checked_in_one_line(env, needle, tmp_path, monkeypatch):
     from helpers import tiny_config
-    from dbert_core.prepare import dist_timeout
+    from dbert_core.training.prepare import dist_timeout
 
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(k, raising=False)

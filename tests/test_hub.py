@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from dbert_core import fetch, store
+from dbert_core.storage import fetch, store
 from helpers import ROOT, SHA, HubServer, online, tar_bytes, zip_bytes
 from dbert_core.errors import DbertError
 
@@ -21,7 +21,7 @@ from dbert_core.errors import DbertError
 @pytest.fixture(autouse=True)
 def _without_shipped_default(monkeypatch):
     """These tests count and draw the store's entries: keep the shipped checkpoints out of them."""
-    from dbert_core import store as _store
+    from dbert_core.storage import store as _store
 
     monkeypatch.setattr(_store, "shipped", lambda name: None)
 
@@ -51,7 +51,7 @@ def test_fetch_url_tar_gz(server):
     assert "tiny" in _store_names()
     assert seen and seen[-1][0] == len(server.files["tiny.tar.gz"])
     assert not (path / "trainer_state").exists()  # pickled optimizer state is never unpacked
-    from dbert_core import checkpoint
+    from dbert_core.storage import checkpoint
 
     assert checkpoint.load(path).schedule.name == "spindle"
     _no_leftovers()

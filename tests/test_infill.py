@@ -1,5 +1,5 @@
 """Infill of unknown length: [MASK*A-B] spans, candidates for every length ranked by the model's
-ELBO per token (dbert_core.infill), and `dbert sample` printing the best --n with scores."""
+ELBO per token (dbert_core.sampling.infill), and `dbert sample` printing the best --n with scores."""
 
 import json
 import sys
@@ -8,9 +8,9 @@ import pytest
 
 from dbert_core.config import SampleConfig
 from dbert_core.errors import DbertError
-from dbert_core.infill import bound, has_range, infill, ranges, variants
-from dbert_core.sample import resolve
-from dbert_core.sample import parse_prompt
+from dbert_core.sampling.infill import bound, has_range, infill, ranges, variants
+from dbert_core.sampling.sample import resolve
+from dbert_core.sampling.sample import parse_prompt
 
 
 def test_spans_and_variants():

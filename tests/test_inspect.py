@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from dbert_core import checkpoint
+from dbert_core.storage import checkpoint
 from dbert_core.config import STRATEGIES
-from dbert_core.inspector import masking_time, token_info
-from dbert_core.sample import frames, parse_prompt
-from dbert_core.trajectory import trajectory
+from dbert_core.sampling.inspector import masking_time, token_info
+from dbert_core.sampling.sample import frames, parse_prompt
+from dbert_core.sampling.trajectory import trajectory
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_masking_time_linear_and_spindle(tiny_db, lin_db):
 
 
 def test_trajectory_carries_the_candidates_and_replays_without_the_model(tiny_db, tmp_path):
-    from dbert_core.replay import load
+    from dbert_core.sampling.replay import load
 
     fs = run(tiny_db, topk=5)
     data = trajectory(tiny_db, {"sampler": "ancestral", "n": 3, "steps": 16}, fs)
@@ -83,7 +83,7 @@ def test_trajectory_carries_the_candidates_and_replays_without_the_model(tiny_db
 
 def test_replay_refuses_what_is_not_a_trajectory(tmp_path):
     from dbert_core.errors import DbertError
-    from dbert_core.replay import load
+    from dbert_core.sampling.replay import load
 
     bad = tmp_path / "x.json"
     bad.write_text('{"format": "other"}')

@@ -1,4 +1,4 @@
-"""gen-PPL under a causal judge (dbert_core/judge.py, `dbert eval --judge`), offline: the judge is a
+"""gen-PPL under a causal judge (dbert_core/evaluation/judge.py, `dbert eval --judge`), offline: the judge is a
 tiny GPT-2 the test trains in seconds on TinyStories with a WordPiece tokenizer of its own."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import torch
 from helpers import TINYSTORIES, TINYSTORIES_VALID
 
 from dbert_core.errors import DbertError
-from dbert_core.judge import causal_batch
+from dbert_core.evaluation.judge import causal_batch
 
 
 @pytest.fixture(scope="module")
 def judge_dir(tmp_path_factory):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from dbert_core.data import read_examples, train_tokenizer
+    from dbert_core.text.data import read_examples, train_tokenizer
 
     out = tmp_path_factory.mktemp("judge") / "gpt"
     texts = read_examples([str(TINYSTORIES)], "sentence")[:6000]
@@ -42,8 +42,8 @@ def judge_dir(tmp_path_factory):
 
 
 def test_judge_prefers_human_text_to_shuffled_words(judge_dir):
-    from dbert_core.data import read_examples
-    from dbert_core.judge import Judge, human_chunks, token_entropy
+    from dbert_core.text.data import read_examples
+    from dbert_core.evaluation.judge import Judge, human_chunks, token_entropy
 
     judge = Judge(str(judge_dir))
     human = human_chunks(read_examples([str(TINYSTORIES_VALID)], "sentence"), 40, 20)
@@ -82,7 +82,7 @@ def test_eval_judge_needs_samples_and_refuses_code(tiny_checkpoint, judge_dir, t
     import shutil
 
     from dbert_core.cli import main
-    from dbert_core.judge import Judge
+    from dbert_core.evaluation.judge import Judge
 
     def run(*args):
         monkeypatch.setattr(sys, "argv", ["dbert", "eval", "--checkpoint", str(tiny_checkpoint), "--data",

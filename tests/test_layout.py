@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from helpers import tiny_config
-from dbert_core import checkpoint, fetch, layout, store
+from dbert_core.storage import checkpoint, fetch, store
+from dbert_core.disk import layout
 from dbert_core.errors import DbertError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +79,7 @@ def test_a_missing_checkpoint_is_never_replaced_by_a_users_dot_old(own_db, tmp_p
 
 
 def test_train_out_leaves_dir_old_alone_even_when_it_fails(tmp_path):
-    from dbert_core.train import Trainer
+    from dbert_core.training.train import Trainer
 
     busy = tmp_path / "busy"
     busy.mkdir()

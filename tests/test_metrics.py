@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from dbert_core.metrics import bleu, distinct_n, perplexity, self_bleu, words
+from dbert_core.evaluation.metrics import bleu, distinct_n, perplexity, self_bleu, words
 from helpers import TINYSTORIES_VALID
 
 nltk_bleu = pytest.importorskip("nltk.translate.bleu_score")
@@ -70,7 +70,7 @@ def test_perplexity_word_and_token(tiny_db):
 
 
 def test_readability_counts_what_a_reader_checks_first():
-    from dbert_core.metrics import readability
+    from dbert_core.evaluation.metrics import readability
 
     r = readability([
         "the cat sat on the mat near the old red door .",   # 11 words, clean

@@ -13,10 +13,10 @@ import sys
 import pytest
 import torch
 
-from dbert_core import checkpoint, pretrained
+from dbert_core.storage import checkpoint, pretrained
 from dbert_core.errors import DbertError
-from dbert_core.model import Bert, BertConfig, DiffusionBert
-from dbert_core.tokenizer import WordPieceTokenizer
+from dbert_core.maths.model import Bert, BertConfig, DiffusionBert
+from dbert_core.text.tokenizer import WordPieceTokenizer
 from helpers import TEXTS, TINYSTORIES, TINYSTORIES_VALID, minilm_dir
 
 SMALL = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
@@ -405,7 +405,7 @@ def test_training_from_a_bertmodel_init_needs_no_transformers(tmp_path):
 def test_dropout_drops_p_and_keeps_the_mean():
     """The CPU dropout: each of the four 16-bit lanes of a random int64 drops with probability p,
     survivors are scaled so E[out] = x, and the gradient goes through the same mask."""
-    from dbert_core.model import dropout
+    from dbert_core.maths.model import dropout
     torch.manual_seed(0)
     x = torch.ones(4 * 250_000, requires_grad=True)
     y = dropout(x, 0.1)
@@ -429,7 +429,7 @@ def test_explicit_attention_equals_sdpa():
     """CPU training's written-out attention gives scaled_dot_product_attention's output and
     gradients (fp32, with a padding mask), and its dropout keeps the expectation."""
     import torch.nn.functional as F
-    from dbert_core.model import attention, explicit_attention
+    from dbert_core.maths.model import attention, explicit_attention
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 9, 8, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
     mask = torch.ones(2, 1, 1, 9, dtype=torch.bool)

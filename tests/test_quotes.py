@@ -3,10 +3,10 @@ again and refilled without quotes, inside the run's frames."""
 
 import torch
 
-from dbert_core.contractions import join_ids
-from dbert_core.detok import unpaired_quotes
-from dbert_core.quotes import quote_ids, unpaired
-from dbert_core.sample import frames, generate
+from dbert_core.text.contractions import join_ids
+from dbert_core.text.detok import unpaired_quotes
+from dbert_core.text.quotes import quote_ids, unpaired
+from dbert_core.sampling.sample import frames, generate
 
 
 def test_unpaired_quotes_as_the_text_reads_them():

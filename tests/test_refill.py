@@ -7,8 +7,8 @@ position, sum_m S_m p(v) r_m(v) (docs/method.md), as --prompt does."""
 import pytest
 import torch
 
-from dbert_core import checkpoint
-from dbert_core.sample import _Net, frames, kernel
+from dbert_core.storage import checkpoint
+from dbert_core.sampling.sample import _Net, frames, kernel
 from dbert_tui.controller import Recorded
 from dbert_tui.editing import Draft
 from helpers import goodness_p

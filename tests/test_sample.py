@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from dbert_core import checkpoint
+from dbert_core.storage import checkpoint
 from dbert_core.errors import DbertError
-from dbert_core.sample import frames, generate, parse_prompt, shape_probs
+from dbert_core.sampling.sample import frames, generate, parse_prompt, shape_probs
 
 
 def run(db, seed=0, **kw):
@@ -110,7 +110,7 @@ def test_bf16_network_keeps_the_distribution(tiny_db):
     """--dtype bf16 runs the network under bf16 autocast; logits come back fp32 and draws stay
     float64. The predicted distributions stay within a small total variation of fp32's, and
     the samples are complete."""
-    from dbert_core.sample import _Net
+    from dbert_core.sampling.sample import _Net
 
     torch.manual_seed(0)
     x = torch.randint(5, 1000, (8, 24))
@@ -128,7 +128,7 @@ def test_bf16_network_keeps_the_distribution(tiny_db):
 
 
 def test_cli_trajectory_is_the_engines_format(tiny_checkpoint, tmp_path, monkeypatch, capsys):
-    """dbert sample --trajectory writes every frame (dbert_core.trajectory): the last frame's
+    """dbert sample --trajectory writes every frame (dbert_core.sampling.trajectory): the last frame's
     texts are what stdout printed, reveal steps cover every position, frames end unmasked."""
     import json
     import sys
@@ -163,7 +163,7 @@ def test_temperature_zero_is_greedy(tiny_db):
     same whatever top-k / top-p say, and the same for every seed when nothing ties."""
     import torch
 
-    from dbert_core.sample import categorical, generate, shape_probs
+    from dbert_core.sampling.sample import categorical, generate, shape_probs
 
     logits = torch.tensor([[1.0, 3.0, 2.0, 3.0], [0.0, -1.0, 5.0, 4.0]])
     p = shape_probs(logits, 0.0, top_k=1, top_p=0.5)
@@ -183,7 +183,7 @@ def _repeats(ids, comma):
 
 
 def test_repeat_block_neighbours_and_the_word_beyond_a_comma():
-    from dbert_core.sample import neighbours
+    from dbert_core.sampling.sample import neighbours
     M, C = 99, 5  # mask, comma
     x = torch.tensor([[7, C, M, 8, M, M, C, 9]])
     masked = x == M

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from dbert_core import checkpoint
+from dbert_core.storage import checkpoint
 from dbert_core.config import SAMPLERS
-from dbert_core.sample import frames, generate, kernel, parse_prompt
-from dbert_core.schedule import step_grid
+from dbert_core.sampling.sample import frames, generate, kernel, parse_prompt
+from dbert_core.maths.schedule import step_grid
 from helpers import goodness_p, two_sample_p
 
 
@@ -259,7 +259,7 @@ def test_first_hitting_needs_time_agnostic_model_for_spindle(tiny_checkpoint, tm
 
 
 def test_default_sampler_is_the_fastest_exact_one_the_model_allows(tiny_checkpoint, tiny_linear_checkpoint):
-    from dbert_core.sample import default_length, default_sampler
+    from dbert_core.sampling.sample import default_length, default_sampler
 
     spindle, linear = checkpoint.load(tiny_checkpoint), checkpoint.load(tiny_linear_checkpoint)
     assert default_sampler(spindle) == default_sampler(linear) == "first-hitting"
@@ -270,7 +270,7 @@ def test_default_sampler_is_the_fastest_exact_one_the_model_allows(tiny_checkpoi
 
 
 def test_frames_count_the_network_flops(tiny_db, lin_db):
-    from dbert_core.model import forward_flops
+    from dbert_core.maths.model import forward_flops
 
     cfg = tiny_db.model.config
     anc = run(tiny_db, sampler="ancestral", n=3, length=10, steps=8)

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from dbert_core.diffusion import corrupt
-from dbert_core.schedule import LinearSchedule, SpindleSchedule, make_schedule, step_grid
+from dbert_core.maths.diffusion import corrupt
+from dbert_core.maths.schedule import LinearSchedule, SpindleSchedule, make_schedule, step_grid
 
 T = 100
 

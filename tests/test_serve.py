@@ -18,9 +18,9 @@ import openai
 import pytest
 
 from dbert_core.config import SampleConfig
-from dbert_core.sample import generate, resolve
-from dbert_core.serve import Limits, create_app, is_loopback, server
-from dbert_core.serve_queue import Job
+from dbert_core.sampling.sample import generate, resolve
+from dbert_core.serving.serve import Limits, create_app, is_loopback, server
+from dbert_core.serving.serve_queue import Job
 
 from helpers import ROOT
 
@@ -146,7 +146,7 @@ def test_frames_takes_one_template_per_row(tiny_db):
     """The engine side of batching: rows of different prompts in one call keep their own tokens."""
     import torch
 
-    from dbert_core.sample import frames, parse_prompt
+    from dbert_core.sampling.sample import frames, parse_prompt
 
     rows = torch.stack([parse_prompt(tiny_db, "the cat [MASK] [MASK] happy", 10),
                         parse_prompt(tiny_db, "[MASK] dog went [MASK] the", 10)])
@@ -324,7 +324,7 @@ def test_a_client_that_goes_away_cancels_its_work(tiny_db):
 
 
 def test_an_engine_failure_fails_one_request(tiny_db, monkeypatch):
-    from dbert_core import serve_queue
+    from dbert_core.serving import serve_queue
 
     real = serve_queue.generate
     calls = []

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from dbert_core.sample import frames
-from dbert_core.share import cast, frame_lines, html
-from dbert_core.trajectory import reveal_order
+from dbert_core.sampling.sample import frames
+from dbert_core.sampling.share import cast, frame_lines, html
+from dbert_core.sampling.trajectory import reveal_order
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from dbert_core.data import (EOT, DocumentStats, Special, Window, collate, read_documents, scored_tokens,
+from dbert_core.text.data import (EOT, DocumentStats, Special, Window, collate, read_documents, scored_tokens,
                              story_windows)
 from dbert_core.errors import DbertError
 from helpers import DATA, TINYSTORIES
@@ -90,7 +90,7 @@ def test_collate_keeps_a_windows_context_out_of_the_noise():
 @pytest.mark.slow
 def test_training_on_stories_reports_their_documents(tmp_path, capsys):
     from dbert_core.config import TrainConfig
-    from dbert_core.train import Trainer
+    from dbert_core.training.train import Trainer
 
     stories = tmp_path / "stories.txt"
     docs = read_documents([str(HEAD)])[:60]
@@ -108,8 +108,8 @@ def test_training_on_stories_reports_their_documents(tmp_path, capsys):
 
 
 def test_story_measures_read_real_stories_as_whole():
-    from dbert_core.data import story_texts
-    from dbert_core.story_metrics import changed_name, doubled_name, one_story, quartiles, story_report
+    from dbert_core.text.data import story_texts
+    from dbert_core.evaluation.story_metrics import changed_name, doubled_name, one_story, quartiles, story_report
 
     real = story_texts(read_documents([str(HEAD)]))[-200:]
     report = story_report(real)
@@ -132,7 +132,7 @@ def test_story_measures_read_real_stories_as_whole():
 
 
 def test_the_end_rule_makes_the_rest_of_a_row_end_padding():
-    from dbert_core.blocks import end_fill
+    from dbert_core.sampling.blocks import end_fill
 
     E, M = 3, 4
     x = torch.tensor([[E, 10, M, E, M, 12, M], [E, 10, M, M, M, M, M], [E, 11, 12, 13, 14, 15, 16]])
@@ -151,9 +151,9 @@ def test_the_end_rule_makes_the_rest_of_a_row_end_padding():
 @pytest.fixture(scope="module")
 def story_model(tmp_path_factory):
     """A tiny model trained for a few steps on whole stories (windows of 24 tokens)."""
-    from dbert_core import checkpoint
+    from dbert_core.storage import checkpoint
     from dbert_core.config import TrainConfig
-    from dbert_core.train import Trainer
+    from dbert_core.training.train import Trainer
 
     tmp = tmp_path_factory.mktemp("story")
     stories = tmp / "stories.txt"
@@ -165,8 +165,8 @@ def story_model(tmp_path_factory):
 
 
 def test_a_story_sample_opens_with_the_start_and_ends_at_its_end(story_model):
-    from dbert_core.blocks import is_story_model, story_of
-    from dbert_core.sample import default_length, frames
+    from dbert_core.sampling.blocks import is_story_model, story_of
+    from dbert_core.sampling.sample import default_length, frames
 
     db = story_model
     assert is_story_model(db) and default_length(db) == 23  # the window after its opening [SEP]
@@ -185,8 +185,8 @@ def test_a_story_sample_opens_with_the_start_and_ends_at_its_end(story_model):
 
 
 def test_long_stories_continue_block_by_block(story_model):
-    from dbert_core.blocks import context, run_stories, story_template
-    from dbert_core.sample import frames, generate, resolve
+    from dbert_core.sampling.blocks import context, run_stories, story_template
+    from dbert_core.sampling.sample import frames, generate, resolve
     from dbert_core.config import SampleConfig
 
     db = story_model
@@ -212,9 +212,9 @@ def test_each_continuation_window_carries_the_storys_last_tokens(story_model):
     in its second window: what each window is given, and what each story becomes."""
     from types import SimpleNamespace
 
-    from dbert_core.blocks import context, run_stories, story_template, window
+    from dbert_core.sampling.blocks import context, run_stories, story_template, window
     from dbert_core.config import SampleConfig
-    from dbert_core.sample import resolve
+    from dbert_core.sampling.sample import resolve
 
     db = story_model
     sep, mask = db.tokenizer.sep_token_id, db.model.mask_id
@@ -256,7 +256,7 @@ def test_eval_scores_whole_stories_and_measures_story_samples(story_model, tmp_p
     result = json.loads(out)
     assert "6 documents, median" in err and result["documents"] == 6
     assert result["examples"] >= 6  # every story, in as many windows as it takes (24 tokens here)
-    from dbert_core.data import encode_stories
+    from dbert_core.text.data import encode_stories
 
     windows = encode_stories(docs, story_model.tokenizer, 24)
     assert result["tokens"] == scored_tokens(windows) == sum(len(w.scored * [0]) for w in windows)

@@ -1,6 +1,6 @@
 """The decoding strategies (dbert_core/strategies.py, the heuristic samplers of sample.py): the
 registry every surface reads, what each heuristic reveals, and how far from the model's law
-they are (total-variation distance against the noise floor, dbert_core/distance.py)."""
+they are (total-variation distance against the noise floor, dbert_core/sampling/distance.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import sys
 import pytest
 import torch
 
-from dbert_core import checkpoint, config, strategies
+from dbert_core.storage import checkpoint
+from dbert_core import config, strategies
 from dbert_core.errors import DbertError
-from dbert_core.sample import frames, generate, parse_prompt, position_scores, remdm_kernel, remdm_path
+from dbert_core.sampling.sample import frames, generate, parse_prompt, position_scores, remdm_kernel, remdm_path
 
 HEURISTIC = strategies.HEURISTIC
 
@@ -187,7 +188,7 @@ def test_temperature_shapes_tokens_not_which_positions(tiny_db):
 # ---------------------------------------------------------------------------------- each one's rule
 @pytest.mark.parametrize("by", ["confidence", "margin", "entropy"])
 def test_ordered_reveals_the_surest_positions_at_the_schedules_pace(any_db, by):
-    from dbert_core.sample import _Net, masked_curve
+    from dbert_core.sampling.sample import _Net, masked_curve
 
     L, S = 10, 8
     fs = run(any_db, n=3, length=L, steps=S, sampler=by)
@@ -223,7 +224,7 @@ def test_threshold_and_entropy_bound_set_how_many_per_call(any_db):
     mid = run(any_db, n=3, length=L, sampler="entropy-bounded", params={"gamma": 2.0})
     assert 1 <= mid[-1].nfe <= L
     # each call's set is the lowest-entropy prefix whose sum minus its largest stays under gamma
-    from dbert_core.sample import _Net
+    from dbert_core.sampling.sample import _Net
 
     x = torch.full((3, L), any_db.model.mask_id)
     with torch.inference_mode():
@@ -253,7 +254,7 @@ def test_remdm_remasks_and_reduces_to_ancestral_without_it(any_db):
     fs = run(any_db, n=6, length=12, steps=40, sampler="remdm", params=loop, template=template)
     assert not any(f.remasked[:, :4].any() for f in fs)  # the prompt is never masked again
     # eta = 0: no remasking, and the reveal kernel is ancestral's
-    from dbert_core.sample import kernel
+    from dbert_core.sampling.sample import kernel
 
     kern, sigma = remdm_kernel(any_db, 16, {"schedule": "cap", "eta": 0.0})
     assert torch.equal(sigma, torch.zeros_like(sigma))
@@ -267,7 +268,7 @@ def test_tv_distance_exact_within_the_floor_heuristic_outside(tiny_db):
     """Whole sequences of 3 tokens (top-3 choices): the exact samplers' estimated TV to ancestral
     stays within the noise floor of two ancestral runs; confidence ordering and parallel
     threshold decoding sample another law, and the measurement says so."""
-    from dbert_core.distance import tv_table
+    from dbert_core.sampling.distance import tv_table
 
     rows = [("cached", None), ("first-hitting", None), ("confidence", None), ("threshold", {"tau": 0.0})]
     r = tv_table(tiny_db, rows, draws=3000, length=3, steps=16, top_k=3, floor_pairs=4, seed=0)
@@ -284,7 +285,7 @@ async def test_tui_m_key_runs_a_heuristic_and_the_dialog_sets_its_parameters(tin
     NAME=VALUE parameters for the strategy it names (and refuses a wrong one in a notification)."""
     import asyncio
 
-    from dbert_core import store
+    from dbert_core.storage import store
     from dbert_tui.app import create_app
     from dbert_tui.controller import Settings
     from dbert_tui.screens.dialogs import FormDialog
@@ -346,7 +347,7 @@ class _Recorder(torch.nn.Module):
 def test_a_time_conditioned_model_is_called_at_the_time_each_frame_stands_for(tiny_db, sampler, params):
     import dataclasses
 
-    from dbert_core.sample import kernel
+    from dbert_core.sampling.sample import kernel
 
     db = dataclasses.replace(tiny_db, model=_Recorder(tiny_db.model))
     S, L = 16, 8

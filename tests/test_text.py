@@ -10,9 +10,9 @@ import re
 import pytest
 
 from helpers import DATA, TINYSTORIES, TINYSTORIES_VALID
-from dbert_core.data import document_sentences, join_open_quotes, pack_sentences, read_documents, read_lines, split_sentences
-from dbert_core.detok import STORY_BREAK, detokenize
-from dbert_core.truecase import from_json, learn, to_json
+from dbert_core.text.data import document_sentences, join_open_quotes, pack_sentences, read_documents, read_lines, split_sentences
+from dbert_core.text.detok import STORY_BREAK, detokenize
+from dbert_core.text.truecase import from_json, learn, to_json
 
 STORY_FILES = [TINYSTORIES, TINYSTORIES_VALID, DATA / "tinystories" / "more" / "train_1001_2016.txt",
                DATA / "tinystories" / "more" / "train_2317_5000_lowercase.txt", DATA / "fables" / "fables.txt"]
@@ -116,7 +116,7 @@ def story_table():
 def test_truecased_round_trip_of_held_out_text(story_table):
     """Held-out cased text -> the uncased tokenizer -> detok with the table: >= 99% of the words
     come back exactly as written (case included) and >= 80% of the lines whole."""
-    from dbert_core.tokenizer import WordPieceTokenizer
+    from dbert_core.text.tokenizer import WordPieceTokenizer
 
     tok = WordPieceTokenizer.load("assets/dbert-minilm-stories")
     names = dict(sep=tok.sep_token, drop=(tok.cls_token, tok.pad_token, tok.unk_token), mask=tok.mask_token)
@@ -178,7 +178,7 @@ def test_compounds_join_where_the_training_text_joins_them():
 
 
 def test_a_prompt_is_printed_as_typed(tiny_db):
-    from dbert_core.sample import generate
+    from dbert_core.sampling.sample import generate
 
     texts, _ = generate(tiny_db, n=2, steps=8, length=16, seed=0, prompt="Once upon a time, Zoë")
     assert all(t.startswith("Once upon a time, Zoë") for t in texts)
@@ -188,7 +188,7 @@ def test_a_prompt_is_printed_as_typed(tiny_db):
 
 
 def test_checkpoints_carry_their_table(tiny_checkpoint, tiny_db):
-    from dbert_core.layout import TRUECASE
+    from dbert_core.disk.layout import TRUECASE
 
     data = json.loads((tiny_checkpoint / TRUECASE).read_text(encoding="utf-8"))
     assert from_json(data) == tiny_db.truecase

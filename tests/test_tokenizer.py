@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from dbert_core.tokenizer import WordPieceTokenizer
+from dbert_core.text.tokenizer import WordPieceTokenizer
 from helpers import TEXTS, TINYSTORIES, minilm_dir
 
 def _same_tokenizer(ours: WordPieceTokenizer, theirs, texts=TEXTS):
@@ -58,7 +58,7 @@ def test_saved_tokenizer_loads_in_transformers(tmp_path):
 def test_trained_tokenizer_round_trips_through_transformers(tmp_path):
     from transformers import AutoTokenizer
 
-    from dbert_core.data import read_examples, train_tokenizer
+    from dbert_core.text.data import read_examples, train_tokenizer
 
     texts = read_examples([str(TINYSTORIES)])[:3000]
     tok = train_tokenizer(texts, 600)

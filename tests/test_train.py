@@ -7,10 +7,10 @@ import socket
 import pytest
 import torch
 
-from dbert_core import checkpoint
+from dbert_core.storage import checkpoint
 from dbert_core.errors import DbertError
-from dbert_core.sample import frames
-from dbert_core.train import Callback, Trainer, lr_at
+from dbert_core.sampling.sample import frames
+from dbert_core.training.train import Callback, Trainer, lr_at
 from helpers import tiny_config
 
 
@@ -161,7 +161,7 @@ def test_two_process_gloo_run_keeps_ranks_identical(tmp_path):
 def test_short_windows_train_on_shorter_windows_and_validate_on_full_ones(tmp_path):
     from helpers import TINYSTORIES, TINYSTORIES_VALID
 
-    from dbert_core.data import document_sentences, document_windows, read_documents
+    from dbert_core.text.data import document_sentences, document_windows, read_documents
 
     cfg = tiny_config(tmp_path / "run", pack=True, val_data=[str(TINYSTORIES_VALID)], seq_len=24, max_steps=2,
                       eval_every=0, short_windows=0.3)
@@ -183,7 +183,7 @@ def test_options_of_the_shipped_recipes(tmp_path):
     (--init, --from-scratch and --trim-vocab have tests of their own in test_model/test_vocab)."""
     from helpers import TINYSTORIES, TINYSTORIES_VALID
 
-    from dbert_core.data import read_examples
+    from dbert_core.text.data import read_examples
 
     class Tokens(Callback):
         def __init__(self):
@@ -201,7 +201,7 @@ def test_options_of_the_shipped_recipes(tmp_path):
     sep = tr.special.sep
     # packing (--unit sentence): whole sentences fill each window of at most 24 tokens, in order,
     # [SEP] before each document's (here: paragraph's) first sentence
-    from dbert_core.data import document_sentences, encode, read_documents
+    from dbert_core.text.data import document_sentences, encode, read_documents
 
     docs = document_sentences(read_documents([str(TINYSTORIES)]))
     stream = [x for d in docs for j, ids in enumerate(encode(d, tr.db.tokenizer)) for x in ([sep] if j == 0 else []) + ids]

@@ -19,7 +19,8 @@ import pytest
 import torch
 from helpers import KILL_HOOK, TINYSTORIES
 
-from dbert_core import checkpoint, layout
+from dbert_core.storage import checkpoint
+from dbert_core.disk import layout
 
 ROOT = Path(__file__).resolve().parent.parent
 KILLS = 10
@@ -29,7 +30,7 @@ import os, signal, sys
 from pathlib import Path
 from dbert_core import layout
 from dbert_core.config import TrainConfig
-from dbert_core.train import Trainer
+from dbert_core.training.train import Trainer
 data, out, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
 roots = (str(Path(out).parent),)
 resume = (layout.readable(Path(out)) / "trainer_state" / "state.json").is_file()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from textual import events
 
-from dbert_core import store
+from dbert_core.storage import store
 from dbert_core.errors import DbertError
 from dbert_tui.app import create_app
 from dbert_tui.messages import FrameReady
@@ -32,7 +32,7 @@ from helpers import SIZE, TINYSTORIES, HubServer, all_finished, fill_dialog, fin
 @pytest.fixture(autouse=True)
 def _without_shipped_default(monkeypatch):
     """These tests count and draw the store's entries: keep the shipped default out of them."""
-    from dbert_core import store as _store
+    from dbert_core.storage import store as _store
 
     monkeypatch.setattr(_store, "shipped", lambda name: None)
 
@@ -69,7 +69,7 @@ async def test_frames_arrive_and_final_text_has_no_masks(tiny_db):
 async def test_the_apps_checkpoint_is_the_one_route_to_the_generate_screen(tiny_db, tiny_linear_checkpoint):
     """Loading a checkpoint sets App.db once; the Generate screen runs what it becomes (one run
     per change) and nothing else starts a run: switching screens back and forth does not."""
-    from dbert_core import checkpoint
+    from dbert_core.storage import checkpoint
 
     other = checkpoint.load(tiny_linear_checkpoint)
     dbs = {Path(tiny_db.path).resolve(): tiny_db, Path(other.path).resolve(): other}
@@ -242,7 +242,7 @@ async def test_a_grid_of_samples_fills_in_together(tiny_db):
 async def test_compare_runs_the_same_seed_under_two_settings_side_by_side(tiny_db):
     import torch
 
-    from dbert_core.sample import frames
+    from dbert_core.sampling.sample import frames
 
     app = make_app(tiny_db, seed=2)
     async with app.run_test(size=SIZE) as pilot:
@@ -322,7 +322,7 @@ async def test_prompt_infill_keeps_given_tokens(tiny_db):
         g = app.generate_screen
         text = g.shown_text()
         assert text.startswith("once upon a") and "there was a" in text and MASK_GLYPH not in text
-        from dbert_core.sample import parse_prompt
+        from dbert_core.sampling.sample import parse_prompt
 
         given = parse_prompt(tiny_db, "once upon a [MASK] there was a", 20) != tiny_db.model.mask_id
         order = g.run.frames[-1].order[0]
@@ -332,7 +332,7 @@ async def test_prompt_infill_keeps_given_tokens(tiny_db):
 async def test_the_quote_touch_up_plays_after_the_last_step(tiny_db):
     """With the default pair_quotes, stray quotes are masked again and refilled in frames of
     their own after the step budget is spent: the run ends with the text `dbert sample` prints."""
-    from dbert_core.quotes import unpaired
+    from dbert_core.text.quotes import unpaired
 
     app = make_app(tiny_db, n=4, steps=12, length=16, temperature=2.0, pair_quotes=True, seed=3)
     async with app.run_test(size=SIZE) as pilot:
@@ -718,7 +718,7 @@ async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
         await wait_for(pilot, lambda: tr.trainer is None and "stopped at step" in str(tr.query_one("#tr-stats").render()),
                        what="the stop")
         out = store.store_dir() / "tuitrain"
-        from dbert_core.checkpoint import read_meta
+        from dbert_core.storage.checkpoint import read_meta
 
         stopped_at = read_meta(out)["step"]
         assert 6 <= stopped_at < 400
@@ -761,7 +761,7 @@ async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
         if trainer.step and (store.store_dir() / "quitter" / "dbert.json").is_file():
             break
         await asyncio.sleep(0.1)
-    from dbert_core.checkpoint import read_meta
+    from dbert_core.storage.checkpoint import read_meta
 
     assert 3 <= read_meta(store.store_dir() / "quitter")["step"] < 100000
 
@@ -957,7 +957,7 @@ def test_snapshot_train(snap_compare, tiny_db):
 
 # ------------------------------------------------------------------------------ boundaries
 def test_core_never_imports_textual():
-    code = ("import sys, dbert_core.cli, dbert_core.fetch, dbert_core.sample, dbert_core.train, dbert_core.store; "
+    code = ("import sys, dbert_core.cli, dbert_core.storage.fetch, dbert_core.sampling.sample, dbert_core.training.train, dbert_core.storage.store; "
             "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')]; "
             "sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

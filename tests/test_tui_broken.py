@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from dbert_core import store
+from dbert_core.storage import store
 from dbert_tui.app import create_app
 from dbert_tui.controller import Settings
 from helpers import SIZE, finished, wait_for

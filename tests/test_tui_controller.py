@@ -9,7 +9,7 @@ import time
 import pytest
 
 from dbert_core.errors import DbertError
-from dbert_core.sample import resolve
+from dbert_core.sampling.sample import resolve
 from dbert_tui.controller import (GRID_N, TEMPERATURES, TOP_KS, Playback, Recorded, Run, Session, Settings,
                                   compare_partner, differences, next_in, produce, steps_by, temperature_by)
 

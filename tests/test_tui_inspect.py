@@ -211,7 +211,7 @@ async def test_export_as_cast_and_html(tiny_db, tmp_path):
         assert page.startswith("<!doctype html>") and 'title="step ' in page
         traj = json.loads((tmp_path / "run.json").read_text())
         assert traj["top"]["k"] == 5 and traj["pieces"]
-        from dbert_core.replay import load
+        from dbert_core.sampling.replay import load
 
         again = load(tmp_path / "run.json")  # the TUI's export replays too
         assert [again.db.decode(row) for row in again.frames[-1].ids] == [tiny_db.decode(row) for row in
@@ -308,7 +308,7 @@ def test_the_new_engine_modules_never_import_textual():
     import subprocess
     import sys
 
-    code = ("import sys, dbert_core.inspector, dbert_core.replay, dbert_core.share, dbert_core.stable, "
-            "dbert_core.infill; bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')]; "
+    code = ("import sys, dbert_core.sampling.inspector, dbert_core.sampling.replay, dbert_core.sampling.share, dbert_core.text.stable, "
+            "dbert_core.sampling.infill; bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')]; "
             "sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

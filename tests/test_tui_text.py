@@ -1,11 +1,11 @@
-"""Text as a reader sees it: dbert_core.detok (shared by `dbert sample` and the TUI) and the
+"""Text as a reader sees it: dbert_core.text.detok (shared by `dbert sample` and the TUI) and the
 TUI's coloured token view built on it."""
 
 from __future__ import annotations
 
 import pytest
 
-from dbert_core.detok import MASK_GLYPH, STORY_BREAK, detokenize, spans
+from dbert_core.text.detok import MASK_GLYPH, STORY_BREAK, detokenize, spans
 
 
 @pytest.mark.parametrize("pieces, text", [
@@ -63,7 +63,7 @@ def test_dbert_decode_is_the_same_detokenisation(tiny_db):
 def test_token_view_colours_each_token_and_keeps_words(tiny_db):
     import torch
 
-    from dbert_core.sample import Frame
+    from dbert_core.sampling.sample import Frame
     from dbert_tui.controller import Recorded
     from dbert_tui.render import render_row, render_tokens
 
@@ -99,7 +99,7 @@ def test_confidence_colouring_spreads_over_the_run_and_the_legend_gives_numbers(
     red. The bands are the run's quintiles now, so each of the five colours gets a fifth."""
     import torch
 
-    from dbert_core.sample import Frame
+    from dbert_core.sampling.sample import Frame
     from dbert_tui.controller import Recorded
     from dbert_tui.render import confidence_edges, legend, render_row
 

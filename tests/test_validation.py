@@ -14,7 +14,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from dbert_core import checkpoint, schema, store
+from dbert_core.storage import checkpoint, store
+from dbert_core.disk import schema
 from dbert_core.errors import DbertError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,7 +183,7 @@ def test_the_intact_copy_loads(tiny_checkpoint, tmp_path):
 # ------------------------------------------------------------------------------ time-conditioned
 @pytest.fixture
 def timed(tiny_db, tmp_path):
-    from dbert_core.pretrained import load as load_bert
+    from dbert_core.storage.pretrained import load as load_bert
 
     bert = load_bert(tiny_db.path)
     db = checkpoint.assemble(bert, tiny_db.tokenizer, "spindle", 64, tiny_db.counts, 0.3, "layerwise",
@@ -243,8 +244,8 @@ def test_listing_shows_broken_entries_instead_of_crashing(tiny_checkpoint, capsy
 
 
 def test_schema_constants_agree_with_the_engine():
-    from dbert_core.model import TIME_MODES
-    from dbert_core.schedule import SCHEDULES
+    from dbert_core.maths.model import TIME_MODES
+    from dbert_core.maths.schedule import SCHEDULES
 
     assert schema.SCHEDULES == tuple(SCHEDULES) and schema.TIME_MODES == tuple(TIME_MODES)
 
@@ -284,7 +285,7 @@ def test_custom_code_is_refused_with_one_line_and_no_prompt(command, tiny_checkp
 
 
 def test_init_refuses_custom_code_in_a_bert_folder(tiny_checkpoint, tmp_path):
-    from dbert_core.pretrained import build_bert
+    from dbert_core.storage.pretrained import build_bert
 
     d = tmp_path / "hf"
     d.mkdir()

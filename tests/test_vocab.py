@@ -6,11 +6,11 @@ import json
 import pytest
 import torch
 
-from dbert_core import checkpoint
-from dbert_core.data import read_examples
+from dbert_core.storage import checkpoint
+from dbert_core.text.data import read_examples
 from dbert_core.errors import DbertError
-from dbert_core.train import Trainer
-from dbert_core.vocab import trim
+from dbert_core.training.train import Trainer
+from dbert_core.training.vocab import trim
 from helpers import TINYSTORIES, tiny_config
 
 

@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from dbert_core.store import human_size
+from dbert_core.storage.store import human_size
 
 from ..messages import FetchProgress, StoreChanged
 from ..widgets.keybar import Key, KeyBar
@@ -25,7 +25,7 @@ def entry_details(entry) -> Text:
     steps trained, the last validation bound, and the data it was trained on."""
     import json
 
-    from dbert_core.checkpoint import STATE, read_meta
+    from dbert_core.storage.checkpoint import STATE, read_meta
 
     out = Text()
     out.append(entry.name, style="bold")
@@ -164,7 +164,7 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
         self.query_one("#ck-message", Static).update(Text(text, style=style))
 
     def refresh_store(self, select: Path | None = None) -> None:
-        from dbert_core.store import entries, store_dir
+        from dbert_core.storage.store import entries, store_dir
 
         table = self.query_one(DataTable)
         table.clear()
@@ -248,7 +248,7 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="fetch", name="fetch")
     def fetch(self, source: str, revision: str | None, name: str | None) -> None:
-        from dbert_core import fetch as hub
+        from dbert_core.storage import fetch as hub
 
         from dbert_core.errors import DbertError
 
@@ -306,7 +306,7 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="import", name="import")
     def import_dir(self, path: str, name: str | None) -> None:
-        from dbert_core import store
+        from dbert_core.storage import store
 
         try:
             new = store.import_dir(path, name=name)
@@ -332,7 +332,7 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
     def _delete(self, entry, yes: bool | None) -> None:
         if not yes:
             return
-        from dbert_core import store
+        from dbert_core.storage import store
         from dbert_core.errors import DbertError
 
         if self.app.db is not None and self.app.db.path and Path(self.app.db.path).resolve() == Path(entry.path).resolve():

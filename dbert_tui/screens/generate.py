@@ -166,7 +166,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
     @property
     def replay(self):
-        """The dbert_core.replay.Replay being played instead of sampling (no model), or None: the App's."""
+        """The dbert_core.sampling.replay.Replay being played instead of sampling (no model), or None: the App's."""
         return getattr(self.app, "replay", None)
 
     # ------------------------------------------------------------------ what is shown
@@ -267,7 +267,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if self.db is None or not self._ready:
             return
         from dbert_core.errors import DbertError
-        from dbert_core.infill import has_range
+        from dbert_core.sampling.infill import has_range
 
         if self.replay is None and has_range(self.session.settings.prompt):
             self._start_infill()
@@ -286,10 +286,10 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
     # ------------------------------------------------------------------ infill of unknown length
     def _start_infill(self) -> None:
-        """A prompt with [MASK*A-B]: every length drawn and ranked (dbert_core.infill) in a
+        """A prompt with [MASK*A-B]: every length drawn and ranked (dbert_core.sampling.infill) in a
         worker; the winner's batch is then played back, the winner shown large."""
         from dbert_core.errors import DbertError
-        from dbert_core.sample import resolve
+        from dbert_core.sampling.sample import resolve
 
         try:
             cfg = resolve(dataclasses.replace(self.session.settings, n=1), self.db)
@@ -313,7 +313,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
     def _infill(self, token: int, cfg, db) -> None:
         """(worker thread) The infill's candidates, posted when all are ranked."""
-        from dbert_core.infill import infill
+        from dbert_core.sampling.infill import infill
 
         from ..controller import TOPK
 
@@ -337,8 +337,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
     def _infill_ready(self, message: InfillReady) -> None:
         if message.token != self._infilling or not message.candidates:
             return
-        from dbert_core.infill import variants
-        from dbert_core.trajectory import reveal_order
+        from dbert_core.sampling.infill import variants
+        from dbert_core.sampling.trajectory import reveal_order
 
         from ..controller import compact
 
@@ -462,7 +462,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
     def _prompt_words(self, prompt: str | None = None) -> dict[int, str] | None:
         """The prompt's own words by position (shown as typed), for the session's prompt or this one."""
-        from dbert_core.sample import prompt_words
+        from dbert_core.sampling.sample import prompt_words
 
         if prompt is None and self.run is not None and self.run.source_prompt is not None:
             prompt = self.run.source_prompt  # an infill: the winner's length
@@ -514,15 +514,15 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if self._masking is None or self._masking[0] is not db:
             import torch
 
-            from dbert_core.inspector import masking_time
+            from dbert_core.sampling.inspector import masking_time
 
             self._masking = (db, masking_time(db.schedule, torch.arange(len(db.schedule.centered))))
         table = self._masking[1]
         return lambda i: float(table[i]) if 0 <= i < len(table) else None
 
     def inspected(self) -> dict | None:
-        """dbert_core.inspector.token_info of the token under the inspector's cursor."""
-        from dbert_core.inspector import token_info
+        """dbert_core.sampling.inspector.token_info of the token under the inspector's cursor."""
+        from dbert_core.sampling.inspector import token_info
 
         d = self.draft
         if d is None or not d.ids:
@@ -822,7 +822,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         sample.masked_curve), or the one a replayed file carries."""
         curve = getattr(self.db, "curve", None)
         if not curve:
-            from dbert_core.sample import masked_curve
+            from dbert_core.sampling.sample import masked_curve
 
             curve = [float(v) for v in masked_curve(self.db, self.session.shown_settings().steps)]
         title = f"{self.db.schedule.name} T={self.db.schedule.T}"
@@ -1073,7 +1073,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         try:
             new = dataclasses.replace(old, **fields)
             if self.db is not None:
-                from dbert_core.sample import resolve
+                from dbert_core.sampling.sample import resolve
 
                 resolve(new, self.db)
             else:
@@ -1116,8 +1116,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if values is None:
             return
         from dbert_core.errors import DbertError
-        from dbert_core.infill import has_range, variants
-        from dbert_core.sample import parse_prompt
+        from dbert_core.sampling.infill import has_range, variants
+        from dbert_core.sampling.sample import parse_prompt
 
         if values["prompt"] and self.db is not None:
             try:
@@ -1173,7 +1173,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         """The run as a file of type suffix: .cast, .html, else the JSON trajectory."""
         import json
 
-        from dbert_core import share
+        from dbert_core.sampling import share
 
         run = pb.run
         frames = [rec.frame for rec in run.frames]

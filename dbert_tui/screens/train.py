@@ -88,7 +88,7 @@ class TuiCallback:
             self.preview(trainer, m["step"])
 
     def preview(self, trainer, step: int):
-        from dbert_core.sample import generate
+        from dbert_core.sampling.sample import generate
 
         model = trainer.db.model
         model.eval()
@@ -233,7 +233,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
 
     def _out_name(self) -> str:
         from dbert_core.errors import DbertError
-        from dbert_core.store import is_name
+        from dbert_core.storage.store import is_name
 
         name = self._value("tr-out")
         if not is_name(name):
@@ -245,8 +245,8 @@ class TrainScreen(ReportWorkerErrors, Screen):
         checkpoint's own settings, with the few a resumed run may change (TrainConfig.RESUMABLE)
         taken from the form."""
         from dbert_core.errors import DbertError
-        from dbert_core.store import out_path
-        from dbert_core.prepare import resume_config
+        from dbert_core.storage.store import out_path
+        from dbert_core.training.prepare import resume_config
 
         sample_every = self._int("tr-sample", "preview every")
         if resume:
@@ -358,7 +358,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
         the panel (TrainFailed); expected ones (DbertError) are said there in the form's words,
         anything else also reaches the app's worker report."""
         from dbert_core.errors import DbertError
-        from dbert_core.train import Trainer
+        from dbert_core.training.train import Trainer
 
         worker = get_current_worker()
         callback = TuiCallback(self, worker, sample_every, min(cfg.seq_len, 32), keep_history=resume)

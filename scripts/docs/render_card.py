@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from dbert_core import cli  # the CLI's own defaults, so the card cannot drift from them
-from dbert_core.metrics import readability
+from dbert_core.evaluation.metrics import readability
 
 RUNS = Path("runs")
 STAGES = ("minilm-wiki", "stage2", "stage3")

@@ -4,7 +4,7 @@
 
 Runs the app headless (Textual's `App.run_test`) and writes SVG screenshots (`App.export_screenshot`):
 
-- generate.svg: the Generate screen on the shipped default checkpoint (`dbert_core.store.resolve(None)`),
+- generate.svg: the Generate screen on the shipped default checkpoint (`dbert_core.storage.store.resolve(None)`),
   a grid of four samples of one run filling in together, paused when about half of the tokens
   are revealed;
 - inspect.svg: the token inspector at 120x40 on one finished sample of the same checkpoint:
@@ -54,7 +54,7 @@ async def wait(pilot, condition, what: str, timeout: float = 600.0) -> None:
 
 
 async def shoot_inspect(out: Path) -> None:
-    from dbert_core.store import resolve
+    from dbert_core.storage.store import resolve
     from dbert_tui.app import create_app
     from dbert_tui.controller import Settings
 
@@ -74,7 +74,7 @@ async def shoot_inspect(out: Path) -> None:
 
 async def shoot(out: Path, size: tuple[int, int], data: Path, samples: int, train_steps: int,
                 only: str = "all") -> None:
-    from dbert_core.store import resolve
+    from dbert_core.storage.store import resolve
     from dbert_tui.app import create_app
     from dbert_tui.controller import Settings
 

@@ -92,9 +92,9 @@ def config(row: Row, a, train: Path, held: Path, out: Path):
 
 def train(row: Row, a, train_file: Path, held: Path) -> dict:
     """Train (or resume, or skip) one row; its checkpoint meta."""
-    from dbert_core import checkpoint
-    from dbert_core.prepare import resume_config
-    from dbert_core.train import Trainer
+    from dbert_core.storage import checkpoint
+    from dbert_core.training.prepare import resume_config
+    from dbert_core.training.train import Trainer
 
     out = a.out / row.name
     state = out / "trainer_state" / "state.json"
@@ -117,8 +117,8 @@ def train(row: Row, a, train_file: Path, held: Path) -> dict:
 def evaluate(row: Row, a, held: Path) -> dict:
     """The row's bound (with each sentence's value, for paired comparisons) and sample quality,
     in eval.json; a part already there for the same settings is reused."""
-    from dbert_core import checkpoint
-    from dbert_core.metrics import perplexity, quality
+    from dbert_core.storage import checkpoint
+    from dbert_core.evaluation.metrics import perplexity, quality
 
     out = a.out / row.name
     path = out / "eval.json"

@@ -44,10 +44,10 @@ from pathlib import Path
 
 import torch
 
-from dbert_core import checkpoint
-from dbert_core.data import document_sentences, document_windows, read_documents, read_examples
+from dbert_core.storage import checkpoint
+from dbert_core.text.data import document_sentences, document_windows, read_documents, read_examples
 from dbert_core.hardware import cpu_name, native_bf16
-from dbert_core.judge import causal_batch
+from dbert_core.evaluation.judge import causal_batch
 
 
 def say(text: str) -> None:
@@ -205,7 +205,7 @@ def evaluate(a) -> int:
 
 def _keep(path: Path, result: dict) -> None:
     """The figures beside the model, for the decoding study's doc (scripts/studies/decoding.py)."""
-    from dbert_core.layout import atomic_write_text
+    from dbert_core.disk.layout import atomic_write_text
 
     atomic_write_text(path, json.dumps(result, indent=1) + "\n")
 
@@ -240,7 +240,7 @@ def draw(model, sep: int, n: int, length: int, temperature: float, top_k: int, s
 
 
 def sample(a) -> int:
-    from dbert_core.metrics import bleu, distinct_n, readability, self_bleu, unigram_entropy
+    from dbert_core.evaluation.metrics import bleu, distinct_n, readability, self_bleu, unigram_entropy
 
     out = Path(a.out)
     state, db, model = _trained(out)
@@ -271,13 +271,13 @@ def sample(a) -> int:
 
 def speed(a) -> int:
     """Training tokens/s of both models in one run, interleaved on the same windows: the diffusion
-    trainer's own step (dbert_core.train.Trainer.train_step) and this script's GPT-2 step, each at
+    trainer's own step (dbert_core.training.train.Trainer.train_step) and this script's GPT-2 step, each at
     the diffusion run's batch, length and autocast. Only a ratio measured this way is quoted."""
     import copy
 
     from dbert_core.config import TrainConfig
-    from dbert_core.prepare import in_memory
-    from dbert_core.train import Trainer
+    from dbert_core.training.prepare import in_memory
+    from dbert_core.training.train import Trainer
 
     db = checkpoint.load(a.checkpoint)
     tc, tok = db.meta["train_config"], db.tokenizer

@@ -9,7 +9,7 @@ Two parts, each kept under --out so an interrupted run continues where it stoppe
     tv        on a tiny model (trained here in seconds, as tests/conftest.py trains it), every
               strategy's distribution over whole 3-token sequences (top-3 choices) against the
               exact ancestral sampler's, from --tv-draws draws each, beside the noise floor
-              (ancestral against ancestral with as many draws): dbert_core/distance.py.
+              (ancestral against ancestral with as many draws): dbert_core/sampling/distance.py.
     frontier  on --checkpoint (the shipped default), each strategy at a few settings
               (temperature and steps for the exact samplers; steps, tau, gamma, eta for the
               others): network calls per sample, seconds, gen-PPL and entropy under the judge,
@@ -78,7 +78,7 @@ def say(message: str) -> None:
 
 
 def write_json(path: Path, data) -> None:
-    from dbert_core.layout import atomic_write_text
+    from dbert_core.disk.layout import atomic_write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(data, indent=1) + "\n")
@@ -99,7 +99,7 @@ def torch_threads() -> int:
 # ---------------------------------------------------------------------------------- tv
 def tiny_model(out: Path, data: Path) -> Path:
     """The tests' tiny model (tests/conftest.py: tiny preset, spindle, 150 steps), trained once."""
-    from dbert_core.train import Trainer, TrainConfig
+    from dbert_core.training.train import Trainer, TrainConfig
 
     path = out / "tiny"
     if not (path / "dbert.json").exists():
@@ -111,8 +111,8 @@ def tiny_model(out: Path, data: Path) -> Path:
 
 
 def run_tv(a) -> dict:
-    from dbert_core import checkpoint
-    from dbert_core.distance import tv_table
+    from dbert_core.storage import checkpoint
+    from dbert_core.sampling.distance import tv_table
 
     target = a.out / "tv.json"
     if target.exists() and json.loads(target.read_text()).get("draws") == a.tv_draws:
@@ -134,8 +134,8 @@ def train_judge(a, db) -> Path:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from dbert_core.data import read_examples
-    from dbert_core.judge import causal_batch
+    from dbert_core.text.data import read_examples
+    from dbert_core.evaluation.judge import causal_batch
 
     out = a.out / f"judge-{a.train_judge}"
     if (out / "model.safetensors").exists():
@@ -177,11 +177,11 @@ def train_judge(a, db) -> Path:
 def run_frontier(a) -> None:
     """Each setting's samples and figures into --out/frontier/KEY.json, with the samples themselves:
     a setting already drawn at this size is not drawn again, only scored under a new judge."""
-    from dbert_core import checkpoint
-    from dbert_core.data import read_examples
-    from dbert_core.judge import Judge
-    from dbert_core.metrics import judged, quality
-    from dbert_core.store import resolve
+    from dbert_core.storage import checkpoint
+    from dbert_core.text.data import read_examples
+    from dbert_core.evaluation.judge import Judge
+    from dbert_core.evaluation.metrics import judged, quality
+    from dbert_core.storage.store import resolve
 
     db = checkpoint.load(resolve(a.checkpoint))
     judge = None
@@ -405,7 +405,7 @@ def write_doc(a) -> None:
 
     L = ["# Decoding strategies: exact or heuristic, and measured", "",
          "Written by `python scripts/studies/decoding.py` (see its docstring; `--doc-only` rebuilds this page from the "
-         "runs under `--out`). Every strategy runs on the one frame generator (`dbert_core/sample.py`); the "
+         "runs under `--out`). Every strategy runs on the one frame generator (`dbert_core/sampling/sample.py`); the "
          "registry (`dbert_core/strategies.py`) names each, says whether it is exact, and gives its parameters, and "
          "`dbert sample --sampler NAME --param KEY=VALUE`, the TUI's `m` key, `--stats`, the trajectory file and "
          "`dbert bench` read it.", "",
@@ -493,7 +493,7 @@ def write_doc(a) -> None:
     else:
         L += ["(not run yet)", ""]
     L += baseline_section(a, rows, rel)
-    from dbert_core.layout import atomic_write_text
+    from dbert_core.disk.layout import atomic_write_text
 
     doc.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(doc, "\n".join(L) + "\n" + notes)

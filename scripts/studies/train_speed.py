@@ -24,7 +24,7 @@ CHILD = r"""
 import json, os, sys, time, tempfile
 import torch
 torch.set_num_threads(int(os.environ["THREADS"]))
-from dbert_core.train import Callback, Trainer, TrainConfig
+from dbert_core.training.train import Callback, Trainer, TrainConfig
 overrides = json.loads(os.environ["OVERRIDES"])
 
 class Clock(Callback):

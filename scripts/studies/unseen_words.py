@@ -21,7 +21,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from dbert_core.layout import read_meta
+from dbert_core.disk.layout import read_meta
 
 WORD = re.compile(r"[A-Za-z]+(?:['\u2019][A-Za-z]+)?")
 

@@ -42,7 +42,7 @@ def startup(path: Path, reps: int) -> dict:
 def forward(path: Path, reps: int, threads: int) -> dict:
     from transformers import BertForMaskedLM
 
-    from dbert_core import checkpoint
+    from dbert_core.storage import checkpoint
 
     torch.set_num_threads(threads)
     db = checkpoint.load(path)
@@ -83,7 +83,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", default="1,2")
     args = ap.parse_args()
-    from dbert_core import store
+    from dbert_core.storage import store
 
     path = Path(args.checkpoint) if args.checkpoint else store.default_checkpoint()
     s = startup(path, args.reps)

@@ -1,0 +1,96 @@
+"""dbert.json: the one schema a checkpoint's diffusion settings are checked against.
+
+Every reader goes through `check` (load, import, fetch, the store listing, the TUI), so a value
+of the wrong type or out of range is one DbertError naming the field, never a crash or a hang
+further on. Keys not listed are kept as they are: provenance a newer dbert may add.
+Torch-free, so listing the store stays quick.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..config import MAX_LAMBDA, MAX_T, SCHEDULES, TIME_MODES  # the choices and ranges, defined once
+from ..errors import DbertError
+
+FORMAT = 1                                    # the checkpoint format this dbert writes (checkpoint.save)
+MAX_SEQ_LEN = 1_000_000                       # the largest seq_len dbert.json may record
+
+
+def _whole(lo: int, hi: int | None = None):
+    def ok(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi)
+    return ok, f"a whole number {'>= ' + str(lo) if hi is None else f'in [{lo}, {hi}]'}"
+
+
+def _number(lo: float, hi: float = math.inf):
+    def ok(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and lo <= v <= hi
+    return ok, f"a finite number {'>= ' + f'{lo:g}' if math.isinf(hi) else f'in [{lo:g}, {hi:.4g}]'}"
+
+
+def _one_of(choices: tuple):
+    return (lambda v: isinstance(v, str) and v in choices), "one of " + ", ".join(choices)
+
+
+def _kind(*types, none: bool = False):
+    def ok(v) -> bool:
+        return (none and v is None) or (isinstance(v, types) and not (bool not in types and isinstance(v, bool)))
+    names = " or ".join({str: "a string", bool: "true or false", dict: "an object", list: "a list"}[t] for t in types)
+    return ok, names + (" or null" if none else "")
+
+
+def _strings():
+    return (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)), "a list of strings"
+
+
+# name -> (required, (accepts, what it must be))
+FIELDS = {
+    "schedule": (True, _one_of(SCHEDULES)),
+    "T": (True, _whole(1, MAX_T)),
+    "lambda": (False, _number(0.0, MAX_LAMBDA)),
+    "time": (False, _one_of(TIME_MODES)),
+    "format": (False, _whole(1, FORMAT)),
+    "seq_len": (False, _whole(1, MAX_SEQ_LEN)),
+    "parameters": (False, _whole(0)),
+    "step": (False, _whole(0)),
+    "tokens_seen": (False, _whole(0)),
+    "train_examples": (False, _whole(0)),
+    "train_tokens": (False, _whole(0)),
+    "data_files": (False, _kind(list)),
+    "val_ppl_token": (False, _number(0.0)),
+    "val_data_files": (False, _kind(list)),
+    "train_seconds": (False, _number(0.0)),
+    "world_size": (False, _whole(1)),
+    "pack": (False, _kind(bool)),
+    "from_scratch": (False, _kind(bool)),
+    "preset": (False, _kind(str, none=True)),
+    "init": (False, _kind(str, none=True)),
+    "unit": (False, _kind(str, none=True)),
+    "device": (False, _kind(str, none=True)),
+    "created": (False, _kind(str)),
+    "saved": (False, _kind(str)),
+    "data": (False, _strings()),
+    "trim_vocab": (False, _kind(dict, bool, none=True)),
+    "train_config": (False, _kind(dict)),
+}
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check(meta, where) -> dict:
+    """meta (dbert.json parsed) if it fits the schema; DbertError naming the first bad field."""
+    if not isinstance(meta, dict):
+        raise DbertError(f"checkpoint {where}: dbert.json must hold a JSON object, not {type(meta).__name__}")
+    for name, (required, (accepts, expected)) in FIELDS.items():
+        if name not in meta:
+            if required:
+                raise DbertError(f"checkpoint {where}: dbert.json lacks the field {name!r} ({expected})")
+            continue
+        if not accepts(meta[name]):
+            raise DbertError(f"checkpoint {where}: dbert.json field {name!r} is {_shown(meta[name])}; "
+                             f"it must be {expected}")
+    return meta

@@ -1,0 +1,304 @@
+"""`dbert bench`: sampling speed, training throughput and forward-pass efficiency, in one run.
+
+Every figure comes from this machine in this run, so the ratios between rows are what to
+compare (a shared or busy machine moves absolute times, much less their ratios):
+    matmul peak      best GFLOP/s of a large square torch.mm, per dtype
+    forward          one denoiser call at batch B x length L with every position projected to
+                     the vocabulary: achieved GFLOP/s (counted from the architecture) vs peak
+    threads, bf16    the same forward with 1..cores threads, and in bfloat16
+    sampling         per sampler x steps x batch: seconds, samples/s, network calls per batch,
+                     rows evaluated per sample, and the speed-up over ancestral (any strategy of
+                     strategies.py at its default parameters; a heuristic one is marked so)
+    train            optimizer steps on a copy of the model: tokens/s (masked-only logits)
+
+Results go to OUT/bench.json and OUT/bench.md (each rewritten atomically after every
+measurement, so an interrupted run keeps what it measured); `dbert bench` prints the Markdown on
+stdout. Progress goes to the `report` callback given to `run` (the CLI writes it to stderr); the
+bench itself prints nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from ..disk import layout
+from ..hardware import auto_dtype, cpu_name, native_bf16
+from ..disk.layout import atomic_write_text
+from ..maths.model import attention_path, forward_flops
+
+
+def machine(device: torch.device) -> dict:
+    info = {"cpu": cpu_name(), "native_bf16": native_bf16(device), "cores": os.cpu_count(),
+            "threads": torch.get_num_threads(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "python": platform.python_version(), "device": str(device)}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    try:
+        info["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    return info
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_time(fn, device, reps: int, warmup: int = 1) -> float:
+    """Fastest of `reps` timed calls (after `warmup` untimed ones), in seconds."""
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: int = 5) -> float:
+    """GFLOP/s of the best n x n x n matrix product, through F.linear (the kernels nn.Linear uses:
+    for bf16 on a CPU torch.mm takes a much slower path than linear's oneDNN one)."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=g).to(device, dtype)
+    w = torch.randn(n, n, generator=g).to(device, dtype)
+    with torch.inference_mode():
+        sec = best_time(lambda: torch.nn.functional.linear(a, w), device, reps)
+    return 2 * n**3 / sec / 1e9
+
+
+def _inputs(db, B: int, L: int, device):
+    tok = db.tokenizer
+    ids = torch.full((B, L + 2), db.model.mask_id, dtype=torch.long)
+    ids[:, 0], ids[:, -1] = tok.cls_token_id, tok.sep_token_id
+    select = torch.zeros_like(ids, dtype=torch.bool)
+    select[:, 1:-1] = True
+    attention = torch.ones_like(ids, dtype=torch.bool)
+    t = torch.full((B,), db.schedule.T)
+    return ids.to(device), attention.to(device), select.to(device), t.to(device)
+
+
+def time_forward(model, db, B: int, L: int, device, reps: int) -> float:
+    ids, attention, select, t = _inputs(db, B, L, device)
+    with torch.inference_mode():
+        return best_time(lambda: model(ids, attention, select, t=t), device, reps)
+
+
+def attention_report(db, length: int) -> str:
+    """The attention form of sampling and of training on this device (model.attention_path)."""
+    dev, p = db.device.type, db.model.config.attention_probs_dropout_prob
+    dtype = auto_dtype(db.device)
+    return f"{attention_path(dev, False, dtype, length, 0.0)} (sampling), {attention_path(dev, True, dtype, length, p)} (training)"
+
+
+class Bench:
+    """Runs the measurements and keeps the report up to date on disk."""
+
+    def __init__(self, db, out: Path, length: int, quick: bool, reps: int, report=None):
+        self.db, self.out, self.length, self.quick, self.reps = db, Path(out), length, quick, reps
+        self.say = report or (lambda message: None)  # report(message): one line per measurement (the CLI: stderr)
+        self.device = db.device
+        self.result: dict = {
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "checkpoint": str(db.path) if db.path else None,
+            "model": {"schedule": db.schedule.name, "T": db.schedule.T, "time": db.model.time,
+                      "hidden": db.model.config.hidden_size, "layers": db.model.config.num_hidden_layers,
+                      "vocab": db.model.config.vocab_size,
+                      "attention": attention_report(db, length),
+                      "dtype": str(next(db.model.parameters()).dtype).removeprefix("torch.")},
+            "machine": machine(self.device), "length": length,
+            "peak": {}, "forward": [], "sampling": [], "train": None, "cli_defaults": None,
+        }
+
+    # ------------------------------------------------------------------ output
+    def save(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.out / layout.BENCH_JSON, json.dumps(self.result, indent=2) + "\n")
+        atomic_write_text(self.out / layout.BENCH_MD, markdown(self.result))
+
+    # ------------------------------------------------------------------ parts
+    def peak(self, dtypes) -> None:
+        for dtype in dtypes:
+            name = str(dtype).removeprefix("torch.")
+            self.result["peak"][name] = round(matmul_peak(dtype, self.device, reps=self.reps), 2)
+            self.say(f"matmul peak {name}: {self.result['peak'][name]:.1f} GFLOP/s")
+        self.save()
+
+    def forward(self, B: int, threads=(), bf16: bool = False) -> None:
+        """Forward at batch B, all positions projected; vs the same dtype's matmul peak."""
+        db, L = self.db, self.length
+        cfg = db.model.config
+        base_threads = torch.get_num_threads()
+        variants = [("fp32", db.model, base_threads)]
+        variants += [("fp32", db.model, n) for n in threads if n != base_threads]
+        if bf16:
+            variants.append(("bf16", copy.deepcopy(db.model).to(torch.bfloat16), base_threads))
+        for name, model, n in variants:
+            torch.set_num_threads(n)
+            # CPUs without native bf16 (no AVX512-BF16/AMX) run it an order of magnitude slower:
+            # time it on a smaller batch and matrix, once, so the suite stays short
+            slow = name == "bf16" and self.device.type == "cpu"
+            b = min(B, 4) if slow else B
+            flops = forward_flops(cfg, b, L + 2, b * L)
+            try:
+                sec = time_forward(model, db, b, L, self.device, reps=1 if slow else self.reps)
+                dt = "bfloat16" if name == "bf16" else "float32"
+                key = dt if n == base_threads else f"{dt}@{n}threads"  # the peak with the same threads
+                if key not in self.result["peak"]:
+                    self.result["peak"][key] = round(matmul_peak(getattr(torch, dt), self.device, n=1024 if slow else 2048,
+                                                                 reps=2 if slow else self.reps), 2)
+                peak = self.result["peak"][key]
+                row = {"variant": name, "batch": b, "length": L, "threads": n, "seconds": round(sec, 4),
+                       "gflops": round(flops / 1e9, 2), "gflop_per_s": round(flops / sec / 1e9, 2),
+                       "peak_gflop_per_s": peak, "percent_of_peak": round(100 * flops / sec / 1e9 / peak, 1)}
+            except Exception as e:  # noqa: BLE001 - a variant that fails is reported, not fatal
+                row = {"variant": name, "batch": b, "length": L, "threads": n, "error": str(e).splitlines()[0][:200]}
+            finally:
+                torch.set_num_threads(base_threads)
+            self.result["forward"].append(row)
+            self.say(f"forward {name} batch {row['batch']} threads {n}: " +
+                (f"{row['seconds']:.3f} s, {row['percent_of_peak']}% of peak" if "seconds" in row else row["error"]))
+            self.save()
+
+    def sampling(self, samplers, steps_list, batches, seed: int = 0, top_k: int = 30) -> None:
+        from ..sampling.sample import generate
+
+        for batch in batches:
+            for steps in steps_list:
+                if steps > self.db.schedule.T:
+                    self.say(f"skipping steps {steps} > T={self.db.schedule.T}")
+                    continue
+                base = None
+                for sampler in samplers:
+                    _, st = generate(self.db, n=batch, batch_size=batch, seed=seed, length=self.length,
+                                     steps=steps, top_k=top_k, sampler=sampler, pair_quotes=False,
+                                     fix_contractions=False)  # the sampler alone
+                    sec = st["seconds"]
+                    row = {"sampler": sampler, "exact": st["exact"], "params": st["params"], "steps": steps,
+                           "batch": batch, "seconds": sec,
+                           "samples_per_s": round(batch / sec, 4), "calls_per_batch": st["nfe"],
+                           "rows_per_sample": round(st["rows"] / batch, 2), **self._compute(st)}
+                    if sampler == "ancestral":
+                        base = sec
+                    if base is not None:
+                        row["speedup_vs_ancestral"] = round(base / sec, 2)
+                    self.result["sampling"].append(row)
+                    self.say(f"{sampler:>13} steps {steps:>4} batch {batch:>2}: {sec:8.2f} s, "
+                        f"{row['calls_per_batch']} calls, {row['rows_per_sample']} rows/sample")
+                    self.save()
+
+    def _compute(self, st: dict) -> dict:
+        """The network's work in a sampling run and the time it needs at the measured matmul peak."""
+        peak = self.result["peak"].get("float32")
+        out = {"gflop": st["gflop"]}
+        if peak:
+            out["seconds_at_peak"] = float(f"{st['gflop'] / peak:.3g}")
+        return out
+
+    def cli_defaults(self, load_seconds: float) -> None:
+        """What `dbert sample --n 10` does after loading, with the CLI's defaults."""
+        from ..config import SampleConfig
+        from ..sampling.sample import generate, resolve
+
+        cfg = resolve(SampleConfig(seed=0), self.db)
+        _, st = generate(self.db, cfg)
+        self.result["cli_defaults"] = {"sampler": cfg.sampler, "length": cfg.length, "load_seconds": round(load_seconds, 2),
+                                       "sample_seconds": st["seconds"], "calls": st["nfe"], **self._compute(st)}
+        self.say(f"sample --n 10 defaults: load {load_seconds:.2f} s + sampling {st['seconds']:.2f} s")
+        self.save()
+
+    def train(self, batch: int = 32, seq_len: int = 64, steps: int = 3) -> None:
+        """Optimizer steps on a copy of the model: tokens/s as `dbert train` counts them."""
+        from ..config import TrainConfig
+        from ..training.prepare import in_memory
+        from ..training.train import Trainer
+
+        db = copy.copy(self.db)
+        db.model = copy.deepcopy(self.db.model).float()
+        gen = torch.Generator().manual_seed(0)
+        examples = torch.randint(1000, db.model.config.vocab_size, (4 * batch, seq_len), generator=gen).tolist()
+        cfg = TrainConfig(data=["(bench)"], out="(bench)", batch_size=batch, seq_len=seq_len, T=db.schedule.T,
+                          lr=1e-5, warmup=0, max_steps=steps + 1, device=self.device.type)
+        trainer = Trainer(cfg, prepared=in_memory(db, cfg, examples))  # the trainer's own step: optimizer, loss, autocast
+        trainer.train_step()  # warm-up (allocates the optimizer state)
+        _sync(self.device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            trainer.train_step()
+        _sync(self.device)
+        sec = (time.perf_counter() - t0) / steps
+        self.result["train"] = {"batch": batch, "seq_len": seq_len, "steps": steps, "seconds_per_step": round(sec, 3),
+                                "tokens_per_s": round(batch * seq_len / sec, 1), "dtype": cfg.dtype}
+        self.say(f"train: {sec:.2f} s/step, {batch * seq_len / sec:.0f} tokens/s")
+        self.save()
+
+
+def markdown(r: dict) -> str:
+    """The report as Markdown tables."""
+    m, mod = r["machine"], r["model"]
+    lines = [f"### dbert bench, {r['date']}", "",
+             f"Machine: {m['cpu']}, {m['cores']} cores, {m['threads']} torch threads, {m['cpu_capability']}, "
+             f"torch {m['torch']}" + (f", GPU {m['gpu']}" if m.get("gpu") else "") +
+             (f"; load average at start {m['load_average'][0]}" if m.get("load_average") else "") + ".",
+             f"Model: {r['checkpoint']} ({mod['layers']} layers, hidden {mod['hidden']}, vocab {mod['vocab']}, "
+             f"{mod['schedule']} T={mod['T']}, time {mod['time']}, attention {mod['attention']}, {mod['dtype']}); "
+             f"length {r['length']}.", ""]
+    if r["sampling"]:
+        lines += ["| sampler | steps | batch | seconds | samples/s | calls/batch | rows/sample | vs ancestral "
+                  "| GFLOP | s at peak |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for s in r["sampling"]:
+            sp = s.get("speedup_vs_ancestral")
+            name = s["sampler"] + ("" if s.get("exact", True) else " (heuristic)")
+            lines.append(f"| {name} | {s['steps']} | {s['batch']} | {s['seconds']:.2f} | "
+                         f"{s['samples_per_s']:.3f} | {s['calls_per_batch']} | {s['rows_per_sample']} | "
+                         f"{'' if sp is None else f'{sp:.1f}x'} | {s.get('gflop', '')} | "
+                         f"{s.get('seconds_at_peak', '')} |")
+        lines.append("")
+    if r["forward"]:
+        lines += ["| forward | batch | threads | seconds | GFLOP | GFLOP/s | matmul peak | % of peak |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for f in r["forward"]:
+            if "error" in f:
+                lines.append(f"| {f['variant']} | {f['batch']} | {f['threads']} | failed: {f['error']} | | | | |")
+                continue
+            lines.append(f"| {f['variant']} | {f['batch']} | {f['threads']} | {f['seconds']:.3f} | "
+                         f"{f['gflops']:.1f} | {f['gflop_per_s']:.1f} | {f['peak_gflop_per_s']:.1f} | "
+                         f"{f['percent_of_peak']:.0f}% |")
+        lines.append("")
+    if r["train"]:
+        t = r["train"]
+        lines.append(f"Training: {t['tokens_per_s']:.0f} tokens/s ({t['seconds_per_step']:.2f} s per step of "
+                     f"{t['batch']} x {t['seq_len']} tokens, fp32, AdamW).")
+    if r["cli_defaults"]:
+        c = r["cli_defaults"]
+        lines.append(f"`dbert sample --n 10` defaults ({c['sampler']}, length {c['length']}): "
+                     f"load {c['load_seconds']:.2f} s + sampling {c['sample_seconds']:.2f} s, {c['calls']} calls, "
+                     f"{c['gflop']} GFLOP ({c.get('seconds_at_peak', '?')} s at the matmul peak).")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def run(db, out, load_seconds: float, samplers, steps_list, batches, length: int = 64, quick: bool = False,
+        train: bool = True, bf16: bool = True, threads=(), report=None) -> dict:
+    """The whole suite; returns the result dict (also in out/bench.json)."""
+    reps = 2 if quick else 4
+    bench = Bench(db, out, length, quick, reps, report)
+    bench.peak([torch.float32])
+    bench.forward(32, threads=threads, bf16=bf16)
+    bench.cli_defaults(load_seconds)
+    if train:
+        bench.train(steps=2 if quick else 3)
+    bench.sampling(samplers, steps_list, batches)
+    return bench.result

@@ -1,0 +1,360 @@
+"""Evaluation: ELBO perplexity, BLEU-4 / Self-BLEU-4 (the paper's protocol), distinct-n, and
+gen-PPL under a causal judge (judge.py).
+
+Perplexity comes from the S-step ELBO (diffusion.elbo), a true upper bound on -log p(x_0):
+ppl_token divides the nats by WordPiece tokens, ppl_word by whitespace words of the text
+(the paper's 63.78 on LM1B is per word; MDLM/SEDD report per token).
+
+BLEU-4 as NLTK's corpus_bleu([all references], [sample]) without smoothing, computed
+exactly but fast: the clipping counts "max over references" are built once, and Self-BLEU's
+"max over the other samples" comes from each n-gram's two largest counts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from bisect import bisect_left
+from collections import Counter
+
+import torch
+
+from ..text.contractions import broken_in_text
+from ..sampling.blocks import is_story_model
+from ..text.data import (DocumentStats, Special, collate, count_words, document_sentences, document_windows,
+                         encode_stories, iter_encode, read_documents, read_examples, scored_tokens, story_texts)
+from ..maths.diffusion import elbo
+from .story_metrics import story_report
+from ..errors import DbertError
+
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def words(text: str) -> list[str]:
+    """BLEU tokens: lower-cased words and punctuation marks."""
+    return _WORD.findall(text.lower())
+
+
+def ngrams(tokens: list[str], n: int) -> Counter:
+    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+
+def _closest_length(sorted_lengths: list[int], c: int) -> int:
+    """NLTK's closest reference length (ties go to the shorter one)."""
+    i = bisect_left(sorted_lengths, c)
+    cands = [sorted_lengths[j] for j in (i - 1, i) if 0 <= j < len(sorted_lengths)]
+    return min(cands, key=lambda r: (abs(r - c), r))
+
+
+def _bleu(hyp: list[str], max_counts: list[dict], ref_len: int, max_n: int = 4) -> float:
+    if not hyp:
+        return 0.0
+    logs = []
+    for n in range(1, max_n + 1):
+        grams = ngrams(hyp, n)
+        total = sum(grams.values())
+        match = sum(min(c, max_counts[n - 1].get(g, 0)) for g, c in grams.items())
+        if n == 1 and match == 0:
+            return 0.0
+        if total == 0 or match == 0:
+            logs.append(math.log(2.2250738585072014e-308))  # NLTK's unsmoothed zero
+        else:
+            logs.append(math.log(match / total))
+    c = len(hyp)
+    bp = 1.0 if c > ref_len else math.exp(1 - ref_len / c)
+    return bp * math.exp(sum(logs) / max_n)
+
+
+def bleu(samples: list[str], references: list[str], max_n: int = 4) -> float:
+    """Mean over samples of BLEU-4 against all references (the paper's quality metric)."""
+    refs = [words(r) for r in references]
+    max_counts: list[dict] = [{} for _ in range(max_n)]
+    for ref in refs:
+        for n in range(1, max_n + 1):
+            mc = max_counts[n - 1]
+            for g, c in ngrams(ref, n).items():
+                if c > mc.get(g, 0):
+                    mc[g] = c
+    lengths = sorted(len(r) for r in refs)
+    scores = [_bleu(h, max_counts, _closest_length(lengths, len(h)), max_n) for h in map(words, samples)]
+    return sum(scores) / len(scores)
+
+
+def self_bleu(samples: list[str], max_n: int = 4) -> float:
+    """Mean over samples of BLEU-4 of each sample against all the others (lower = more diverse)."""
+    toks = [words(s) for s in samples]
+    top: list[dict] = [{} for _ in range(max_n)]  # ngram -> [best, second, index of best]
+    for i, t in enumerate(toks):
+        for n in range(1, max_n + 1):
+            d = top[n - 1]
+            for g, c in ngrams(t, n).items():
+                b = d.setdefault(g, [0, 0, -1])
+                if c > b[0]:
+                    b[1], b[0], b[2] = b[0], c, i
+                elif c > b[1]:
+                    b[1] = c
+    all_lengths = sorted(len(t) for t in toks)
+    scores = []
+    for i, h in enumerate(toks):
+        others = _Others(top, i)
+        lengths = list(all_lengths)
+        lengths.pop(bisect_left(lengths, len(h)))
+        scores.append(_bleu(h, others, _closest_length(lengths, len(h)), max_n) if lengths else 0.0)
+    return sum(scores) / len(scores)
+
+
+class _Others(list):
+    """max_counts view that leaves sample i out: the top count, or the runner-up where i holds it."""
+
+    def __init__(self, top, i):
+        super().__init__(_OthersN(d, i) for d in top)
+
+
+class _OthersN:
+    def __init__(self, d, i):
+        self.d, self.i = d, i
+
+    def get(self, g, default=0):
+        b = self.d.get(g)
+        if b is None:
+            return default
+        return b[1] if b[2] == self.i else b[0]
+
+
+def distinct_n(samples: list[str], n: int) -> float:
+    """Unique n-grams / all n-grams over the samples."""
+    grams = Counter()
+    for s in samples:
+        grams.update(ngrams(words(s), n))
+    total = sum(grams.values())
+    return len(grams) / total if total else 0.0
+
+
+def unigram_entropy(samples: list[str]) -> float:
+    counts = Counter(w for s in samples for w in words(s))
+    total = sum(counts.values())
+    return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
+
+
+def _longest_run(tokens: list[str]) -> int:
+    best = run = 0
+    for i, t in enumerate(tokens):
+        run = run + 1 if i and t == tokens[i - 1] else 1
+        best = max(best, run)
+    return best
+
+
+def _doubled(tokens: list[str]) -> bool:
+    return any(a == b and a[0].isalnum() for a, b in zip(tokens, tokens[1:]))
+
+
+def _repeats(tokens: list[str]) -> bool:
+    """A word said twice in a row, across a comma, or in an 'x and x and x' chain: "was was",
+    "once, once", "red and red and red"."""
+    for i, a in enumerate(tokens):
+        if not a[0].isalnum():
+            continue
+        if tokens[i + 1:i + 2] == [a] or tokens[i + 1:i + 3] == [",", a] or tokens[i + 1:i + 5] == ["and", a, "and", a]:
+            return True
+    return False
+
+
+def _starts_sentence(text: str) -> bool:
+    """The text begins as a sentence does: a capital letter or a digit, after any opening quote."""
+    s = text.lstrip().lstrip("\"'\u201c\u2018(")
+    return bool(s) and (s[0].isupper() or s[0].isdigit())
+
+
+def _quotes_balanced(text: str) -> bool:
+    """Every double quote pairs up: an even number, opening ones before closing ones (an opening
+    quote has a space or the start before it, a closing one a space, punctuation or the end after)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch != '"':
+            continue
+        opening = (i == 0 or text[i - 1] in " (\u00b6") and (i + 1 < len(text) and text[i + 1] not in " .,!?")
+        if opening and depth == 0:
+            depth = 1
+        elif not opening and depth == 1:
+            depth = 0
+        else:
+            return False
+    return depth == 0
+
+
+def readability(samples: list[str], min_words: int = 8) -> dict:
+    """The first checks a reader makes: length in words, leftover [MASK]/[UNK], one token repeated.
+
+    A word is a whitespace-separated piece with a letter or digit in it ([MASK] and [UNK] are not);
+    runs are counted over the BLEU tokens (words and punctuation), so '" " "' is a run of 3 like
+    'the the the'; a doubled word is one alphanumeric token twice in a row ("there there");
+    "liked it. it was" is not one, but frac_echo_over_punct counts those too (the word is the
+    same on both sides of punctuation: "timmy. timmy"). frac_repeat: a word twice in a row,
+    across a comma or in an "x and x and x" chain; frac_sentence_start: the sample begins with a
+    capital (after any opening quote); frac_quotes_balanced: its double quotes pair up, opening
+    before closing; frac_ends_sentence: it ends with . ! ? or a closing quote;
+    frac_broken_contraction: it holds a contraction English does not write ("you't", "friends's":
+    contractions.py).
+    """
+    n = max(len(samples), 1)
+    lengths = [sum(any(c.isalnum() for c in w) for w in s.replace("[MASK]", " ").replace("[UNK]", " ").split())
+               for s in samples]
+    toks = [words(s) for s in samples]
+    return {
+        "words_per_sample": sum(lengths) / n,
+        f"frac_over_{min_words}_words": sum(k > min_words for k in lengths) / n,
+        "frac_mask_or_unk": sum("[MASK]" in s or "[UNK]" in s for s in samples) / n,
+        "frac_run3": sum(_longest_run(t) >= 3 for t in toks) / n,
+        "frac_doubled_word": sum(_doubled(t) for t in toks) / n,
+        "frac_echo_over_punct": sum(_longest_run([w for w in t if w[0].isalnum()]) >= 2 for t in toks) / n,
+        "frac_repeat": sum(_repeats(t) for t in toks) / n,
+        "frac_sentence_start": sum(_starts_sentence(s) for s in samples) / n,
+        "frac_quotes_balanced": sum(_quotes_balanced(s) for s in samples) / n,
+        "frac_ends_sentence": sum(s.rstrip()[-1:] in ('.', '!', '?', '"') for s in samples) / n,
+        "frac_broken_contraction": sum(bool(broken_in_text(s)) for s in samples) / n,
+    }
+
+
+@torch.no_grad()
+def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, exact: bool = False,
+               mc: int = 1, batch_size: int = 32, seed: int = 0, unit: str = "line", examples: bool = False,
+               progress=None) -> dict:
+    """ELBO perplexity of a data file's examples under db with an S-step budget.
+
+    examples=True also returns each example's bound in nats and its token count
+    ("example_nats", "example_tokens"), for paired comparisons of models on the same data.
+    progress: called with (examples scored, examples) after each batch."""
+    if not 1 <= steps <= db.schedule.T:
+        raise DbertError(f"--steps must be between 1 and T={db.schedule.T}, got {steps}")
+    if mc < 1:
+        raise DbertError("--mc-samples must be >= 1")
+    max_len = db.model.max_length
+    kept, kept_words, skipped, documents = [], [], 0, None
+    if unit == "story":  # whole documents, in the whole-story windows the checkpoint trained on
+        from ..sampling.sample import default_length
+
+        docs = read_documents(data)
+        documents = DocumentStats.of(docs)
+        docs = docs[:limit or None]  # --limit counts stories, each in as many windows as it takes
+        context = (db.meta.get("train_config") or {}).get("story_context")
+        kept = []
+        for doc, text in zip(docs, story_texts(docs)):
+            windows = encode_stories([doc], db.tokenizer, default_length(db), context)
+            kept.extend(windows)
+            kept_words.extend([count_words(text)] + [0] * (len(windows) - 1))  # a story's words count once
+    elif unit == "window":  # the checkpoint's own training windows of the documents: the trainer's validation bound
+        from ..sampling.sample import default_length
+
+        docs = read_documents(data)
+        documents = DocumentStats.of(docs)
+        kept, kept_words = document_windows(document_sentences(docs), db.tokenizer, default_length(db), words=True)
+        kept, kept_words = kept[:limit or None], kept_words[:limit or None]
+    else:
+        texts = read_examples(data, unit)
+        for text, ids in zip(texts, iter_encode(texts, db.tokenizer)):  # encode only as far as --limit needs
+            if not ids or len(ids) > max_len:
+                skipped += 1
+                continue
+            kept.append(ids)
+            kept_words.append(count_words(text))
+            if limit and len(kept) >= limit:
+                break
+    if not kept:
+        raise DbertError("no example of the data file fits the model's length")
+    special = Special.of(db.tokenizer)
+    gen = torch.Generator().manual_seed(seed)
+    model = db.model
+    model.eval()
+    per_example = []
+    for i in range(0, len(kept), batch_size):
+        ids, att, noisable = collate(kept[i:i + batch_size], special, db.device)
+        per_example.append(elbo(model, ids, att, noisable, db.schedule, steps, gen, exact=exact, mc=mc).cpu())
+        if progress is not None:
+            progress(min(i + batch_size, len(kept)), len(kept))
+    nats = torch.cat(per_example)
+    n_tok = scored_tokens(kept)  # a story window's padding is not text; its end mark is
+    n_words = sum(kept_words)
+    total = nats.sum().item()
+    se = (nats.var(unbiased=True).item() * len(nats)) ** 0.5 if len(nats) > 1 and not exact else 0.0
+    result = {
+        "examples": len(kept), "skipped_too_long": skipped, "tokens": n_tok, "words": n_words,
+        "steps": steps, "T": db.schedule.T, "exact": exact, "mc_samples": None if exact else mc,
+        "nats_per_token": total / n_tok, "nats_per_token_se": se / n_tok,
+        "ppl_token": math.exp(total / n_tok), "ppl_word": math.exp(total / n_words),
+        "nats_per_word": total / n_words, "nats_per_word_se": se / n_words,
+    }
+    if documents is not None:  # what a user checks first: were the documents read as documents?
+        result.update(documents=documents.count, document_words_median=documents.median_words,
+                      document_words_longest=documents.longest_words)
+    if examples:
+        result.update(example_nats=[round(v, 4) for v in nats.tolist()], example_tokens=[scored_tokens([e]) for e in kept])
+    return result
+
+
+def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top_k: int = 30,
+            batch_size: int = 32, seed: int = 0, unit: str = "line", sampler: str | None = None,
+            block_repeats: bool = True, params: dict | None = None, temperature: float = 1.0,
+            judge=None, texts: dict | None = None, on_frame=None, pair_quotes: bool = True,
+            fix_contractions: bool = True) -> dict:
+    """The paper's protocol: n samples for BLEU-4 against the data, n more for Self-BLEU-4
+    (on_frame: called with every frame of both runs, for progress).
+
+    sampler and params: the decoding strategy (strategies.py). judge (a judge.Judge or the name
+    of a causal LM): also the first n samples' gen-PPL and entropy under it, and the same for n
+    pieces of the data of the samples' mean length in words ("human_"). texts: a dict that
+    receives the samples ("first", "second") and the human pieces, for whoever keeps them."""
+    from ..config import SampleConfig
+    from ..sampling.sample import generate, resolve
+    from ..strategies import get
+
+    cfg = resolve(SampleConfig(n=n, steps=steps, length=length, top_k=top_k, batch_size=batch_size, seed=seed,
+                               sampler=sampler, block_repeats=block_repeats, params=params,
+                               temperature=temperature, pair_quotes=pair_quotes,
+                               fix_contractions=fix_contractions), db)
+    sampler = cfg.sampler
+    if unit == "story":  # whole documents: the samples are stories too
+        refs = story_texts(read_documents(data))
+    else:
+        refs = read_examples(data, "sentence" if unit == "window" else unit)  # windows: their sentences
+    first, st1 = generate(db, cfg, on_frame, paragraph=" ")
+    second, st2 = generate(db, cfg, on_frame, seed=seed + 1, paragraph=" ")
+    out = {
+        "samples": n, "sample_steps": steps, "sample_length": length, "top_k": top_k, "sampler": sampler,
+        "sampler_exact": get(sampler).exact, "params": cfg.params, "temperature": temperature,
+        "block_repeats": block_repeats, "pair_quotes": pair_quotes, "fix_contractions": fix_contractions,
+        "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second),
+        "distinct1": distinct_n(first, 1), "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),
+        "unigram_entropy": unigram_entropy(first), **readability(first),
+        "nfe_per_sample": (st1["nfe"] + st2["nfe"]) / (2 * math.ceil(n / batch_size)),  # calls each batch made
+        "rows_per_sample": (st1["rows"] + st2["rows"]) / (2 * n),  # calls that evaluated each sample's row
+        "seconds_per_sample": (st1["seconds"] + st2["seconds"]) / (2 * n),
+    }
+    if is_story_model(db) or unit == "story":  # one story a sample? its length, its names, as the held-out stories'
+        stories = refs if unit == "story" else story_texts(read_documents(data))
+        out.update(story_report(first, stories))
+    if texts is not None:
+        texts.update(first=first, second=second)
+    if judge is not None:
+        out.update(judged(judge, first, refs, out["words_per_sample"], db.device, texts))
+    return out
+
+
+def judged(judge, samples: list[str], references: list[str], words: float, device="cpu",
+           texts: dict | None = None) -> dict:
+    """samples' gen-PPL and entropy under judge (a judge.Judge or the name of a causal LM), and the
+    same for as many pieces of the references of `words` words each ("human_"); texts receives
+    the human pieces ("human"). quality() calls it; a study can call it again on kept samples
+    to score them under another judge without drawing them again."""
+    from .judge import Judge, human_chunks
+
+    if not isinstance(judge, Judge):
+        judge = Judge(judge, device)
+    mine = judge.score(samples)
+    human = human_chunks(references, len(samples), words)
+    theirs = judge.score(human)
+    if texts is not None:
+        texts.update(human=human)
+    return dict(judge=judge.name, gen_ppl=mine["gen_ppl"], log_gen_ppl_se=mine["log_gen_ppl_se"],
+                judge_entropy=mine["entropy"], judge_tokens_per_sample=mine["judge_tokens_per_text"],
+                human_texts=len(human), human_gen_ppl=theirs["gen_ppl"], human_judge_entropy=theirs["entropy"],
+                human_unigram_entropy=unigram_entropy(human))

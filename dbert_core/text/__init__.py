@@ -1,0 +1,8 @@
+"""text: words and token ids, with no model in sight.
+
+tokenizer (WordPiece, read and written in transformers' files), data (text files -> documents ->
+windows -> batches), detok (token pieces -> text), truecase, stable (a layout whose words stay put),
+quotes and contractions (the rules the touch-ups and the reader's checks apply).
+
+May import: the floor, disk.
+"""

@@ -1,0 +1,335 @@
+"""Preparing a training run: everything before the first optimizer step, done once.
+
+`prepare(cfg)` checks the config, takes the output folder's lock, applies the resume rule (a
+resumed run continues the checkpoint's own config; only TrainConfig.RESUMABLE fields may
+change), reads and splits the data, builds the tokenizer (trimming --init's vocabulary when
+asked), builds or loads the model and checks it against the config, and hands everything to
+the loop as a `Prepared`. `train.Trainer` runs it; `Trainer(cfg).run()` prepares on its own,
+and `in_memory` prepares a run of a model already loaded (what `dbert bench` times).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..storage import checkpoint as ckpt
+from ..disk import layout
+from ..config import TrainConfig
+from ..text.data import (DocumentStats, Special, document_sentences, document_windows, encode_stories, fingerprints,
+                         pack, read_documents, read_examples, read_lines, story_texts, token_counts, tokenize,
+                         train_tokenizer)
+from ..errors import DbertError
+from ..hardware import pick_device
+from ..disk.layout import OutLock, check_writable
+
+
+@dataclass
+class Prepared:
+    """A run ready to train: what `Trainer` needs and nothing it has to work out again."""
+
+    cfg: TrainConfig               # validated; when resuming, the checkpoint's own config continued
+    db: object                     # checkpoint.DBert: model (on the CPU), tokenizer, schedule, meta
+    train: list[list[int]]         # tokenized training examples
+    val: list[list[int]]           # tokenized held-out examples
+    device: torch.device
+    state: dict | None = None      # the trainer state to continue from (--resume)
+    lock: OutLock | None = None    # the output folder's lock: held until the run ends
+    keep: object = None            # what must live as long as the run (the trimmed vocabulary's folder)
+    documents: list[str] | None = None  # lines for the user: the documents read (count, lengths), warnings
+
+    @property
+    def special(self) -> Special:
+        return Special.of(self.db.tokenizer)
+
+    def release(self) -> None:
+        """Give up the lock on the output folder."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
+# ---------------------------------------------------------------------------------- the resume rule
+def moved_data(saved: dict, meta: dict, given: dict, out) -> dict:
+    """The saved train_config with --data / --val-data replaced by the given paths when those name
+    the run's own files moved elsewhere (the same sizes and SHA-256, meta's *_files); DbertError
+    when they name other files."""
+    for key in ("data", "val_data"):
+        paths, recorded = given.get(key), meta.get(f"{key}_files")
+        if not paths or paths == saved.get(key):
+            continue
+        flag = "--" + key.replace("_", "-")
+        if recorded is None:
+            raise DbertError(f"--resume: {flag} differs from the run's and {out} predates the record of its files' "
+                             "contents; give the original paths")
+        if [(f["size"], f["sha256"]) for f in fingerprints(paths)] != [(f["size"], f["sha256"]) for f in recorded]:
+            raise DbertError(f"--resume: the files of {flag} are not the run's ({len(recorded)} files; sizes or "
+                             "SHA-256 differ): a resumed run trains on the same data")
+        saved = {**saved, key: list(paths)}
+    return saved
+
+
+def _saved_config(out, given: dict) -> dict | None:
+    """The train_config saved in the run at `out` (None: written before dbert kept it), with the
+    given --data / --val-data when they name the same files moved (moved_data)."""
+    src = ckpt.readable(Path(out))
+    if not (src / layout.STATE / layout.STATE_JSON).is_file():
+        raise DbertError(f"--resume: no trainer state in {out} (nothing to resume)")
+    meta = ckpt.read_meta(src)
+    saved = meta.get("train_config")
+    return None if saved is None else moved_data(saved, meta, given, out)
+
+
+def resume_config(out, **changes) -> TrainConfig:
+    """The config that continues the run saved in `out`: the checkpoint's own train_config with
+    `changes` on top (only TrainConfig.RESUMABLE fields may differ from it)."""
+    saved = _saved_config(out, changes)
+    if saved is None:  # written before dbert kept its settings: the caller's, checked against the model
+        if not changes.get("data"):
+            raise DbertError(f"--resume: {out} predates saved training settings; give them again (--data, ...)")
+        return TrainConfig(out=str(out), resume=True, **changes)
+    return TrainConfig.resume_from(saved, str(out), **changes)
+
+
+def resumed(cfg: TrainConfig) -> TrainConfig:
+    """cfg (with resume=True) as the run it continues: the checkpoint's own config where it has
+    one, continued under cfg; a change outside RESUMABLE is one error naming it."""
+    saved = _saved_config(cfg.out, {"data": cfg.data, "val_data": cfg.val_data})
+    return cfg if saved is None else TrainConfig.from_dict(saved).continued(cfg)
+
+
+def check_model(db, c: TrainConfig) -> None:
+    """A resumed checkpoint must agree with the config the loss and data will use."""
+    found = {"--schedule": db.schedule.name, "--T": db.schedule.T, "--time": db.model.time,
+             "--seq-len": db.meta.get("seq_len", c.seq_len), "--pack": db.meta.get("pack", c.pack),
+             "--unit": db.meta.get("unit", c.unit)}
+    wanted = {"--schedule": c.schedule, "--T": c.T, "--time": c.time, "--seq-len": c.seq_len, "--pack": c.pack,
+              "--unit": c.unit}
+    for flag, value in found.items():
+        if value != wanted[flag]:
+            raise DbertError(f"--resume: the checkpoint was trained with {flag} {value}, not {wanted[flag]}")
+
+
+# ---------------------------------------------------------------------------------- processes
+DIST_TIMEOUT = 1800.0  # seconds; torch's own default for a rendezvous and for each collective
+
+
+def dist_timeout() -> float:
+    """How long the processes of a torchrun launch wait for each other (DBERT_DIST_TIMEOUT)."""
+    from ..storage.net import seconds
+
+    return seconds("DBERT_DIST_TIMEOUT", DIST_TIMEOUT)
+
+
+def processes() -> tuple[int, int, int]:
+    """(rank, world, local_rank) from torchrun's environment; (0, 1, 0) when not distributed.
+    A missing or malformed variable, or a rank outside the world, is one DbertError line."""
+    import os
+
+    def whole(name: str, default: str | None, lo: int, hi: int) -> int:
+        text = os.environ.get(name, default)
+        if text is None:
+            raise DbertError(f"{name} is not set (WORLD_SIZE={os.environ.get('WORLD_SIZE')} asks for a "
+                             "distributed run: launch it with torchrun)")
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = None
+        if value is None or not lo <= value <= hi:
+            raise DbertError(f"{name} must be a whole number in [{lo}, {hi}], got {text[:40]!r}")
+        return value
+
+    world = whole("WORLD_SIZE", "1", 1, 1 << 20)
+    if world == 1:
+        return 0, 1, 0
+    if not os.environ.get("MASTER_ADDR") or not os.environ.get("MASTER_PORT"):
+        raise DbertError("MASTER_ADDR and MASTER_PORT must be set for a distributed run (torchrun sets them)")
+    return whole("RANK", None, 0, world - 1), world, whole("LOCAL_RANK", "0", 0, 1 << 16)
+
+
+def _device(name: str, rank: int, world: int, local_rank: int) -> torch.device:
+    """The run's device; with several processes, the process group joined first."""
+    device = pick_device(name)
+    if world > 1 and not torch.distributed.is_initialized():
+        import datetime
+
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        seconds = dist_timeout()
+        try:  # a peer that never starts ends the wait after `seconds`, in one line
+            torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds))
+        except (RuntimeError, ValueError, OSError) as e:
+            raise DbertError(f"rank {rank} of {world}: the processes did not meet within {seconds:g} s "
+                             f"(DBERT_DIST_TIMEOUT): {' '.join(str(e).split())[:160]}") from None
+        if device.type == "cuda":
+            device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(device)
+    return device
+
+
+# ---------------------------------------------------------------------------------- preparing
+def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0) -> Prepared:
+    """Everything before the first step (the module's docstring says what); the output folder's
+    lock is released again if anything fails."""
+    cfg.validate(world)
+    out = Path(cfg.out)
+    lock = None
+    try:
+        if rank == 0:
+            check_writable(out.parent)  # fail now, not at the first save after an hour of training
+            lock = OutLock(out)  # before anything touches out; released when the run ends
+            ckpt.recover(out)
+        return _prepare(cfg, out, lock, rank, world, local_rank)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank: int) -> Prepared:
+    if c.resume:
+        c = resumed(c)
+    device = _device(c.device, rank, world, local_rank)
+    torch.manual_seed(c.seed + rank)
+    state = None
+    if c.resume:
+        state = ckpt.load_trainer_state(out)
+        if state is None:
+            raise DbertError(f"--resume: no trainer state in {out} (nothing to resume)")
+    elif out.exists() and any(out.iterdir()):
+        raise DbertError(f"{out} already holds files; pass --resume to continue it or choose another --out")
+
+    documents = None
+    if c.by_document:
+        train_raw = read_documents(c.data, c.doc_sep)
+        val_raw = read_documents(c.val_data, c.doc_sep) if c.val_data else None
+        documents = document_lines(train_raw, val_raw, c.doc_sep)
+    if c.by_story:
+        train_docs, val_docs = train_raw, val_raw
+        texts = train_texts = story_texts(train_docs)
+    elif c.by_document:
+        train_docs = document_sentences(train_raw)
+        val_docs = document_sentences(val_raw) if val_raw is not None else None
+        texts = train_texts = [s for d in train_docs for s in d]
+    else:
+        texts = read_examples(c.data, c.unit)
+        train_texts, val_texts = _hold_out(c, texts, read_examples(c.val_data, c.unit) if c.val_data else None)
+    db, init, trimmed, keep = None, c.init, None, None
+    if state is not None:
+        db = ckpt.load(out, device="cpu")
+        check_model(db, c)
+        tokenizer = db.tokenizer
+    else:
+        if c.trim_vocab:
+            keep, init, trimmed = _trim(c, train_texts)
+        tokenizer = _tokenizer(c, texts, init)
+    special = Special.of(tokenizer)
+    if c.by_story:
+        train = encode_stories(train_docs, tokenizer, c.seq_len, c.story_context)
+        train, val = _hold_out(c, train, None if val_docs is None else
+                               encode_stories(val_docs, tokenizer, c.seq_len, c.story_context))
+    elif c.by_document:
+        train = document_windows(train_docs, tokenizer, c.seq_len, short=c.short_windows, seed=c.seed)
+        train, val = _hold_out(c, train, None if val_docs is None else document_windows(val_docs, tokenizer, c.seq_len))
+    else:
+        train = tokenize(train_texts, tokenizer, c.seq_len)
+        val = tokenize(val_texts, tokenizer, c.seq_len)
+        if c.pack:
+            train, val = pack(train, c.seq_len, special.sep), pack(val, c.seq_len, special.sep)
+    if len(train) < c.batch_size:
+        raise DbertError(f"only {len(train)} training examples, fewer than --batch-size {c.batch_size}")
+    if not val:
+        raise DbertError("the validation slice is empty; give more data or --val-data")
+    if db is None:
+        db = _build(c, init, trimmed, tokenizer, special, train)
+    if rank == 0:  # learnt afresh on every start (a resumed run of an older dbert gets one too)
+        from ..text.truecase import learn
+
+        db.truecase = learn(read_lines(c.data))
+    return Prepared(c, db, train, val, device, state=state, lock=lock, keep=keep, documents=documents)
+
+
+def document_lines(train_docs, val_docs, sep: str) -> list[str]:
+    """What a user reads first about the documents: how many and how long, and a warning line
+    when their boundaries look wrong (DocumentStats.warning)."""
+    stats = DocumentStats.of(train_docs)
+    lines = ["training data: " + stats.line()]
+    if val_docs is not None:
+        lines.append("held-out data: " + DocumentStats.of(val_docs).line())
+    warning = stats.warning(sep)
+    return lines + ([warning] if warning else [])
+
+
+def in_memory(db, cfg: TrainConfig, examples: list[list[int]]) -> Prepared:
+    """A run of a model already in memory on tokenized examples: no files read or written, no
+    lock, nothing held out (the benchmark times `Trainer.train_step` on it)."""
+    cfg.validate()
+    return Prepared(cfg, db, list(examples), [], pick_device(cfg.device))
+
+
+def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) -> object:
+    """A new model for a fresh run: a preset's random init or --init's BERT, with its record."""
+    from ..storage.pretrained import build_bert
+
+    counts = token_counts(train, len(tokenizer))
+    bert = build_bert(c.preset, init, vocab_size=len(tokenizer), special_ids=dict(
+        pad_token_id=special.pad), from_scratch=c.from_scratch)
+    if bert.config.vocab_size != len(tokenizer):  # checkpoint.load refuses a mismatch too
+        raise DbertError(f"the model's vocabulary ({bert.config.vocab_size}) does not match the tokenizer's "
+                         f"({len(tokenizer)})")
+    counts = counts[: bert.config.vocab_size] if len(counts) >= bert.config.vocab_size else \
+        torch.nn.functional.pad(counts, (0, bert.config.vocab_size - len(counts)))
+    if c.seq_len + 2 + (c.time == "prefix") > bert.config.max_position_embeddings:
+        raise DbertError(f"--seq-len {c.seq_len} exceeds the model's {bert.config.max_position_embeddings} positions")
+    meta = {"preset": None if c.init else c.preset, "init": c.init, "from_scratch": c.from_scratch,
+            "seq_len": c.seq_len, "pack": c.pack,
+            "unit": c.unit, "data": [str(p) for p in c.data]}
+    if trimmed is not None:
+        meta["trim_vocab"] = trimmed
+    meta.update({"train_examples": len(train), "train_tokens": sum(len(e) for e in train)},
+                data_files=fingerprints(c.data))
+    if c.val_data:
+        meta["val_data_files"] = fingerprints(c.val_data)
+    return ckpt.assemble(bert, tokenizer, c.schedule, c.T, counts, c.lam, c.time, meta)
+
+
+def _trim(c: TrainConfig, train_texts):
+    """--trim-vocab: a copy of --init cut to the training texts' word pieces (vocab.py), in a
+    temporary directory that lives as long as the run: (the directory, its BERT, the record)."""
+    import tempfile
+
+    from ..storage.pretrained import local_dir
+    from .vocab import trim
+
+    folder = tempfile.TemporaryDirectory(prefix="dbert-trim-")
+    dst = Path(folder.name) / "bert"
+    return folder, str(dst), trim(local_dir(c.init), train_texts, dst)
+
+
+def _tokenizer(c: TrainConfig, texts, init):
+    if init is not None:
+        from ..storage.pretrained import local_dir
+        from ..text.tokenizer import WordPieceTokenizer
+
+        folder = local_dir(init)  # its own message when a hub id cannot be downloaded
+        try:
+            return WordPieceTokenizer.load(folder)
+        except DbertError as e:
+            raise DbertError(f"cannot load a tokenizer from --init {c.init}: {e}") from None
+    from ..maths.model import PRESETS
+
+    size = c.vocab_size or PRESETS[c.preset]["vocab_size"]
+    return train_tokenizer(texts[:200_000], size)
+
+
+def _hold_out(c: TrainConfig, texts, val=None):
+    """(train, validation): val_examples of `val` at random, or, without it, of `texts` (held out)."""
+    g = torch.Generator().manual_seed(c.seed + 99)
+    if val is not None:
+        keep = torch.randperm(len(val), generator=g)[:c.val_examples].sort().values.tolist()
+        return texts, [val[i] for i in keep]
+    n_val = min(c.val_examples, max(1, len(texts) // 20))
+    perm = torch.randperm(len(texts), generator=g)
+    held = set(perm[:n_val].tolist())
+    return [t for i, t in enumerate(texts) if i not in held], [texts[i] for i in sorted(held)]
