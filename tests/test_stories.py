@@ -185,36 +185,33 @@ def test_a_story_sample_opens_with_the_start_and_ends_at_its_end(story_model):
 
 
 def test_long_stories_continue_block_by_block(story_model):
-    from dbert_core.sampling.blocks import context, run_stories, story_template
-    from dbert_core.sampling.sample import frames, generate, resolve
     from dbert_core.config import SampleConfig
+    from dbert_core.sampling.blocks import story_of
+    from dbert_core.sampling.sample import generate, resolve, story_stream
 
     db = story_model
+    sep = db.tokenizer.sep_token_id
     cfg = resolve(SampleConfig(n=4, steps=8, seed=0, length=60, pair_quotes=False, fix_contractions=False), db)
-    seen = []
-    run = run_stories(db, cfg, frames, torch.Generator().manual_seed(0), story_template(db, None, cfg.length),
-                      on_frame=lambda f: seen.append((f.block, list(f.story_rows), f.story_start)))
-    assert all(len(t) <= 60 for t in run.tokens)
-    for t, ended in zip(run.tokens, run.ended):
-        assert ended or len(t) == 60  # a story stops at its end or at --length, never before
-        assert db.tokenizer.sep_token_id not in t
-    assert run.blocks > 1 or all(run.ended)
-    if run.blocks > 1:  # the continuation windows start their new text after the given context
-        assert {s for b, _, s in seen if b > 0} == {context(db)}
+    seen = list(story_stream(db, cfg, torch.Generator().manual_seed(0)))
+    assert all(f.ids.shape == (4, 61) for f in seen)  # one canvas: the opening [SEP] and 60 tokens
+    assert [f.done for f in seen].count(True) == 1 and seen[-1].done and not seen[-1].masked.any()
+    assert all(a.step <= b.step and a.nfe <= b.nfe for a, b in zip(seen, seen[1:]))
+    for row in seen[-1].ids:
+        story = story_of(row, sep)
+        assert sep not in story and len(story) <= 60
+        assert len(story) == 60 or (row[1 + len(story):] == sep).all()  # at --length, or ended: then padding
     texts, stats = generate(db, cfg)
-    assert len(texts) == 4 and stats["nfe"] >= 1
+    assert len(texts) == 4 and stats["nfe"] == seen[-1].nfe
     with pytest.raises(DbertError, match="--length"):
         resolve(SampleConfig(length=10_000), db)
 
 
 def test_each_continuation_window_carries_the_storys_last_tokens(story_model):
     """Block continuation with a stand-in sampler that writes 100, 101, ... and ends row 1's story
-    in its second window: what each window is given, and what each story becomes."""
-    from types import SimpleNamespace
-
-    from dbert_core.sampling.blocks import context, run_stories, story_template, window
+    in its second window: what each window is given, and the canvas the frames show."""
     from dbert_core.config import SampleConfig
-    from dbert_core.sampling.sample import resolve
+    from dbert_core.sampling.blocks import context, story_frames, story_of, story_template, window
+    from dbert_core.sampling.sample import Frame, resolve
 
     db = story_model
     sep, mask = db.tokenizer.sep_token_id, db.model.mask_id
@@ -231,17 +228,23 @@ def test_each_continuation_window_carries_the_storys_last_tokens(story_model):
                     x[r, c] = next(counter)
         if len(windows) == 2:  # row 1 of the second window ends its story five tokens in
             x[1, ctx + 5:] = sep
-        yield SimpleNamespace(ids=x, nfe=1, rows=x.shape[0], flops=0.0)
+        yield Frame(ids=x, masked=torch.zeros_like(x, dtype=torch.bool), revealed=template == mask,
+                    confidence=torch.full(x.shape, 0.5, dtype=torch.float64), step=4, steps=4, t=0, nfe=1,
+                    rows=x.shape[0])
 
     cfg = resolve(SampleConfig(n=2, steps=4, length=60), db)
-    run = run_stories(db, cfg, fake_frames, torch.Generator(), story_template(db, None, cfg.length))
+    shown = list(story_frames(db, cfg, fake_frames, torch.Generator(), story_template(db, None, cfg.length)))
     assert windows[0].shape == (2, L) and (windows[0][:, 0] == sep).all() and (windows[0][:, 1:] == mask).all()
-    first = run.tokens[0][:L - 1]
-    assert windows[1][0, :ctx].tolist() == first[-ctx:]  # the story's last ctx tokens, given
+    assert windows[1][0, :ctx].tolist() == shown[0].ids[0, L - ctx:L].tolist()  # the story's last ctx tokens
     assert (windows[1][:, ctx:] == mask).all()
-    assert run.ended == [False, True] and len(run.tokens[1]) == L - 1 + 5 and len(run.tokens[0]) == 60
     assert windows[-1].shape[0] == 1  # the ended story left the batch
-    assert run.blocks == len(windows) and run.nfe == len(windows)
+    assert (shown[0].ids[:, L:] == mask).all()  # columns no window has reached yet
+    final = shown[-1]
+    assert final.done and final.ids.shape == (2, 61) and final.nfe == len(windows)
+    stories = [story_of(row, sep) for row in final.ids]
+    assert len(stories[0]) == 60 and len(stories[1]) == L - 1 + 5
+    assert stories[0][:L - 1] == shown[0].ids[0, 1:L].tolist()  # the first window's text, kept
+    assert len(set(stories[0])) == 60  # every token written once: windows join without overlap or gap
 
 
 def test_eval_scores_whole_stories_and_measures_story_samples(story_model, tmp_path, capsys, monkeypatch):

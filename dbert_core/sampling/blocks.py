@@ -12,14 +12,14 @@ story whose length the model chooses:
   run rows with masks left);
 - block continuation: a story that has not ended when its window is full goes on in a next
   window holding the story's last `context` tokens as a given prompt and new masks after them,
-  as the model was trained on continuation windows (run_stories), until it ends or reaches the
-  length asked for.
+  as the model was trained on continuation windows, until it ends or reaches the length asked
+  for; story_frames shows it all as frames of one canvas (the CLI prints the last, the TUI
+  draws each).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 import torch
 
@@ -84,60 +84,84 @@ def story_of(row: torch.Tensor, end_id: int, start: int = 1) -> list[int]:
     return ids[:ids.index(end_id)] if end_id in ids else ids
 
 
-@dataclass
-class StoryRun:
-    """The stories of one batch as they grow: each row's tokens so far and whether it ended."""
-
-    tokens: list[list[int]]
-    ended: list[bool]
-    nfe: int = 0
-    rows: int = 0
-    flops: float = 0.0
-    blocks: int = 0
-    prompt_tokens: list[int] = field(default_factory=list)  # tokens of the prompt at each row's start
-
-
-def run_stories(db, cfg, frames_fn: Callable, generator: torch.Generator, first: torch.Tensor,
-                on_frame: Callable | None = None, topk: int = 0) -> StoryRun:
-    """cfg.n stories (cfg: resolved, cfg.length = the longest story in tokens) from the first
-    window `first` ((L,) or (n, L), story_template), continued block by block while a row has
-    not ended and is shorter than cfg.length. frames_fn is sample.frames. on_frame sees every
-    frame with three attributes set: `block` (0, 1, ...), `story_rows` (which samples the
-    window's rows continue) and `story_start` (per row, the window column where its new text
-    begins) and `story_before` (per row, the story's tokens before this window)."""
+def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first: torch.Tensor,
+                 topk: int = 0) -> Iterator:
+    """cfg.n stories as frames of one canvas (n, 1 + cfg.length): the opening [SEP], then each
+    story's tokens as they are written, window after window. `first` is the first window ((L,) or
+    (n, L), story_template). A row that has not ended when its window is full continues in a next
+    window holding its last `context` tokens (given) and new masks, placed on the canvas right after
+    the story so far; columns no window has reached yet are [MASK], columns after an end are end
+    padding. Every frame has the canvas's shape; `step` counts on across windows (steps = the step
+    budget times the most windows the length can take), so only the very last frame is `done`.
+    frames_fn is sample.frames (each window runs cfg's sampler and touch-ups)."""
     from dataclasses import replace
 
-    end = db.tokenizer.sep_token_id
-    mask = db.model.mask_id
-    n = cfg.n
+    end, mask = db.tokenizer.sep_token_id, db.model.mask_id
+    n, width = cfg.n, 1 + cfg.length
     template = first if first.dim() == 2 else first.unsqueeze(0).repeat(n, 1)
-    run = StoryRun(tokens=[[] for _ in range(n)], ended=[False] * n)
     ctx = context(db)
-    rows = list(range(n))  # the samples this window continues
-    start = 1  # the window column where new story text begins: after the opening [SEP], then after the context
-    while rows:
+    most = 1 + max(0, -(-(cfg.length - (template.shape[1] - 1)) // (window(db) - ctx)))  # windows at most
+    canvas = torch.full((n, width), mask, dtype=torch.long)
+    canvas[:, :template.shape[1]] = template
+    confidence = torch.full((n, width), float("nan"), dtype=torch.float64)
+    top_ids = top_probs = None
+    rows, col, start = list(range(n)), 0, 1  # col: the canvas column of the window's column 0
+    nfe = calls = 0
+    flops = 0.0
+    for block in range(most):
+        S = cfg.steps
         last = None
-        before = [len(run.tokens[r]) for r in rows]
-        for last in frames_fn(db, replace(cfg, n=len(rows)), generator=generator, template=template, topk=topk):
-            if on_frame is not None:
-                last.block, last.story_rows, last.story_start, last.story_before = run.blocks, rows, start, before
-                on_frame(last)
-        run.nfe += last.nfe
-        run.rows += last.rows
-        run.flops += last.flops
-        for i, r in enumerate(rows):
-            run.tokens[r].extend(story_of(last.ids[i], end, start))
-            run.ended[r] = end in last.ids[i, start:].tolist()
-        run.blocks += 1
-        rows = [r for r in rows if not run.ended[r] and len(run.tokens[r]) < cfg.length]
-        if not rows:
+        for f in frames_fn(db, replace(cfg, n=len(rows)), generator=generator, template=template, topk=topk):
+            last = f
+            W = f.ids.shape[1]
+            ids = canvas.clone()
+            ids[rows, col:col + W] = f.ids
+            masked = ids == mask
+            revealed = torch.zeros_like(masked)
+            revealed[rows, col:col + W] = f.revealed
+            conf = confidence.clone()
+            conf[rows, col + start:col + W] = f.confidence[:, start:]
+            if f.top_ids is not None:
+                if top_ids is None:
+                    top_ids = torch.full((n, width, f.top_ids.shape[-1]), -1, dtype=f.top_ids.dtype)
+                    top_probs = torch.zeros((n, width, f.top_ids.shape[-1]), dtype=f.top_probs.dtype)
+                t_ids, t_probs = top_ids.clone(), top_probs.clone()
+                t_ids[rows, col + start:col + W] = f.top_ids[:, start:]
+                t_probs[rows, col + start:col + W] = f.top_probs[:, start:]
+            else:
+                t_ids = t_probs = None
+            remasked = None
+            if f.remasked is not None:
+                remasked = torch.zeros_like(masked)
+                remasked[rows, col:col + W] = f.remasked
+            row_steps = torch.full((n,), block * S, dtype=torch.long)
+            if f.row_steps is not None:
+                row_steps[rows] = block * S + f.row_steps
+            yield replace(f, ids=ids, masked=masked, revealed=revealed, confidence=conf, top_ids=t_ids,
+                          top_probs=t_probs, remasked=remasked, row_steps=row_steps, steps=S * most,
+                          step=block * S + f.step, nfe=nfe + f.nfe, rows=calls + f.rows, flops=flops + f.flops,
+                          touch_up=True)  # more follows: the canvas's last frame, below, is the one done
+        W = last.ids.shape[1]
+        canvas[rows, col:col + W] = last.ids
+        confidence[rows, col + start:col + W] = last.confidence[:, start:]
+        if last.top_ids is not None:
+            top_ids[rows, col + start:col + W] = last.top_ids[:, start:]
+            top_probs[rows, col + start:col + W] = last.top_probs[:, start:]
+        nfe, calls, flops = nfe + last.nfe, calls + last.rows, flops + last.flops
+        ended = [r for i, r in enumerate(rows) if end in last.ids[i, start:].tolist()]
+        for r in ended:  # the rest of an ended story's row is end padding
+            first_end = (canvas[r, 1:] == end).nonzero()[0, 0] + 1
+            canvas[r, first_end:] = end
+        rows = [r for r in rows if r not in ended]
+        written = col + W  # the canvas columns written so far (the same for every row still going)
+        if not rows or written >= width:
             break
-        room = min(window(db) - ctx, cfg.length - min(len(run.tokens[r]) for r in rows))
+        room = min(window(db) - ctx, width - written)
         template = torch.full((len(rows), ctx + room), mask, dtype=torch.long)
-        for i, r in enumerate(rows):  # the story's last ctx tokens, given (a window always filled them)
-            given = ([end] + run.tokens[r])[-ctx:]
-            template[i, ctx - len(given):ctx] = torch.tensor(given, dtype=torch.long)
-        start = ctx
-    for r in range(n):
-        del run.tokens[r][cfg.length:]
-    return run
+        template[:, :ctx] = canvas[rows, written - ctx:written]
+        col, start = written - ctx, ctx
+    yield replace(last, ids=canvas.clone(), masked=canvas == mask, revealed=torch.zeros(n, width, dtype=torch.bool),
+                   confidence=confidence.clone(), top_ids=None if top_ids is None else top_ids.clone(),
+                   top_probs=None if top_probs is None else top_probs.clone(), remasked=None,
+                   row_steps=torch.full((n,), S * most, dtype=torch.long), steps=S * most, step=S * most,
+                   nfe=nfe, rows=calls, flops=flops, touch_up=False)

@@ -80,7 +80,7 @@ import torch
 
 from .. import strategies
 from .touchup import touch_up
-from .blocks import is_story_model, run_stories, story_template, window, with_end_rule
+from .blocks import is_story_model, story_frames, story_of, story_template, window, with_end_rule
 from ..config import SampleConfig
 from ..errors import DbertError
 from ..hardware import compute_dtype
@@ -957,6 +957,13 @@ def _remdm(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeat
                     row_steps=torch.full((B,), k + 1), remasked=remasked)
 
 
+def story_stream(db, cfg: SampleConfig, generator: torch.Generator, topk: int = 0) -> Iterator[Frame]:
+    """A story model's cfg.n stories as frames of one canvas, block by block (blocks.story_frames):
+    what generate() and the TUI run for a story checkpoint."""
+    first = story_template(db, prompt_ids(db, cfg.prompt) if cfg.prompt else None, cfg.length)
+    return story_frames(db, cfg, frames, generator, first, topk)
+
+
 def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool = True, paragraph: str | None = None,
              topk: int = 0, **overrides) -> tuple[list[str], dict]:
     """cfg.n texts, cfg.batch_size per network call (keeps each batch's last frame), and stats
@@ -974,19 +981,15 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
     for lo in range(0, cfg.n, cfg.batch_size):
         last = None
         batch = _mark(replace(cfg, n=min(cfg.batch_size, cfg.n - lo)), db)  # fewer samples: still resolved
-        if is_story_model(db):  # one story a sample, continued block by block past one window
-            first = story_template(db, prompt_ids(db, cfg.prompt) if cfg.prompt else None, cfg.length)
-            run = run_stories(db, batch, frames, gen, first, on_frame, topk)
-            nfe, rows, flops = nfe + run.nfe, rows + run.rows, flops + run.flops
-            texts.extend(db.decode(t, cased=cased, paragraph=paragraph, verbatim=verbatim) for t in run.tokens)
-            continue
-        for last in frames(db, batch, generator=gen, topk=topk):
+        stream = story_stream(db, batch, gen, topk) if is_story_model(db) else frames(db, batch, generator=gen, topk=topk)
+        for last in stream:
             if on_frame is not None:
                 on_frame(last)
         nfe += last.nfe
         rows += last.rows
         flops += last.flops
-        texts.extend(db.decode(row, cased=cased, paragraph=paragraph, verbatim=verbatim) for row in last.ids)
+        rows_out = [story_of(row, db.tokenizer.sep_token_id) for row in last.ids] if is_story_model(db) else last.ids
+        texts.extend(db.decode(row, cased=cased, paragraph=paragraph, verbatim=verbatim) for row in rows_out)
     strategy = strategies.get(cfg.sampler)
     stats = {"nfe": nfe, "rows": rows, "gflop": float(f"{flops / 1e9:.4g}"), "seconds": round(_time.perf_counter() - start, 3),
              "samples": cfg.n, "steps": cfg.steps, "sampler": cfg.sampler, "exact": strategy.exact,
