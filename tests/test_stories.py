@@ -266,3 +266,21 @@ def test_eval_scores_whole_stories_and_measures_story_samples(story_model, tmp_p
     for key in ("frac_one_story", "words_median", "frac_doubled_name", "human_frac_one_story", "human_words_median"):
         assert key in result
     assert result["human_frac_one_story"] == 1.0
+
+
+@pytest.mark.anyio
+async def test_the_tui_writes_a_long_story_window_after_window(story_model):
+    """dbert-tui on a story model with --length past its window: one canvas, continued live."""
+    from dbert_core.text.detok import MASK_GLYPH
+    from helpers import SIZE, finished, make_app, wait_for
+
+    app = make_app(story_model, length=50, steps=6, sampler="first-hitting")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app), what="the story to finish")
+        await pilot.pause()
+        g = app.generate_screen
+        frames = [r.frame for r in g.run.frames]
+        assert all(f.ids.shape == (1, 51) for f in frames)  # one canvas: [SEP] and 50 tokens
+        assert frames[-1].done and [f.done for f in frames].count(True) == 1
+        text = g.shown_text()
+        assert text and MASK_GLYPH not in text and "\u00b6" not in text
