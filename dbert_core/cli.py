@@ -53,6 +53,7 @@ Device = _choice("Device", config.DEVICES)
 Sampler = _choice("Sampler", config.STRATEGIES)
 Unit = _choice("Unit", config.UNITS)
 EvalUnit = _choice("EvalUnit", config.EVAL_UNITS)
+DocSep = _choice("DocSep", config.DOC_SEPS)
 Loss = _choice("Loss", config.LOSSES)
 Decay = _choice("Decay", config.DECAYS)
 Dtype = _choice("Dtype", config.DTYPES)
@@ -115,7 +116,9 @@ def train(
     out: Annotated[str, typer.Option(help="Output checkpoint: a bare NAME goes to the store; anything with a path separator (./x, runs/x) is a directory.")] = ...,
     data: Annotated[Optional[list[str]], typer.Option("--data", help="Training text files or globs (repeatable; recorded as absolute paths; with --resume: the checkpoint's, or the same files moved).", rich_help_panel="Data")] = None,
     val_data: Annotated[Optional[list[str]], typer.Option(help="Held-out files (default: a slice of --data).", rich_help_panel="Data")] = TRAIN.val_data,
-    unit: Annotated[Unit, typer.Option(help="An example is a line or a sentence.", rich_help_panel="Data")] = Unit(TRAIN.unit),
+    unit: Annotated[Unit, typer.Option(help="An example is a line, a sentence, or a story: a whole document in windows that end with its end (--seq-len tokens; longer ones continue with earlier text as context).", rich_help_panel="Data")] = Unit(TRAIN.unit),
+    doc_sep: Annotated[DocSep, typer.Option(help="What separates documents: auto (each file's own: <|endoftext|> lines, JSONL, else blank lines), blank, eot, line (one per line) or jsonl ({\"text\": ...} per line).", rich_help_panel="Data")] = DocSep(TRAIN.doc_sep),
+    story_context: Annotated[Optional[int], typer.Option(help="With --unit story: tokens of earlier text a continuation window carries (default: half of --seq-len).", rich_help_panel="Data")] = TRAIN.story_context,
     pack: Annotated[bool, typer.Option(help="Join examples with [SEP] into full-length sequences.", rich_help_panel="Data")] = TRAIN.pack,
     seq_len: Annotated[int, typer.Option(help="Content tokens per example.", rich_help_panel="Data")] = TRAIN.seq_len,
     short_windows: Annotated[float, typer.Option(help="With --unit sentence --pack: this fraction of windows get a room drawn from 1..--seq-len, so some hold one sentence alone (BERT keeps 10% of sequences short).", rich_help_panel="Data")] = TRAIN.short_windows,
@@ -346,7 +349,7 @@ def evaluate(
     limit: Annotated[Optional[int], typer.Option(help="Score only the first N examples.")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Sum all S terms per example (slow).")] = False,
     mc_samples: Annotated[int, typer.Option(help="Monte-Carlo draws per example (without --exact).")] = 1,
-    unit: Annotated[EvalUnit, typer.Option(help="An example is a line, a sentence, or a window: the sentence-start windows of the checkpoint's length that `dbert train --unit sentence --pack` builds from the documents (blank-line separated), its validation bound.")] = EvalUnit.line,
+    unit: Annotated[EvalUnit, typer.Option(help="An example is a line, a sentence, a story (a whole document, in the windows `dbert train --unit story` builds: the bound per token of text and end mark) or a window: the sentence-start windows of the checkpoint's length that `dbert train --unit sentence --pack` builds from the documents, its validation bound. Documents: <|endoftext|> lines, JSONL or blank lines, read from each file.")] = EvalUnit.line,
     samples: Annotated[int, typer.Option(help="Also draw N samples for BLEU-4 / Self-BLEU-4 / distinct-n.")] = 0,
     sample_steps: Annotated[int, typer.Option(help="Reverse steps for those samples.")] = SAMPLE.steps,
     sample_length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length, as `dbert sample`; the paper: 64).")] = None,
@@ -405,6 +408,9 @@ def evaluate(
         scored = {"nats_per_token": math.inf}
     finally:
         scoring.close()
+    if "documents" in scored:
+        say(f"{scored['documents']:,} documents, median {scored['document_words_median']:,} words, "
+            f"longest {scored['document_words_longest']:,}")
     bad = [k for k, v in scored.items() if isinstance(v, float) and not math.isfinite(v)]
     if bad:  # a score of inf or NaN is no answer: the weights' outputs overflow
         raise DbertError(f"the checkpoint's scores are not finite ({', '.join(bad)}): its outputs overflow "

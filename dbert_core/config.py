@@ -20,8 +20,9 @@ TIME_MODES = ("none", "prefix", "layerwise")      # time-agnostic (TAD), prefix 
 SAMPLERS = strategies.EXACT                        # the exact samplers: the model's own law
 STRATEGIES = strategies.NAMES                      # every --sampler choice: exact and heuristic (strategies.py)
 DEVICES = ("auto", "cpu", "cuda", "mps")
-UNITS = ("line", "sentence")
+UNITS = ("line", "sentence", "story")             # story: a whole document, in windows that end with its end
 EVAL_UNITS = UNITS + ("window",)  # eval also scores the sentence-start windows a checkpoint trained on
+DOC_SEPS = ("auto", "blank", "eot", "line", "jsonl")  # what separates documents (data.read_documents)
 LOSSES = ("hybrid", "elbo", "ce")
 DECAYS = ("cosine", "constant")
 DTYPES = ("auto", "fp32", "bf16")
@@ -62,7 +63,9 @@ class TrainConfig:
     from_scratch: bool = False         # with init: its architecture and tokenizer, random weights
     trim_vocab: bool = False           # with init: keep only the word pieces the training data uses
     vocab_size: int | None = None      # WordPiece size learnt from the data (presets without init)
-    unit: str = "line"                 # an example is a line or a sentence of the files
+    unit: str = "line"                 # an example is a line, a sentence, or a whole story (document)
+    doc_sep: str = "auto"              # what separates documents: auto (per file), blank, eot, line, jsonl
+    story_context: int | None = None   # --unit story: earlier tokens a continuation window carries (None: seq_len // 2)
     pack: bool = False                 # join examples with [SEP] into full seq_len streams
     short_windows: float = 0.0         # with --unit sentence --pack: this fraction of windows get a shorter room
     seq_len: int = 64                  # content tokens per example (plus [CLS], [SEP])
@@ -97,6 +100,16 @@ class TrainConfig:
     RESUMABLE = ("max_steps", "eval_every", "save_every", "log_every", "device", "dtype")
 
     @property
+    def by_story(self) -> bool:
+        """Whole-story windows (data.story_windows)."""
+        return self.unit == "story"
+
+    @property
+    def by_document(self) -> bool:
+        """Documents read as such: whole stories, or sentence-start windows (data.pack_sentences)."""
+        return self.by_story or (self.pack and self.unit == "sentence")
+
+    @property
     def eval_budget(self) -> int:
         """Step budget of the validation ELBO."""
         return self.eval_steps if self.eval_steps is not None else min(128, self.T)
@@ -113,6 +126,11 @@ class TrainConfig:
             _int("--vocab-size", self.vocab_size, 16, 1_000_000)
         _one_of("--unit", self.unit, UNITS)
         _int("--seq-len", self.seq_len, 1, 100_000)
+        _one_of("--doc-sep", self.doc_sep, DOC_SEPS)
+        if self.story_context is not None:
+            _int("--story-context", self.story_context, 1, max(1, self.seq_len - 1))
+            _need(self.unit == "story", "--story-context is for --unit story")
+        _need(not (self.unit == "story" and self.pack), "--unit story makes whole-story windows itself: drop --pack")
         _float("--short-windows", self.short_windows, 0.0, 1.0)
         _need(not self.short_windows or (self.pack and self.unit == "sentence"),
               "--short-windows shortens sentence-start windows: it needs --unit sentence --pack")

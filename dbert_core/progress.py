@@ -73,6 +73,8 @@ class TrainProgress(Callback):
                        f"x{trainer.world}: {len(trainer.train_examples)} examples, schedule {cfg.schedule}, "
                        f"time {cfg.time}, vocabulary {db.model.config.vocab_size}, "
                        f"from step {trainer.step} to {cfg.max_steps}")
+            for line in getattr(trainer.prepared, "documents", None) or ():
+                self._line(line)
             if db.model.bert.fresh_head:  # expected for a BertModel --init (a sentence encoder)
                 self._line(f"--init {cfg.init} has no MLM head (a BertModel): the head starts at random")
         if self.live and trainer.is_main:

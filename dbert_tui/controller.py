@@ -165,15 +165,18 @@ def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Reco
     run reached its last frame, False when cancelled first."""
     import torch
 
-    from dbert_core.sampling.sample import frames
+    from dbert_core.sampling.blocks import is_story_model
+    from dbert_core.sampling.sample import frames, story_stream
 
     s = run.settings
     gen = torch.Generator().manual_seed(s.seed)
+    order = None
     if run.source is not None:  # a replay: the recorded frames, through the same gate
         order = run.source_order
         stream = iter(run.source)
+    elif run.template is None and is_story_model(db):  # a story, window after window on one canvas
+        stream = story_stream(db, s, gen, TOPK)
     else:
-        order = torch.zeros((s.n, s.length), dtype=torch.int32)
         stream = frames(db, s, generator=gen, template=run.template, topk=TOPK)
     spent, started = 0.0, time.monotonic()
     while True:
@@ -185,6 +188,8 @@ def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Reco
         if frame is None:
             return True
         if run.source is None:
+            if order is None:  # the canvas's shape: (n, length), a story's (n, 1 + length)
+                order = torch.zeros(frame.ids.shape, dtype=torch.int32)
             order[frame.revealed] = frame.step
         run.hold(is_cancelled, started, 1.0 - float(frame.masked.double().mean()))
         if is_cancelled():
@@ -316,7 +321,8 @@ class Session:
         is automatic (else within its maximum), a sampler it allows. Returns what was changed
         that the user should hear about."""
         from dbert_core.errors import DbertError
-        from dbert_core.sampling.sample import default_length, default_sampler, resolve
+        from dbert_core.sampling.blocks import is_story_model
+        from dbert_core.sampling.sample import MAX_STORY, default_length, default_sampler, resolve
 
         notes = []
 
@@ -324,7 +330,7 @@ class Session:
             s = replace(s, steps=max(1, min(db.schedule.T, s.steps)))
             if self.auto_length or s.length is None:
                 s.length = default_length(db)
-            s.length = max(1, min(db.model.max_length, s.length))
+            s.length = max(1, min(MAX_STORY if is_story_model(db) else db.model.max_length, s.length))
             try:
                 resolve(s, db)
             except DbertError as e:  # e.g. `cached` on a time-conditioned model: use the default

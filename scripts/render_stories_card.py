@@ -238,8 +238,8 @@ def render(d: dict) -> str:
                 f"""The Gutenberg children's books were tried on an earlier release of this checkpoint, as a second stage
 mixed with the stories; they made the TinyStories held-out bound worse, so they are not in this model either
 (the card at {par['commit']} gives the figures; `scripts/stories_model.sh stage2 mix` reruns the trial).""" if par else
-                """The Gutenberg children's books (`../shared/data/children/`) were not tried for this model: see the
-README's training notes for why and how to try them (`scripts/stories_model.sh` takes more `--data`).""")
+                """The Gutenberg children's books (`../shared/data/children/`) were not tried for this model: see
+docs/models.md for why and how to try them (`scripts/stories_model.sh` takes more `--data`).""")
     dec = d.get("decoding")
     n_ev, n_prev = (ev or {}).get("samples", 200), (prev or {}).get("samples", 200)
     mc = (ev or {}).get("mc_samples", 1)

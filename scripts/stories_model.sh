@@ -94,8 +94,37 @@ shown() {  # with the exported default: 200 samples at the CLI defaults and the 
   python scripts/render_stories_card.py > runs/STORIES_CARD.md && cp runs/STORIES_CARD.md assets/dbert-minilm-stories/MODEL_CARD.md
 }
 
+# ---------------------------------------------------------------------------------------------------------------
+# Whole stories (the default from stage 4 on): documents are stories (TinyStories' own <|endoftext|> boundaries),
+# windows of 256 tokens hold a whole story and its end ([SEP], then [SEP] padding learnt as text, so a sample
+# chooses its length); a longer story continues in windows carrying its previous 128 tokens as given context.
+# Held out: the last 200 stories of TinyStories-train-head.txt (runs/data/head-heldout.txt), never trained on.
+story_data() {
+  mkdir -p "$DATA"
+  awk -v out="$DATA" '{ if (n < 1816) print > (out "/head-train.txt"); else print > (out "/head-heldout.txt") }
+                      /^<\|endoftext\|>$/ { n++ }' "$SHARED/tinystories/TinyStories-train-head.txt"
+}
+
+story_train() {  # from a shipped release's weights ($PARENT, default: stage 3) into OUT (default runs/story)
+  story_data
+  local parent=${PARENT:-2b79eac} out=${OUT:-runs/story} dir
+  dir=runs/init-$parent
+  [ -d "$dir" ] || { mkdir -p "$dir" && git archive "$parent" assets/dbert-minilm-stories | tar -x -C "$dir" --strip-components 2; }
+  printf '{"dir": "%s", "commit": "%s"}\n' "$dir" "$parent" > runs/parent-story.json  # for the card
+  local resume=""; [ -f "$out/trainer_state/state.json" ] && resume="--resume"
+  OMP_NUM_THREADS=$THREADS dbert train --init "$(realpath "$dir")" \
+    --data "$(realpath "$DATA/head-train.txt")" --data "$(realpath "$SHARED/tinystories/more/train_2317_5000_lowercase.txt")" \
+    --data "$(realpath "$SHARED/fables/fables.txt")" --val-data "$(realpath "$DATA/head-heldout.txt")" \
+    --unit story --seq-len "${SEQ_LEN:-256}" --schedule spindle --time none --batch-size "${BATCH:-16}" \
+    --lr "${LR:-1e-4}" --warmup "${WARMUP:-50}" --max-steps "${MAX_STEPS:-2400}" --eval-every "${EVAL_EVERY:-300}" \
+    --save-every 50 --log-every 10 --seed "${SEED:-5}" --dtype "${DTYPE:-auto}" --device "${DEVICE:-auto}" --out "$out" \
+    ${EXTRA:-} $resume
+}
+
 case "${1:-}" in
   data) data ;;
+  story-data) story_data ;;
+  story) story_train ;;
   train) train "${OUT:-runs/stories}" ;;
   continue) continue_ ;;
   eval) evaluate "${2:-runs/stories}" "${3:-$(basename "${2:-runs/stories}")}" ;;
@@ -103,5 +132,5 @@ case "${1:-}" in
   stage2) stage2 "${2:-stories}" ;;
   shown) shown ;;
   export) python scripts/export_default.py "${SRC:-runs/stories}" assets/dbert-minilm-stories --card runs/STORIES_CARD.md ;;
-  *) echo "usage: $0 data|train|continue|report|export|shown|eval [DIR TAG]" >&2; exit 2 ;;
+  *) echo "usage: $0 story-data|story|data|train|continue|report|export|shown|eval [DIR TAG]" >&2; exit 2 ;;
 esac

@@ -1,6 +1,7 @@
 """evaluation: how good a checkpoint is.
 
-metrics (the bound, samples' measures: dbert eval), judge (gen-PPL under a causal model), bench
+metrics (the bound, samples' measures: dbert eval), story_metrics (is a sample one whole story, its
+length, its names), judge (gen-PPL under a causal model), bench
 (speed: dbert bench).
 
 May import: the floor, disk, text, maths, sampling, storage, training.

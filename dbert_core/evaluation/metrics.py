@@ -20,9 +20,11 @@ from collections import Counter
 import torch
 
 from ..text.contractions import broken_in_text
-from ..text.data import (Special, collate, count_words, document_sentences, document_windows, iter_encode, read_documents,
-                   read_examples)
+from ..sampling.blocks import is_story_model
+from ..text.data import (DocumentStats, Special, collate, count_words, document_sentences, document_windows,
+                         encode_stories, iter_encode, read_documents, read_examples, scored_tokens, story_texts)
 from ..maths.diffusion import elbo
+from .story_metrics import story_report
 from ..errors import DbertError
 
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -227,12 +229,25 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     if mc < 1:
         raise DbertError("--mc-samples must be >= 1")
     max_len = db.model.max_length
-    kept, kept_words, skipped = [], [], 0
-    if unit == "window":  # the checkpoint's own training windows of the documents: the trainer's validation bound
+    kept, kept_words, skipped, documents = [], [], 0, None
+    if unit == "story":  # whole documents, in the whole-story windows the checkpoint trained on
         from ..sampling.sample import default_length
 
-        kept, kept_words = document_windows(document_sentences(read_documents(data)), db.tokenizer, default_length(db),
-                                            words=True)
+        docs = read_documents(data)
+        documents = DocumentStats.of(docs)
+        docs = docs[:limit or None]  # --limit counts stories, each in as many windows as it takes
+        context = (db.meta.get("train_config") or {}).get("story_context")
+        kept = []
+        for doc, text in zip(docs, story_texts(docs)):
+            windows = encode_stories([doc], db.tokenizer, default_length(db), context)
+            kept.extend(windows)
+            kept_words.extend([count_words(text)] + [0] * (len(windows) - 1))  # a story's words count once
+    elif unit == "window":  # the checkpoint's own training windows of the documents: the trainer's validation bound
+        from ..sampling.sample import default_length
+
+        docs = read_documents(data)
+        documents = DocumentStats.of(docs)
+        kept, kept_words = document_windows(document_sentences(docs), db.tokenizer, default_length(db), words=True)
         kept, kept_words = kept[:limit or None], kept_words[:limit or None]
     else:
         texts = read_examples(data, unit)
@@ -257,7 +272,7 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
         if progress is not None:
             progress(min(i + batch_size, len(kept)), len(kept))
     nats = torch.cat(per_example)
-    n_tok = sum(len(e) for e in kept)
+    n_tok = scored_tokens(kept)  # a story window's padding is not text; its end mark is
     n_words = sum(kept_words)
     total = nats.sum().item()
     se = (nats.var(unbiased=True).item() * len(nats)) ** 0.5 if len(nats) > 1 and not exact else 0.0
@@ -268,8 +283,11 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
         "ppl_token": math.exp(total / n_tok), "ppl_word": math.exp(total / n_words),
         "nats_per_word": total / n_words, "nats_per_word_se": se / n_words,
     }
+    if documents is not None:  # what a user checks first: were the documents read as documents?
+        result.update(documents=documents.count, document_words_median=documents.median_words,
+                      document_words_longest=documents.longest_words)
     if examples:
-        result.update(example_nats=[round(v, 4) for v in nats.tolist()], example_tokens=[len(e) for e in kept])
+        result.update(example_nats=[round(v, 4) for v in nats.tolist()], example_tokens=[scored_tokens([e]) for e in kept])
     return result
 
 
@@ -294,7 +312,10 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
                                temperature=temperature, pair_quotes=pair_quotes,
                                fix_contractions=fix_contractions), db)
     sampler = cfg.sampler
-    refs = read_examples(data, "sentence" if unit == "window" else unit)  # windows: their sentences
+    if unit == "story":  # whole documents: the samples are stories too
+        refs = story_texts(read_documents(data))
+    else:
+        refs = read_examples(data, "sentence" if unit == "window" else unit)  # windows: their sentences
     first, st1 = generate(db, cfg, on_frame, paragraph=" ")
     second, st2 = generate(db, cfg, on_frame, seed=seed + 1, paragraph=" ")
     out = {
@@ -308,6 +329,9 @@ def quality(db, data: list[str], n: int, steps: int = 128, length: int = 64, top
         "rows_per_sample": (st1["rows"] + st2["rows"]) / (2 * n),  # calls that evaluated each sample's row
         "seconds_per_sample": (st1["seconds"] + st2["seconds"]) / (2 * n),
     }
+    if is_story_model(db) or unit == "story":  # one story a sample? its length, its names, as the held-out stories'
+        stories = refs if unit == "story" else story_texts(read_documents(data))
+        out.update(story_report(first, stories))
     if texts is not None:
         texts.update(first=first, second=second)
     if judge is not None:

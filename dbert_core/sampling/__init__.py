@@ -1,7 +1,8 @@
 """sampling: the reverse process, from settings to text.
 
 A run: sample (frames, generate: the frames generator and its batches), settings (resolve: a
-SampleConfig made concrete for a checkpoint, once per run), prompt (templates -> ids).
+SampleConfig made concrete for a checkpoint, once per run), prompt (templates -> ids), blocks (whole
+stories: the story's start, the end rule, block continuation past one window).
 The samplers: base (what a sampler family is: Frame, the Kernel of reveal probabilities, the Net
 wrapper), draw (the token choice every family shares: top-k, top-p, the repeat block), one module
 per family: ancestral (the reverse step; ancestral and cached), first_hitting, ordered (confidence,

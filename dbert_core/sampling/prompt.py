@@ -59,6 +59,13 @@ def prompt_notes(db, template: str) -> list[str]:
     return notes
 
 
+def prompt_ids(db, template: str) -> torch.Tensor:
+    """A template's token ids (its [MASK] slots as masks), nothing appended."""
+    tok = db.tokenizer
+    ids = tok.encode(slots(tok, expand_template(template)), add_special_tokens=False)
+    return parse_prompt(db, template, len(ids))
+
+
 def parse_prompt(db, template: str, length: int) -> torch.Tensor:
     """Token ids (length,) of a template with [MASK] slots ([MASK*N]: N of them), masks appended
     up to length."""

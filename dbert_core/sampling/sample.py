@@ -12,6 +12,8 @@ runs cfg.n samples in batches and returns their texts. A run's settings are reso
         remdm               remdm.py   ancestral with remasking
 The token choice (temperature, top-k, top-p, the repeat block) is draw.py's, the same for all;
 prompts are prompt.py's. After the last step the touch-up's rounds may follow (touchup.py).
+A story checkpoint (blocks.py) opens each row with [SEP], ends a row at its end mark, and goes
+on block by block past one window (story_stream).
 """
 
 from __future__ import annotations
@@ -27,20 +29,21 @@ from ..config import SampleConfig
 from ..errors import DbertError
 from . import settings
 from .ancestral import ancestral
+from .blocks import is_story_model, story_frames, story_of, story_template, with_end_rule
 from .base import Frame, Kernel, Net, Sampler, kernel, masked_curve
 from .draw import RepeatBlock, categorical, comma_id, neighbours, shape_probs
 from .first_hitting import first_hitting
 from .ordered import adaptive, ordered, position_scores
-from .prompt import expand_template, parse_prompt, prompt_notes, prompt_words
+from .prompt import expand_template, parse_prompt, prompt_ids, prompt_notes, prompt_words
 from .remdm import remdm, remdm_kernel, remdm_path
-from .settings import default_length, default_sampler, resolve, validate
+from .settings import MAX_STORY, default_length, default_sampler, resolve, validate
 from .touchup import touch_up
 
 __all__ = [  # a run, and the names library users import from sample (they live in the modules above)
     "frames", "generate", "Frame", "SampleConfig", "DbertError", "resolve", "validate", "default_length",
     "default_sampler", "parse_prompt", "prompt_words", "prompt_notes", "expand_template", "masked_curve", "kernel",
     "Kernel", "shape_probs", "categorical", "neighbours", "RepeatBlock", "position_scores", "remdm_path",
-    "remdm_kernel",
+    "remdm_kernel", "story_stream", "prompt_ids", "MAX_STORY",
 ]
 
 
@@ -63,7 +66,9 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
     cfg = settings.config(db, cfg, overrides)
     gen = generator or torch.Generator().manual_seed(cfg.seed if cfg.seed is not None else torch.seed() % 2**63)
     mask_id = db.model.mask_id
-    if template is None:
+    if template is None and is_story_model(db):  # [SEP] opens the story, then the prompt's tokens and masks
+        template = story_template(db, prompt_ids(db, cfg.prompt) if cfg.prompt else None, cfg.length)
+    elif template is None:
         template = parse_prompt(db, cfg.prompt, cfg.length) if cfg.prompt else \
             torch.full((cfg.length,), mask_id, dtype=torch.long)
     x = template.unsqueeze(0).repeat(cfg.n, 1) if template.dim() == 1 else template.clone()  # (B, L)
@@ -116,7 +121,17 @@ def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbi
         family, own = remdm, {"sigma": sigma, "mask_id": mask_id, "time_agnostic": db.model.time == "none"}
     else:  # a name in the registry with no sampler here is a bug, not a user error
         raise AssertionError(f"no sampler for strategy {cfg.sampler!r}")
-    yield from family(**state, **own)
+    stream = family(**state, **own)
+    if is_story_model(db):  # after a story's end, the rest of its row is end padding, decided at once
+        stream = with_end_rule(stream, x, state["masked"], db.tokenizer.sep_token_id)
+    yield from stream
+
+
+def story_stream(db, cfg: SampleConfig, generator: torch.Generator, topk: int = 0) -> Iterator[Frame]:
+    """A story model's cfg.n stories as frames of one canvas, block by block (blocks.story_frames):
+    what generate() and the TUI run for a story checkpoint."""
+    first = story_template(db, prompt_ids(db, cfg.prompt) if cfg.prompt else None, cfg.length)
+    return story_frames(db, cfg, frames, generator, first, topk)
 
 
 def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool = True, paragraph: str | None = None,
@@ -136,13 +151,15 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
     for lo in range(0, cfg.n, cfg.batch_size):
         last = None
         batch = settings.mark(replace(cfg, n=min(cfg.batch_size, cfg.n - lo)), db)  # fewer samples: still resolved
-        for last in frames(db, batch, generator=gen, topk=topk):
+        stream = story_stream(db, batch, gen, topk) if is_story_model(db) else frames(db, batch, generator=gen, topk=topk)
+        for last in stream:
             if on_frame is not None:
                 on_frame(last)
         nfe += last.nfe
         rows += last.rows
         flops += last.flops
-        texts.extend(db.decode(row, cased=cased, paragraph=paragraph, verbatim=verbatim) for row in last.ids)
+        rows_out = [story_of(row, db.tokenizer.sep_token_id) for row in last.ids] if is_story_model(db) else last.ids
+        texts.extend(db.decode(row, cased=cased, paragraph=paragraph, verbatim=verbatim) for row in rows_out)
     strategy = strategies.get(cfg.sampler)
     stats = {"nfe": nfe, "rows": rows, "gflop": float(f"{flops / 1e9:.4g}"), "seconds": round(_time.perf_counter() - start, 3),
              "samples": cfg.n, "steps": cfg.steps, "sampler": cfg.sampler, "exact": strategy.exact,

@@ -14,6 +14,9 @@ from .. import strategies
 from ..config import SampleConfig
 from ..errors import DbertError
 from ..hardware import compute_dtype
+from .blocks import is_story_model, window
+
+MAX_STORY = 8192  # tokens a story model may be asked for (--length), in windows one after another
 
 
 def validate(db, steps: int, length: int, sampler: str, params: dict | None = None) -> None:
@@ -21,8 +24,9 @@ def validate(db, steps: int, length: int, sampler: str, params: dict | None = No
     T = db.schedule.T
     if not 1 <= steps <= T:
         raise DbertError(f"--steps must be between 1 and T={T}, got {steps}")
-    if not 1 <= length <= db.model.max_length:
-        raise DbertError(f"--length must be between 1 and {db.model.max_length} for this model, got {length}")
+    longest = MAX_STORY if is_story_model(db) else db.model.max_length  # a story continues block by block
+    if not 1 <= length <= longest:
+        raise DbertError(f"--length must be between 1 and {longest} for this model, got {length}")
     if sampler == "cached" and db.model.time != "none":
         raise DbertError(f"the cached sampler needs a time-agnostic model; this one uses time={db.model.time!r}")
     if sampler == "first-hitting" and db.model.time != "none" and not db.schedule.token_free:
@@ -38,8 +42,9 @@ def default_sampler(db) -> str:
 
 
 def default_length(db) -> int:
-    """Tokens per sample unless told: the length the checkpoint was trained on."""
-    return min(int(db.meta.get("seq_len", 64)), db.model.max_length)
+    """Tokens per sample unless told: the length the checkpoint was trained on (a story model: the
+    story text one window holds, after the [SEP] that opens it)."""
+    return window(db) - 1 if is_story_model(db) else window(db)
 
 
 def resolve(cfg: SampleConfig, db) -> SampleConfig:

@@ -93,22 +93,103 @@ def read_lines(patterns: list[str]) -> list[str]:
     return [ln for path in expand_paths(patterns) for ln in _file_lines(path) if ln]
 
 
-def read_documents(patterns: list[str]) -> list[list[str]]:
-    """The documents of UTF-8 text files: runs of non-empty lines (paragraphs) between blank
-    lines; a file's end ends a document too. A story corpus with a blank line between stories
-    gives one document per story; one with a blank line after every paragraph, one per paragraph."""
+EOT = "<|endoftext|>"                       # TinyStories' own story separator, a line of its own
+DOC_SEPS = ("auto", "blank", "eot", "line", "jsonl")
+
+
+def document_format(path: str, lines: list[str] | None = None) -> str:
+    """How a file separates its documents, read from the file: "jsonl" for a .jsonl file or one
+    whose first line is a JSON object, "eot" when a line is <|endoftext|>, else "blank" (blank
+    lines between documents)."""
+    lines = _file_lines(path) if lines is None else lines
+    first = next((ln for ln in lines if ln), "")
+    if path.endswith(".jsonl") or (first.startswith("{") and first.endswith("}")):
+        return "jsonl"
+    if EOT in lines:
+        return "eot"
+    return "blank"
+
+
+def _jsonl_documents(path: str, lines: list[str]) -> list[list[str]]:
+    import json
+
+    docs = []
+    for i, ln in enumerate(lines, 1):
+        if not ln:
+            continue
+        try:
+            row = json.loads(ln)
+        except ValueError:
+            raise DbertError(f"{path}:{i}: not a JSON object (JSONL reads one {{\"text\": ...}} per line)") from None
+        text = row.get("text") if isinstance(row, dict) else None
+        if not isinstance(text, str):
+            raise DbertError(f"{path}:{i}: a JSONL line needs a \"text\" string field")
+        paras = [p.strip() for p in text.splitlines() if p.strip()]
+        if paras:
+            docs.append(paras)
+    return docs
+
+
+def read_documents(patterns: list[str], sep: str = "auto") -> list[list[str]]:
+    """The documents of UTF-8 text files, each a list of its paragraphs. sep says what separates
+    documents: "blank" lines (a run of non-empty lines is a document), "eot" (TinyStories'
+    <|endoftext|> lines; blank lines inside a document are ignored; such a line ends a document
+    in every format), "line" (one document per
+    line), "jsonl" (one {"text": ...} per line, its text's lines the paragraphs), or "auto": each
+    file's own format (document_format). A file's end ends a document too."""
+    if sep not in DOC_SEPS:
+        raise DbertError(f"--doc-sep must be one of: {', '.join(DOC_SEPS)} (got {sep!r})")
     docs: list[list[str]] = []
     for path in expand_paths(patterns):
+        lines = _file_lines(path)
+        fmt = document_format(path, lines) if sep == "auto" else sep
+        if fmt == "jsonl":
+            docs.extend(_jsonl_documents(path, lines))
+            continue
+        if fmt == "line":
+            docs.extend([ln] for ln in lines if ln and ln != EOT)
+            continue
         doc: list[str] = []
-        for ln in _file_lines(path):
-            if ln:
-                doc.append(ln)
-            elif doc:
-                docs.append(doc)
+        for ln in lines:
+            if ln == EOT or (fmt == "blank" and not ln):
+                if doc:
+                    docs.append(doc)
                 doc = []
+            elif ln:
+                doc.append(ln)
         if doc:
             docs.append(doc)
     return docs
+
+
+@dataclass
+class DocumentStats:
+    """What a user checks first about documents read from files: how many, how long (words)."""
+    count: int
+    median_words: int
+    longest_words: int
+    single_paragraph: float  # the share of documents that are one paragraph
+
+    @classmethod
+    def of(cls, docs: list[list[str]]) -> "DocumentStats":
+        words = sorted(sum(count_words(p) for p in d) for d in docs) or [0]
+        single = sum(len(d) == 1 for d in docs) / max(1, len(docs))
+        return cls(len(docs), words[len(words) // 2], words[-1], single)
+
+    def line(self, what: str = "documents") -> str:
+        return f"{self.count:,} {what}, median {self.median_words:,} words, longest {self.longest_words:,}"
+
+    def warning(self, sep: str) -> str | None:
+        """One line when the boundaries look wrong for story-like text, naming the format assumed
+        and the flag that changes it; None when they look plausible."""
+        if self.longest_words > 100_000:
+            return (f"warning: one document holds {self.longest_words:,} words: read as --doc-sep {sep}; if the "
+                    "file separates documents by <|endoftext|> lines, blank lines or one per line, say so with --doc-sep")
+        if self.count >= 500 and self.median_words < 60:
+            return (f"warning: {self.count:,} documents of a median {self.median_words} words ({self.single_paragraph:.0%} "
+                    f"one paragraph): read as --doc-sep {sep}, which may be cutting stories at their paragraphs; "
+                    "if documents are separated otherwise, pass --doc-sep eot|line|jsonl")
+        return None
 
 
 def split_sentences(text: str) -> list[str]:
@@ -262,6 +343,68 @@ def document_windows(docs: list[list[str]], tokenizer, seq_len: int, short: floa
                           words=counts if words else None)
 
 
+class Window(list):
+    """A training example (token ids) whose first `context` tokens are given, never noised or
+    scored (the story's earlier text a continuation window carries; the [SEP] opening a story),
+    and of whose other tokens the first `scored` are text and its end mark (the rest: padding
+    after the end, noised and learnt, not counted as text). A plain list has neither."""
+
+    context: int = 0
+    scored: int | None = None
+
+    @classmethod
+    def of(cls, ids: list[int], context: int = 0, scored: int | None = None) -> "Window":
+        w = cls(ids)
+        w.context, w.scored = context, scored
+        return w
+
+
+def story_windows(stories: list[list[int]], seq_len: int, sep_id: int, context: int | None = None) -> list[Window]:
+    """Whole-story windows of exactly seq_len tokens (no batch padding): a story's stream is its
+    tokens then one [SEP], its end mark. The first window is [SEP] (the story's start, given) and
+    the stream; when the stream does not fit, each next window carries the `context` tokens
+    before it (default seq_len // 2, given, not noised) and the next seq_len - context of the
+    stream: what block continuation samples. After a stream's end the window is padded with
+    [SEP], noised like text, so the model learns that nothing follows an end and samples choose
+    their own length; `scored` counts the stream's tokens (text + end), the per-token unit."""
+    ctx = seq_len // 2 if context is None else context
+    if not 0 < ctx < seq_len:
+        raise DbertError(f"story context must be in [1, {seq_len - 1}] tokens (got {ctx})")
+    out: list[Window] = []
+    for story in stories:
+        if not story:
+            continue
+        stream = [*story, sep_id]
+        first = stream[:seq_len - 1]
+        out.append(Window.of([sep_id, *first, *[sep_id] * (seq_len - 1 - len(first))], 1, len(first)))
+        at = len(first)
+        while at < len(stream):
+            new = stream[at:at + seq_len - ctx]
+            given = stream[max(0, at - ctx):at]
+            if len(given) < ctx:  # the story's start is inside the context: it opens with [SEP]
+                given = [sep_id, *given][-ctx:]
+            body = [*given, *new]
+            out.append(Window.of([*body, *[sep_id] * (seq_len - len(body))], len(given), len(new)))
+            at += len(new)
+    return out
+
+
+def story_texts(docs: list[list[str]]) -> list[str]:
+    """Each document as one text: its paragraphs joined by a space (a window has no newline)."""
+    return [" ".join(d) for d in docs]
+
+
+def encode_stories(docs: list[list[str]], tokenizer, seq_len: int, context: int | None = None) -> list[Window]:
+    """Documents -> their whole-story windows (story_windows), encoded in one pass."""
+    return story_windows(encode(story_texts(docs), tokenizer), seq_len, tokenizer.sep_token_id, context)
+
+
+def scored_tokens(examples) -> int:
+    """How many tokens of the examples count as text (a Window's `scored`; a list: all)."""
+    return sum(e.scored if getattr(e, "scored", None) is not None else len(e) - getattr(e, "context", 0)
+               for e in examples)
+
+
 @dataclass
 class Special:
     cls: int
@@ -275,7 +418,8 @@ class Special:
 
 
 def collate(examples: list[list[int]], special: Special, device="cpu"):
-    """(ids, attention, noisable), each (B, 2 + longest): [CLS] x [SEP] then padding."""
+    """(ids, attention, noisable), each (B, 2 + longest): [CLS] x [SEP] then padding; a Window's
+    first `context` tokens are not noisable."""
     n = max(len(e) for e in examples)
     B = len(examples)
     ids = torch.full((B, n + 2), special.pad, dtype=torch.long)
@@ -284,7 +428,7 @@ def collate(examples: list[list[int]], special: Special, device="cpu"):
         ids[b, 0] = special.cls
         ids[b, 1:1 + len(e)] = torch.tensor(e, dtype=torch.long)
         ids[b, 1 + len(e)] = special.sep
-        noisable[b, 1:1 + len(e)] = True
+        noisable[b, 1 + getattr(e, "context", 0):1 + len(e)] = True  # a Window's given tokens stay as they are
     attention = ids != special.pad
     attention[:, 0] = True
     return ids.to(device), attention.to(device), noisable.to(device)

@@ -18,8 +18,9 @@ import torch
 from ..storage import checkpoint as ckpt
 from ..disk import layout
 from ..config import TrainConfig
-from ..text.data import (Special, document_sentences, document_windows, fingerprints, pack, read_documents,
-                   read_examples, read_lines, token_counts, tokenize, train_tokenizer)
+from ..text.data import (DocumentStats, Special, document_sentences, document_windows, encode_stories, fingerprints,
+                         pack, read_documents, read_examples, read_lines, story_texts, token_counts, tokenize,
+                         train_tokenizer)
 from ..errors import DbertError
 from ..hardware import pick_device
 from ..disk.layout import OutLock, check_writable
@@ -37,6 +38,7 @@ class Prepared:
     state: dict | None = None      # the trainer state to continue from (--resume)
     lock: OutLock | None = None    # the output folder's lock: held until the run ends
     keep: object = None            # what must live as long as the run (the trimmed vocabulary's folder)
+    documents: list[str] | None = None  # lines for the user: the documents read (count, lengths), warnings
 
     @property
     def special(self) -> Special:
@@ -198,10 +200,17 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
     elif out.exists() and any(out.iterdir()):
         raise DbertError(f"{out} already holds files; pass --resume to continue it or choose another --out")
 
-    by_document = c.pack and c.unit == "sentence"  # sentence-start windows (data.pack_sentences)
-    if by_document:
-        train_docs = document_sentences(read_documents(c.data))
-        val_docs = document_sentences(read_documents(c.val_data)) if c.val_data else None
+    documents = None
+    if c.by_document:
+        train_raw = read_documents(c.data, c.doc_sep)
+        val_raw = read_documents(c.val_data, c.doc_sep) if c.val_data else None
+        documents = document_lines(train_raw, val_raw, c.doc_sep)
+    if c.by_story:
+        train_docs, val_docs = train_raw, val_raw
+        texts = train_texts = story_texts(train_docs)
+    elif c.by_document:
+        train_docs = document_sentences(train_raw)
+        val_docs = document_sentences(val_raw) if val_raw is not None else None
         texts = train_texts = [s for d in train_docs for s in d]
     else:
         texts = read_examples(c.data, c.unit)
@@ -216,7 +225,11 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
             keep, init, trimmed = _trim(c, train_texts)
         tokenizer = _tokenizer(c, texts, init)
     special = Special.of(tokenizer)
-    if by_document:
+    if c.by_story:
+        train = encode_stories(train_docs, tokenizer, c.seq_len, c.story_context)
+        train, val = _hold_out(c, train, None if val_docs is None else
+                               encode_stories(val_docs, tokenizer, c.seq_len, c.story_context))
+    elif c.by_document:
         train = document_windows(train_docs, tokenizer, c.seq_len, short=c.short_windows, seed=c.seed)
         train, val = _hold_out(c, train, None if val_docs is None else document_windows(val_docs, tokenizer, c.seq_len))
     else:
@@ -234,7 +247,18 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         from ..text.truecase import learn
 
         db.truecase = learn(read_lines(c.data))
-    return Prepared(c, db, train, val, device, state=state, lock=lock, keep=keep)
+    return Prepared(c, db, train, val, device, state=state, lock=lock, keep=keep, documents=documents)
+
+
+def document_lines(train_docs, val_docs, sep: str) -> list[str]:
+    """What a user reads first about the documents: how many and how long, and a warning line
+    when their boundaries look wrong (DocumentStats.warning)."""
+    stats = DocumentStats.of(train_docs)
+    lines = ["training data: " + stats.line()]
+    if val_docs is not None:
+        lines.append("held-out data: " + DocumentStats.of(val_docs).line())
+    warning = stats.warning(sep)
+    return lines + ([warning] if warning else [])
 
 
 def in_memory(db, cfg: TrainConfig, examples: list[list[int]]) -> Prepared:

@@ -24,7 +24,7 @@ import torch
 from ..storage import checkpoint as ckpt
 from ..disk import layout
 from ..config import TrainConfig
-from ..text.data import collate, epoch_batches
+from ..text.data import collate, epoch_batches, scored_tokens
 from ..maths.diffusion import Workspace, draw_steps, elbo, masked_kl
 from ..errors import DbertError, Interrupted
 from ..hardware import compute_dtype
@@ -294,7 +294,7 @@ class Trainer:
             ids, att, noisable = collate(self.val_examples[i:i + c.batch_size], self.special, self.device)
             with self._autocast():
                 nats += elbo(self.model, ids, att, noisable, self.db.schedule, c.eval_budget, g).sum().item()
-            toks += int(noisable.sum())
+            toks += scored_tokens(self.val_examples[i:i + c.batch_size])  # a story's padding is not text
         self.model.train()
         return {"step": self.step, "val_nats_per_token": nats / toks, "val_ppl_token": math.exp(nats / toks),
                 "eval_steps": c.eval_budget}

@@ -1,0 +1,167 @@
+"""Whole stories: where a story starts and ends, and stories longer than a window (block continuation).
+
+A story checkpoint (trained with `--unit story`, data.story_windows) reads a window as
+`[SEP] story [SEP] [SEP] ...`: the first [SEP] opens the story and is given, the next one is its
+end, and everything after the end is end padding the model learnt like text. So a sample is one
+story whose length the model chooses:
+
+- the story start: the canvas begins with the given [SEP] (story_template);
+- the end rule: once a position the sampler fills is revealed as [SEP], the rest of that row is
+  end padding at once (end_fill): those positions are decided without a network call, text after
+  an end never appears, and a row whose story has ended drops out of the batch (the samplers only
+  run rows with masks left);
+- block continuation: a story that has not ended when its window is full goes on in a next
+  window holding the story's last `context` tokens as a given prompt and new masks after them,
+  as the model was trained on continuation windows, until it ends or reaches the length asked
+  for; story_frames shows it all as frames of one canvas (the CLI prints the last, the TUI
+  draws each).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+
+
+def is_story_model(db) -> bool:
+    """Trained on whole stories (`dbert train --unit story`)."""
+    return db.meta.get("unit") == "story"
+
+
+def window(db) -> int:
+    """Tokens of one story window: the length the checkpoint was trained on."""
+    return min(int(db.meta.get("seq_len", 64)), db.model.max_length)
+
+
+def context(db) -> int:
+    """Tokens of earlier text a continuation window carries (the training run's --story-context)."""
+    given = (db.meta.get("train_config") or {}).get("story_context")
+    return int(given) if given else window(db) // 2
+
+
+def end_fill(x: torch.Tensor, masked: torch.Tensor, free: torch.Tensor, end_id: int) -> torch.Tensor:
+    """The end rule, in place: in each row, every position after the first [SEP] the sampler
+    revealed (a `free` position, not a given one) becomes [SEP] and is no longer masked; text
+    revealed there before the end was is replaced too. Returns the positions changed (B, L)."""
+    L = x.shape[1]
+    ended = (x == end_id) & free & ~masked
+    first = torch.where(ended.any(1), ended.to(torch.int8).argmax(1), torch.full((x.shape[0],), L))
+    after = (torch.arange(L) > first.unsqueeze(1)) & free & (x != end_id)
+    x[after] = end_id
+    masked &= ~after
+    return after
+
+
+def with_end_rule(frames: Iterator, x: torch.Tensor, masked: torch.Tensor, end_id: int) -> Iterator:
+    """A sampler's frames with the end rule applied before each is shown; the frame is the state
+    after the rule (ids, masked; the filled positions count as revealed at that step)."""
+    free = masked.clone()
+    for f in frames:
+        filled = end_fill(x, masked, free, end_id)
+        if bool(filled.any()):
+            f.ids, f.masked = x.clone(), masked.clone()
+            f.revealed = f.revealed | filled
+            if not bool(masked.any()):
+                f.step = f.steps  # every row has ended: the run is done
+        yield f
+
+
+def story_template(db, prompt_ids: torch.Tensor | None, length: int) -> torch.Tensor:
+    """The first window of a story: the given [SEP] that opens it, then the prompt's tokens (if
+    any) and masks, min(length, window - 1) tokens in all."""
+    tok = db.tokenizer
+    room = min(length, window(db) - 1)
+    body = torch.full((room,), tok.mask_token_id, dtype=torch.long)
+    if prompt_ids is not None:
+        body[:min(room, len(prompt_ids))] = prompt_ids[:room]
+    return torch.cat([torch.tensor([tok.sep_token_id]), body])
+
+
+def story_of(row: torch.Tensor, end_id: int, start: int = 1) -> list[int]:
+    """A sampled window's story tokens: from `start` up to the first [SEP] (the end)."""
+    ids = row[start:].tolist()
+    return ids[:ids.index(end_id)] if end_id in ids else ids
+
+
+def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first: torch.Tensor,
+                 topk: int = 0) -> Iterator:
+    """cfg.n stories as frames of one canvas (n, 1 + cfg.length): the opening [SEP], then each
+    story's tokens as they are written, window after window. `first` is the first window ((L,) or
+    (n, L), story_template). A row that has not ended when its window is full continues in a next
+    window holding its last `context` tokens (given) and new masks, placed on the canvas right after
+    the story so far; columns no window has reached yet are [MASK], columns after an end are end
+    padding. Every frame has the canvas's shape; `step` counts on across windows (steps = the step
+    budget times the most windows the length can take), so only the very last frame is `done`.
+    frames_fn is sample.frames (each window runs cfg's sampler and touch-ups)."""
+    from dataclasses import replace
+
+    end, mask = db.tokenizer.sep_token_id, db.model.mask_id
+    n, width = cfg.n, 1 + cfg.length
+    template = first if first.dim() == 2 else first.unsqueeze(0).repeat(n, 1)
+    ctx = context(db)
+    most = 1 + max(0, -(-(cfg.length - (template.shape[1] - 1)) // (window(db) - ctx)))  # windows at most
+    canvas = torch.full((n, width), mask, dtype=torch.long)
+    canvas[:, :template.shape[1]] = template
+    confidence = torch.full((n, width), float("nan"), dtype=torch.float64)
+    top_ids = top_probs = None
+    rows, col, start = list(range(n)), 0, 1  # col: the canvas column of the window's column 0
+    nfe = calls = 0
+    flops = 0.0
+    for block in range(most):
+        S = cfg.steps
+        last = None
+        for f in frames_fn(db, replace(cfg, n=len(rows)), generator=generator, template=template, topk=topk):
+            last = f
+            W = f.ids.shape[1]
+            ids = canvas.clone()
+            ids[rows, col:col + W] = f.ids
+            masked = ids == mask
+            revealed = torch.zeros_like(masked)
+            revealed[rows, col:col + W] = f.revealed
+            conf = confidence.clone()
+            conf[rows, col + start:col + W] = f.confidence[:, start:]
+            if f.top_ids is not None:
+                if top_ids is None:
+                    top_ids = torch.full((n, width, f.top_ids.shape[-1]), -1, dtype=f.top_ids.dtype)
+                    top_probs = torch.zeros((n, width, f.top_ids.shape[-1]), dtype=f.top_probs.dtype)
+                t_ids, t_probs = top_ids.clone(), top_probs.clone()
+                t_ids[rows, col + start:col + W] = f.top_ids[:, start:]
+                t_probs[rows, col + start:col + W] = f.top_probs[:, start:]
+            else:
+                t_ids = t_probs = None
+            remasked = None
+            if f.remasked is not None:
+                remasked = torch.zeros_like(masked)
+                remasked[rows, col:col + W] = f.remasked
+            row_steps = torch.full((n,), block * S, dtype=torch.long)
+            if f.row_steps is not None:
+                row_steps[rows] = block * S + f.row_steps
+            yield replace(f, ids=ids, masked=masked, revealed=revealed, confidence=conf, top_ids=t_ids,
+                          top_probs=t_probs, remasked=remasked, row_steps=row_steps, steps=S * most,
+                          step=block * S + f.step, nfe=nfe + f.nfe, rows=calls + f.rows, flops=flops + f.flops,
+                          touch_up=True)  # more follows: the canvas's last frame, below, is the one done
+        W = last.ids.shape[1]
+        canvas[rows, col:col + W] = last.ids
+        confidence[rows, col + start:col + W] = last.confidence[:, start:]
+        if last.top_ids is not None:
+            top_ids[rows, col + start:col + W] = last.top_ids[:, start:]
+            top_probs[rows, col + start:col + W] = last.top_probs[:, start:]
+        nfe, calls, flops = nfe + last.nfe, calls + last.rows, flops + last.flops
+        ended = [r for i, r in enumerate(rows) if end in last.ids[i, start:].tolist()]
+        for r in ended:  # the rest of an ended story's row is end padding
+            first_end = (canvas[r, 1:] == end).nonzero()[0, 0] + 1
+            canvas[r, first_end:] = end
+        rows = [r for r in rows if r not in ended]
+        written = col + W  # the canvas columns written so far (the same for every row still going)
+        if not rows or written >= width:
+            break
+        room = min(window(db) - ctx, width - written)
+        template = torch.full((len(rows), ctx + room), mask, dtype=torch.long)
+        template[:, :ctx] = canvas[rows, written - ctx:written]
+        col, start = written - ctx, ctx
+    yield replace(last, ids=canvas.clone(), masked=canvas == mask, revealed=torch.zeros(n, width, dtype=torch.bool),
+                   confidence=confidence.clone(), top_ids=None if top_ids is None else top_ids.clone(),
+                   top_probs=None if top_probs is None else top_probs.clone(), remasked=None,
+                   row_steps=torch.full((n,), S * most, dtype=torch.long), steps=S * most, step=S * most,
+                   nfe=nfe, rows=calls, flops=flops, touch_up=False)

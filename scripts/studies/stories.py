@@ -1,0 +1,62 @@
+"""Story-level measures of sample files, beside the held-out stories' own (docs/stories.md).
+
+    dbert sample --n 100 --seed 0 > runs/story-samples.txt
+    python scripts/studies/stories.py runs/story-samples.txt [more.txt ...] --heldout runs/data/head-heldout.txt
+
+Each file holds one sample a line (what `dbert sample` prints). For each file and for the held-out
+stories (documents of --heldout, read as `dbert train --unit story` reads them): the share that is
+one complete story, its three parts (a story start, a sentence end, no second story), length in
+words (quartiles), doubled and changed names (dbert_core.evaluation.story_metrics), and the reader's
+checks of `dbert eval` (repeats, quotes, contractions). Prints one JSON object per file on stdout and
+a Markdown table on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from dbert_core.evaluation.metrics import readability, unigram_entropy
+from dbert_core.evaluation.story_metrics import story_report
+from dbert_core.text.data import read_documents, story_texts
+
+COLUMNS = (("one story", "frac_one_story", "{:.0%}"), ("story start", "frac_story_start", "{:.0%}"),
+           ("ends a sentence", "frac_story_end", "{:.0%}"), ("no second story", "frac_single_story", "{:.0%}"),
+           ("words q1 / median / q3", None, None), ("doubled name", "frac_doubled_name", "{:.1%}"),
+           ("changed name", "frac_changed_name", "{:.1%}"), ("repeats a word", "frac_repeat", "{:.1%}"),
+           ("quotes balanced", "frac_quotes_balanced", "{:.0%}"), ("unigram entropy", "unigram_entropy", "{:.2f}"))
+
+
+def measure(texts: list[str]) -> dict:
+    return {"n": len(texts), **story_report(texts), **readability(texts), "unigram_entropy": unigram_entropy(texts)}
+
+
+def row(name: str, m: dict) -> str:
+    cells = []
+    for _, key, fmt in COLUMNS:
+        cells.append(f"{m['words_q1']:.0f} / {m['words_median']:.0f} / {m['words_q3']:.0f}" if key is None
+                     else fmt.format(m[key]))
+    return f"| {name} ({m['n']}) | " + " | ".join(cells) + " |"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+", help="sample files, one sample a line")
+    ap.add_argument("--heldout", required=True, help="held-out stories (a file dbert train --unit story reads)")
+    args = ap.parse_args()
+    results = {"held-out stories": measure(story_texts(read_documents([args.heldout])))}
+    for path in args.files:
+        with open(path, encoding="utf-8") as f:
+            results[path] = measure([ln.rstrip("\n") for ln in f if ln.strip()])
+    for name, m in results.items():
+        print(json.dumps({"file": name, **m}))
+    print("| samples | " + " | ".join(c for c, _, _ in COLUMNS) + " |", file=sys.stderr)
+    print("|---|" + "---:|" * len(COLUMNS), file=sys.stderr)
+    for name, m in results.items():
+        print(row(name, m), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
