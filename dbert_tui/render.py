@@ -148,6 +148,25 @@ def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None
 
 
 # ------------------------------------------------------------------------------ token inspector
+def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True) -> Text:
+    """'step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame (or one row of
+    it); `pb` a controller.Playback, `timed` False hides the seconds (deterministic snapshots)."""
+    f = rec.frame
+    if row is None:
+        step, n_masked, total = f.step, int(f.masked.sum()), f.masked.numel()
+    else:
+        step = int(f.row_steps[row]) if f.row_steps is not None else f.step
+        n_masked, total = int(f.masked[row].sum()), f.masked.shape[1]
+    text = Text()
+    text.append(f"step {step}/{f.steps}", style="bold")
+    text.append(f" · masked {n_masked}/{total} · nfe {f.nfe}")
+    if timed:
+        text.append(f" · {rec.seconds:.2f}s")
+    state = pb.state()
+    text.append(f" · {state}", style="bold green" if state.startswith("done") else "bold cyan")
+    return text
+
+
 def _p(x) -> str:
     return "—" if x is None else f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
 

@@ -38,11 +38,12 @@ from ..controller import BRANCHES, MAX_N, Playback, Run, Session, differences, p
 from ..editing import Draft, Version, Versions
 from ..messages import FrameReady, InfillReady, RunFinished, SampleChosen, TokenPointed
 from ..files import atomic_write, default_output, output_path, texts_of, trajectory
-from ..render import FIXED_EDGES, confidence_edges, inspector_lines, legend, render_row, render_tokens, row_spans
+from ..render import FIXED_EDGES, confidence_edges, inspector_lines, legend, progress_line, row_spans
 from ..widgets.controls import CONTROLS, ControlBar
 from ..widgets.keybar import Key, KeyBar
-from ..widgets.panes import ComparePane, TokenScroll, TokenView, settings_line
-from ..widgets.samples import SampleCard, SampleGrid
+from ..widgets.generate.canvas import Canvas, final_of
+from ..widgets.generate.compare import CompareView
+from ..widgets.generate.grid import SampleGrid
 from ..widgets.schedule import SchedulePanel, ScheduleStrip
 from ..workers import ReportWorkerErrors
 from .dialogs import FormDialog
@@ -70,7 +71,6 @@ def field_of(message: str) -> str | None:
     return next((key for key in ("steps", "length", "sampler") if key in message), None)
 
 
-TALL = 36   # rows from which one sample is drawn double-spaced
 WIDE = 120  # columns from which the schedule gets its panel (below: the one-line strip)
 SIDES = "AB"
 KEYS = [  # the key bar (widgets.keybar): rank 1 stays longest, `?` lists every key
@@ -143,14 +143,12 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self._restart_pending = False
         self._draw_pending = False
         self._ready = False
-        self._tokens_text = Text()
         self.drawn = None                           # the frame of side A last drawn
         self.edges = FIXED_EDGES                    # the confidence bands (render.confidence_edges)
         self.frames_drawn = 0                       # draws (bursts of frames coalesce into one)
         self.draft: Draft | None = None             # inspect mode: the sample being inspected / edited
         self.versions = Versions()                  # the texts refills made (undo / redo)
         self.stable = True                          # lay a known text out on its final line breaks
-        self.positions: list[int] = []              # the token positions drawn in the single view
         self._locked: set[int] = set()              # locked positions, kept from one version to the next
         self._branch_run: int | None = None         # the run id of a branch whose pick is pending
         self._masking = None                        # (V,) masking time per token id (spindle)
@@ -170,6 +168,14 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         return getattr(self.app, "replay", None)
 
     # ------------------------------------------------------------------ what is shown
+    @property
+    def canvas(self) -> Canvas:
+        return self.query_one(Canvas)
+
+    @property
+    def grid(self) -> SampleGrid:
+        return self.query_one(SampleGrid)
+
     @property
     def playbacks(self) -> list[Playback]:
         return self.session.playbacks
@@ -193,21 +199,19 @@ class GenerateScreen(ReportWorkerErrors, Screen):
     def shown_text(self, side: int = 0) -> str:
         """The plain text of a side's token view, as drawn (tests and the tmux check read this)."""
         if self.view_mode() == "compare":
-            return self.query(ComparePane)[side].text.plain
+            return self.query_one(CompareView).panes()[side].text.plain
         if self.view_mode() == "grid":
-            return "\n\n".join(card.text.plain for card in self.query(SampleCard))
-        return self._tokens_text.plain
+            return self.grid.text()
+        return self.canvas.text.plain
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="gen-status")
         with Horizontal(id="gen-main"):
-            with TokenScroll(id="gen-tokens-box"):
-                yield TokenView(Text("loading a checkpoint…", style="dim"), id="gen-tokens")
+            yield Canvas(id="gen-tokens-box")
             yield SampleGrid(id="gen-grid")
-            yield ComparePane("A", id="gen-side-a")
-            yield ComparePane("B", id="gen-side-b")
+            yield CompareView(id="gen-compare")
             yield SchedulePanel(id="gen-schedule")
             yield Static(id="gen-inspect")
         yield ScheduleStrip(id="gen-strip")
@@ -231,16 +235,15 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if not self._ready:
             return
         mode, wide = self.view_mode(), self.size.width >= WIDE
-        self.query_one("#gen-tokens-box").display = mode == "single"
-        self.query_one(SampleGrid).display = mode == "grid"
-        for pane in self.query(ComparePane):
-            pane.display = mode == "compare"
+        self.canvas.display = mode == "single"
+        self.grid.display = mode == "grid"
+        self.query_one(CompareView).display = mode == "compare"
         inspecting = self.draft is not None and mode == "single"
         self.query_one(SchedulePanel).display = mode == "single" and wide and not inspecting
         self.query_one(ScheduleStrip).display = not (mode == "single" and wide) and not inspecting
         self.query_one("#gen-inspect").display = inspecting and wide
         self.query_one("#gen-inspect-line").display = inspecting and not wide
-        self.query_one(SampleGrid).styles.grid_size_columns = 3 if wide else 2 if self.size.width >= 60 else 1
+        self.grid.fit(self.size.width, WIDE)
 
     # ------------------------------------------------------------------ the model
     @property
@@ -304,8 +307,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self.session.partner, self.session.side = None, 0
         self.session.playbacks = []
         token = self._infilling = next(self._infill_tokens)
-        self.query_one("#gen-tokens", Static).update(Text("infill: drawing every length and ranking them by "
-                                                          "the model's ELBO per token…", style="dim"))
+        self.canvas.say(Text("infill: drawing every length and ranking them by "
+                               "the model's ELBO per token…", style="dim"))
         self._arrange()
         self._status()
         self.run_worker(partial(self._infill, token, cfg, self.db), name="infill", group="sample-0", exclusive=True,
@@ -364,7 +367,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             self.workers.cancel_group(self, "sample-1")
         self.frames_drawn = 0
         self.drawn = None
-        self._make_cards(playbacks[0].run.settings.n)
+        self.grid.make_cards(playbacks[0].run.settings.n, self.session.selected)
         self._arrange()
         from dbert_core.display import safe_text
 
@@ -372,7 +375,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self.sub_title = f"{'Replay' if self.replay is not None else 'Generate'} · {name}"
         self._show_curve()
         self._show_controls()
-        self.query_one("#gen-tokens", Static).update(Text("starting…", style="dim"))
+        self.canvas.say(Text("starting…", style="dim"))
         for i, pb in enumerate(playbacks):
             self.run_worker(partial(self._sample, pb.run, self.db), name="sampling", group=f"sample-{i}",
                             exclusive=True, thread=True, exit_on_error=False)
@@ -409,21 +412,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             self._draw_pending = True
             self.call_later(self._draw)
 
-    def _make_cards(self, n: int) -> None:
-        """n cards in the grid (kept across runs; extra ones removed, missing ones added)."""
-        grid = self.query_one(SampleGrid)
-        cards = grid.cards()
-        for card in cards[n:]:
-            card.remove()
-        if len(cards) < n:
-            grid.mount_all([SampleCard(i) for i in range(len(cards), n)])
-        for card in cards[:n]:
-            card.show(Text("starting…", style="dim"), 0, 0, 0, 0)
-        self.call_after_refresh(self._mark_selected)
-
     def _mark_selected(self) -> None:
-        for card in self.query_one(SampleGrid).cards():
-            card.selected = card.index == self.session.selected
+        self.grid.mark(self.session.selected)
 
     def _draw(self) -> None:
         self._draw_pending = False
@@ -471,18 +461,6 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         prompt = self.session.settings.prompt if prompt is None else prompt
         return prompt_words(self.db, prompt) if prompt and self.db is not None else None
 
-    def _final(self, pb: Playback):
-        """The run's final frame where it is known already (a replay, a finished run), for the
-        stable layout; None when the layout is free or the end is not known yet."""
-        from ..controller import Recorded
-
-        run = pb.run
-        if not self.stable:
-            return None
-        if run.source is not None:
-            return Recorded(run.source[-1], run.source_order, 0.0)
-        return run.frames[-1] if run.finished and run.frames else None
-
     def _draw_single(self) -> None:
         pb = self.playbacks[0]
         rec = pb.shown()
@@ -490,18 +468,10 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             return
         row = self.session.selected if rec.frame.ids.shape[0] > 1 else 0
         if self.draft is not None:
-            d = self.draft
-            rec = d.recorded()
-            marks = {"cursor": d.cursor, "selected": d.selected, "locked": d.locked}
-            self._tokens_text = render_row(self.db, rec, 0, self.colour, edges=self.edges, marks=marks)
-            self.positions = [sp.index for sp in row_spans(self.db, rec, 0)]
-            self._show_inspector(rec)
+            self._show_inspector(self.canvas.draw_draft(self.db, self.draft, self.colour, self.edges))
         else:
-            rows = [row] if rec.frame.ids.shape[0] > 1 else None
-            final = self._final(pb)
-            self._tokens_text = render_tokens(self.db, rec, self.colour, rows, self._prompt_words(), self.edges,
-                                              final=final, marks={})
-        self.query_one("#gen-tokens", Static).update(self._spaced(self._tokens_text))
+            self.canvas.draw(self.db, rec, row if rec.frame.ids.shape[0] > 1 else None, self.colour, self.edges,
+                             self._prompt_words(), final_of(pb.run, self.stable))
 
     # ------------------------------------------------------------------ the token inspector
     def _masking_of(self):
@@ -564,8 +534,8 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             self.session.zoomed = True
         row = self.session.selected if rec.frame.ids.shape[0] > 1 else 0
         self.draft = Draft.of(rec, row, self.db.model.mask_id, self._locked)
-        self.positions = [sp.index for sp in row_spans(self.db, rec, row)]
-        self.draft.cursor = cursor if cursor is not None else (self.positions[0] if self.positions else 0)
+        positions = self.canvas.positions = [sp.index for sp in row_spans(self.db, rec, row)]
+        self.draft.cursor = cursor if cursor is not None else (positions[0] if positions else 0)
         self._arrange()
         self._draw()
         return True
@@ -586,7 +556,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         return result
 
     def action_extend(self, delta: int) -> None:
-        self._edit("move", delta, self.positions, True)
+        self._edit("move", delta, self.canvas.positions, True)
 
     def action_remask(self) -> None:
         if self._edit("remask") == 0:
@@ -637,7 +607,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         self._branch_run = pb.run.id if n > 1 else None
         self.frames_drawn = 0
         self.drawn = None
-        self._make_cards(n)
+        self.grid.make_cards(n, self.session.selected)
         self._arrange()
         self._show_controls()
         self._start([pb])
@@ -690,73 +660,21 @@ class GenerateScreen(ReportWorkerErrors, Screen):
         if message.press:
             d.cursor, d.anchor, d.selected = pos, pos, set()
         elif message.drag and d.anchor is not None:
-            d.select_range(d.anchor, pos, self.positions)
+            d.select_range(d.anchor, pos, self.canvas.positions)
             d.cursor = pos
         else:
             d.cursor = pos
         self._draw()
 
-    def _spaced(self, text: Text) -> Text:
-        """On a tall terminal (TALL rows and up) one sample is drawn double-spaced: it fills the
-        room instead of a few lines at the top, and a word is easier to follow as it fills in."""
-        box = self.query_one("#gen-tokens")
-        width = box.content_size.width
-        if self.size.height < TALL or width < 20 or self.session.view_mode() != "single":
-            return text
-        lines = text.wrap(self.app.console, width)
-        if 2 * len(lines) > box.parent.content_size.height:
-            return text
-        return Text("\n\n").join(lines)
-
     def _draw_grid(self) -> None:
         rec = self.playbacks[0].shown()
-        if rec is None:
-            return
-        f = rec.frame
-        L = f.ids.shape[1]
-        for card in self.query_one(SampleGrid).cards():
-            b = card.index
-            if b >= f.ids.shape[0]:
-                continue
-            row_step = int(f.row_steps[b]) if f.row_steps is not None else f.step
-            card.show(render_row(self.db, rec, b, self.colour, verbatim=self._prompt_words(), edges=self.edges,
-                                 final=self._final(self.playbacks[0])),
-                      L - int(f.masked[b].sum()), L, row_step, f.steps)
+        if rec is not None:
+            self.grid.draw(self.db, rec, self.colour, self.edges, self._prompt_words(),
+                           final_of(self.playbacks[0].run, self.stable))
 
     def _draw_compare(self) -> None:
-        panes = list(self.query(ComparePane))
-        differs = differences(self.playbacks[0].run.settings, self.playbacks[-1].run.settings)
-        for side, (pb, pane) in enumerate(zip(self.playbacks, panes)):
-            pane.active = side == self.session.side
-            rec = pb.shown()
-            head = settings_line(pb.run.settings, differs)
-            if rec is None:
-                pane.show(head, Text(f"step 0/{pb.run.settings.steps} · starting", style="dim"),
-                          Text("starting…", style="dim"))
-                continue
-            row = self.session.selected if rec.frame.ids.shape[0] > 1 else None  # one sample per side
-            status = self._progress(pb, rec, row)
-            if row is not None:
-                status = Text(f"sample {row + 1}/{rec.frame.ids.shape[0]} · ").append_text(status)
-            pane.show(head, status, render_tokens(self.db, rec, self.colour, None if row is None else [row],
-                                                  self._prompt_words(pb.run.settings.prompt), self.edges))
-
-    def _progress(self, pb: Playback, rec, row: int | None = None) -> Text:
-        """'step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame (or one row of it)."""
-        f = rec.frame
-        if row is None:
-            step, n_masked, total = f.step, int(f.masked.sum()), f.masked.numel()
-        else:
-            step = int(f.row_steps[row]) if f.row_steps is not None else f.step
-            n_masked, total = int(f.masked[row].sum()), f.masked.shape[1]
-        text = Text()
-        text.append(f"step {step}/{f.steps}", style="bold")
-        text.append(f" · masked {n_masked}/{total} · nfe {f.nfe}")
-        if not self.app.deterministic:
-            text.append(f" · {rec.seconds:.2f}s")
-        state = pb.state()
-        text.append(f" · {state}", style="bold green" if state.startswith("done") else "bold cyan")
-        return text
+        self.query_one(CompareView).draw(self.db, self.playbacks, self.session.side, self.session.selected, self.colour,
+                                         self.edges, self._prompt_words, not self.app.deterministic)
 
     def _status(self) -> None:
         text = Text()
@@ -777,7 +695,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             n, selected = pb.run.settings.n, self.session.selected
             if n > 1:
                 text.append(f"sample {selected + 1}/{n} · " if mode == "single" else f"{n} samples · ", style="bold")
-            below = self._cards_below() if mode == "grid" else []
+            below = self.grid.cards_below() if mode == "grid" else []
             if below:  # early in the line: it must not be cut off on a narrow terminal
                 text.append(f"#{below[0] + 1}{'' if len(below) == 1 else f'-#{below[-1] + 1}'} below (↓) · ",
                             style="bold yellow")
@@ -794,15 +712,10 @@ class GenerateScreen(ReportWorkerErrors, Screen):
                     text.append(f"{self.versions.label()} · ", style="bold magenta")
                 if self._branch_run is not None and pb.run.id == self._branch_run:
                     text.append("branch: Enter picks · ", style="bold magenta")
-                text.append_text(self._progress(pb, rec, selected if mode == "single" and n > 1 else None))
+                text.append_text(progress_line(pb, rec, selected if mode == "single" and n > 1 else None,
+                                               not self.app.deterministic))
         self.query_one("#gen-status", Static).update(text)
         self._show_keys()
-
-    def _cards_below(self) -> list[int]:
-        """The grid's cards that lie wholly or partly below its visible part (the status hints at them)."""
-        grid = self.query_one(SampleGrid)
-        bottom = grid.scroll_y + grid.scrollable_content_region.height
-        return [card.index for card in grid.cards() if card.display and card.virtual_region.bottom > bottom]
 
     def _show_keys(self) -> None:
         """The key bar's space key says what it does now: Pause, Play or Replay."""
@@ -873,7 +786,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
 
     def action_scrub(self, delta: int) -> None:
         if self.draft is not None:  # inspect mode: the arrows move the cursor
-            self.draft.move(delta, self.positions)
+            self.draft.move(delta, self.canvas.positions)
             self._draw()
             return
         for pb in self.playbacks:
@@ -946,8 +859,7 @@ class GenerateScreen(ReportWorkerErrors, Screen):
             return
         self._mark_selected()
         if self.view_mode() == "grid":
-            grid = self.query_one(SampleGrid)
-            grid.scroll_to_widget(grid.cards()[self.session.selected])
+            self.grid.reveal(self.session.selected)
         self._draw()
 
     def action_zoom(self) -> None:
