@@ -167,6 +167,19 @@ def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True)
     return text
 
 
+def prompt_words_of(db, run, prompt: str | None, given: bool = False) -> dict[int, str] | None:
+    """The prompt's own words by position (drawn as typed, dbert_core.sample.prompt_words): of
+    `prompt` when `given`, else of the run's (an infill's winning template; none for a refill,
+    whose positions are the draft's), else of `prompt` (the session's)."""
+    from dbert_core.sample import prompt_words
+
+    if not given and run is not None and run.source_prompt is not None:
+        prompt = run.source_prompt  # an infill: the winner's length
+    elif not given and run is not None and run.template is not None:
+        return None  # a refill: the positions are the draft's, not the prompt's
+    return prompt_words(db, prompt) if prompt and db is not None else None
+
+
 def _p(x) -> str:
     return "—" if x is None else f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
 

@@ -747,10 +747,10 @@ async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
         g = app.generate_screen
         latencies = []
         for _ in range(4):  # a key posted as the terminal would, timed until the screen reacts
-            before = g.colour
+            before = g.controls.colour
             start = time.perf_counter()
             app.post_message(events.Key("v", "v"))
-            while g.colour == before:
+            while g.controls.colour == before:
                 await asyncio.sleep(0.002)
             latencies.append(time.perf_counter() - start)
         assert trainer.step > 3 and tr.trainer is trainer  # still training meanwhile

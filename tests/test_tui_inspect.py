@@ -118,7 +118,7 @@ async def test_remask_lock_slots_refill_undo_redo(tiny_db):
         new = [int(i) for i in g.run.frames[-1].frame.ids[0]]
         assert len(new) == len(template) and mask not in new
         assert all(new[i] == t for i, t in enumerate(template) if t != mask)  # the rest is kept
-        assert len(g.versions) == 2 and "version 2/2" in status(g)
+        assert len(g.editor.versions) == 2 and "version 2/2" in status(g)
         assert not any(g.run.frames[0].frame.revealed[0, i] for i, t in enumerate(template) if t != mask)
         await pilot.press("u")
         assert [int(i) for i in g.run.frames[-1].frame.ids[0]] == original and "version 1/2" in status(g)
@@ -142,9 +142,9 @@ async def test_branch_draws_several_refills_and_enter_picks_one(tiny_db):
         rows = {tuple(int(i) for i in row) for row in g.run.frames[-1].frame.ids}
         assert len(rows) > 1  # different refills
         await pilot.press("down", "down", "enter")
-        assert g.view_mode() == "single" and g.session.selected == 2 and len(g.versions) == 2
+        assert g.view_mode() == "single" and g.session.selected == 2 and len(g.editor.versions) == 2
         chosen = [int(i) for i in g.run.frames[-1].frame.ids[2]]
-        assert g.versions.current().row == 2 and "version 2/2" in status(g)
+        assert g.editor.versions.current().row == 2 and "version 2/2" in status(g)
         await pilot.press("u", "y")
         assert g.session.selected == 2 and [int(i) for i in g.run.frames[-1].frame.ids[g.session.selected]] == chosen
 
@@ -251,7 +251,7 @@ async def test_stable_layout_keeps_the_final_line_breaks(traj_file):
             g.action_scrub_to(k)
             assert lines() == final  # the same lines of the same widths at every frame
         await pilot.press("w", "home")
-        assert not g.stable and "░░░" in g.shown_text()
+        assert not g.controls.stable and "░░░" in g.shown_text()
 
 
 def test_snapshot_inspector_80x24(snap_compare, snapshot_db):
@@ -283,9 +283,9 @@ async def test_an_infill_prompt_ranks_every_length_and_plays_the_best(snapshot_d
         await fill_dialog(pilot, {"prompt": "once upon a time [MASK*1-3] girl"})
         await wait_for(pilot, lambda: g.run is not None and g.run.source_prompt is not None and g.run.finished
                        and g.drawn is g.run.frames[-1], what="the infill")
-        best = g.ranking[0]
-        assert [c.score for c in g.ranking] == sorted(c.score for c in g.ranking)
-        assert {c.lengths for c in g.ranking} <= {(1,), (2,), (3,)}
+        best = g.player.ranking[0]
+        assert [c.score for c in g.player.ranking] == sorted(c.score for c in g.player.ranking)
+        assert {c.lengths for c in g.player.ranking} <= {(1,), (2,), (3,)}
         assert g.session.selected == best.row and g.run.source_prompt == f"once upon a time [MASK*{best.lengths[0]}] girl"
         assert g.shown_text().replace("\n", " ") == best.text
         await pilot.press("i")  # the inspector works on it too

@@ -14,7 +14,7 @@ from textual.widgets import Static
 
 from ...controller import differences
 from ...render import progress_line, render_tokens
-from ..controls import CONTROLS, _value
+from .controls import CONTROLS, _value
 from .canvas import TokenScroll
 
 
