@@ -178,7 +178,7 @@ def test_hundreds_of_idle_connections_make_room(tiny_db):
         assert status == 200 and len(body["choices"]) == 1
         still = [s for s in idle if not closed_by_server(s, 0.01)]
         assert len(still) <= limits.max_connections
-        assert still == idle[-len(still):]  # the oldest went first
+        assert still == idle[len(idle) - len(still):]  # the oldest went first
         assert len(srv.server_state.connections) <= limits.max_connections
         for s in idle:
             s.close()
