@@ -749,9 +749,12 @@ def _protocol(limits: Limits):
             body = json.dumps(ApiError(status, f"invalid HTTP request: {why}").body()).encode()
             headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                        (b"connection", b"close")]
-            for event in (h11.Response(status_code=status, headers=headers, reason=STATUS_PHRASES[status]),
-                          h11.Data(data=body), h11.EndOfMessage()):
-                self.transport.write(self.conn.send(event))
+            try:
+                for event in (h11.Response(status_code=status, headers=headers, reason=STATUS_PHRASES[status]),
+                              h11.Data(data=body), h11.EndOfMessage()):
+                    self.transport.write(self.conn.send(event))
+            except h11.LocalProtocolError:  # a response of ours was under way (pipelining): only close
+                pass
             self.transport.close()
 
     return Protocol
