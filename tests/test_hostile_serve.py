@@ -226,7 +226,7 @@ def test_slow_heads_and_bodies_are_cut_at_their_deadlines(tiny_db):
             assert status == 408 and "did not arrive within 1.5 s" in body["error"]["message"]
             assert closed_by_server(s, 1.0)
         assert all(closed_by_server(s, 1.0) for s in idle)
-        assert time.monotonic() - started < limits.timeout + 4
+        assert time.monotonic() - started < limits.timeout + 8  # a loaded machine: the deadlines above are the test
         deadline = time.monotonic() + 5
         while srv.server_state.connections and time.monotonic() < deadline:
             time.sleep(0.05)
