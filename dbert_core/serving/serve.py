@@ -61,6 +61,7 @@ from starlette.routing import Route
 from ..config import MAX_SEED, SAMPLERS, SampleConfig
 from ..display import safe_text
 from ..errors import DbertError
+from ..sampling.blocks import is_story_model
 from ..sampling.infill import has_range
 from ..sampling.sample import _MASK_RUN, _slots, default_length, expand_template, resolve
 from .serve_queue import Job, QueueFull, Scheduler, ShuttingDown
@@ -211,6 +212,9 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
     if template is not None and (any(prompts) or suffix or len(prompts) > 1):
         raise ApiError(400, "dbert.template replaces prompt and suffix: leave those empty", param="dbert.template")
 
+    if suffix and is_story_model(db):
+        raise ApiError(400, "this checkpoint writes whole stories: it continues a prompt to the story's end and "
+                            "takes no suffix", param="suffix")
     tok = db.tokenizer
     limit = db.model.max_length
     prompts = [_slots_of(p, "prompt", limit) for p in prompts]
@@ -505,7 +509,12 @@ def _choices(db, plan: Plan, jobs: list[Job], i: int, ev: tuple) -> list[dict]:
     _, texts, rows, _ = ev
     prep = plan.prompts[i]
     return [{"index": i * plan.n + j, "text": completion_text(db, jobs[i], texts[j], rows[j], prep), "logprobs": None,
-             "finish_reason": "length"} for j in range(len(texts))]
+             "finish_reason": _finish(db, rows[j])} for j in range(len(texts))]
+
+
+def _finish(db, row) -> str:
+    """"stop" for a story that reached its end (a story model's [SEP]), else "length"."""
+    return "stop" if is_story_model(db) and db.tokenizer.sep_token_id in row.tolist() else "length"
 
 
 def _usage(plan: Plan) -> dict:
