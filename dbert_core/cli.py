@@ -695,9 +695,10 @@ def serve(
     max_queue: Annotated[int, typer.Option(help="Prompts waiting for the model at most; more get HTTP 429.")] = 64,
     timeout: Annotated[float, typer.Option(help="Seconds a request may take, queueing included; then HTTP 504.")] = 120.0,
     max_body: Annotated[int, typer.Option(help="Bytes of a request body at most; more get HTTP 413.")] = 65536,
+    max_connections: Annotated[int, typer.Option(help="Connections with a request in progress at most; idle ones are closed to make room, past it only /health is answered.")] = 128,
     batch: Annotated[bool, typer.Option("--batch/--no-batch", help="Let unseeded requests with the same settings share a sampler call.")] = True,
     batch_rows: Annotated[int, typer.Option(help="Samples per shared sampler call at most.")] = 32,
-    grace: Annotated[float, typer.Option(help="On SIGINT/SIGTERM, seconds running requests may finish before they are cancelled.")] = 10.0,
+    grace: Annotated[float, typer.Option(help="On SIGINT/SIGTERM/SIGHUP, seconds running requests may finish before they are cancelled (a second Ctrl-C: at once).")] = 10.0,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
     dtype: Annotated[Dtype, typer.Option(help="The network's precision, as in `dbert sample`.")] = Dtype(SAMPLE.dtype),
 ):
@@ -705,26 +706,21 @@ def serve(
 
     Example: dbert serve --port 8000 --api-key secret
     """
-    for value, option in ((max_n, "--max-n"), (max_tokens, "--max-tokens"), (max_queue, "--max-queue"),
-                          (max_body, "--max-body"), (batch_rows, "--batch-rows")):
-        if value < 1:
-            raise DbertError(f"{option} must be >= 1")
-    if not 0 < port < 65536:
-        raise DbertError(f"--port must be in [1, 65535], got {port}")
-    if timeout <= 0 or grace < 0:
-        raise DbertError("--timeout must be > 0 and --grace >= 0")
-    from .serving.serve import Limits, create_app, is_loopback, run
+    from .serving.serve import Limits, check_options, create_app, is_loopback, run
 
+    check_options(api_key=api_key, port=port, timeout=timeout, grace=grace, max_n=max_n, max_tokens=max_tokens,
+                  max_queue=max_queue, max_body=max_body, batch_rows=batch_rows, max_connections=max_connections)
     if not is_loopback(host) and not api_key:
         say(f"dbert serve: warning: listening on {host} without --api-key: anyone who can reach this port can use it")
     name = checkpoint if checkpoint is None or "/" not in checkpoint else Path(checkpoint).name
     name = name or "default"
     db = _load(checkpoint, device.value)
-    limits = Limits(max_n=max_n, max_tokens=max_tokens, max_queue=max_queue, timeout=timeout, max_body=max_body)
+    limits = Limits(max_n=max_n, max_tokens=max_tokens, max_queue=max_queue, timeout=timeout, max_body=max_body,
+                    max_connections=max_connections)
     application = create_app(db, name, api_key=api_key, limits=limits, batching=batch, max_rows=batch_rows,
                              device=device.value, dtype=dtype.value)
     say(f"dbert serve: {name} ({db.path}) on http://{host}:{port}/v1 ; stop with Ctrl+C")
-    _restore_signals()  # uvicorn handles SIGINT and SIGTERM itself (a grace period), then re-raises them
+    _restore_signals()  # serve.server handles SIGINT, SIGTERM and SIGHUP itself (a grace period), then re-raises them
     try:
         run(application, host, port, grace=grace)  # SIGTERM: ends by the signal once shut down, as uvicorn does
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on

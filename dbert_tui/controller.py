@@ -165,8 +165,7 @@ def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Reco
     run reached its last frame, False when cancelled first."""
     import torch
 
-    from dbert_core.sampling.blocks import is_story_model
-    from dbert_core.sampling.sample import frames, story_stream
+    from dbert_core.sampling.sample import frames, is_story_model, story_stream
 
     s = run.settings
     gen = torch.Generator().manual_seed(s.seed)
@@ -321,8 +320,7 @@ class Session:
         is automatic (else within its maximum), a sampler it allows. Returns what was changed
         that the user should hear about."""
         from dbert_core.errors import DbertError
-        from dbert_core.sampling.blocks import is_story_model
-        from dbert_core.sampling.sample import MAX_STORY, default_length, default_sampler, resolve
+        from dbert_core.sampling.sample import MAX_STORY, default_length, default_sampler, is_story_model, resolve
 
         notes = []
 

@@ -9,7 +9,7 @@
 - `Versions`: every text a refill made, in order, with undo and redo: a version is a run and
   the row of it chosen (a branch draws several refills and one is picked).
 
-The Generate screen turns keys and mouse events into these calls (screens/generate.py).
+The Generate screen's editor (widgets/generate/editor.py) turns keys and mouse events into these calls.
 """
 
 from __future__ import annotations

@@ -28,6 +28,72 @@ def trajectory(db, run: Run) -> dict:
     return as_json(db, run.settings, [rec.frame for rec in run.frames], last.order if last else None)
 
 
+def export_text(db, run: Run, suffix: str, rows: list[int] | None, width: int, verbatim, replay=None) -> str:
+    """A run as a file of type suffix: .cast (asciinema, at most `width` columns), .html, else
+    the JSON trajectory (a replayed file as it was read). rows: the rows a .cast shows (None:
+    all); verbatim: the prompt's own words by position."""
+    from dbert_core.sampling import share
+
+    frames = [rec.frame for rec in run.frames]
+    order = run.frames[-1].order
+    name = Path(db.path).name if db.path else "dbert"
+    if suffix == ".cast":
+        return share.cast(db, frames, order, width=max(40, min(120, width)), title=f"dbert · {name}",
+                          rows=rows, verbatim=verbatim)
+    if suffix in (".html", ".htm"):
+        return share.html(db, frames, order, title=f"dbert · {name}", verbatim=verbatim)
+    if replay is not None and run.source is not None:  # the file as it was read
+        return json.dumps(replay.data) + "\n"
+    return json.dumps(trajectory(db, run)) + "\n"
+
+
+EXPORT_TITLE = ("Export the run: .json the trajectory (every frame; dbert-tui --replay plays it), .cast an "
+                "asciinema recording, .html the text coloured by reveal order")
+
+
+def default_name(db, seed: int, ext: str) -> str:
+    """output_dir()/<checkpoint>-seed<seed>.<ext> (one dbert- prefix at most: the shipped
+    checkpoints' names carry one already), made unique."""
+    name = Path(db.path).name if db is not None and db.path else "dbert"
+    return str(default_output(f"{name if name.startswith('dbert') else 'dbert-' + name}-seed{seed}", ext))
+
+
+def save_title(frame) -> str:
+    """The save dialog's title: what a half-filled run writes, when it is one."""
+    left = int(frame.masked.sum())
+    if not left:
+        return "Save the text(s), one per line"
+    return (f"The run is at step {frame.step}/{frame.steps}: {left} of {frame.masked.numel()} tokens are still masked "
+            f"and are written as \\[MASK]. Save the text so far, one per line?")
+
+
+def _write(where: str, text, done: str) -> tuple[bool, str]:
+    """text() written atomically to the file `where` names: (True, `done` and the path) or (False, why not)."""
+    from dbert_core.errors import DbertError
+
+    target = output_path(where)
+    try:
+        path = atomic_write(target, text())
+    except (OSError, DbertError) as e:  # layout.atomic_write_text: DbertError "cannot write ..."
+        return False, str(e) if isinstance(e, DbertError) else f"cannot write {target}: {e.strerror or e}"
+    return True, f"{done} to {Path(path).resolve()}"
+
+
+def save_texts(where: str, db, rec: Recorded) -> tuple[bool, str]:
+    """A frame's texts, one per line (a [MASK] left written as such): (ok, what to say)."""
+    texts = texts_of(db, rec)
+    left = int(rec.frame.masked.sum())
+    what = f" (step {rec.frame.step}/{rec.frame.steps}, {left} [MASK] left)" if left else ""
+    return _write(where, lambda: "".join(t + "\n" for t in texts), f"saved {len(texts)} text(s){what}")
+
+
+def export_run(where: str, db, run: Run, rows, width: int, verbatim, replay=None) -> tuple[bool, str]:
+    """A run exported to the file `where` names, its type by suffix (export_text): (ok, what to say)."""
+    suffix = output_path(where).suffix.lower()
+    return _write(where, lambda: export_text(db, run, suffix, rows, width, verbatim, replay),
+                  f"exported {len(run.frames)} frames")
+
+
 def output_dir() -> Path:
     """Where saved texts and exported trajectories go by default: $DBERT_HOME/outputs (beside
     the store; docs/tui.md says so)."""

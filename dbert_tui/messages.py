@@ -1,8 +1,10 @@
 """Messages workers and widgets post to the UI, as dataclasses (thread-safe `post_message` is
 all a worker may do).
 
-A sampling worker posts every frame it computes in a `FrameReady` and the screen records it
-(on the UI thread) and redraws at most once per burst. Other fast producers use toolong's
+A sampling worker posts every frame it computes in a `FrameReady` to the Generate screen's
+player (widgets/generate/player.py), which records it on the UI thread and tells the screen in a
+`RunAdvanced`; the screen redraws at most once per burst. Widgets talk to their screen the same
+way: a message posted upward (a card clicked, a token pointed at); the screen calls them back. Other fast producers use toolong's
 trick: a message whose `can_replace` is True for the next one of its kind, so a burst of
 download chunks or training steps collapses into the newest and the UI never floods; nothing
 is lost by that (a training step's message hands its losses on to the one that replaces it).
@@ -126,3 +128,18 @@ class InfillReady(Message, bubble=False):
     token: int
     candidates: list
     keep: dict
+
+
+@dataclass
+class RunAdvanced(Message):
+    """The player recorded a frame of run `run_id`, or the run `finished`: the screen draws
+    (once per burst of these)."""
+
+    run_id: int
+    finished: bool = False
+
+
+@dataclass
+class InfillChosen(Message):
+    """The player ranked an infill's candidates and made the best one the session's run: the
+    screen starts playing it."""

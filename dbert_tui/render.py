@@ -148,6 +148,38 @@ def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None
 
 
 # ------------------------------------------------------------------------------ token inspector
+def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True) -> Text:
+    """'step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame (or one row of
+    it); `pb` a controller.Playback, `timed` False hides the seconds (deterministic snapshots)."""
+    f = rec.frame
+    if row is None:
+        step, n_masked, total = f.step, int(f.masked.sum()), f.masked.numel()
+    else:
+        step = int(f.row_steps[row]) if f.row_steps is not None else f.step
+        n_masked, total = int(f.masked[row].sum()), f.masked.shape[1]
+    text = Text()
+    text.append(f"step {step}/{f.steps}", style="bold")
+    text.append(f" · masked {n_masked}/{total} · nfe {f.nfe}")
+    if timed:
+        text.append(f" · {rec.seconds:.2f}s")
+    state = pb.state()
+    text.append(f" · {state}", style="bold green" if state.startswith("done") else "bold cyan")
+    return text
+
+
+def prompt_words_of(db, run, prompt: str | None, given: bool = False) -> dict[int, str] | None:
+    """The prompt's own words by position (drawn as typed, dbert_core.sampling.sample.prompt_words): of
+    `prompt` when `given`, else of the run's (an infill's winning template; none for a refill,
+    whose positions are the draft's), else of `prompt` (the session's)."""
+    from dbert_core.sampling.sample import prompt_words
+
+    if not given and run is not None and run.source_prompt is not None:
+        prompt = run.source_prompt  # an infill: the winner's length
+    elif not given and run is not None and run.template is not None:
+        return None  # a refill: the positions are the draft's, not the prompt's
+    return prompt_words(db, prompt) if prompt and db is not None else None
+
+
 def _p(x) -> str:
     return "—" if x is None else f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
 

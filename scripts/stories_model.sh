@@ -121,10 +121,28 @@ story_train() {  # from a shipped release's weights ($PARENT, default: stage 3) 
     ${EXTRA:-} $resume
 }
 
+story_report() {  # the story model (OUT, default runs/story) against its parent on the held-out stories, one run
+  story_data
+  local out=${OUT:-runs/story} parent=runs/init-${PARENT:-2b79eac} held="$DATA/head-heldout.txt"
+  OMP_NUM_THREADS=$THREADS dbert eval --checkpoint "$out" --data "$held" --unit story --steps 128 --mc-samples "${MC:-4}" \
+    --json > runs/eval_story_story.json
+  OMP_NUM_THREADS=$THREADS dbert eval --checkpoint "$parent" --data "$held" --unit window --steps 128 \
+    --mc-samples "${MC:-4}" --json > runs/eval_parent_windows.json
+  OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$out" --n "${N:-100}" --seed 0 > runs/story-samples.txt
+  OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$parent" --n "${N:-100}" --seed 0 > runs/parent-samples.txt
+  python scripts/studies/stories.py runs/story-samples.txt runs/parent-samples.txt --heldout "$held" \
+    > runs/story-measures.jsonl 2> runs/story-measures.md
+  { time OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$out" --n 10 --seed 0 --stats > runs/story-samples10.txt; } \
+    2> runs/story-samples10.time
+  OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$out" --n 1 --seed 1 --length 900 --stats > runs/story-long.txt \
+    2> runs/story-long.stats
+}
+
 case "${1:-}" in
   data) data ;;
   story-data) story_data ;;
   story) story_train ;;
+  story-report) story_report ;;
   train) train "${OUT:-runs/stories}" ;;
   continue) continue_ ;;
   eval) evaluate "${2:-runs/stories}" "${3:-$(basename "${2:-runs/stories}")}" ;;
@@ -132,5 +150,5 @@ case "${1:-}" in
   stage2) stage2 "${2:-stories}" ;;
   shown) shown ;;
   export) python scripts/export_default.py "${SRC:-runs/stories}" assets/dbert-minilm-stories --card runs/STORIES_CARD.md ;;
-  *) echo "usage: $0 story-data|story|data|train|continue|report|export|shown|eval [DIR TAG]" >&2; exit 2 ;;
+  *) echo "usage: $0 story-data|story|story-report|data|train|continue|report|export|shown|eval [DIR TAG]" >&2; exit 2 ;;
 esac

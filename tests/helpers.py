@@ -7,16 +7,19 @@
   and the archives it serves: tar_bytes, zip_bytes;
 - the TUI under Pilot: SIZE, wait_for, finished;
 - tokenizer texts and the MiniLM folder: TEXTS, minilm_dir;
-- a child process's kill -9 prelude: KILL_HOOK.
+- a child process's kill -9 prelude: KILL_HOOK;
+- `dbert serve`'s app on uvicorn in a thread: serving.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
 import json
 import os
+import socket
 import sys
 import tarfile
 import threading
@@ -329,3 +332,28 @@ def all_finished(app, sides: int = 1):
     g = app.generate_screen
     return lambda: (len(g.playbacks) == sides and all(pb.run.finished for pb in g.playbacks)
                     and g.drawn is g.run.frames[-1] and not g._draw_pending)
+
+
+# ------------------------------------------------------------------ dbert serve in a thread
+@contextlib.contextmanager
+def serving(app, grace: float = 2.0):
+    """The app on uvicorn (serve.server) in a thread, on a free 127.0.0.1 port; yields
+    (base URL, the uvicorn server)."""
+    from dbert_core.serving.serve import server
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    srv = server(app, grace=grace, access_log=False)
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", srv
+    finally:
+        srv.should_exit = True
+        thread.join(20)
+        sock.close()

@@ -18,7 +18,10 @@
   the last load error): no screen assigns those names, no module outside screens/ sets a screen's
   attributes and none reaches into a screen's private ones; a worker thread only posts messages
   (or hands a callable to call_from_thread), so widgets and screen lists change on the UI thread;
-- no test module imports another (shared helpers: tests/helpers.py).
+- no test module imports another (shared helpers: tests/helpers.py);
+- the TUI's rooms stay small: no module of dbert_tui over 500 lines, no widget module over 400;
+  a widget imports no screen and calls nothing on its screen (it posts a message upward; the
+  screen calls it back), so the Generate screen's parts (widgets/generate/) each own their state.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ LAYERS = {  # each package of dbert_core -> the packages it may import besides t
     "evaluation": {"disk", "text", "maths", "sampling", "storage", "training"},
     "serving": {"disk", "text", "maths", "sampling", "storage"},
 }
-TEXTUAL_FREE = ("controller.py", "files.py", "render.py")  # dbert_tui's modules without widgets
+TEXTUAL_FREE = ("controller.py", "editing.py", "files.py", "forms.py", "render.py")  # dbert_tui's modules without widgets
 NAMES = ("dbert.json", "config.json", "model.safetensors", "dbert_tokens.safetensors", "dbert_time.safetensors",
          "dbert_truecase.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
          "trainer_state", "state.json", "optimizer.pt", "rng.pt", "tui.json", "bench.json", "bench.md")
@@ -386,4 +389,36 @@ def test_worker_threads_only_post_to_the_ui():
             isinstance(n, ast.Attribute) and n.attr in {"query", "query_one", "mount"} for n in ast.walk(workers)):
         found.append("dbert_tui/workers.py touches widgets")
     assert bodies >= 6, f"found only {bodies} worker bodies: the test no longer sees them"
+    assert not found, "\n".join(found)
+
+
+# ------------------------------------------------------------------------------ the TUI's rooms
+TUI_MAX_LINES, WIDGET_MAX_LINES = 500, 400
+
+
+def test_no_tui_module_is_a_house_of_its_own():
+    """The Generate screen was one class of 1,212 lines; its parts are widgets now (widgets/generate/)."""
+    big = []
+    for path in sorted(TUI.rglob("*.py")):
+        rel, lines = path.relative_to(TUI), len(path.read_text(encoding="utf-8").splitlines())
+        limit = WIDGET_MAX_LINES if rel.parts[0] == "widgets" else TUI_MAX_LINES
+        if lines > limit:
+            big.append(f"dbert_tui/{rel}: {lines} lines (at most {limit})")
+    assert not big, "\n".join(big)
+
+
+def test_widgets_talk_to_their_screen_by_messages():
+    """A widget imports no screen and calls nothing on `self.screen` (its size aside): it posts a
+    message upward, and the screen, which composes it, calls its methods downward."""
+    found = []
+    for name, tree in _tui_modules().items():
+        if not name.startswith("widgets/"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and "screens" in (node.module or "").split("."):
+                found.append(f"dbert_tui/{name}:{node.lineno}: imports {node.module}")
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "screen"
+                    and _root(node.value) == "self" and node.attr != "size"):
+                found.append(f"dbert_tui/{name}:{node.lineno}: uses self.screen.{node.attr}")
+    assert "widgets/generate/player.py" in _tui_modules(), "the Generate screen's widgets moved: update this test"
     assert not found, "\n".join(found)

@@ -19,10 +19,10 @@ import pytest
 
 from dbert_core.config import SampleConfig
 from dbert_core.sampling.sample import generate, resolve
-from dbert_core.serving.serve import Limits, create_app, is_loopback, server
+from dbert_core.serving.serve import Limits, create_app, is_loopback
 from dbert_core.serving.serve_queue import Job
 
-from helpers import ROOT
+from helpers import ROOT, serving
 
 STEPS = 16
 
@@ -30,22 +30,8 @@ STEPS = 16
 @contextlib.contextmanager
 def running(app):
     """The app on uvicorn in a thread, on a free 127.0.0.1 port; yields the base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    srv = server(app, grace=2.0, access_log=False)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        srv.should_exit = True
-        thread.join(20)
-        sock.close()
+    with serving(app) as (url, _):
+        yield url
 
 
 @pytest.fixture(scope="module")

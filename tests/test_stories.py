@@ -284,3 +284,33 @@ async def test_the_tui_writes_a_long_story_window_after_window(story_model):
         assert frames[-1].done and [f.done for f in frames].count(True) == 1
         text = g.shown_text()
         assert text and MASK_GLYPH not in text and "\u00b6" not in text
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_serve_continues_a_story_to_its_end(story_model):
+    from dbert_core.serving.serve import create_app
+    from helpers import serving
+
+    app = create_app(story_model, "story", models=[])
+    with serving(app) as (url, _):
+        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom had a red kite.",
+                                                    "max_tokens": 40, "n": 2, "seed": 3, "dbert": {"steps": 6}})
+        assert code == 200, body
+        choices = body["choices"]
+        assert len(choices) == 2
+        for c in choices:
+            assert c["finish_reason"] in ("stop", "length") and "\u00b6" not in c["text"] and "[SEP]" not in c["text"]
+            assert not c["text"].lstrip().startswith("Tom had a red kite")  # the prompt is not repeated
+        code, bad = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom", "suffix": "The end."})
+        assert code == 400 and bad["error"]["param"] == "suffix"

@@ -23,8 +23,8 @@ from dbert_tui.messages import FrameReady
 from dbert_tui.controller import Settings
 from dbert_tui.render import MASK_GLYPH, render_row
 from dbert_tui.widgets.controls import ControlBar
-from dbert_tui.widgets.panes import ComparePane
-from dbert_tui.widgets.samples import SampleGrid
+from dbert_tui.widgets.generate.compare import ComparePane, CompareView
+from dbert_tui.widgets.generate.grid import SampleGrid
 from dbert_tui.screens.dialogs import FormDialog
 from helpers import SIZE, TINYSTORIES, HubServer, all_finished, fill_dialog, finished, make_app, online, tar_bytes, wait_for
 
@@ -276,7 +276,7 @@ async def test_compare_runs_the_same_seed_under_two_settings_side_by_side(tiny_d
         # c again: side A goes on alone
         await pilot.press("c")
         assert len(g.playbacks) == 1 and g.run is a2.run and g.view_mode() == "single"
-        assert not left.display and g.query_one("#gen-tokens-box").display and not bar.side
+        assert not g.query_one(CompareView).display and g.query_one("#gen-tokens-box").display and not bar.side
 
 
 async def test_scrub_shows_earlier_frames(tiny_db):
@@ -544,14 +544,14 @@ async def test_grid_says_when_cards_are_below_the_fold(tiny_db):
         g = app.generate_screen
         g._status()
         status = str(g.query_one("#gen-status").render())
-        below = g._cards_below()
+        below = g.grid.cards_below()
         assert below and below[-1] == 5, below
         assert f"#{below[0] + 1}-#6 below (↓)" in status or (len(below) == 1 and "#6 below" in status)
         for _ in range(5):
             await pilot.press("down")  # selecting the last card scrolls to it: nothing is below then
         await pilot.pause(0.3)
         g._status()
-        assert not g._cards_below() and "below" not in str(g.query_one("#gen-status").render())
+        assert not g.grid.cards_below() and "below" not in str(g.query_one("#gen-status").render())
 
 
 # ------------------------------------------------------------------------------ Checkpoints
@@ -747,10 +747,10 @@ async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
         g = app.generate_screen
         latencies = []
         for _ in range(4):  # a key posted as the terminal would, timed until the screen reacts
-            before = g.colour
+            before = g.controls.colour
             start = time.perf_counter()
             app.post_message(events.Key("v", "v"))
-            while g.colour == before:
+            while g.controls.colour == before:
                 await asyncio.sleep(0.002)
             latencies.append(time.perf_counter() - start)
         assert trainer.step > 3 and tr.trainer is trainer  # still training meanwhile

@@ -43,7 +43,7 @@ async def test_inspect_keys_move_the_cursor_and_show_the_token(tiny_db):
         g = app.generate_screen
         await pilot.press("i")
         d = g.draft
-        assert d is not None and d.cursor == g.positions[0] and "inspect" in status(g)
+        assert d is not None and d.cursor == g.canvas.positions[0] and "inspect" in status(g)
         assert g.query_one("#gen-inspect-line").display and not g.query_one("#gen-strip").display
         info = g.inspected()
         final = g.run.frames[-1]
@@ -52,15 +52,15 @@ async def test_inspect_keys_move_the_cursor_and_show_the_token(tiny_db):
         line = inspector(g)
         assert info["piece"] in line and f"step {info['step']}/16" in line and "top:" in line
         await pilot.press("right", "right")
-        assert d.cursor == g.positions[2] and g.view is None  # the arrows move the cursor, not the frame
+        assert d.cursor == g.canvas.positions[2] and g.view is None  # the arrows move the cursor, not the frame
         await pilot.press("shift+right", "shift+right")
-        assert d.selected == set(g.positions[2:5]) and d.cursor == g.positions[4]
+        assert d.selected == set(g.canvas.positions[2:5]) and d.cursor == g.canvas.positions[4]
         await pilot.press("left")
-        assert d.anchor is None and d.cursor == g.positions[3] and len(d.selected) == 3  # a move keeps the selection
+        assert d.anchor is None and d.cursor == g.canvas.positions[3] and len(d.selected) == 3  # a move keeps the selection
         await pilot.press("enter")
-        assert g.positions[3] not in d.selected  # Enter toggles the token under the cursor
+        assert g.canvas.positions[3] not in d.selected  # Enter toggles the token under the cursor
         await pilot.press("enter")
-        assert g.positions[3] in d.selected
+        assert g.canvas.positions[3] in d.selected
         await pilot.press("escape")
         assert g.draft is None and g.query_one("#gen-strip").display
         await pilot.press("i", "i")
@@ -84,9 +84,9 @@ async def test_the_mouse_inspects_hovers_and_drags_a_selection(tiny_db):
         await pilot.mouse_down("#gen-tokens", offset=cells[a])  # a drag selects from the press
         await pilot.hover("#gen-tokens", offset=cells[b])
         await pilot.mouse_up("#gen-tokens", offset=cells[b])
-        assert g.draft.selected == {p for p in g.positions if a <= p <= b} and g.draft.cursor == b
+        assert g.draft.selected == {p for p in g.canvas.positions if a <= p <= b} and g.draft.cursor == b
         await pilot.press("backspace")
-        assert all(g.draft.ids[p] == tiny_db.model.mask_id for p in range(a, b + 1) if p in g.positions)
+        assert all(g.draft.ids[p] == tiny_db.model.mask_id for p in range(a, b + 1) if p in g.canvas.positions)
 
 
 async def test_remask_lock_slots_refill_undo_redo(tiny_db):
@@ -97,7 +97,7 @@ async def test_remask_lock_slots_refill_undo_redo(tiny_db):
         g = app.generate_screen
         original = [int(i) for i in g.run.frames[-1].frame.ids[0]]
         await pilot.press("i")
-        p = g.positions
+        p = g.canvas.positions
         await pilot.press("right", "l")  # lock p[1]
         assert g.draft.locked == {p[1]}
         await pilot.press("left", "shift+right", "shift+right", "backspace")  # p[0..2]: the locked one stays
@@ -118,7 +118,7 @@ async def test_remask_lock_slots_refill_undo_redo(tiny_db):
         new = [int(i) for i in g.run.frames[-1].frame.ids[0]]
         assert len(new) == len(template) and mask not in new
         assert all(new[i] == t for i, t in enumerate(template) if t != mask)  # the rest is kept
-        assert len(g.versions) == 2 and "version 2/2" in status(g)
+        assert len(g.editor.versions) == 2 and "version 2/2" in status(g)
         assert not any(g.run.frames[0].frame.revealed[0, i] for i, t in enumerate(template) if t != mask)
         await pilot.press("u")
         assert [int(i) for i in g.run.frames[-1].frame.ids[0]] == original and "version 1/2" in status(g)
@@ -142,9 +142,9 @@ async def test_branch_draws_several_refills_and_enter_picks_one(tiny_db):
         rows = {tuple(int(i) for i in row) for row in g.run.frames[-1].frame.ids}
         assert len(rows) > 1  # different refills
         await pilot.press("down", "down", "enter")
-        assert g.view_mode() == "single" and g.session.selected == 2 and len(g.versions) == 2
+        assert g.view_mode() == "single" and g.session.selected == 2 and len(g.editor.versions) == 2
         chosen = [int(i) for i in g.run.frames[-1].frame.ids[2]]
-        assert g.versions.current().row == 2 and "version 2/2" in status(g)
+        assert g.editor.versions.current().row == 2 and "version 2/2" in status(g)
         await pilot.press("u", "y")
         assert g.session.selected == 2 and [int(i) for i in g.run.frames[-1].frame.ids[g.session.selected]] == chosen
 
@@ -244,14 +244,14 @@ async def test_stable_layout_keeps_the_final_line_breaks(traj_file):
         width = g.query_one("#gen-tokens").content_size.width
 
         def lines():
-            return [len(line.plain) for line in g._tokens_text.wrap(app.console, width)]
+            return [len(line.plain) for line in g.canvas.text.wrap(app.console, width)]
 
         final = lines()
         for k in range(len(g.run.frames)):
             g.action_scrub_to(k)
             assert lines() == final  # the same lines of the same widths at every frame
         await pilot.press("w", "home")
-        assert not g.stable and "░░░" in g.shown_text()
+        assert not g.controls.stable and "░░░" in g.shown_text()
 
 
 def test_snapshot_inspector_80x24(snap_compare, snapshot_db):
@@ -283,9 +283,9 @@ async def test_an_infill_prompt_ranks_every_length_and_plays_the_best(snapshot_d
         await fill_dialog(pilot, {"prompt": "once upon a time [MASK*1-3] girl"})
         await wait_for(pilot, lambda: g.run is not None and g.run.source_prompt is not None and g.run.finished
                        and g.drawn is g.run.frames[-1], what="the infill")
-        best = g.ranking[0]
-        assert [c.score for c in g.ranking] == sorted(c.score for c in g.ranking)
-        assert {c.lengths for c in g.ranking} <= {(1,), (2,), (3,)}
+        best = g.player.ranking[0]
+        assert [c.score for c in g.player.ranking] == sorted(c.score for c in g.player.ranking)
+        assert {c.lengths for c in g.player.ranking} <= {(1,), (2,), (3,)}
         assert g.session.selected == best.row and g.run.source_prompt == f"once upon a time [MASK*{best.lengths[0]}] girl"
         assert g.shown_text().replace("\n", " ") == best.text
         await pilot.press("i")  # the inspector works on it too

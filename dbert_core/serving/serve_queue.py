@@ -31,6 +31,7 @@ from typing import Callable
 import torch
 
 from ..config import SampleConfig
+from ..sampling.blocks import is_story_model
 from ..sampling.sample import frames, generate, parse_prompt, prompt_words
 
 
@@ -209,7 +210,7 @@ class Scheduler:
                 first.send(("error", *e.args))
                 continue
             group, rows = [first], first.cfg.n
-            key = first.batch_key if self.batching else None
+            key = first.batch_key if self.batching and not is_story_model(self.db) else None  # a story runs alone
             if key is not None:
                 for job in list(self._pending):
                     if job.batch_key == key and rows + job.cfg.n <= self.max_rows and not job.cancelled.is_set():
@@ -223,6 +224,7 @@ class Scheduler:
         """One job through generate(), exactly as `dbert sample` runs it."""
         db, n = self.db, job.cfg.n
         finals: list[torch.Tensor] = []  # the last frame's ids of each batch generate() runs
+        start = 1 if is_story_model(db) else 0  # a story's canvas opens with the [SEP] no text shows
         partial = None
         reached = [0]
 
@@ -231,9 +233,9 @@ class Scheduler:
             job.check()
             lo = sum(len(ids) for ids in finals)
             if f.done:
-                finals.append(f.ids)
+                finals.append(f.ids[:, start:])
             if partial is not None:
-                partial[lo:lo + len(f.ids)] = [job.line(db, row) for row in f.ids]
+                partial[lo:lo + len(f.ids)] = [job.line(db, row[start:]) for row in f.ids]
                 job.send(("step", f.step, f.steps, list(partial)))
 
         try:

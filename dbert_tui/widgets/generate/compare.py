@@ -1,18 +1,21 @@
-"""Token views: a scrolling text box, and one side of a comparison (its settings, status and text)."""
+"""Compare: the same seed under two settings, side by side (`c`).
+
+It owns its two panes: each names its side, says whether the keys change it, shows its
+settings (what differs from the other side highlighted), its progress and its text.
+"""
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from ...controller import differences
+from ...render import progress_line, render_tokens
 from .controls import CONTROLS, _value
-
-
-class TokenScroll(VerticalScroll, can_focus=False):
-    """Scrolls a long batch; never takes focus, so the arrow keys scrub instead of scrolling."""
+from .canvas import TokenScroll
 
 
 def settings_line(settings, differs: set[str]) -> Text:
@@ -64,33 +67,35 @@ class ComparePane(Vertical):
         self.query_one(".pane-tokens", Static).update(tokens)
 
 
-class TokenView(Static):
-    """The token text of one sample. Each token's style carries its position (render.render_row
-    with marks), so the mouse says which token it is over: a hover, a press, a drag."""
+class CompareView(Horizontal):
+    """Side A and side B."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._down = False
+    DEFAULT_CSS = """
+    CompareView { width: 1fr; height: 1fr; }
+    """
 
-    @staticmethod
-    def _position(event) -> int | None:
-        value = event.style.meta.get("token") if event.style else None
-        return value if isinstance(value, int) else None
+    def compose(self) -> ComposeResult:
+        yield ComparePane("A", id="gen-side-a")
+        yield ComparePane("B", id="gen-side-b")
 
-    def on_mouse_move(self, event) -> None:
-        from ..messages import TokenPointed
+    def panes(self) -> list[ComparePane]:
+        return list(self.query(ComparePane))
 
-        pos = self._position(event)
-        if pos is not None:
-            self.post_message(TokenPointed(pos, drag=self._down))
-
-    def on_mouse_down(self, event) -> None:
-        from ..messages import TokenPointed
-
-        pos = self._position(event)
-        self._down = pos is not None
-        if pos is not None:
-            self.post_message(TokenPointed(pos, press=True))
-
-    def on_mouse_up(self, event) -> None:
-        self._down = False
+    def draw(self, db, playbacks, side: int, selected: int, colour: str, edges, verbatim_of, timed: bool) -> None:
+        """Each side's shown frame (one sample per side: the selected one); `side` is the one the
+        keys change; verbatim_of(prompt) the prompt's own words."""
+        differs = differences(playbacks[0].run.settings, playbacks[-1].run.settings)
+        for i, (pb, pane) in enumerate(zip(playbacks, self.panes())):
+            pane.active = i == side
+            rec = pb.shown()
+            head = settings_line(pb.run.settings, differs)
+            if rec is None:
+                pane.show(head, Text(f"step 0/{pb.run.settings.steps} · starting", style="dim"),
+                          Text("starting…", style="dim"))
+                continue
+            row = selected if rec.frame.ids.shape[0] > 1 else None
+            status = progress_line(pb, rec, row, timed)
+            if row is not None:
+                status = Text(f"sample {row + 1}/{rec.frame.ids.shape[0]} · ").append_text(status)
+            pane.show(head, status, render_tokens(db, rec, colour, None if row is None else [row],
+                                                  verbatim_of(pb.run.settings.prompt), edges))

@@ -1,0 +1,345 @@
+"""The Generate screen: watch the reverse process fill in [MASK]s, step by step, and drive it.
+
+Three views of the same machinery:
+- one sample, large, with the noise schedule (a panel where the terminal is wide, a one-line
+  strip where it is not);
+- a grid of n samples of one run filling in together (`g`), each card with its own progress;
+  Enter (or a click) shows the selected one large, Esc goes back;
+- a comparison (`c`): the same seed under two settings, side by side; Tab chooses the side the
+  keys change, and any change restarts both.
+
+The state is the App's controller.Session (settings of both sides, runs, playback, selection);
+each part of the screen is a widget that owns the rest of its state (widgets/generate/): the
+player (workers, frames, playback, the status line), the canvas (one sample large), the grid,
+the comparison, the token inspector, the editor (remask, refill, branch, undo) and the controls
+(the legend and the control bar: settings, colouring, layout). This screen composes them, turns
+keys into calls on them, routes their messages (a frame recorded, a card clicked, a token
+pointed at) and draws them all at most once per burst of frames.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import replace
+from pathlib import Path
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Header
+
+from dbert_core.errors import DbertError
+
+from ...controller import Playback, Run, Session
+from ...messages import InfillChosen, RunAdvanced, SampleChosen, TokenPointed
+from ...render import prompt_words_of
+from ...widgets.generate.canvas import Canvas, final_of
+from ...widgets.generate.compare import CompareView
+from ...widgets.generate.controls import Controls
+from ...widgets.generate.editor import Editor
+from ...widgets.generate.grid import SampleGrid
+from ...widgets.generate.inspector import InspectorLine, TokenInspector
+from ...widgets.generate.player import Player
+from ...widgets.keybar import KeyBar
+from ...widgets.schedule import SchedulePanel, ScheduleStrip
+from ...workers import ReportWorkerErrors
+from .keys import BINDINGS, KEYS, KeyActions
+
+WIDE = 120  # columns from which the schedule gets its panel (below: the one-line strip)
+
+
+class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
+    """Live reverse diffusion. Changing a control restarts the run with the new settings."""
+
+    HELP = ("Watch the reverse process fill in the [MASK]s, step by step. The control bar shows each "
+            "sampling setting beside its key; a change restarts the run at once with the same seed.")
+
+    BINDINGS = BINDINGS  # screens/generate/keys.py: every key, in the order of the key help
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._restart_pending = False
+        self._draw_pending = False
+        self._ready = False
+        self.drawn = None        # the frame of side A last drawn
+        self.frames_drawn = 0    # draws (bursts of frames coalesce into one)
+        # the parts (widgets/generate/), each the owner of its own state
+        self.player = Player(id="gen-status")          # the status line; workers, frames, playback
+        self.canvas = Canvas(id="gen-tokens-box")      # one sample large
+        self.grid = SampleGrid(id="gen-grid")          # several samples, a card each
+        self.compare = CompareView(id="gen-compare")   # two settings side by side
+        self.inspector = TokenInspector(id="gen-inspect")  # the token under the cursor
+        self.editor = Editor()                         # the draft, versions, refill and branch
+        self.controls = Controls(id="gen-bar")         # the legend and the control bar
+
+    # ------------------------------------------------------------------ the App's state
+    @property
+    def session(self) -> Session:
+        """The generation session (settings, runs, selection): the App's (DbertApp.session)."""
+        return self.app.session
+
+    @property
+    def replay(self):
+        """The dbert_core.sampling.replay.Replay being played instead of sampling (no model), or None: the App's."""
+        return getattr(self.app, "replay", None)
+
+    @property
+    def db(self):
+        """The checkpoint being run: the App's (DbertApp.db); the screen keeps no copy."""
+        return getattr(self.app, "db", None)
+
+    # ------------------------------------------------------------------ what is shown
+    @property
+    def playbacks(self) -> list[Playback]:
+        return self.session.playbacks
+
+    @property
+    def run(self) -> Run | None:
+        """Side A's run (the only one unless comparing)."""
+        return self.session.run
+
+    @property
+    def view(self) -> int | None:
+        """Side A's shown frame index (None: live)."""
+        return self.playbacks[0].view if self.playbacks else None
+
+    @property
+    def draft(self):
+        """The sample being inspected and edited (the editor's), or None."""
+        return self.editor.draft
+
+    def shown(self):
+        return self.playbacks[0].shown() if self.playbacks else None
+
+    def view_mode(self) -> str:
+        return self.session.view_mode()
+
+    def shown_text(self, side: int = 0) -> str:
+        """The plain text of a side's token view, as drawn (tests and the tmux check read this)."""
+        if self.view_mode() == "compare":
+            return self.compare.panes()[side].text.plain
+        if self.view_mode() == "grid":
+            return self.grid.text()
+        return self.canvas.text.plain
+
+    def inspected(self) -> dict | None:
+        """dbert_core.sampling.inspector.token_info of the token under the inspector's cursor."""
+        return self.inspector.inspect(self.db, self.draft)
+
+    # ------------------------------------------------------------------ layout
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield self.player
+        with Horizontal(id="gen-main"):
+            yield self.canvas
+            yield self.grid
+            yield self.compare
+            yield SchedulePanel(id="gen-schedule")
+            yield self.inspector
+        yield ScheduleStrip(id="gen-strip")
+        yield InspectorLine(id="gen-inspect-line")
+        yield self.controls
+        yield KeyBar(KEYS, id="gen-keys")
+        yield self.editor
+
+    def on_mount(self) -> None:
+        self.sub_title = "Generate"
+        self._ready = True
+        self._arrange()
+        self._show_controls()
+        self.watch(self.app, "db", self.use_db)  # the App's checkpoint, now and whenever it changes
+
+    def on_resize(self) -> None:
+        self._arrange()
+
+    def _arrange(self) -> None:
+        """Show the widgets of the current view; the schedule as a panel only where it is wide."""
+        if not self._ready:
+            return
+        mode, wide = self.view_mode(), self.size.width >= WIDE
+        self.canvas.display = mode == "single"
+        self.grid.display = mode == "grid"
+        self.compare.display = mode == "compare"
+        inspecting = self.draft is not None and mode == "single"
+        self.query_one(SchedulePanel).display = mode == "single" and wide and not inspecting
+        self.query_one(ScheduleStrip).display = not (mode == "single" and wide) and not inspecting
+        self.inspector.display = inspecting and wide
+        self.query_one(InspectorLine).display = inspecting and not wide
+        self.grid.fit(self.size.width, WIDE)
+
+    def use_db(self, db) -> None:
+        """The App's checkpoint changed (its settings are already fitted to it): start a run."""
+        if db is not None:
+            self.restart()
+
+    # ------------------------------------------------------------------ runs
+    def _restart_soon(self) -> None:
+        """Coalesce several control changes into one restart."""
+        if self.db is None or self._restart_pending:
+            return
+        self._restart_pending = True
+        self.call_later(self.restart)
+
+    def restart(self) -> None:
+        """New runs of every side, with the same seed; previous workers are cancelled."""
+        self._restart_pending = False
+        if self.db is None or not self._ready:
+            return
+        from dbert_core.sampling.infill import has_range
+
+        if self.replay is None and has_range(self.session.settings.prompt):
+            self._start_infill()
+            return
+        self.player.infilling = 0  # an infill being ranked is dropped
+        try:
+            playbacks = self.session.replay_runs(self.replay) if self.replay is not None else self.session.new_runs(self.db)
+        except DbertError as e:
+            self.app.notify(str(e), title="settings", severity="error")
+            return
+        self.editor.reset()
+        self._start(playbacks)
+
+    def _start_infill(self) -> None:
+        """A prompt with [MASK*A-B]: the player draws and ranks every length; the winner's batch
+        is then played back (InfillChosen), the winner shown large."""
+        from dbert_core.sampling.sample import resolve
+
+        try:
+            cfg = resolve(dataclasses.replace(self.session.settings, n=1), self.db)
+        except DbertError as e:
+            self.app.notify(str(e), title="settings", severity="error")
+            return
+        self.player.cancel()
+        self.editor.reset(keep_locks=True)
+        self.session.partner, self.session.side = None, 0
+        self.session.playbacks = []
+        self.canvas.say(Text("infill: drawing every length and ranking them by the model's ELBO per token…",
+                             style="dim"))
+        self._arrange()
+        self.player.start_infill(cfg, self.db)
+        self._status()
+
+    @on(InfillChosen)
+    def _infill_chosen(self) -> None:
+        self._start(self.session.playbacks)
+
+    def _start(self, playbacks: list[Playback]) -> None:
+        """Play these runs: fresh cards and panels, then a worker each (the player's)."""
+        self.frames_drawn = 0
+        self.drawn = None
+        self.grid.make_cards(playbacks[0].run.settings.n, self.session.selected)
+        self._arrange()
+        from dbert_core.display import safe_text
+
+        name = safe_text(Path(self.db.path).name, 60) if self.db.path else "model"
+        self.sub_title = f"{'Replay' if self.replay is not None else 'Generate'} · {name}"
+        self._show_curve()
+        self._show_controls()
+        self.canvas.say(Text("starting…", style="dim"))
+        self.player.start(playbacks, self.db)
+        self._status()
+
+    @on(RunAdvanced)
+    def _run_advanced(self, message: RunAdvanced) -> None:
+        if message.finished:
+            pb = self.session.playback_of(message.run_id)
+            if pb is not None:
+                self.editor.run_finished(pb.run)  # a refill: a new version
+        self._draw_soon()
+
+    # ------------------------------------------------------------------ drawing
+    def _draw_soon(self) -> None:
+        """One draw after the frames already queued (a burst of frames is drawn once)."""
+        if not self._draw_pending:
+            self._draw_pending = True
+            self.call_later(self._draw)
+
+    def _draw(self) -> None:
+        self._draw_pending = False
+        if not self.playbacks or self.db is None:
+            return
+        mode, controls = self.view_mode(), self.controls
+        if controls.colour == "confidence":
+            controls.fit_edges(self.playbacks)
+        colour, edges = controls.colour, controls.edges
+        pb = self.playbacks[0]
+        rec = pb.shown()
+        if mode == "compare":
+            self.compare.draw(self.db, self.playbacks, self.session.side, self.session.selected, colour, edges,
+                              self._prompt_words, not self.app.deterministic)
+        elif rec is not None and mode == "grid":
+            self.grid.draw(self.db, rec, colour, edges, self._prompt_words(), final_of(pb.run, controls.stable))
+        elif rec is not None and self.draft is not None:
+            shown = self.canvas.draw_draft(self.db, self.draft, colour, edges)
+            info = self.inspector.show(self.db, self.draft, shown.frame.steps)
+            self.query_one(InspectorLine).show(info, shown.frame.steps, self.db.schedule.T)
+        elif rec is not None:
+            row = self.session.selected if rec.frame.ids.shape[0] > 1 else None
+            self.canvas.draw(self.db, rec, row, colour, edges, self._prompt_words(), final_of(pb.run, controls.stable))
+        if rec is not None and rec is not self.drawn:
+            self.drawn = rec
+            self.frames_drawn += 1
+        active = self.session.active_playback().shown()
+        if active is not None:
+            f = active.frame
+            for widget in (self.query_one(SchedulePanel), self.query_one(ScheduleStrip)):
+                widget.set_position(f.step, float(f.masked.double().mean()))
+        self._status()
+
+    def _prompt_words(self, prompt: str | None = None) -> dict[int, str] | None:
+        """The prompt's own words by position (shown as typed), for the session's prompt or this one."""
+        return prompt_words_of(self.db, self.run, self.session.settings.prompt if prompt is None else prompt,
+                               given=prompt is not None)
+
+    def _status(self) -> None:
+        mode, run = self.view_mode(), self.run
+        self.player.show_status(self.db, mode, self.grid.cards_below() if mode == "grid" else [],
+                                self.editor.inspecting(), self.editor.prefix(run) if run is not None else Text())
+        self._show_keys()
+
+    def _show_keys(self) -> None:
+        """The key bar's space key says what it does now: Pause, Play or Replay."""
+        label = self.player.space_label()
+        bar = self.query_one(KeyBar)
+        keys = tuple(replace(k, label=label) if k.key == "space" else k for k in KEYS)
+        if keys != bar.keys:
+            bar.keys = keys
+
+    def _show_curve(self) -> None:
+        """The schedule's expected masked fraction after each shown step (the engine's curve:
+        sample.masked_curve), or the one a replayed file carries."""
+        curve = getattr(self.db, "curve", None)
+        if not curve:
+            from dbert_core.sampling.sample import masked_curve
+
+            curve = [float(v) for v in masked_curve(self.db, self.session.shown_settings().steps)]
+        title = f"{self.db.schedule.name} T={self.db.schedule.T}"
+        for widget in (self.query_one(SchedulePanel), self.query_one(ScheduleStrip)):
+            widget.set_curve(curve, title)
+
+    def _show_controls(self) -> None:
+        self.controls.show(self.playbacks)
+
+    # ------------------------------------------------------------------ messages from the parts
+    @on(SampleChosen)
+    def _sample_chosen(self, message: SampleChosen) -> None:
+        if self._pick_branch(message.index):
+            return
+        if self.session.zoom(message.index):
+            self.grid.mark(self.session.selected)
+            self._arrange()
+            self._draw()
+
+    @on(TokenPointed)
+    def _token_pointed(self, message: TokenPointed) -> None:
+        """The mouse: a press on a token inspects it (inspect mode on), a drag selects from the
+        press to here, a hover moves the cursor while inspecting."""
+        pos = message.position
+        if self.draft is None:
+            if message.press and self._enter_inspect(pos):
+                self.draft.anchor = pos
+            return
+        self.editor.point(pos, message.press, message.drag, self.canvas.positions)
+        self._draw()

@@ -1,0 +1,105 @@
+"""The canvas: one sample drawn large, in a scrolling box, token by token.
+
+It owns what it drew: the text (`text`), the token positions in it (`positions`, the cursor's
+stops while inspecting) and the double spacing of a tall terminal. The screen hands it a frame
+and how to paint it; the mouse over a token goes up as a TokenPointed message.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from ...messages import TokenPointed
+from ...render import render_row, render_tokens, row_spans
+
+TALL = 36   # rows from which one sample is drawn double-spaced
+
+
+class TokenScroll(VerticalScroll, can_focus=False):
+    """Scrolls a long batch; never takes focus, so the arrow keys scrub instead of scrolling."""
+
+
+class TokenView(Static):
+    """The token text of one sample. Each token's style carries its position (render.render_row
+    with marks), so the mouse says which token it is over: a hover, a press, a drag."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._down = False
+
+    @staticmethod
+    def _position(event) -> int | None:
+        value = event.style.meta.get("token") if event.style else None
+        return value if isinstance(value, int) else None
+
+    def on_mouse_move(self, event) -> None:
+        pos = self._position(event)
+        if pos is not None:
+            self.post_message(TokenPointed(pos, drag=self._down))
+
+    def on_mouse_down(self, event) -> None:
+        pos = self._position(event)
+        self._down = pos is not None
+        if pos is not None:
+            self.post_message(TokenPointed(pos, press=True))
+
+    def on_mouse_up(self, event) -> None:
+        self._down = False
+
+
+def final_of(run, stable: bool):
+    """The run's final frame where it is known already (a replay, a finished run), for the
+    stable layout; None when the layout is free or the end is not known yet."""
+    from ...controller import Recorded
+
+    if not stable:
+        return None
+    if run.source is not None:
+        return Recorded(run.source[-1], run.source_order, 0.0)
+    return run.frames[-1] if run.finished and run.frames else None
+
+
+class Canvas(TokenScroll):
+    """One sample large: the selected row of a frame, or the draft being inspected and edited."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.text = Text()                # the token text last drawn (plain: what tests and tmux read)
+        self.positions: list[int] = []    # the token positions drawn while inspecting (cursor stops)
+
+    def compose(self) -> ComposeResult:
+        yield TokenView(Text("loading a checkpoint…", style="dim"), id="gen-tokens")
+
+    def say(self, text: Text) -> None:
+        """A line in place of the sample (loading, starting, ranking an infill)."""
+        self.query_one(TokenView).update(text)
+
+    def draw(self, db, rec, row: int | None, colour: str, edges, verbatim, final) -> None:
+        """Row `row` of the frame (None: its only row), as the run paints it."""
+        self.text = render_tokens(db, rec, colour, None if row is None else [row], verbatim, edges,
+                                  final=final, marks={})
+        self.say(self._spaced(self.text))
+
+    def draw_draft(self, db, draft, colour: str, edges):
+        """The draft being inspected, with its cursor, selection and locks; returns it as a frame."""
+        rec = draft.recorded()
+        marks = {"cursor": draft.cursor, "selected": draft.selected, "locked": draft.locked}
+        self.text = render_row(db, rec, 0, colour, edges=edges, marks=marks)
+        self.positions = [sp.index for sp in row_spans(db, rec, 0)]
+        self.say(self._spaced(self.text))
+        return rec
+
+    def _spaced(self, text: Text) -> Text:
+        """On a tall terminal (TALL rows and up) one sample is drawn double-spaced: it fills the
+        room instead of a few lines at the top, and a word is easier to follow as it fills in."""
+        box = self.query_one(TokenView)
+        width = box.content_size.width
+        if self.screen.size.height < TALL or width < 20:
+            return text
+        lines = text.wrap(self.app.console, width)
+        if 2 * len(lines) > self.content_size.height:
+            return text
+        return Text("\n\n").join(lines)
