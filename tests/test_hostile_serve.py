@@ -397,7 +397,7 @@ def test_mask_runs_mean_what_they_mean_in_dbert_sample(tiny_db):
     app = create_app(tiny_db, "tiny", dtype="fp32", models=[], limits=Limits(max_tokens=16))
 
     def expected(template: str, extra: int = 0) -> str:
-        from dbert_core.sampling.sample import _slots, expand_template
+        from dbert_core.sampling.prompt import expand_template, slots as _slots
 
         length = len(tok.encode(_slots(tok, expand_template(template)), add_special_tokens=False)) + extra
         lines, _ = generate(tiny_db, SampleConfig(n=1, steps=8, seed=3, length=length, prompt=template, dtype="fp32"))

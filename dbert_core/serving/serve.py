@@ -63,7 +63,8 @@ from ..display import safe_text
 from ..errors import DbertError
 from ..sampling.blocks import is_story_model
 from ..sampling.infill import has_range
-from ..sampling.sample import _MASK_RUN, _slots, default_length, expand_template, resolve
+from ..sampling.prompt import _MASK_RUN, expand_template, slots as _slots
+from ..sampling.sample import default_length, resolve
 from .serve_queue import Job, QueueFull, Scheduler, ShuttingDown
 
 MASK = "[MASK]"
