@@ -375,6 +375,41 @@ def check_writable(folder: Path) -> None:
         raise DbertError(f"cannot write checkpoints to {folder}: {e.strerror or e}") from None
 
 
+class Busy(DbertError):
+    """An output folder another dbert run holds (OutLock); `holder` names it ("pid N")."""
+
+    def __init__(self, message: str, holder: str):
+        super().__init__(message)
+        self.holder = holder
+
+
+def holder(out: Path) -> str | None:
+    """Who holds out's OutLock ("pid N" of a run training into it), or None when nobody does.
+    Only looks: the lock file is opened read-only (no link followed, a FIFO never waited on)
+    and locked shared for an instant, never created or changed."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    path = Path(out).with_name(LOCK.format(name=Path(out).name))
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None  # no lock file (or not one dbert could have made): nobody is training into out
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, OutLock.RECORD + 1, 0).decode("ascii", "replace").strip()
+            return text if re.fullmatch(r"pid \d+", text) else "another process"
+        return None
+    finally:
+        os.close(fd)  # drops the shared lock too
+
+
 class OutLock:
     """An exclusive lock on an output folder, so two runs never write one checkpoint.
 
@@ -415,8 +450,8 @@ class OutLock:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 f.close()
-                raise DbertError(f"{out} is being written by another dbert run ({holder or 'another process'}); "
-                                 "wait for it or choose another --out") from None
+                raise Busy(f"{out} is being written by another dbert run ({holder or 'another process'}); "
+                           "wait for it or choose another --out", holder or "another process") from None
             try:
                 same = os.fstat(f.fileno()).st_ino == os.stat(self.path, follow_symlinks=False).st_ino
             except FileNotFoundError:

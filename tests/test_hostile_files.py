@@ -145,3 +145,56 @@ def test_the_atomic_writer_never_replaces_a_special_file(tmp_path):
     (tmp_path / "link.txt").symlink_to("real.txt")
     layout.atomic_write_text(tmp_path / "link.txt", "new\n")
     assert os.readlink(tmp_path / "link.txt") == "real.txt" and (tmp_path / "real.txt").read_text() == "new\n"
+
+
+# ------------------------------------------------------------------ 3. a checkpoint a run trains into is held
+@pytest.fixture
+def training_into():
+    """A process holding a store entry's output lock, as `dbert train --out NAME` does while it runs."""
+    from dbert_core import store
+
+    children = []
+
+    def start(name: str) -> int:
+        store.store_dir().mkdir(parents=True, exist_ok=True)
+        code = ("import sys, time; from dbert_core.layout import OutLock; lock = OutLock(sys.argv[1]); "
+                "print('held', flush=True); time.sleep(600)")
+        child = subprocess.Popen([sys.executable, "-c", code, str(store.store_dir() / name)], stdout=subprocess.PIPE,
+                                 text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        children.append(child)
+        assert child.stdout.readline().strip() == "held"
+        return child.pid
+
+    yield start
+    for child in children:
+        child.kill()
+        child.wait()
+
+
+def test_a_checkpoint_in_training_cannot_be_removed_or_imported_over(training_into, capsys, monkeypatch):
+    from dbert_core import store
+
+    shutil.copytree(FIXTURE, store.store_dir() / "x")
+    pid = training_into("x")
+    code, out, err = run(["checkpoints", "remove", "x", "--yes"], capsys, monkeypatch)
+    assert code == 2 and f"pid {pid}" in one_line(err) and "removed" not in err
+    assert layout.read_meta(store.store_dir() / "x")  # still there
+    with pytest.raises(DbertError, match=f"pid {pid}"):  # the TUI's Checkpoints screen calls the store
+        store.remove("x")
+
+    pid = training_into("y")  # a run that has not saved yet: no folder y, but its lock
+    code, out, err = run(["checkpoints", "import", str(FIXTURE), "--name", "y"], capsys, monkeypatch)
+    assert code == 2 and f"pid {pid}" in one_line(err) and out == ""
+    assert not (store.store_dir() / "y").exists()
+    with pytest.raises(DbertError, match=f"pid {pid}"):
+        store.import_dir(FIXTURE, name="y")
+    assert sorted(p.name for p in store.store_dir().iterdir() if not p.name.endswith("dbert-lock")) == ["x"]
+
+
+def test_a_checkpoint_nobody_trains_into_is_removed(capsys, monkeypatch):
+    from dbert_core import store
+
+    shutil.copytree(FIXTURE, store.store_dir() / "x")
+    (store.store_dir() / ".x.dbert-lock").write_text("pid 99999999")  # left by a run killed with -9
+    code, out, err = run(["checkpoints", "remove", "x", "--yes"], capsys, monkeypatch)
+    assert code == 0 and "removed" in err and not (store.store_dir() / "x").exists()
