@@ -77,9 +77,14 @@ def temp_dir(target: Path, kind: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.dbert-{kind}-{os.getpid()}-", dir=target.parent))
     part = folder / (MARK + ".part")
-    part.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "created": time.time(),
-                                "kind": kind}))
-    os.replace(part, folder / MARK)  # the marker appears whole or not at all
+    try:
+        part.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "created": time.time(),
+                                    "kind": kind}))
+        os.replace(part, folder / MARK)  # the marker appears whole or not at all
+    except OSError:  # a full disk: nothing left behind
+        part.unlink(missing_ok=True)
+        folder.rmdir()
+        raise
     return folder
 
 

@@ -198,3 +198,101 @@ def test_a_checkpoint_nobody_trains_into_is_removed(capsys, monkeypatch):
     (store.store_dir() / ".x.dbert-lock").write_text("pid 99999999")  # left by a run killed with -9
     code, out, err = run(["checkpoints", "remove", "x", "--yes"], capsys, monkeypatch)
     assert code == 0 and "removed" in err and not (store.store_dir() / "x").exists()
+
+
+# ------------------------------------------------------------------ 2. a full disk never touches the last checkpoint
+FULL_DISK = r"""
+import contextlib, hashlib, io, json, os, shutil, subprocess, sys
+from pathlib import Path
+from dbert_core.cli import main
+
+mnt, ckpt, data, report = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+mnt.mkdir()
+subprocess.run(["mount", "--make-rprivate", "/"], check=False, capture_output=True)
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], check=True)
+
+def files(root):
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+def leave_free(nbytes):  # fill the tmpfs so that about nbytes stay free
+    (mnt / "filler").unlink(missing_ok=True)
+    st = os.statvfs(mnt)
+    with open(mnt / "filler", "wb") as f:
+        f.write(b"\0" * max(0, st.f_bavail * st.f_frsize - nbytes))
+
+def dbert(*args):
+    sys.argv = ["dbert", *args]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            main()
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    return code, err.getvalue()
+
+results = []
+shutil.copytree(ckpt, mnt / "run")
+before = files(mnt / "run")
+for free in (64 << 10, 320 << 10):  # the disk fills in model.safetensors, then in the optimizer's state
+    leave_free(free)
+    code, err = dbert("train", "--out", str(mnt / "run"), "--resume", "--max-steps", "151", "--device", "cpu")
+    results.append({"free": free, "code": code, "err": err, "same": files(mnt / "run") == before,
+                    "left": sorted(p.name for p in mnt.iterdir())})
+leave_free(64 << 10)
+code, err = dbert("train", "--data", data, "--out", str(mnt / "fresh"), "--preset", "tiny", "--max-steps", "1",
+                  "--seq-len", "16", "--batch-size", "8", "--T", "64", "--eval-every", "0", "--device", "cpu")
+results.append({"free": 64 << 10, "code": code, "err": err, "fresh": True, "left": sorted(p.name for p in mnt.iterdir())})
+report.write_text(json.dumps(results))  # not stdout: dbert's main closes it after a failure
+"""
+
+
+def test_a_full_disk_keeps_the_last_checkpoint_byte_for_byte_and_is_one_line(tiny_checkpoint, tmp_path):
+    """A real small tmpfs, mounted in a private mount namespace (it dies with the child)."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare to mount a small tmpfs")
+    data = tmp_path / "small.txt"
+    data.write_text("".join(TINYSTORIES.read_text().splitlines(keepends=True)[:400]))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    r = subprocess.run(["unshare", "-m", sys.executable, "-c", FULL_DISK, str(tmp_path / "mnt"), str(tiny_checkpoint),
+                        str(data), str(tmp_path / "results.json")], capture_output=True, text=True, env=env, timeout=300)
+    if r.returncode != 0 and "unshare" in r.stderr and "Operation not permitted" in r.stderr:
+        pytest.skip("unshare is not permitted here")
+    assert r.returncode == 0, r.stderr[-3000:]
+    for res in json.loads((tmp_path / "results.json").read_text()):
+        lines = [ln for ln in res["err"].splitlines() if ln.startswith("dbert:")]
+        assert res["code"] == 2 and len(lines) == 1 and "Traceback" not in res["err"], res
+        assert "No space left on device" in lines[0] and "internal error" not in lines[0], res
+        if res.get("fresh"):
+            assert "nothing was saved" in lines[0], res
+        else:
+            assert "kept as it was" in lines[0] and res["same"], res
+        assert res["left"] == ["filler", "run"], res  # no temp folder, no lock, no half-made fresh/
+
+
+# ------------------------------------------------------------------ 4. the weights' digests
+def test_altered_weights_are_refused_and_checkpoints_without_digests_still_load(tmp_path, capsys, monkeypatch):
+    from dbert_core import checkpoint
+
+    assert "sha256" not in layout.read_meta(FIXTURE)  # saved before digests (as a hub download may be)
+    checkpoint.load(FIXTURE)
+    ck = checkpoint.save(checkpoint.load(FIXTURE), tmp_path / "ck")
+    meta = layout.read_meta(ck)
+    assert set(meta["sha256"]) == {"model.safetensors", "dbert_tokens.safetensors"}
+    assert meta["sha256"]["model.safetensors"] == checkpoint.digest(ck / "model.safetensors")
+    code, out, err = run([*SAMPLE[:2], str(ck), *SAMPLE[3:]], capsys, monkeypatch)
+    assert code == 0 and len(out.splitlines()) == 1, err
+
+    weights = bytearray((ck / "model.safetensors").read_bytes())
+    weights[-3] ^= 0x01  # one bit of one weight, the header intact: the file still parses and the values are finite
+    (ck / "model.safetensors").write_bytes(bytes(weights))
+    with pytest.raises(DbertError, match="does not match the sha256"):
+        checkpoint.load(ck)
+    code, out, err = run([*SAMPLE[:2], str(ck), *SAMPLE[3:]], capsys, monkeypatch)
+    assert code == 2 and out == "" and "model.safetensors does not match the sha256" in one_line(err)
+
+    meta["sha256"]["model.safetensors"] = "0" * 63  # not a digest: the schema names the field
+    (ck / "dbert.json").write_text(json.dumps(meta))
+    with pytest.raises(DbertError, match="'sha256'"):
+        checkpoint.load(ck)
