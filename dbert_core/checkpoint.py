@@ -19,7 +19,9 @@ is ever unpickled: tensors come from safetensors and the optimizer state is read
 torch.load(weights_only=True). `load` refuses what does not fit: dbert.json outside its schema
 (schema.py), code (trust.py), missing, extra, misshapen, non-finite or non-float weights, a
 tokenizer of another size than the model's vocabulary, and token counts that are not finite,
-non-negative and one per token.
+non-negative and one per token; and, when dbert.json records them (`sha256`, written by every
+save since), weight files whose sha256 differs from the recorded one. A save that cannot be
+written (a full disk) is one DbertError and leaves the previous checkpoint as it was.
 """
 
 from __future__ import annotations
