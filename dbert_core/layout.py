@@ -195,12 +195,42 @@ def clean(parent: Path, name: str | None = None) -> None:
     except OSError:
         return
     for folder in children:
+        if _stale_lock(folder, name):
+            with contextlib.suppress(OSError):
+                folder.unlink()  # OutLock's inode check makes a run that opened it just now retry
+            continue
         found = _ours_and_stale(folder)
         if found is not None and (name is None or found[0] == name):
             try:
                 _finish(folder, *found)
             except OSError:
                 pass  # e.g. a read-only store: left for a later operation, never fatal
+
+
+_LOCK_NAME = re.compile(r"^\.(?P<name>.+)\.dbert-lock$")
+
+
+def _stale_lock(file: Path, name: str | None) -> bool:
+    """An OutLock file (of `name` if given) that no process holds, made by dbert (a regular
+    file of its "pid N" record): what a run killed with -9 leaves; a store operation removes it."""
+    m = _LOCK_NAME.match(file.name)
+    if m is None or (name is not None and m["name"] != name):
+        return False
+    try:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_size <= OutLock.RECORD):
+            return False
+        if re.fullmatch(rb"(pid \d+ *\n?)?", os.pread(fd, OutLock.RECORD + 1, 0)) is None:
+            return False
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return holder(file.with_name(m["name"])) is None
 
 
 def recover(path: Path) -> None:

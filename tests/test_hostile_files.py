@@ -309,3 +309,15 @@ def test_the_shipped_checkpoints_record_digests_that_match():
         recorded = layout.read_meta(path)["sha256"]
         assert recorded and recorded == {f: checkpoint.digest(path / f) for f in checkpoint.WEIGHT_FILES
                                          if (path / f).is_file()}
+
+
+def test_a_store_operation_removes_a_lock_nobody_holds_and_keeps_one_held(training_into):
+    """A run killed with -9 leaves its lock file: the next store operation removes it (a held one stays)."""
+    from dbert_core import store
+
+    store.store_dir().mkdir(parents=True)
+    (store.store_dir() / ".gone.dbert-lock").write_text(f"pid {2**22 + 1}".ljust(31) + "\n")
+    (store.store_dir() / ".mine.dbert-lock").write_text("a user's file of that name\n")  # not dbert's: kept
+    training_into("live")
+    store.entries()
+    assert sorted(p.name for p in store.store_dir().iterdir()) == [".live.dbert-lock", ".mine.dbert-lock"]
