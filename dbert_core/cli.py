@@ -591,9 +591,9 @@ def checkpoints_remove(
 
     Example: dbert checkpoints remove stories --yes
     """
-    from .storage.store import remove, resolve
+    from .storage.store import refuse_held, remove, resolve
 
-    resolve(name)  # a clear error for an unknown name before asking anything
+    refuse_held(resolve(name), "remove")  # a clear error for an unknown name, or one a run holds, before asking
     if not yes:
         if not sys.stdin.isatty():
             raise DbertError(f"refusing to remove {name!r} without confirmation; pass --yes")

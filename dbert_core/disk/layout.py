@@ -22,6 +22,7 @@ Torch-free: listing the store and the TUI's start-up use it without loading any 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -29,6 +30,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -75,9 +77,14 @@ def temp_dir(target: Path, kind: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.dbert-{kind}-{os.getpid()}-", dir=target.parent))
     part = folder / (MARK + ".part")
-    part.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "created": time.time(),
-                                "kind": kind}))
-    os.replace(part, folder / MARK)  # the marker appears whole or not at all
+    try:
+        part.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "created": time.time(),
+                                    "kind": kind}))
+        os.replace(part, folder / MARK)  # the marker appears whole or not at all
+    except OSError:  # a full disk: nothing left behind
+        part.unlink(missing_ok=True)
+        folder.rmdir()
+        raise
     return folder
 
 
@@ -188,12 +195,42 @@ def clean(parent: Path, name: str | None = None) -> None:
     except OSError:
         return
     for folder in children:
+        if _stale_lock(folder, name):
+            with contextlib.suppress(OSError):
+                folder.unlink()  # OutLock's inode check makes a run that opened it just now retry
+            continue
         found = _ours_and_stale(folder)
         if found is not None and (name is None or found[0] == name):
             try:
                 _finish(folder, *found)
             except OSError:
                 pass  # e.g. a read-only store: left for a later operation, never fatal
+
+
+_LOCK_NAME = re.compile(r"^\.(?P<name>.+)\.dbert-lock$")
+
+
+def _stale_lock(file: Path, name: str | None) -> bool:
+    """An OutLock file (of `name` if given) that no process holds, made by dbert (a regular
+    file of its "pid N" record): what a run killed with -9 leaves; a store operation removes it."""
+    m = _LOCK_NAME.match(file.name)
+    if m is None or (name is not None and m["name"] != name):
+        return False
+    try:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_size <= OutLock.RECORD):
+            return False
+        if re.fullmatch(rb"(pid \d+ *\n?)?", os.pread(fd, OutLock.RECORD + 1, 0)) is None:
+            return False
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return holder(file.with_name(m["name"])) is None
 
 
 def recover(path: Path) -> None:
@@ -373,6 +410,41 @@ def check_writable(folder: Path) -> None:
         raise DbertError(f"cannot write checkpoints to {folder}: {e.strerror or e}") from None
 
 
+class Busy(DbertError):
+    """An output folder another dbert run holds (OutLock); `holder` names it ("pid N")."""
+
+    def __init__(self, message: str, holder: str):
+        super().__init__(message)
+        self.holder = holder
+
+
+def holder(out: Path) -> str | None:
+    """Who holds out's OutLock ("pid N" of a run training into it), or None when nobody does.
+    Only looks: the lock file is opened read-only (no link followed, a FIFO never waited on)
+    and locked shared for an instant, never created or changed."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    path = Path(out).with_name(LOCK.format(name=Path(out).name))
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None  # no lock file (or not one dbert could have made): nobody is training into out
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, OutLock.RECORD + 1, 0).decode("ascii", "replace").strip()
+            return text if re.fullmatch(r"pid \d+", text) else "another process"
+        return None
+    finally:
+        os.close(fd)  # drops the shared lock too
+
+
 class OutLock:
     """An exclusive lock on an output folder, so two runs never write one checkpoint.
 
@@ -413,8 +485,8 @@ class OutLock:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 f.close()
-                raise DbertError(f"{out} is being written by another dbert run ({holder or 'another process'}); "
-                                 "wait for it or choose another --out") from None
+                raise Busy(f"{out} is being written by another dbert run ({holder or 'another process'}); "
+                           "wait for it or choose another --out", holder or "another process") from None
             try:
                 same = os.fstat(f.fileno()).st_ino == os.stat(self.path, follow_symlinks=False).st_ino
             except FileNotFoundError:
@@ -448,13 +520,16 @@ class OutLock:
 
 def check_output(path, option: str, folder: bool = False) -> Path:
     """Refuse, before any work, an output path that cannot be written: a folder where a file is
-    wanted (or a file where a folder is), a path under a regular file, or a place this user
-    cannot write (permissions, a read-only file system). One DbertError naming the option."""
+    wanted (or a file where a folder is), a path under a regular file, a block device (a disk:
+    never written, see atomic_write_text), or a place this user cannot write (permissions, a
+    read-only file system). One DbertError naming the option."""
     path = Path(path).expanduser()
     if not str(path).strip():
         raise DbertError(f"{option} must name a {'folder' if folder else 'file'}")
     if path.exists() and path.is_dir() != folder:
         raise DbertError(f"{option} {path} is {'a file, not a folder' if folder else 'a folder; give a file name'}")
+    if not folder and path.is_block_device():
+        raise DbertError(f"{option} {path} is a block device (a disk); dbert writes files, never disks")
     parent = path if folder and path.exists() else path.parent
     while not parent.exists() and parent != parent.parent:
         if os.path.lexists(parent):  # a dangling link
@@ -468,24 +543,128 @@ def check_output(path, option: str, folder: bool = False) -> Path:
 
 
 def atomic_write_text(path, text: str) -> Path:
-    """Write a text file whole or not at all: a temp file beside it, fsync, os.replace; the
-    file gets the umask's mode (mkstemp alone would leave it 0600). A failure (a full disk, a
-    read-only folder) is one DbertError and leaves the previous file, if any, as it was."""
+    """Write a text file whole or not at all, and never replace what is not a regular file.
+
+    A new path or a regular file is replaced atomically: a temp file beside it, fsync,
+    os.replace, with the umask's mode (mkstemp alone would leave it 0600); through a symbolic
+    link, the file it names is replaced and the link kept. Anything else is written through,
+    never renamed over: a character device (/dev/null, /dev/full, a terminal), a FIFO (refused
+    at once when no process reads it: never a hang), a socket (connected to), a link to one of
+    these, and /dev/stdout, /dev/fd/N or /proc/self/fd/N (written to that descriptor, whatever
+    it is open on). A block device (a disk) is refused. A failure (a full disk, /dev/full, a
+    read-only folder) is one DbertError; a replaced file is then as it was."""
     path = Path(path).expanduser()
+    data = text.encode("utf-8")
+    try:
+        fd = _own_fd(path)
+        if fd is not None:
+            _flush_std(fd)
+            _write_all(fd, data)
+            return path
+        try:
+            st = os.stat(path)  # through links
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise DbertError(f"cannot write {path}: it is a folder")
+        if st is not None and stat.S_ISBLK(st.st_mode):
+            raise DbertError(f"cannot write {path}: it is a block device (a disk); dbert writes files, never disks")
+        if st is not None and (not stat.S_ISREG(st.st_mode) or _in_proc(path)):
+            _write_through(path, st, data)
+        else:
+            _replace(Path(os.path.realpath(path)) if os.path.islink(path) else path, data)
+    except OSError as e:
+        raise DbertError(f"cannot write {path}: {e.strerror or e}") from None
+    return path
+
+
+def _links(path: Path):
+    """path, then each path its chain of symbolic links leads to (at most 40), made absolute."""
+    p = os.path.abspath(path)
+    for _ in range(40):
+        yield p
+        if not os.path.islink(p):
+            return
+        p = os.path.abspath(os.path.join(os.path.dirname(p), os.readlink(p)))
+
+
+def _in_proc(path: Path) -> bool:
+    """path leads into /proc (/dev/stdout -> /proc/self/fd/1): a process's open file, not a name."""
+    return any(os.path.realpath(os.path.dirname(p)).startswith("/proc/") for p in _links(path))
+
+
+def _own_fd(path: Path) -> int | None:
+    """N when path is, or links to, this process's own descriptor N (/dev/stdout, /dev/fd/N,
+    /proc/self/fd/N): written to directly, so it shares the stream's position with stdout."""
+    own = {f"/proc/{os.getpid()}/fd", f"/proc/{os.getpid()}/task/{threading.get_native_id()}/fd"}
+    for p in _links(path):
+        folder, name = os.path.split(p)
+        if name.isdigit() and os.path.realpath(folder) in own:
+            try:
+                os.fstat(int(name))
+            except OSError:
+                return None  # not open: opening the name gives the error
+            return int(name)
+    return None
+
+
+def _flush_std(fd: int) -> None:
+    """What Python holds for the stream on fd goes first (stdout, stderr)."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            if stream.fileno() == fd:
+                stream.flush()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _write_through(path: Path, st: os.stat_result, data: bytes) -> None:
+    """Write data into what path is (a device, a FIFO, a socket, another process's open file)
+    without renaming or truncating anything."""
+    if stat.S_ISSOCK(st.st_mode):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(str(path))
+            s.sendall(data)
+        return
+    fifo = stat.S_ISFIFO(st.st_mode)
+    flags = os.O_WRONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= os.O_APPEND if stat.S_ISREG(st.st_mode) else 0  # another process's file: added to, never cut
+    try:
+        fd = os.open(path, flags | (os.O_NONBLOCK if fifo else 0))
+    except OSError as e:
+        if fifo and e.errno == errno.ENXIO:
+            raise DbertError(f"cannot write {path}: it is a FIFO and no process is reading it") from None
+        raise
+    try:
+        now = os.fstat(fd)
+        if stat.S_IFMT(now.st_mode) != stat.S_IFMT(st.st_mode):
+            raise DbertError(f"cannot write {path}: it changed while being opened")
+        if fifo:
+            os.set_blocking(fd, True)
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """A regular file or a new path, replaced whole: a temp file beside it, fsync, os.replace."""
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
-    except OSError as e:
-        raise DbertError(f"cannot write {path}: {e.strerror or e}") from None
+        tmp = None
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-    return path
-

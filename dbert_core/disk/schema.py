@@ -12,6 +12,7 @@ import math
 
 from ..config import MAX_LAMBDA, MAX_T, SCHEDULES, TIME_MODES  # the choices and ranges, defined once
 from ..errors import DbertError
+from .layout import TIME, TOKENS, WEIGHTS
 
 FORMAT = 1                                    # the checkpoint format this dbert writes (checkpoint.save)
 MAX_SEQ_LEN = 1_000_000                       # the largest seq_len dbert.json may record
@@ -44,6 +45,16 @@ def _strings():
     return (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)), "a list of strings"
 
 
+def _digests():
+    def ok(v) -> bool:
+        return isinstance(v, dict) and all(
+            k in DIGEST_FILES and isinstance(d, str) and len(d) == 64 and all(c in "0123456789abcdef" for c in d)
+            for k, d in v.items())
+    return ok, "an object mapping " + ", ".join(DIGEST_FILES) + " to sha256 digests (64 lower-case hex digits)"
+
+
+DIGEST_FILES = (WEIGHTS, TOKENS, TIME)  # the weight files whose sha256 checkpoint.save records
+
 # name -> (required, (accepts, what it must be))
 FIELDS = {
     "schedule": (True, _one_of(SCHEDULES)),
@@ -73,6 +84,7 @@ FIELDS = {
     "data": (False, _strings()),
     "trim_vocab": (False, _kind(dict, bool, none=True)),
     "train_config": (False, _kind(dict)),
+    "sha256": (False, _digests()),
 }
 
 

@@ -19,12 +19,15 @@ is ever unpickled: tensors come from safetensors and the optimizer state is read
 torch.load(weights_only=True). `load` refuses what does not fit: dbert.json outside its schema
 (schema.py), code (trust.py), missing, extra, misshapen, non-finite or non-float weights, a
 tokenizer of another size than the model's vocabulary, and token counts that are not finite,
-non-negative and one per token.
+non-negative and one per token; and, when dbert.json records them (`sha256`, written by every
+save since), weight files whose sha256 differs from the recorded one. A save that cannot be
+written (a full disk) is one DbertError and leaves the previous checkpoint as it was.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import math
 import os
@@ -116,16 +119,31 @@ def _fsync_dir(path: Path) -> None:
 def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype | None = None,
          extra_files: dict[str, str] | None = None) -> Path:
     """Write db (and optionally trainer state) to path atomically; returns the path written.
-    db itself is left as it was (load the returned path to see what was written).
+    db itself is left as it was (load the returned path to see what was written). dbert.json
+    records the sha256 of each weight file (DIGESTS), which load checks.
+
+    A failure to write (a full disk, a read-only folder) is one DbertError, and the previous
+    checkpoint at path, if any, is left byte for byte as it was: nothing is written into it,
+    and it is renamed aside only once the new one is complete.
 
     trainer_state: {"optimizer": state_dict, "rng": {name: tensor}, "state": json-able dict}.
     dtype: store the weights in this dtype (e.g. float16 for shipping).
     """
-    from safetensors.torch import save_file
+    path = Path(path).absolute()
+    try:
+        return _save(db, path, trainer_state, dtype, extra_files)
+    except OSError as e:
+        kept = "the previous checkpoint there is kept as it was" if layout.exists(path) else "nothing was saved"
+        raise DbertError(f"cannot save the checkpoint {path}: {e.strerror or e}; {kept}") from None
 
+
+DIGESTS = "sha256"  # dbert.json: {weight file: its sha256}, written by save, checked by load
+WEIGHT_FILES = (layout.WEIGHTS, TOKENS, TIME)
+
+
+def _save(db: DBert, path: Path, trainer_state, dtype, extra_files) -> Path:
     from . import pretrained
 
-    path = Path(path).absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
     recover(path)
     if path.is_dir() and any(path.iterdir()) and not (path / META).is_file():
@@ -134,9 +152,9 @@ def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype 
     new, old = swap / "new", swap / "old"
     try:
         new.mkdir()
-        pretrained.save(db.model.bert, new, dtype)
+        digests = {layout.WEIGHTS: pretrained.save(db.model.bert, new, dtype)}
         db.tokenizer.save_pretrained(new)
-        save_file({"counts": db.counts.cpu().contiguous()}, str(new / TOKENS))
+        digests[TOKENS] = pretrained.write_tensors({"counts": db.counts.cpu().contiguous()}, new / TOKENS)
         if db.truecase is not None:
             from ..text.truecase import to_json
 
@@ -144,21 +162,23 @@ def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype 
                                         encoding="utf-8")
         tsd = db.model.time_state_dict()
         if tsd:
-            save_file({k: v.detach().cpu().contiguous() for k, v in tsd.items()}, str(new / TIME))
+            digests[TIME] = pretrained.write_tensors({k: v.detach().cpu().contiguous() for k, v in tsd.items()},
+                                                     new / TIME)
         meta = dict(db.meta)
         meta.setdefault("created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         meta["saved"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         meta["parameters"] = count_parameters(db.model)
+        meta[DIGESTS] = digests
         (new / META).write_text(json.dumps(meta, indent=2) + "\n")
         for name, text in (extra_files or {}).items():
             (new / name).write_text(text)
         if trainer_state is not None:
             sdir = new / STATE
             sdir.mkdir()
-            torch.save(trainer_state["optimizer"], sdir / layout.OPTIMIZER)
-            torch.save(trainer_state["rng"], sdir / layout.RNG)
+            _torch_save(trainer_state["optimizer"], sdir / layout.OPTIMIZER)
+            _torch_save(trainer_state["rng"], sdir / layout.RNG)
             (sdir / layout.STATE_JSON).write_text(json.dumps(trainer_state["state"], indent=2) + "\n")
-        apply_umask(new)  # safetensors writes 0600 whatever the umask; every file gets the umask's mode
+        apply_umask(new)  # every file gets the umask's mode
         _fsync_tree(new)
         if path.exists():
             os.rename(path, old)
@@ -173,6 +193,63 @@ def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype 
         if path.exists() or not old.exists():  # never delete the only copy of the previous checkpoint
             discard(swap)
     return path
+
+
+class _Recording:
+    """A file for torch.save that keeps the OSError of a failed write: torch reports a full
+    disk only as "unexpected pos" (a RuntimeError)."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _torch_save(obj, file: Path) -> None:
+    with open(file, "wb") as f:
+        out = _Recording(f)
+        try:
+            torch.save(obj, out)
+        except RuntimeError:
+            if out.error is not None:
+                raise out.error from None
+            raise
+
+
+def digest(file: Path) -> str:
+    """sha256 of a file, read in 1 MiB pieces."""
+    h = hashlib.sha256()
+    with open(file, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_digests(source: Path, meta: dict, path: Path) -> None:
+    """The weight files match the sha256 digests dbert.json records (a checkpoint saved without
+    them, older or from the hub, has none to check); with digests, every weight file present
+    must have one. One DbertError on a mismatch: the bytes changed after saving."""
+    recorded = meta.get(DIGESTS)
+    if recorded is None:
+        return
+    for name in WEIGHT_FILES:
+        f = source / name
+        if not f.is_file():
+            continue  # a missing file is reported by whoever needs it
+        if name not in recorded:
+            raise DbertError(f"checkpoint {path}: {name} has no sha256 in {META}, which records the others; "
+                             "it was added after saving")
+        if digest(f) != recorded[name]:
+            raise DbertError(f"checkpoint {path}: {name} does not match the sha256 recorded in {META} "
+                             "(its bytes changed after saving: damaged or altered); refusing it")
 
 
 def _check_files(path: Path) -> None:
@@ -227,6 +304,7 @@ def load(path, device: str | torch.device = "cpu", dtype: torch.dtype | None = N
         raise DbertError(f"checkpoint {path}: {e}") from None
     _load_time(db, source, path, dtype or torch.float32)
     db.truecase = _load_truecase(source, path)
+    _check_digests(source, meta, path)  # last: what is wrong with the tensors themselves is said first
     db.path = path
     db.model.to(device).eval()
     return db

@@ -169,15 +169,27 @@ def load(path, dtype: torch.dtype = torch.float32, require_head: bool = True) ->
     return bert.eval()  # as from_pretrained: evaluation mode until training asks otherwise
 
 
-def save(bert: Bert, path, dtype: torch.dtype | None = None) -> None:
-    """Write config.json and model.safetensors into the directory path (weights in dtype)."""
-    from safetensors.torch import save_file
-
+def save(bert: Bert, path, dtype: torch.dtype | None = None) -> str:
+    """Write config.json and model.safetensors into the directory path (weights in dtype);
+    returns the weights file's sha256."""
     path = Path(path)
     tensors = hf_state_dict(bert, dtype)
     stored = dtype or next(iter(tensors.values())).dtype
     (path / layout.CONFIG).write_text(json.dumps(bert.config.to_dict(stored), indent=2) + "\n")
-    save_file(tensors, str(path / layout.WEIGHTS), metadata={"format": "pt"})
+    return write_tensors(tensors, path / layout.WEIGHTS)
+
+
+def write_tensors(tensors: dict, file: Path) -> str:
+    """A safetensors file written with Python's own I/O, so a full disk is an OSError (ENOSPC),
+    not a SafetensorError; returns the sha256 of its bytes (recorded in dbert.json)."""
+    import hashlib
+
+    from safetensors.torch import save
+
+    data = save(tensors, metadata={"format": "pt"})
+    with open(file, "wb") as f:
+        f.write(data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def local_dir(init: str) -> Path:

@@ -259,6 +259,7 @@ def target(name: str) -> Path:
         raise DbertError(f"invalid checkpoint name {name!r} (a plain name, not a shipped one "
                          f"({', '.join(SHIPPED)}), no '/', not hidden)")
     path = store_dir() / name
+    refuse_held(path, "import into")
     if layout.exists(path):
         raise DbertError(f"a checkpoint named {name!r} already exists in the store; choose another --name "
                          "or remove it first")
@@ -266,6 +267,27 @@ def target(name: str) -> Path:
         raise DbertError(f"{path} is in the way (a link or a file, not a checkpoint); remove it or choose another "
                          "--name")
     return path
+
+
+def _in_use(path: Path, doing: str, holder: str) -> DbertError:
+    return DbertError(f"cannot {doing} {path.name!r}: a dbert training run ({holder}) is writing it; "
+                      "wait for the run to end or stop it first")
+
+
+def refuse_held(path: Path, doing: str) -> None:
+    """DbertError naming the run when a training run holds path (its layout.OutLock)."""
+    who = layout.holder(path)
+    if who is not None:
+        raise _in_use(path, doing, who)
+
+
+def hold(path: Path, doing: str) -> layout.OutLock:
+    """Take path's output lock for a store operation, so no run starts writing it meanwhile;
+    a run that holds it already is named in one DbertError."""
+    try:
+        return layout.OutLock(path)
+    except layout.Busy as e:
+        raise _in_use(path, doing, e.holder) from None
 
 
 def _skipped(parts) -> bool:
@@ -307,9 +329,13 @@ def commit(ckpt_dir: Path, dest: Path) -> Path:
     given the user's umask, renamed into place; every way into the store ends here."""
     validate(ckpt_dir)
     layout.apply_umask(ckpt_dir)
-    if layout.exists(dest):
-        raise DbertError(f"a checkpoint named {dest.name!r} appeared in the store meanwhile")
-    os.rename(ckpt_dir, dest)
+    lock = hold(dest, "import into")  # a run training into dest (started meanwhile) keeps it
+    try:
+        if layout.exists(dest):
+            raise DbertError(f"a checkpoint named {dest.name!r} appeared in the store meanwhile")
+        os.rename(ckpt_dir, dest)
+    finally:
+        lock.release()
     return dest
 
 
@@ -351,8 +377,12 @@ def remove(name: str) -> Path:
     path = store_dir() / name
     if not path.is_dir():
         raise DbertError(f"no checkpoint named {name!r} in {store_dir()}")
-    # rename first, so the entry disappears at once even if deleting takes a while (or is killed)
-    gone = layout.temp_dir(path, "remove")
-    os.rename(path, gone / "x")
+    lock = hold(path, "remove")  # a run training into it is named; none can start meanwhile
+    try:
+        # rename first, so the entry disappears at once even if deleting takes a while (or is killed)
+        gone = layout.temp_dir(path, "remove")
+        os.rename(path, gone / "x")
+    finally:
+        lock.release()
     layout.discard(gone)
     return path
