@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, TINYSTORIES, run
-from dbert_core import layout
+from dbert_core.disk import layout
 from dbert_core.errors import DbertError
 
 FIXTURE = ROOT / "tests" / "fixtures" / "tiny"  # a committed tiny checkpoint: nothing to train
@@ -151,7 +151,7 @@ def test_the_atomic_writer_never_replaces_a_special_file(tmp_path):
 @pytest.fixture
 def training_into():
     """A process holding a store entry's output lock, as `dbert train --out NAME` does while it runs."""
-    from dbert_core import store
+    from dbert_core.storage import store
 
     children = []
 
@@ -172,7 +172,7 @@ def training_into():
 
 
 def test_a_checkpoint_in_training_cannot_be_removed_or_imported_over(training_into, capsys, monkeypatch):
-    from dbert_core import store
+    from dbert_core.storage import store
 
     shutil.copytree(FIXTURE, store.store_dir() / "x")
     pid = training_into("x")
@@ -192,7 +192,7 @@ def test_a_checkpoint_in_training_cannot_be_removed_or_imported_over(training_in
 
 
 def test_a_checkpoint_nobody_trains_into_is_removed(capsys, monkeypatch):
-    from dbert_core import store
+    from dbert_core.storage import store
 
     shutil.copytree(FIXTURE, store.store_dir() / "x")
     (store.store_dir() / ".x.dbert-lock").write_text("pid 99999999")  # left by a run killed with -9
@@ -273,7 +273,7 @@ def test_a_full_disk_keeps_the_last_checkpoint_byte_for_byte_and_is_one_line(tin
 
 # ------------------------------------------------------------------ 4. the weights' digests
 def test_altered_weights_are_refused_and_checkpoints_without_digests_still_load(tmp_path, capsys, monkeypatch):
-    from dbert_core import checkpoint
+    from dbert_core.storage import checkpoint
 
     assert "sha256" not in layout.read_meta(FIXTURE)  # saved before digests (as a hub download may be)
     checkpoint.load(FIXTURE)
@@ -300,7 +300,7 @@ def test_altered_weights_are_refused_and_checkpoints_without_digests_still_load(
 
 def test_the_shipped_checkpoints_record_digests_that_match():
     """assets/*/dbert.json record their weights' sha256 (load checks them: ~50 ms for the default's 32.6 MB)."""
-    from dbert_core import checkpoint, store
+    from dbert_core.storage import checkpoint, store
 
     for name in store.SHIPPED:
         path = store.shipped(name)
@@ -313,7 +313,7 @@ def test_the_shipped_checkpoints_record_digests_that_match():
 
 def test_a_store_operation_removes_a_lock_nobody_holds_and_keeps_one_held(training_into):
     """A run killed with -9 leaves its lock file: the next store operation removes it (a held one stays)."""
-    from dbert_core import store
+    from dbert_core.storage import store
 
     store.store_dir().mkdir(parents=True)
     (store.store_dir() / ".gone.dbert-lock").write_text(f"pid {2**22 + 1}".ljust(31) + "\n")

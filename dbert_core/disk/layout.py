@@ -44,6 +44,7 @@ CONFIG = "config.json"                       # the BERT's Hugging Face config
 WEIGHTS = "model.safetensors"                # the BERT's weights
 TOKENS = "dbert_tokens.safetensors"          # the token counts of the training data (the spindle schedule's)
 TIME = "dbert_time.safetensors"              # the time-embedding weights of a time-conditioned model
+DIGEST_FILES = (WEIGHTS, TOKENS, TIME)        # the weight files whose sha256 checkpoint.save records (schema.py)
 TRUECASE = "dbert_truecase.json"             # optional: the truecasing table (truecase.py); older checkpoints lack it
 TOKENIZER = "tokenizer.json"                 # the tokenizer: tokenizer.json or, in older BERT folders, vocab.txt
 VOCAB = "vocab.txt"

@@ -12,7 +12,6 @@ import math
 
 from ..config import MAX_LAMBDA, MAX_T, SCHEDULES, TIME_MODES  # the choices and ranges, defined once
 from ..errors import DbertError
-from .layout import TIME, TOKENS, WEIGHTS
 
 FORMAT = 1                                    # the checkpoint format this dbert writes (checkpoint.save)
 MAX_SEQ_LEN = 1_000_000                       # the largest seq_len dbert.json may record
@@ -48,12 +47,11 @@ def _strings():
 def _digests():
     def ok(v) -> bool:
         return isinstance(v, dict) and all(
-            k in DIGEST_FILES and isinstance(d, str) and len(d) == 64 and all(c in "0123456789abcdef" for c in d)
+            isinstance(k, str) and k.endswith(".safetensors") and "/" not in k and isinstance(d, str) and len(d) == 64 and all(c in "0123456789abcdef" for c in d)
             for k, d in v.items())
-    return ok, "an object mapping " + ", ".join(DIGEST_FILES) + " to sha256 digests (64 lower-case hex digits)"
+    return ok, "an object mapping weight files (*.safetensors) to sha256 digests (64 lower-case hex digits)"
 
 
-DIGEST_FILES = (WEIGHTS, TOKENS, TIME)  # the weight files whose sha256 checkpoint.save records
 
 # name -> (required, (accepts, what it must be))
 FIELDS = {
