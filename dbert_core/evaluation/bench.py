@@ -304,8 +304,9 @@ class Bench:
         self.say(f"sample --n 10 defaults: load {load_seconds:.2f} s + sampling {st['seconds']:.2f} s")
         self.save()
 
-    def train(self, batch: int = 32, seq_len: int = 64, steps: int = 3) -> None:
-        """Optimizer steps on a copy of the model: tokens/s as `dbert train` counts them."""
+    def train(self, batch: int = 32, seq_len: int = 64, steps: int = 3, dtype: str = "auto") -> None:
+        """Optimizer steps on a copy of the model: tokens/s as `dbert train` counts them, and model
+        FLOP utilisation against F.linear's rate at the training shapes (batch x seq_len)."""
         from ..config import TrainConfig
         from ..training.prepare import in_memory
         from ..training.train import Trainer
@@ -315,7 +316,7 @@ class Bench:
         gen = torch.Generator().manual_seed(0)
         examples = torch.randint(1000, db.model.config.vocab_size, (4 * batch, seq_len), generator=gen).tolist()
         cfg = TrainConfig(data=["(bench)"], out="(bench)", batch_size=batch, seq_len=seq_len, T=db.schedule.T,
-                          lr=1e-5, warmup=0, max_steps=steps + 1, device=self.device.type)
+                          lr=1e-5, warmup=0, max_steps=steps + 1, device=self.device.type, dtype=dtype)
         trainer = Trainer(cfg, prepared=in_memory(db, cfg, examples))  # the trainer's own step: optimizer, loss, autocast
         trainer.train_step()  # warm-up (allocates the optimizer state)
         flops = []  # model FLOPs of every forward the timed steps run, from its own inputs
