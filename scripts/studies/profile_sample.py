@@ -3,7 +3,7 @@
     python scripts/studies/profile_sample.py [--checkpoint DIR] [--threads 2] [--rows 16]
 
 Loads the checkpoint (default: the shipped one), resolves the CLI's defaults (SampleConfig, as
-`dbert sample --n 10` does), runs one untimed warm-up generation, then one under the profiler.
+`dbert sample --n 10` does), runs a short untimed warm-up generation, then one under the profiler.
 Prints the CPU (hardware.cpu_name), the load average, the sampling's seconds, network calls and
 GFLOP (the frames' own count), its GFLOP/s as a fraction of F.linear's rate at the model's shapes
 (evaluation.bench.shape_rates, same process, same threads, same dtype), and the profiler's table
@@ -11,6 +11,7 @@ by self CPU time.
 """
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -34,7 +35,7 @@ def main() -> int:
     path = Path(args.checkpoint) if args.checkpoint else store.default_checkpoint()
     db = checkpoint.load(path)
     cfg = resolve(SampleConfig(seed=0), db)
-    generate(db, cfg)  # warm-up
+    generate(db, dataclasses.replace(cfg, n=1, length=16))  # warm-up: the kernels' first calls
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         _, st = generate(db, cfg)
     dtype = next(db.model.parameters()).dtype
