@@ -3,6 +3,11 @@
 Every figure comes from this machine in this run, so the ratios between rows are what to
 compare (a shared or busy machine moves absolute times, much less their ratios):
     matmul peak      best GFLOP/s of a large square torch.mm, per dtype
+    rates            F.linear's GFLOP/s at the model's own shapes (QKV, attention output, FFN up
+                     and down, head, vocabulary) and their combination (the forward's limit), per
+                     dtype and for 1 thread and the run's threads, at the sampling, `sample --n 10`
+                     and training shapes; sampling rows, the CLI defaults and training report their
+                     achieved GFLOP/s as a fraction of the rate at their shapes (training: MFU)
     forward          one denoiser call at batch B x length L with every position projected to
                      the vocabulary: achieved GFLOP/s (counted from the architecture) vs peak
     threads, bf16    the same forward with 1..cores threads, and in bfloat16
@@ -429,7 +434,7 @@ def run(db, out, load_seconds: float, samplers, steps_list, batches, length: int
 
     B = min(max(batches), SampleConfig().batch_size)  # the sampler's rows per call
     dtypes = [torch.float32] + ([torch.bfloat16] if bf16 else [])
-    bench.rates("sampling", B, length + 2, B * length, dtypes, sorted(set(threads) | {torch.get_num_threads()}))
+    bench.rates("sampling", B, length + 2, B * length, dtypes, sorted({1, torch.get_num_threads()}))  # 1 and the run's
     bench.forward(32, threads=threads, bf16=bf16)
     bench.cli_defaults(load_seconds)
     if train:
