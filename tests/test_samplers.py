@@ -303,10 +303,42 @@ def test_bench_command(tiny_checkpoint, tmp_path):
     assert cli["sampler"] == "first-hitting" and cli["length"] == checkpoint.read_meta(tiny_checkpoint)["seq_len"]
     assert all(0 < f["percent_of_peak"] for f in data["forward"])
     assert data["model"]["attention"] == "sdpa (sampling), explicit (training)"  # the tiny model has dropout
+    # the matmul rate at the model's shapes, per dtype and thread count, and each run as a fraction of it
+    rates = data["rates"]["sampling"]
+    assert (rates["batch"], rates["tokens"], rates["projected"]) == (2, 10, 16)
+    assert {(r["dtype"], r["threads"]) for r in rates["rows"]} >= {("float32", 1)}
+    for r in rates["rows"]:
+        assert all(r[k] > 0 for k in ("qkv", "attn out", "ffn up", "ffn down", "head", "vocab", "model"))
+        assert min(r[k] for k in ("qkv", "ffn up", "ffn down", "vocab")) <= r["model"]  # a mean of the rates
+    for row in data["sampling"] + [cli]:
+        rate = next(r["model"] for r in data["rates"]["cli" if row is cli else "sampling"]["rows"]
+                    if (r["dtype"], r["threads"]) == (row["dtype"], row["threads"]))
+        assert row["matmul_rate_gflop_per_s"] == rate
+        assert row["fraction_of_matmul_rate"] == pytest.approx(row["gflop_per_s"] / rate, rel=1e-2)
+    t = data["train"]
+    assert t["gflop_per_step"] > 0 and t["matmul_rate_gflop_per_s"] == data["rates"]["train"]["rows"][0]["model"]
+    assert t["mfu"] == pytest.approx(t["gflop_per_step"] / t["seconds_per_step"] / t["matmul_rate_gflop_per_s"], rel=2e-2)
     md = (out / "bench.md").read_text()
     assert "| first-hitting | 64 | 2 |" in md and md in res.stdout
+    assert "at the model's sampling shapes" in md and "MFU" in md
     bad = CliRunner().invoke(app, ["bench", "--checkpoint", str(tiny_checkpoint), "--steps", "0"])
     assert bad.exit_code != 0 and "--steps" in str(bad.exception)
+
+
+def test_shape_rates_combine_the_measured_rates():
+    """The rate at the model's shapes is the forward's matrix FLOPs over their time at each shape's
+    measured rate: between the slowest and the fastest shape, from numbers measured, not assumed."""
+    from dbert_core.evaluation import bench
+    from dbert_core.maths.model import BertConfig
+
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=16)
+    shapes = bench.model_shapes(cfg, 2, 6, 4)
+    assert shapes["qkv"] == (12, 16, 48) and shapes["ffn down"] == (12, 32, 16) and shapes["vocab"] == (4, 16, 50)
+    r = bench.shape_rates(cfg, 2, 6, 4, torch.float32, torch.device("cpu"), reps=1)
+    per_shape = [r[k] for k in shapes]
+    assert all(x > 0 for x in per_shape) and min(per_shape) * 0.99 <= r["model"] <= max(per_shape) * 1.01
+    assert bench.fraction(50.0, 200.0) == 0.25 and bench.fraction(50.0, None) is None
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)

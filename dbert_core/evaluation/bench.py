@@ -3,6 +3,11 @@
 Every figure comes from this machine in this run, so the ratios between rows are what to
 compare (a shared or busy machine moves absolute times, much less their ratios):
     matmul peak      best GFLOP/s of a large square torch.mm, per dtype
+    rates            F.linear's GFLOP/s at the model's own shapes (QKV, attention output, FFN up
+                     and down, head, vocabulary) and their combination (the forward's limit), per
+                     dtype and for 1 thread and the run's threads, at the sampling, `sample --n 10`
+                     and training shapes; sampling rows, the CLI defaults and training report their
+                     achieved GFLOP/s as a fraction of the rate at their shapes (training: MFU)
     forward          one denoiser call at batch B x length L with every position projected to
                      the vocabulary: achieved GFLOP/s (counted from the architecture) vs peak
     threads, bf16    the same forward with 1..cores threads, and in bfloat16
@@ -30,7 +35,7 @@ from pathlib import Path
 import torch
 
 from ..disk import layout
-from ..hardware import auto_dtype, cpu_name, native_bf16
+from ..hardware import auto_dtype, compute_dtype, cpu_name, native_bf16
 from ..disk.layout import atomic_write_text
 from ..maths.model import attention_path, forward_flops
 
@@ -79,6 +84,48 @@ def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: i
     return 2 * n**3 / sec / 1e9
 
 
+def model_shapes(config, B: int, N: int, M: int) -> dict[str, tuple[int, int, int]]:
+    """The matrix products of a forward on (B, N) tokens projecting M positions, as F.linear's
+    (rows, in, out): the fused QKV, the attention output, the FFN up and down (every layer), the
+    head's transform and its vocabulary projection (M rows)."""
+    H, I, V = config.hidden_size, config.intermediate_size, config.vocab_size
+    return {"qkv": (B * N, H, 3 * H), "attn out": (B * N, H, H), "ffn up": (B * N, H, I),
+            "ffn down": (B * N, I, H), "head": (M, H, H), "vocab": (M, H, V)}
+
+
+def linear_rate(rows: int, k: int, n: int, dtype: torch.dtype, device: torch.device, reps: int) -> float:
+    """GFLOP/s of the best of `reps` F.linear calls (rows, k) x (n, k)^T + bias, the product and
+    kernel nn.Linear runs."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, k, generator=g).to(device, dtype)
+    w = torch.randn(n, k, generator=g).to(device, dtype)
+    b = torch.randn(n, generator=g).to(device, dtype)
+    with torch.inference_mode():
+        sec = best_time(lambda: torch.nn.functional.linear(x, w, b), device, reps)
+    return 2 * rows * k * n / sec / 1e9
+
+
+def shape_rates(config, B: int, N: int, M: int, dtype: torch.dtype, device: torch.device, reps: int) -> dict:
+    """F.linear's rate at each of the model's shapes (model_shapes) and the rate of the forward's
+    matrix products together: their FLOPs over the sum of their times at those rates (each layer's
+    products counted `layers` times). That combined rate is the limit a forward at (B, N, M) can
+    reach on this machine in `dtype` with the current threads (attention's batched products and
+    the elementwise work are not in it: they can only make a forward slower)."""
+    shapes = model_shapes(config, B, N, M)
+    rates = {name: linear_rate(*shape, dtype, device, reps) for name, shape in shapes.items()}
+    flops = {name: 2 * r * k * n * (1 if name in ("head", "vocab") else config.num_hidden_layers)
+             for name, (r, k, n) in shapes.items()}
+    seconds = sum(flops[name] / (rates[name] * 1e9) for name in shapes)
+    out = {name: float(f"{rate:.4g}") for name, rate in rates.items()}
+    out["model"] = float(f"{sum(flops.values()) / seconds / 1e9:.4g}")
+    return out
+
+
+def fraction(achieved_gflop_per_s: float, rate: float | None) -> float | None:
+    """achieved / rate, both measured (None where the rate was not measured)."""
+    return float(f"{achieved_gflop_per_s / rate:.4g}") if rate else None
+
+
 def _inputs(db, B: int, L: int, device):
     tok = db.tokenizer
     ids = torch.full((B, L + 2), db.model.mask_id, dtype=torch.long)
@@ -119,7 +166,7 @@ class Bench:
                       "attention": attention_report(db, length),
                       "dtype": str(next(db.model.parameters()).dtype).removeprefix("torch.")},
             "machine": machine(self.device), "length": length,
-            "peak": {}, "forward": [], "sampling": [], "train": None, "cli_defaults": None,
+            "peak": {}, "rates": {}, "forward": [], "sampling": [], "train": None, "cli_defaults": None,
         }
 
     # ------------------------------------------------------------------ output
@@ -135,6 +182,39 @@ class Bench:
             self.result["peak"][name] = round(matmul_peak(dtype, self.device, reps=self.reps), 2)
             self.say(f"matmul peak {name}: {self.result['peak'][name]:.1f} GFLOP/s")
         self.save()
+
+    def rates(self, name: str, B: int, N: int, M: int, dtypes, threads) -> None:
+        """F.linear's rate at the model's shapes for a forward on (B, N) projecting M positions, per
+        dtype and thread count (shape_rates): the limit the runs measured at those shapes are put
+        against. Kept in result["rates"][name]."""
+        cfg, base_threads = self.db.model.config, torch.get_num_threads()
+        entry = {"batch": B, "tokens": N, "projected": M, "rows": []}
+        self.result["rates"][name] = entry
+        for dtype in dtypes:
+            for n in threads:
+                torch.set_num_threads(n)
+                try:
+                    row = {"dtype": str(dtype).removeprefix("torch."), "threads": n,
+                           **shape_rates(cfg, B, N, M, dtype, self.device, self.reps)}
+                except Exception as e:  # noqa: BLE001 - a dtype this machine cannot run is reported
+                    row = {"dtype": str(dtype).removeprefix("torch."), "threads": n,
+                           "error": str(e).splitlines()[0][:200]}
+                finally:
+                    torch.set_num_threads(base_threads)
+                entry["rows"].append(row)
+                self.say(f"matmul rate {name} ({B} x {N}, {M} projected) {row['dtype']} {n} threads: " +
+                         (f"{row['model']:.1f} GFLOP/s at the model's shapes" if "model" in row else row["error"]))
+                self.save()
+
+    def rate(self, name: str, dtype: str, threads: int) -> float | None:
+        """The measured rate at the model's shapes (`rates`) for dtype and threads, or None."""
+        for row in self.result["rates"].get(name, {}).get("rows", []):
+            if row["dtype"] == dtype and row["threads"] == threads and "model" in row:
+                return row["model"]
+        return None
+
+    def _dtype(self) -> str:
+        return str(next(self.db.model.parameters()).dtype).removeprefix("torch.")
 
     def forward(self, B: int, threads=(), bf16: bool = False) -> None:
         """Forward at batch B, all positions projected; vs the same dtype's matmul peak."""
@@ -199,12 +279,19 @@ class Bench:
                         f"{row['calls_per_batch']} calls, {row['rows_per_sample']} rows/sample")
                     self.save()
 
-    def _compute(self, st: dict) -> dict:
-        """The network's work in a sampling run and the time it needs at the measured matmul peak."""
+    def _compute(self, st: dict, rates: str = "sampling") -> dict:
+        """The network's work in a sampling run, the time it needs at the measured matmul peak, and
+        its achieved GFLOP/s as a fraction of the matmul rate at the model's shapes (same dtype and
+        threads as the run)."""
         peak = self.result["peak"].get("float32")
         out = {"gflop": st["gflop"]}
         if peak:
             out["seconds_at_peak"] = float(f"{st['gflop'] / peak:.3g}")
+        achieved = st["gflop"] / st["seconds"] if st["seconds"] > 0 else 0.0
+        dtype, threads = self._dtype(), torch.get_num_threads()
+        rate = self.rate(rates, dtype, threads)
+        out.update({"gflop_per_s": float(f"{achieved:.4g}"), "dtype": dtype, "threads": threads,
+                    "matmul_rate_gflop_per_s": rate, "fraction_of_matmul_rate": fraction(achieved, rate)})
         return out
 
     def cli_defaults(self, load_seconds: float) -> None:
@@ -213,14 +300,18 @@ class Bench:
         from ..sampling.sample import generate, resolve
 
         cfg = resolve(SampleConfig(seed=0), self.db)
+        B = min(cfg.n, cfg.batch_size)
+        self.rates("cli", B, cfg.length + 2, B * cfg.length, [next(self.db.model.parameters()).dtype],
+                   [torch.get_num_threads()])
         _, st = generate(self.db, cfg)
         self.result["cli_defaults"] = {"sampler": cfg.sampler, "length": cfg.length, "load_seconds": round(load_seconds, 2),
-                                       "sample_seconds": st["seconds"], "calls": st["nfe"], **self._compute(st)}
+                                       "sample_seconds": st["seconds"], "calls": st["nfe"], **self._compute(st, "cli")}
         self.say(f"sample --n 10 defaults: load {load_seconds:.2f} s + sampling {st['seconds']:.2f} s")
         self.save()
 
-    def train(self, batch: int = 32, seq_len: int = 64, steps: int = 3) -> None:
-        """Optimizer steps on a copy of the model: tokens/s as `dbert train` counts them."""
+    def train(self, batch: int = 32, seq_len: int = 64, steps: int = 3, dtype: str = "auto") -> None:
+        """Optimizer steps on a copy of the model: tokens/s as `dbert train` counts them, and model
+        FLOP utilisation against F.linear's rate at the training shapes (batch x seq_len)."""
         from ..config import TrainConfig
         from ..training.prepare import in_memory
         from ..training.train import Trainer
@@ -230,19 +321,44 @@ class Bench:
         gen = torch.Generator().manual_seed(0)
         examples = torch.randint(1000, db.model.config.vocab_size, (4 * batch, seq_len), generator=gen).tolist()
         cfg = TrainConfig(data=["(bench)"], out="(bench)", batch_size=batch, seq_len=seq_len, T=db.schedule.T,
-                          lr=1e-5, warmup=0, max_steps=steps + 1, device=self.device.type)
+                          lr=1e-5, warmup=0, max_steps=steps + 1, device=self.device.type, dtype=dtype)
         trainer = Trainer(cfg, prepared=in_memory(db, cfg, examples))  # the trainer's own step: optimizer, loss, autocast
         trainer.train_step()  # warm-up (allocates the optimizer state)
-        _sync(self.device)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            trainer.train_step()
-        _sync(self.device)
-        sec = (time.perf_counter() - t0) / steps
+        flops = []  # model FLOPs of every forward the timed steps run, from its own inputs
+
+        def count(module, args, kwargs):
+            ids = args[0]
+            select = args[2] if len(args) > 2 else kwargs["select"]
+            flops.append(forward_flops(module.config, ids.shape[0], ids.shape[1], int(select.sum())))
+
+        hook = trainer.model.register_forward_pre_hook(count, with_kwargs=True)
+        try:
+            _sync(self.device)
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                trainer.train_step()
+            _sync(self.device)
+            sec = (time.perf_counter() - t0) / steps
+        finally:
+            hook.remove()
+        gflop = 3 * sum(flops) / steps / 1e9  # forward + backward (2x the forward: input and weight gradients)
+        dtype = {"bf16": "bfloat16", "fp32": "float32"}[compute_dtype(cfg.dtype, self.device)]
+        threads = torch.get_num_threads()
+        if "train" not in self.result["rates"]:
+            self.rates("train", batch, seq_len, round(batch * seq_len / 2), [getattr(torch, dtype)], [threads])
+        rate = self.rate("train", dtype, threads)
         self.result["train"] = {"batch": batch, "seq_len": seq_len, "steps": steps, "seconds_per_step": round(sec, 3),
-                                "tokens_per_s": round(batch * seq_len / sec, 1), "dtype": cfg.dtype}
-        self.say(f"train: {sec:.2f} s/step, {batch * seq_len / sec:.0f} tokens/s")
+                                "tokens_per_s": round(batch * seq_len / sec, 1), "dtype": cfg.dtype,
+                                "compute_dtype": dtype, "threads": threads, "gflop_per_step": round(gflop, 2),
+                                "gflop_per_s": round(gflop / sec, 2), "matmul_rate_gflop_per_s": rate,
+                                "mfu": fraction(gflop / sec, rate)}
+        self.say(f"train: {sec:.2f} s/step, {batch * seq_len / sec:.0f} tokens/s, {gflop / sec:.1f} GFLOP/s"
+                 + (f", MFU {100 * gflop / sec / rate:.0f}% of {rate:.0f}" if rate else ""))
         self.save()
+
+
+def _pct(x) -> str:
+    return "" if x is None else f"{100 * x:.0f}%"
 
 
 def markdown(r: dict) -> str:
@@ -255,17 +371,31 @@ def markdown(r: dict) -> str:
              f"Model: {r['checkpoint']} ({mod['layers']} layers, hidden {mod['hidden']}, vocab {mod['vocab']}, "
              f"{mod['schedule']} T={mod['T']}, time {mod['time']}, attention {mod['attention']}, {mod['dtype']}); "
              f"length {r['length']}.", ""]
+    for name, e in r.get("rates", {}).items():
+        shapes = [k for k in e["rows"][0] if k not in ("dtype", "threads", "model", "error")] if e["rows"] else []
+        lines += [f"Matmul rate (F.linear GFLOP/s, best of runs) at the model's {name} shapes: batch {e['batch']} x "
+                  f"{e['tokens']} tokens, {e['projected']} positions projected to the vocabulary; `model` is the "
+                  f"forward's products together (its limit), on {m['cpu']}.", "",
+                  "| dtype | threads | " + " | ".join(shapes) + " | model |",
+                  "|---|---:|" + "---:|" * (len(shapes) + 1)]
+        for row in e["rows"]:
+            if "error" in row:
+                lines.append(f"| {row['dtype']} | {row['threads']} | failed: {row['error']} |")
+            else:
+                lines.append(f"| {row['dtype']} | {row['threads']} | " +
+                             " | ".join(f"{row[k]:.1f}" for k in shapes) + f" | {row['model']:.1f} |")
+        lines.append("")
     if r["sampling"]:
         lines += ["| sampler | steps | batch | seconds | samples/s | calls/batch | rows/sample | vs ancestral "
-                  "| GFLOP | s at peak |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| GFLOP | s at peak | GFLOP/s | of matmul rate |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for s in r["sampling"]:
             sp = s.get("speedup_vs_ancestral")
             name = s["sampler"] + ("" if s.get("exact", True) else " (heuristic)")
             lines.append(f"| {name} | {s['steps']} | {s['batch']} | {s['seconds']:.2f} | "
                          f"{s['samples_per_s']:.3f} | {s['calls_per_batch']} | {s['rows_per_sample']} | "
                          f"{'' if sp is None else f'{sp:.1f}x'} | {s.get('gflop', '')} | "
-                         f"{s.get('seconds_at_peak', '')} |")
+                         f"{s.get('seconds_at_peak', '')} | {s.get('gflop_per_s', '')} | {_pct(s.get('fraction_of_matmul_rate'))} |")
         lines.append("")
     if r["forward"]:
         lines += ["| forward | batch | threads | seconds | GFLOP | GFLOP/s | matmul peak | % of peak |",
@@ -281,12 +411,16 @@ def markdown(r: dict) -> str:
     if r["train"]:
         t = r["train"]
         lines.append(f"Training: {t['tokens_per_s']:.0f} tokens/s ({t['seconds_per_step']:.2f} s per step of "
-                     f"{t['batch']} x {t['seq_len']} tokens, fp32, AdamW).")
+                     f"{t['batch']} x {t['seq_len']} tokens, {t.get('compute_dtype', t['dtype'])}, "
+                     f"{t.get('threads', '?')} threads, AdamW): {t.get('gflop_per_s', '?')} GFLOP/s of model FLOPs, "
+                     f"MFU {_pct(t.get('mfu'))} of the matmul rate at its shapes ({t.get('matmul_rate_gflop_per_s')}).")
     if r["cli_defaults"]:
         c = r["cli_defaults"]
         lines.append(f"`dbert sample --n 10` defaults ({c['sampler']}, length {c['length']}): "
                      f"load {c['load_seconds']:.2f} s + sampling {c['sample_seconds']:.2f} s, {c['calls']} calls, "
-                     f"{c['gflop']} GFLOP ({c.get('seconds_at_peak', '?')} s at the matmul peak).")
+                     f"{c['gflop']} GFLOP ({c.get('seconds_at_peak', '?')} s at the matmul peak), "
+                     f"{c.get('gflop_per_s', '?')} GFLOP/s, {_pct(c.get('fraction_of_matmul_rate'))} of the matmul "
+                     f"rate at the model's shapes ({c.get('dtype')}, {c.get('threads')} threads).")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -296,6 +430,11 @@ def run(db, out, load_seconds: float, samplers, steps_list, batches, length: int
     reps = 2 if quick else 4
     bench = Bench(db, out, length, quick, reps, report)
     bench.peak([torch.float32])
+    from ..config import SampleConfig
+
+    B = min(max(batches), SampleConfig().batch_size)  # the sampler's rows per call
+    dtypes = [torch.float32] + ([torch.bfloat16] if bf16 else [])
+    bench.rates("sampling", B, length + 2, B * length, dtypes, sorted({1, torch.get_num_threads()}))  # 1 and the run's
     bench.forward(32, threads=threads, bf16=bf16)
     bench.cli_defaults(load_seconds)
     if train:

@@ -1,0 +1,54 @@
+"""Where `dbert sample --n 10` spends its time: torch.profiler over the sampling, at the defaults.
+
+    python scripts/studies/profile_sample.py [--checkpoint DIR] [--threads 2] [--rows 16]
+
+Loads the checkpoint (default: the shipped one), resolves the CLI's defaults (SampleConfig, as
+`dbert sample --n 10` does), runs a short untimed warm-up generation, then one under the profiler.
+Prints the CPU (hardware.cpu_name), the load average, the sampling's seconds, network calls and
+GFLOP (the frames' own count), its GFLOP/s as a fraction of F.linear's rate at the model's shapes
+(evaluation.bench.shape_rates, same process, same threads, same dtype), and the profiler's table
+by self CPU time.
+"""
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkpoint", help="checkpoint directory (default: the shipped one)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rows", type=int, default=16, help="rows of the profiler's table")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from dbert_core.config import SampleConfig
+    from dbert_core.evaluation.bench import shape_rates
+    from dbert_core.hardware import cpu_name
+    from dbert_core.sampling.sample import generate, resolve
+    from dbert_core.storage import checkpoint, store
+
+    path = Path(args.checkpoint) if args.checkpoint else store.default_checkpoint()
+    db = checkpoint.load(path)
+    cfg = resolve(SampleConfig(seed=0), db)
+    generate(db, dataclasses.replace(cfg, n=1, length=16))  # warm-up: the kernels' first calls
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        _, st = generate(db, cfg)
+    dtype = next(db.model.parameters()).dtype
+    B = min(cfg.n, cfg.batch_size)
+    rate = shape_rates(db.model.config, B, cfg.length + 2, B * cfg.length, dtype, torch.device("cpu"), reps=3)["model"]
+    achieved = st["gflop"] / st["seconds"]
+    print(f"CPU: {cpu_name()}, {args.threads} threads, torch {torch.__version__}, load average {os.getloadavg()[0]:.2f}")
+    print(f"{path.name}: {cfg.sampler}, n {cfg.n}, length {cfg.length}, {str(dtype).removeprefix('torch.')}: "
+          f"{st['seconds']:.2f} s under the profiler, {st['nfe']} calls, {st['gflop']} GFLOP, {achieved:.1f} GFLOP/s = "
+          f"{100 * achieved / rate:.0f}% of F.linear's {rate:.1f} GFLOP/s at the model's shapes ({B} x {cfg.length + 2})")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=40))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
