@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # How the shipped stories checkpoint (assets/dbert-minilm-stories, the default) is made, end to end.
 # Usage: scripts/stories_model.sh data|train|report|export|shown   (in this order; each repeatable)
+#   whole stories (the default from stage 4 on): story-data, story, story-report, story-export (see below)
 #   train: resumable (Ctrl-C saves); continue: more steps from a shipped release (PARENT, a commit;
 #   its weights go to runs/init-<step>) with a fresh optimizer, into OUT (resumable); report:
 #   evaluations of this and the previous default, the decoding study; export: float16 copy into assets/ with the card; shown: samples at the CLI defaults, the card;
@@ -132,10 +133,17 @@ story_report() {  # the story model (OUT, default runs/story) against its parent
   OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$parent" --n "${N:-100}" --seed 0 > runs/parent-samples.txt
   python scripts/studies/stories.py runs/story-samples.txt runs/parent-samples.txt --heldout "$held" \
     > runs/story-measures.jsonl 2> runs/story-measures.md
-  { time OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$out" --n 10 --seed 0 --stats > runs/story-samples10.txt; } \
+}
+
+story_export() {  # the story model (OUT) as the shipped default: its weights, then what the card shows of them
+  local out=${OUT:-runs/story} dst=assets/dbert-minilm-stories
+  python scripts/export_default.py "$out" "$dst" --card "$dst/MODEL_CARD.md"  # the weights (the old card for now)
+  { time OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$dst" --n 10 --seed 0 --stats > runs/story-samples10.txt; } \
     2> runs/story-samples10.time
-  OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$out" --n 1 --seed 1 --length 900 --stats > runs/story-long.txt \
+  OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$dst" --n 1 --seed 1 --length 900 --stats > runs/story-long.txt \
     2> runs/story-long.stats
+  OUT=$out python scripts/render_story_card.py > runs/STORY_CARD.md
+  python scripts/export_default.py "$out" "$dst" --card runs/STORY_CARD.md
 }
 
 case "${1:-}" in
@@ -143,6 +151,7 @@ case "${1:-}" in
   story-data) story_data ;;
   story) story_train ;;
   story-report) story_report ;;
+  story-export) story_export ;;
   train) train "${OUT:-runs/stories}" ;;
   continue) continue_ ;;
   eval) evaluate "${2:-runs/stories}" "${3:-$(basename "${2:-runs/stories}")}" ;;
@@ -150,5 +159,5 @@ case "${1:-}" in
   stage2) stage2 "${2:-stories}" ;;
   shown) shown ;;
   export) python scripts/export_default.py "${SRC:-runs/stories}" assets/dbert-minilm-stories --card runs/STORIES_CARD.md ;;
-  *) echo "usage: $0 story-data|story|story-report|data|train|continue|report|export|shown|eval [DIR TAG]" >&2; exit 2 ;;
+  *) echo "usage: $0 story-data|story|story-report|story-export|data|train|continue|report|export|shown|eval [DIR TAG]" >&2; exit 2 ;;
 esac

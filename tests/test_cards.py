@@ -151,3 +151,42 @@ def test_export_keeps_the_parent_of_a_continued_run(tiny_checkpoint, tmp_path):
     subprocess.run([sys.executable, str(ROOT / "scripts" / "export_default.py"), str(tmp_path / "run2"),
                     str(tmp_path / "out2")], check=True, capture_output=True)
     assert "parent" not in json.loads((tmp_path / "out2" / "dbert.json").read_text())
+
+
+def _story_renderer():
+    spec = importlib.util.spec_from_file_location("render_story_card", ROOT / "scripts" / "render_story_card.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_story_card_renders_every_field():
+    from dbert_core.evaluation.story_metrics import story_report
+    from dbert_core.evaluation.metrics import readability, unigram_entropy
+
+    mod = _story_renderer()
+    samples = ["Once upon a time, there was a cat named Tom. Tom liked to play. The end.",
+               "She ran home. ¶ Once upon a time, a dog barked."]
+    m = {"n": 2, **story_report(samples), **readability(samples), "unigram_entropy": unigram_entropy(samples)}
+    lengths = {"stories": 200, "words_q1": 120.0, "words_median": 153.0, "words_q3": 190.0, "words_max": 241,
+               "tokens_median": 181.0, "whole": 0.9}
+    c = {"lam": 0.3, "T": 2048, "schedule": "spindle", "time": "none", "batch_size": 16, "lr": 1e-4, "warmup": 50,
+         "max_steps": 600, "seed": 5, "min_lr_ratio": 0.1, "hybrid_weight": 0.01, "story_context": 128,
+         "data": ["/x/runs/data/head-train.txt", "/y/fables.txt"], "val_data": ["/x/runs/data/head-heldout.txt"]}
+    meta = {"seq_len": 256, "parameters": 16_200_000, "train_examples": 9863, "train_tokens": 2_100_000, "step": 600,
+            "tokens_seen": 2_457_600, "train_seconds": 4500.0, "train_config": c}
+    d = {"meta": meta, "cpu": "AMD EPYC", "bf16": False, "curve": {300: 18.4, 600: 16.1},
+         "parent": {"commit": "2b79eac", "meta": {"step": 14300}},
+         "eval": {"ppl_token": 16.0, "nats_per_token_se": 0.01}, "parent_eval": {"ppl_token": 21.8, "nats_per_token_se": 0.02},
+         "measures": {"held-out stories": m, "runs/story-samples.txt": m}, "timing": {"real": 30.5, "nfe": 180, "seconds": 25.0},
+         "stories": samples, "long": ["Once upon a time " * 40], "lengths": {"training": lengths, "held out": lengths}}
+    card = mod.render(d)
+    assert "{" not in card and "}" not in card, re.findall(r".{0,30}[{}].{0,30}", card)[:3]
+    assert "600 optimizer steps of 16 windows" in card and "2.46 M tokens" in card and "75 min on a 2-core AMD EPYC" in card
+    assert "**16.0 ± 0.3**" in card and "21.8 ± 0.9" in card and "| 600 | 16.10 |" in card
+    assert "| this model | 2 | 50% |" in card and "| held-out stories | 2 |" in card
+    assert "1. Once upon a time, there was a cat named Tom." in card and "(160 words, unedited)" in card
+    assert "commit 2b79eac" in card and "step 14,300" in card and "30.5 s end to end" in card
+    assert "| held out | 200 | 120 / 153 / 190 | 241 | 181 | 90% |" in card
+    bare = mod.render({**d, "eval": None, "parent_eval": None, "timing": None, "parent": None})
+    assert "{" not in bare and "not evaluated" in bare and "Not timed." in bare and "from all-MiniLM-L6-v2" in bare
