@@ -12,7 +12,7 @@ The engine, importable as a library; it never imports Textual or the TUI. Its pa
     training    a run made ready (prepare), the training loop (train), vocabulary trimming
     evaluation  metrics and the judge (dbert eval), the bench
     serving     dbert serve: the HTTP app and its queue
-    cli, progress   the `dbert` command, the only modules on typer and rich
+    cli         the `dbert` command (cli/commands/: one module a command), the only modules on typer and rich
 
     from dbert_core.sampling import sample
     from dbert_core.storage import checkpoint, store

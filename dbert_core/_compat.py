@@ -28,6 +28,7 @@ MOVED = {  # old module name -> its package now
     **dict.fromkeys(("prepare", "train", "vocab"), "training"),
     **dict.fromkeys(("metrics", "judge", "bench"), "evaluation"),
     **dict.fromkeys(("serve", "serve_queue"), "serving"),
+    "progress": "cli",  # the `dbert` command is one package now (dbert_core/cli/)
 }
 OLD = {f"dbert_core.{name}": f"dbert_core.{package}.{name}" for name, package in MOVED.items()}
 

@@ -2,14 +2,14 @@
 
 - dbert_core is in packages by role (docs/architecture.md): a module imports only the floor
   (errors, config, strategies, display, hardware), its own package and the packages LAYERS lets
-  its package import; only the `dbert` command (cli.py, progress.py) imports anything. The import
+  its package import; only the `dbert` command (cli/) imports anything. The import
   graph (lazy imports inside functions included) has no cycle. docs/architecture.md and every
   package's docstring say the same packages, modules and layers as the code;
 - config.py sits at the bottom: it imports errors.py and strategies.py (the torch-free registry of
   choices) and nothing else, so resolving a SampleConfig against a checkpoint is the sampler's job;
 - the old flat module names (dbert_core.sample, ...) import the moved modules, with a
   DeprecationWarning, for one release (dbert_core/_compat.py), and nothing of ours uses them;
-- `import dbert_core.config` leaves torch out; only the CLI's modules (cli.py, progress.py)
+- `import dbert_core.config` leaves torch out; only the CLI's modules (cli/)
   import typer or rich, and no engine module imports textual or dbert_tui;
 - the TUI's modules that hold state and rules without widgets import no Textual;
 - every on-disk file name is a constant of disk/layout.py;
@@ -39,7 +39,7 @@ from helpers import ROOT
 CORE = ROOT / "dbert_core"
 TUI = ROOT / "dbert_tui"
 FLOOR = {"__init__", "_compat", "errors", "config", "strategies", "display", "hardware"}  # dbert_core/*.py below all
-CLI_MODULES = {"cli", "progress"}          # the `dbert` command: on top, and the only engine modules on typer and rich
+CLI_MODULES = {"cli"}                      # the `dbert` command (cli/): on top, and the only engine modules on typer and rich
 LAYERS = {  # each package of dbert_core -> the packages it may import besides the floor and itself
     "disk": set(),
     "text": {"disk"},
@@ -114,7 +114,7 @@ def _group(name: str) -> str:
         return head
     if name in FLOOR:
         return "floor"
-    if head in CLI_MODULES:  # cli.py, or a cli/ package of one module per command
+    if head in CLI_MODULES:  # cli/: the app, its helpers and commands/, one module per command
         return "cli"
     pytest.fail(f"dbert_core/{name.replace('.', '/')}.py stands in no package of LAYERS, the floor or the CLI")
 
@@ -181,13 +181,15 @@ def test_every_package_says_what_lives_there_and_what_it_may_import():
 
 def test_docs_architecture_names_the_packages_modules_and_layers_of_the_code():
     """docs/architecture.md's table: | `package/` | modules | may import |, one row a package,
-    and the floor's and the command's rows for the top-level modules."""
+    and the floor's row for the top-level modules; the command's row names cli/'s modules
+    (commands/train for cli/commands/train.py)."""
     doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     rows = {m.group(1): ({w.strip() for w in m.group(2).split(",")}, {w.strip() for w in m.group(3).split(",")})
             for m in re.finditer(r"^\| `([a-z_]+)/?` \| ([^|]+) \| ([^|]+) \|$", doc, re.M)}
     code = {p: {m.split(".")[1] for m in _modules() if m.startswith(p + ".")} for p in LAYERS}
     code["floor"] = FLOOR - {"__init__", "_compat"}
-    code["cli"] = CLI_MODULES
+    code["cli"] = {m.split(".", 1)[1].replace(".", "/") for m in _modules()
+                   if m.startswith("cli.") and m not in ("cli.__main__", "cli.commands")}
     assert {p: mods for p, (mods, _) in rows.items()} == code
     assert {p: layers - {"floor", "-"} for p, (_, layers) in rows.items() if p in LAYERS} == LAYERS
     for path in re.findall(r"dbert_core/[\w/]+\.py", doc):
@@ -422,3 +424,4 @@ def test_widgets_talk_to_their_screen_by_messages():
                 found.append(f"dbert_tui/{name}:{node.lineno}: uses self.screen.{node.attr}")
     assert "widgets/generate/player.py" in _tui_modules(), "the Generate screen's widgets moved: update this test"
     assert not found, "\n".join(found)
+

@@ -338,7 +338,7 @@ def test_progress_line_on_a_terminal():
 
     import torch
 
-    from dbert_core.progress import SampleProgress
+    from dbert_core.cli.progress import SampleProgress
     from dbert_core.sampling.sample import Frame
 
     class Tty(io.StringIO):

@@ -312,7 +312,7 @@ def test_an_error_never_goes_to_stdout_when_stderr_is_closed():
 
 def test_training_carries_on_when_its_progress_stream_fails(tmp_path):
     from helpers import tiny_config
-    from dbert_core.progress import TrainProgress
+    from dbert_core.cli.progress import TrainProgress
 
     class Broken:
         def write(self, text):
@@ -339,14 +339,14 @@ def test_a_trajectory_that_cannot_be_written_is_refused_before_sampling(tmp_path
     (tmp_path / "ro").chmod(0o500)
     if where == "read-only" and os.access(tmp_path / "ro", os.W_OK):
         pytest.skip("running as a user who can write anywhere")
-    monkeypatch.setattr("dbert_core.cli._load", lambda *a: pytest.fail("the checkpoint was loaded first"))
+    monkeypatch.setattr("dbert_core.cli.options.load", lambda *a: pytest.fail("the checkpoint was loaded first"))
     code, out, err = run(["sample", "--trajectory", str(target), "--n", "1"], capsys, monkeypatch)
     assert code == 2 and out == "" and "--trajectory" in one_line(err)
 
 
 def test_bench_out_that_is_a_file_is_refused_before_measuring(tmp_path, capsys, monkeypatch):
     (tmp_path / "bench").write_text("results of last week")
-    monkeypatch.setattr("dbert_core.cli._load", lambda *a: pytest.fail("the checkpoint was loaded first"))
+    monkeypatch.setattr("dbert_core.cli.options.load", lambda *a: pytest.fail("the checkpoint was loaded first"))
     code, out, err = run(["bench", "--out", str(tmp_path / "bench")], capsys, monkeypatch)
     assert code == 2 and "--out" in one_line(err)
     assert (tmp_path / "bench").read_text() == "results of last week"
@@ -521,7 +521,7 @@ def test_remove_without_yes_and_stdin_closed_is_one_line(tiny_checkpoint):
     (["train", "--data", "x", "--out", ""], "--out"),
 ], ids=["init-and-preset", "eval-top-k", "eval-seed-huge", "bench-length-0", "bench-length-huge", "out-empty"])
 def test_wrong_options_are_refused_before_any_work(args, needle, capsys, monkeypatch):
-    monkeypatch.setattr("dbert_core.cli._load", lambda *a: pytest.fail("the checkpoint was loaded first"))
+    monkeypatch.setattr("dbert_core.cli.options.load", lambda *a: pytest.fail("the checkpoint was loaded first"))
     code, out, err = run(args, capsys, monkeypatch)
     assert code == 2 and out == "" and needle in one_line(err)
 

@@ -79,7 +79,7 @@ def test_progress_counts_a_batch_once_when_the_touch_up_follows(tiny_db):
     """The last step's frame (nothing masked) and the touch-up's last frame: one batch, counted once."""
     import io
 
-    from dbert_core.progress import SampleProgress
+    from dbert_core.cli.progress import SampleProgress
 
     stream = io.StringIO()
     bar = SampleProgress(48, 48, stream=stream)

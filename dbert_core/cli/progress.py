@@ -10,8 +10,8 @@ import functools
 import sys
 import time
 
-from .display import duration, eta
-from .training.train import Callback
+from ..display import duration, eta
+from ..training.train import Callback
 
 
 def _quiet(method):
@@ -66,7 +66,7 @@ class TrainProgress(Callback):
         self.start = time.perf_counter()
         self.first_step = trainer.step
         db, cfg = trainer.db, trainer.cfg
-        from .maths.model import count_parameters
+        from ..maths.model import count_parameters
 
         if trainer.is_main:
             self._line(f"training {count_parameters(db.model) / 1e6:.1f}M parameters on {trainer.device} "

@@ -1,0 +1,80 @@
+"""`dbert bench`: sampling speed, training tokens/s and forward efficiency on this machine;
+bench.json and bench.md in --out, the Markdown on stdout."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ... import config
+from ...errors import DbertError
+from .. import options
+from ..options import Device
+from ..streams import say
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise DbertError(f"{option} takes comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise DbertError(f"{option} takes positive integers, got {text!r}")
+    return values
+
+
+MAX_BENCH_LENGTH = 4096  # tokens; the checkpoint's own position limit is checked when it is loaded
+
+
+def bench(
+    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
+    out: Annotated[str, typer.Option(help="Directory for bench.json and bench.md.")] = "bench",
+    quick: Annotated[bool, typer.Option("--quick", help="Steps 16,128 only, fewer repetitions (minutes, not an hour).")] = False,
+    steps: Annotated[Optional[str], typer.Option(help="Step budgets, comma-separated (default 16,128,512,2048).")] = None,
+    batch: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "1,32",
+    samplers: Annotated[str, typer.Option(help="Samplers, comma-separated (any of: " + ", ".join(config.STRATEGIES) + "; each at its default parameters).")] = ",".join(config.SAMPLERS),
+    length: Annotated[int, typer.Option(help="Tokens per sample.")] = 64,
+    measure_train: Annotated[bool, typer.Option("--train/--no-train", help="Measure training tokens/s.")] = True,
+    bf16: Annotated[bool, typer.Option(help="Also time the forward pass in bfloat16.")] = True,
+    threads: Annotated[Optional[int], typer.Option(help="torch threads (default: torch's choice); the forward is also timed with 1..cores.")] = None,
+    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
+):
+    """Measure sampling speed, training tokens/s and forward efficiency on this machine (Markdown on stdout).
+
+    Example: dbert bench --quick --out bench-results
+    """
+    import os
+    import time
+
+    import torch
+
+    from ...evaluation.bench import markdown, run
+
+    step_list = _int_list(steps, "--steps") if steps else ([16, 128] if quick else [16, 128, 512, 2048])
+    batches = _int_list(batch, "--batch")
+    if not 1 <= length <= MAX_BENCH_LENGTH:
+        raise DbertError(f"--length must be in [1, {MAX_BENCH_LENGTH}], got {length}")
+    from ...disk.layout import check_output
+
+    check_output(out, "--out", folder=True)  # before the hour of measuring, not after it
+    chosen = [s.strip() for s in samplers.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in config.STRATEGIES]
+    if unknown or not chosen:
+        raise DbertError(f"--samplers: choose from {', '.join(config.STRATEGIES)}, got {samplers!r}")
+    if threads is not None:
+        if threads < 1:
+            raise DbertError("--threads must be >= 1")
+        torch.set_num_threads(threads)
+    start = time.perf_counter()
+    db = options.load(checkpoint, device.value)
+    load_seconds = time.perf_counter() - start
+    if db.model.time != "none":
+        chosen = [s for s in chosen if s != "cached"]
+    say(f"bench: {db.path}, steps {step_list}, batch {batches}, samplers {chosen}; results in {out}/")
+    result = run(db, Path(out), load_seconds, chosen, step_list, batches, length=length, quick=quick, train=measure_train,
+                 bf16=bf16, threads=range(1, (os.cpu_count() or 1) + 1), report=say)
+    sys.stdout.write(markdown(result))
+    sys.stdout.flush()

@@ -1,0 +1,127 @@
+"""`dbert eval`: the ELBO bound per token and per word, and with --samples the quality of
+samples (BLEU-4, Self-BLEU-4, distinct-n, gen-PPL under a judge); lines for a reader or --json."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from ... import config, strategies
+from ...errors import DbertError
+from .. import options
+from ..options import SAMPLE, Device, EvalUnit, Sampler, no_params
+from ..streams import say
+
+
+def evaluate(
+    data: Annotated[list[str], typer.Option("--data", help="Text file(s) to score: one example per line.")],
+    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
+    steps: Annotated[int, typer.Option(help="Step budget S of the ELBO.")] = 128,
+    limit: Annotated[Optional[int], typer.Option(help="Score only the first N examples.")] = None,
+    exact: Annotated[bool, typer.Option("--exact", help="Sum all S terms per example (slow).")] = False,
+    mc_samples: Annotated[int, typer.Option(help="Monte-Carlo draws per example (without --exact).")] = 1,
+    unit: Annotated[EvalUnit, typer.Option(help="An example is a line, a sentence, a story (a whole document, in the windows `dbert train --unit story` builds: the bound per token of text and end mark) or a window: the sentence-start windows of the checkpoint's length that `dbert train --unit sentence --pack` builds from the documents, its validation bound. Documents: <|endoftext|> lines, JSONL or blank lines, read from each file.")] = EvalUnit.line,
+    samples: Annotated[int, typer.Option(help="Also draw N samples for BLEU-4 / Self-BLEU-4 / distinct-n.")] = 0,
+    sample_steps: Annotated[int, typer.Option(help="Reverse steps for those samples.")] = SAMPLE.steps,
+    sample_length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length, as `dbert sample`; the paper: 64).")] = None,
+    top_k: Annotated[int, typer.Option(help="top-k of the samples (the paper: 30).")] = SAMPLE.top_k,
+    block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="As in `dbert sample`.")] = SAMPLE.block_repeats,
+    pair_quotes: Annotated[bool, typer.Option("--pair-quotes/--unpaired-quotes", help="As in `dbert sample`.")] = SAMPLE.pair_quotes,
+    fix_contractions: Annotated[bool, typer.Option("--fix-contractions/--raw-contractions", help="As in `dbert sample`.")] = SAMPLE.fix_contractions,
+    sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy of the samples, as in `dbert sample`. Default: the model's fastest exact sampler.")] = None,
+    param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable).")] = None,
+    temperature: Annotated[float, typer.Option(help="Softmax temperature of the samples' token choice.")] = SAMPLE.temperature,
+    judge: Annotated[Optional[str], typer.Option(metavar="MODEL", help="Also score the samples and as much held-out --data text under this Hugging Face causal LM (a local folder or a hub id such as gpt2-large; safetensors only, no remote code): gen-PPL and unigram entropy.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Examples per batch.")] = 32,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
+    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
+):
+    """ELBO perplexity (per token and per word) and, with --samples, BLEU-4 / Self-BLEU-4 (and gen-PPL with --judge).
+
+    Example: dbert eval --data held-out.txt --unit sentence --limit 200 --samples 20 --json
+    """
+    from ...evaluation.metrics import perplexity, quality
+
+    if limit is not None and limit < 1:
+        raise DbertError("--limit must be >= 1")
+    if samples < 0:
+        raise DbertError("--samples must be >= 0")
+    if batch_size < 1:
+        raise DbertError("--batch-size must be >= 1")
+    for option, value, lo, what in (("--steps", steps, 1, ""), ("--mc-samples", mc_samples, 1, ""),
+                                    ("--sample-steps", sample_steps, 1, " (the samples' --steps)"),
+                                    ("--sample-length", sample_length, 1, " (the samples' --length)"),
+                                    ("--top-k", top_k, 0, "")):
+        if value is not None and value < lo:  # checked whether or not --samples asks for them: never silently unused
+            raise DbertError(f"{option} must be >= {lo}{what}, got {value}")
+    if not 0 <= seed <= config.MAX_SEED:
+        raise DbertError(f"--seed must be in [0, {config.MAX_SEED}], got {seed}")
+    if judge is not None and not samples:
+        raise DbertError("--judge scores samples: give --samples N")
+    params = strategies.parse_params(sampler.value, param) if sampler else no_params(param)
+    config.SampleConfig(sampler=sampler.value if sampler else None, params=params, temperature=temperature).validate()
+    import math
+
+    from ..progress import CountProgress, SampleProgress
+
+    db = options.load(checkpoint, device.value)
+    scoring = CountProgress(1, batch_size, label="scoring")
+
+    def counted(done: int, total: int) -> None:
+        scoring.total = total
+        scoring.update(done)
+
+    try:
+        scored = perplexity(db, data, steps=steps, limit=limit, exact=exact, mc=mc_samples, batch_size=batch_size,
+                            seed=seed, unit=unit.value, progress=counted)
+    except OverflowError:  # math.exp of a bound past ~709 nats per token
+        scored = {"nats_per_token": math.inf}
+    finally:
+        scoring.close()
+    if "documents" in scored:
+        say(f"{scored['documents']:,} documents, median {scored['document_words_median']:,} words, "
+            f"longest {scored['document_words_longest']:,}")
+    bad = [k for k, v in scored.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:  # a score of inf or NaN is no answer: the weights' outputs overflow
+        raise DbertError(f"the checkpoint's scores are not finite ({', '.join(bad)}): its outputs overflow "
+                         "(weights far too large, or a diverged run)")
+    result = {"checkpoint": str(db.path), **scored}
+    if samples:
+        sampling = SampleProgress(2 * samples, batch_size)
+        from ...sampling.sample import default_length
+
+        length = sample_length if sample_length is not None else default_length(db)
+        result.update(quality(db, data, samples, steps=sample_steps, length=length, top_k=top_k,
+                              batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
+                              sampler=sampler.value if sampler else None, params=params, temperature=temperature,
+                              judge=judge, on_frame=sampling, pair_quotes=pair_quotes,
+                              fix_contractions=fix_contractions))
+        sampling.close()
+    if as_json:
+        print(json.dumps(result))
+    else:
+        for line in eval_lines(result):
+            print(line)
+
+
+def eval_lines(result: dict) -> list[str]:
+    """`dbert eval` for a reader: the bounds with their 95% intervals and what they mean, then
+    every figure by name (--json gives the same figures as one object)."""
+    import math
+
+    out = []
+    if "ppl_token" in result:
+        for unit in ("token", "word"):
+            ppl, se = result[f"ppl_{unit}"], result[f"nats_per_{unit}_se"]
+            lo, hi = math.exp(math.log(ppl) - 1.96 * se), math.exp(math.log(ppl) + 1.96 * se)
+            out.append(f"{'perplexity per ' + unit:>22}  <= {ppl:.2f}  (95%: {lo:.2f} to {hi:.2f})")
+        out.append(f"{'':>22}  upper bounds: the {result['steps']}-step ELBO of {result['examples']} examples; "
+                   "the model's true perplexity is lower")
+    for key, value in result.items():
+        if isinstance(value, dict):
+            value = json.dumps(value)
+        out.append(f"{key:>22}  {value:.4f}" if isinstance(value, float) else f"{key:>22}  {value}")
+    return out

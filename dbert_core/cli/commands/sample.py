@@ -1,0 +1,168 @@
+"""`dbert sample`: samples one per line on stdout, for a prompt, a prompt file or stdin; an
+infill prompt ([MASK*A-B]) ranked by the model's bound; --output and --trajectory files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ... import config, strategies
+from ...errors import DbertError
+from .. import options
+from ..options import SAMPLE, Device, Dtype, Sampler, no_params
+from ..streams import say
+
+TOPK = 5  # candidates recorded per reveal in a --trajectory file (the token inspector shows them)
+
+
+def sample(
+    prompt_arg: Annotated[Optional[str], typer.Argument(metavar="[PROMPT]", show_default=False, help="A prompt template with [MASK] slots (\"Once upon a time [MASK*20]\"), or - to read prompts from stdin, one per line.")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
+    n: Annotated[int, typer.Option("--n", "-n", help="Number of samples (lines on stdout), for each prompt.")] = SAMPLE.n,
+    steps: Annotated[int, typer.Option(help="Reverse steps S (1..T).")] = SAMPLE.steps,
+    temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (0: greedy, the most likely token).")] = SAMPLE.temperature,
+    top_k: Annotated[int, typer.Option(help="Keep the k most likely tokens (0: off).")] = SAMPLE.top_k,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling mass in (0, 1].")] = SAMPLE.top_p,
+    length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length: 128 for the shipped model).")] = SAMPLE.length,
+    batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = SAMPLE.batch_size,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed: the same seed gives the same output (default: a fresh one, written to --output).")] = SAMPLE.seed,
+    prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Template with [MASK] slots ([MASK*N]: N of them; [MASK*A-B]: A to B tokens, see --candidates); masks are appended up to --length.")] = SAMPLE.prompt,
+    prompt_file: Annotated[Optional[Path], typer.Option("--prompt-file", help="Prompts from a file, one per line (- : stdin); --n samples each.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the samples to this JSON Lines file: text, prompt, seed and settings per sample.")] = None,
+    sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy. " + strategies.help_text() + ". Default: first-hitting where the model allows it, else ancestral.")] = None,
+    param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable), e.g. --param tau=0.8.")] = None,
+    block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="Never draw a token equal to an already revealed neighbour (no \"there there\"); --allow-repeats samples the model's own distribution.")] = SAMPLE.block_repeats,
+    pair_quotes: Annotated[bool, typer.Option("--pair-quotes/--unpaired-quotes", help="Refill the quote marks that pair with none (quotes excluded) after sampling; --unpaired-quotes prints the model's own quotes.")] = SAMPLE.pair_quotes,
+    fix_contractions: Annotated[bool, typer.Option("--fix-contractions/--raw-contractions", help="Refill the contractions English does not write (\"you't\", \"friends's\"; apostrophes excluded) after sampling; --raw-contractions prints the model's own.")] = SAMPLE.fix_contractions,
+    lowercase: Annotated[bool, typer.Option("--lowercase", help="Print the model's raw lower-case words (no truecasing; a prompt's words stay as typed).")] = False,
+    stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps, sampler, exact, params} as JSON on stderr.")] = False,
+    trajectory: Annotated[Optional[Path], typer.Option(help="Also write every frame of the run to this JSON file (one batch: --n <= --batch-size; format in dbert_core/sampling/trajectory.py).")] = None,
+    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
+    dtype: Annotated[Dtype, typer.Option(help="The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; draws stay float64), fp32 or bf16.")] = Dtype(SAMPLE.dtype),
+    candidates: Annotated[int, typer.Option(help="Infill ([MASK*A-B] in the prompt): texts drawn for each length; all are ranked by the model's ELBO per token and the best --n printed, their scores on stderr.")] = 4,
+):
+    """Generate N samples, one per line on stdout; a story start inside a sample reads " ¶ ".
+
+    Example: dbert sample "Once upon a time [MASK*20]" -n 3 --seed 1 -o stories.jsonl
+    """
+    from ...text.detok import STORY_BREAK
+    from ..progress import SampleProgress
+    from ...sampling.sample import generate, resolve
+
+    prompts = _prompts(prompt_arg, prompt, prompt_file)
+    cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
+                              sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
+                              params=strategies.parse_params(sampler.value, param) if sampler else no_params(param),
+                              device=device.value, prompt=None, block_repeats=block_repeats,
+                              pair_quotes=pair_quotes, fix_contractions=fix_contractions,
+                              dtype=dtype.value).validate()
+    from ...sampling.infill import has_range
+
+    if trajectory is not None and any(has_range(p) for p in prompts):
+        raise DbertError("--trajectory records one batch; an infill prompt ([MASK*A-B]) runs one per length")
+    if trajectory is not None:
+        if cfg.n > cfg.batch_size or len(prompts) > 1:
+            raise DbertError("--trajectory records one batch: give --n <= --batch-size and one prompt")
+        from ...disk.layout import check_output
+
+        check_output(trajectory, "--trajectory")  # before the run, not after it
+    if cfg.seed is None:  # drawn once here, so --output can say which seed made each sample
+        import random
+
+        cfg = replace(cfg, seed=random.SystemRandom().randrange(config.MAX_SEED))
+    db = options.load(checkpoint, cfg.device)
+    kept: list = []
+    try:
+        STORY_BREAK.encode(sys.stdout.encoding or "utf-8")
+        paragraph = STORY_BREAK
+    except (UnicodeEncodeError, LookupError):
+        paragraph = " | "  # a terminal or pipe that cannot show the pilcrow
+    from ...sampling.infill import variants
+    from ...sampling.sample import prompt_notes
+
+    for p in dict.fromkeys(x for x in prompts if x is not None):
+        for note in prompt_notes(db, variants(p)[0][1] if has_range(p) else p):
+            say(f"dbert: note: {note}" + (f" ({p[:40]!r})" if len(prompts) > 1 else ""))
+    progress = SampleProgress(cfg.n * len(prompts), cfg.batch_size)
+    texts, records, st = [], [], None
+
+    def on_frame(frame):
+        progress(frame)
+        if trajectory is not None:
+            kept.append(frame)
+
+    for p in prompts:
+        run = replace(cfg, prompt=p)
+        if has_range(p):
+            got = _infill(db, run, candidates, not lowercase, paragraph, records)
+            texts.extend(got)
+            continue
+        resolved = resolve(run, db)
+        got, st_p = generate(db, resolved, on_frame=on_frame, cased=not lowercase, paragraph=paragraph,
+                             topk=TOPK if trajectory is not None else 0)
+        texts.extend(got)
+        records.extend({"text": t, "prompt": p, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
+                        "settings": {k: getattr(resolved, k) for k in ("steps", "temperature", "top_k", "top_p", "length",
+                                                                       "sampler", "params", "block_repeats", "dtype")},
+                        "stats": st_p} for i, t in enumerate(got))
+        st = st_p if st is None else {k: (st[k] + st_p[k] if k in ("nfe", "rows", "gflop", "seconds", "samples") else st_p[k])
+                                      for k in st_p}
+    progress.close()
+    if trajectory is not None:
+        from ...disk.layout import atomic_write_text
+        from ...sampling.trajectory import trajectory as as_json
+
+        atomic_write_text(trajectory, json.dumps(as_json(db, resolve(replace(cfg, prompt=prompts[0]), db), kept)) + "\n")
+    if output is not None:
+        from ...disk.layout import atomic_write_text
+
+        atomic_write_text(output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    for t in texts:  # a line at a time: one giant write to a pipe whose reader left can end "successfully"
+        sys.stdout.write(t.replace("\n", " ") + "\n")
+    sys.stdout.flush()
+    if stats:
+        say(json.dumps(st))
+
+
+def _infill(db, cfg, candidates: int, cased: bool, paragraph: str, records: list) -> list[str]:
+    """An infill prompt ([MASK*A-B]): every length drawn `candidates` times, ranked by ELBO per
+    token (infill.py); the best cfg.n texts returned, their scores on stderr and in records."""
+    from ...sampling.infill import infill
+    from ...sampling.sample import resolve
+
+    ranked = infill(db, resolve(cfg, db), per_length=candidates, cased=cased, paragraph=paragraph)
+    best = ranked[:cfg.n]
+    for i, c in enumerate(best):
+        say(f"dbert: infill #{i + 1}: {c.score:.4f} nats/token, lengths {','.join(map(str, c.lengths))}, "
+            f"{c.tokens} tokens")
+        records.append({"text": c.text, "prompt": cfg.prompt, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
+                        "infill": c.record()})
+    return [c.text for c in best]
+
+
+def _prompts(arg: str | None, option: str | None, file: Path | None) -> list[str | None]:
+    """The prompts of a `dbert sample` run: the positional one, --prompt, or --prompt-file / - (stdin,
+    one per line, blank lines skipped); [None] for an unconditional run."""
+    given = [x for x in (arg, option, file) if x is not None]
+    if len(given) > 1:
+        raise DbertError("give one prompt source: PROMPT, --prompt or --prompt-file")
+    if file is not None or arg == "-":
+        if arg == "-" or str(file) == "-":
+            text = sys.stdin.read()
+        else:
+            try:
+                text = Path(file).read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                raise DbertError(f"--prompt-file {file} is not UTF-8 text") from None
+            except OSError as e:
+                raise DbertError(f"cannot read --prompt-file {file}: {e.strerror}") from None
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        if not lines:
+            raise DbertError("no prompts given (the prompt file or stdin holds no text)")
+        return lines
+    return [arg if arg is not None else option]

@@ -1,0 +1,70 @@
+"""How a command ends: Ctrl-C, SIGTERM and SIGHUP become Interrupted (so `finally` blocks clean
+up), the handlers main() found are put back, and what ended a command becomes one line on
+stderr and an exit status (exit_code).
+"""
+
+from __future__ import annotations
+
+from ..errors import DbertError, Interrupted
+from .streams import ReaderGone, say
+
+
+def _on_signal(signum, frame) -> None:
+    import signal
+
+    raise Interrupted(signal.Signals(signum).name)
+
+
+saved_handlers: dict = {}  # what main() found, put back by restore_signals
+
+
+def restore_signals() -> None:
+    """The signal handlers as main() found them (serve hands its signals to uvicorn)."""
+    import signal
+
+    for sig, handler in saved_handlers.items():
+        signal.signal(sig, handler)
+
+
+def stop_signals() -> dict:
+    """Ctrl-C, SIGTERM and SIGHUP end a command through Interrupted: its `finally` blocks clean up
+    (a fetch deletes its temp folder), then one line. `train` installs its own handlers while it
+    runs (a stop saves a checkpoint); a SIGHUP ignored by the caller (nohup) stays ignored."""
+    import signal
+
+    old = {}
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None or (name == "SIGHUP" and signal.getsignal(sig) == signal.SIG_IGN):
+            continue
+        try:
+            old[sig] = signal.signal(sig, _on_signal)
+        except (ValueError, OSError):  # not the main thread, or not allowed here
+            pass
+    return old
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit status for what ended a command, after one line on stderr (none for a closed pipe)."""
+    import errno
+
+    if isinstance(error, Interrupted):
+        say(f"dbert: interrupted ({error})" if str(error) not in ("", "SIGINT") else "dbert: interrupted")
+        return 130
+    if isinstance(error, ReaderGone):  # the reader stopped early (| head): nothing to say
+        return 141
+    if isinstance(error, DbertError):
+        say(f"dbert: error: {error}")
+        return 2
+    if isinstance(error, OSError):
+        if error.errno == errno.EPIPE:  # the reader stopped early (| head): nothing to say
+            return 141
+        where = f" ({error.filename})" if error.filename else ""
+        say(f"dbert: error: {error.strerror or error}{where}")
+        return 2
+    if isinstance(error, (RecursionError, MemoryError)):
+        say(f"dbert: error: {'out of memory' if isinstance(error, MemoryError) else 'input nested too deeply'}")
+        return 2
+    say(f"dbert: internal error: {type(error).__name__}: {str(error).strip()[:300]} "
+        "(please report it; DBERT_TRACEBACK=1 shows where)")
+    return 1

@@ -1,0 +1,74 @@
+"""What the commands' options are made of: the choice types built from config's tuples, the
+defaults the options show (TrainConfig's and SampleConfig's), flags shown without a type in
+--help, and what an option turns into (a device, a loaded checkpoint).
+
+Light on imports: torch and transformers load only inside load(), when a command runs.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import typer
+
+from .. import config
+from ..errors import DbertError
+
+
+def flags_without_type() -> None:
+    """Help lists a flag (--lowercase, --block-repeats/--allow-repeats, --help) without a `<bool>`
+    type column: it takes no value."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "dbert", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich.dbert = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+def _choice(name: str, values: tuple[str, ...]) -> type[Enum]:
+    """A Typer option type built from one of config's tuples of choices."""
+    return Enum(name, [(v.replace("-", "_"), v) for v in values], type=str)
+
+
+Schedule = _choice("Schedule", config.SCHEDULES)
+Time = _choice("Time", config.TIME_MODES)
+Device = _choice("Device", config.DEVICES)
+Sampler = _choice("Sampler", config.STRATEGIES)
+Unit = _choice("Unit", config.UNITS)
+EvalUnit = _choice("EvalUnit", config.EVAL_UNITS)
+DocSep = _choice("DocSep", config.DOC_SEPS)
+Loss = _choice("Loss", config.LOSSES)
+Decay = _choice("Decay", config.DECAYS)
+Dtype = _choice("Dtype", config.DTYPES)
+Preset = _choice("Preset", config.PRESETS)
+TRAIN = config.TrainConfig(data=[], out="")  # the defaults the options below show
+SAMPLE = config.SampleConfig()
+
+
+def is_given(ctx: typer.Context, name: str) -> bool:
+    """Whether the command line gave the option `name` (not its default)."""
+    return getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def device_of(gpu: bool, device: Device) -> str:
+    return "cuda" if gpu else device.value
+
+
+def load(checkpoint: str | None, device: str):
+    from ..storage import checkpoint as ckpt
+    from ..storage.store import resolve
+    from ..hardware import pick_device
+
+    return ckpt.load(resolve(checkpoint), device=pick_device(device))
+
+
+def no_params(param: list[str] | None) -> None:
+    if param:
+        raise DbertError("--param needs --sampler (the default sampler has no parameters)")
+    return None
