@@ -237,11 +237,18 @@ def sample(
         from .disk.layout import check_output
 
         check_output(trajectory, "--trajectory")  # before the run, not after it
+    if output is not None:
+        from .disk.layout import check_output
+
+        check_output(output, "--output")
     if cfg.seed is None:  # drawn once here, so --output can say which seed made each sample
         import random
 
         cfg = replace(cfg, seed=random.SystemRandom().randrange(config.MAX_SEED))
     db = _load(checkpoint, cfg.device)
+    from .sampling.preflight import check_sample
+
+    check_sample(db, cfg, prompts, candidates)  # every prompt, infill length and batch, before the first step
     kept: list = []
     try:
         STORY_BREAK.encode(sys.stdout.encoding or "utf-8")
@@ -303,6 +310,9 @@ def _infill(db, cfg, candidates: int, cased: bool, paragraph: str, records: list
 
     ranked = infill(db, resolve(cfg, db), per_length=candidates, cased=cased, paragraph=paragraph)
     best = ranked[:cfg.n]
+    if len(best) < cfg.n:  # the same text drawn twice is kept once
+        say(f"dbert: note: only {len(best)} different texts among those drawn for --n {cfg.n}; "
+            "raise --candidates for more")
     for i, c in enumerate(best):
         say(f"dbert: infill #{i + 1}: {c.score:.4f} nats/token, lengths {','.join(map(str, c.lengths))}, "
             f"{c.tokens} tokens")
@@ -324,19 +334,14 @@ def _prompts(arg: str | None, option: str | None, file: Path | None) -> list[str
     if len(given) > 1:
         raise DbertError("give one prompt source: PROMPT, --prompt or --prompt-file")
     if file is not None or arg == "-":
+        from .sampling.prompt import prompt_lines
+
         if arg == "-" or str(file) == "-":
-            text = sys.stdin.read()
-        else:
-            try:
-                text = Path(file).read_text(encoding="utf-8")
-            except UnicodeDecodeError:
-                raise DbertError(f"--prompt-file {file} is not UTF-8 text") from None
-            except OSError as e:
-                raise DbertError(f"cannot read --prompt-file {file}: {e.strerror}") from None
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        if not lines:
-            raise DbertError("no prompts given (the prompt file or stdin holds no text)")
-        return lines
+            return prompt_lines(sys.stdin.buffer.read(), "stdin")
+        try:
+            return prompt_lines(Path(file).read_bytes(), f"--prompt-file {file}")
+        except OSError as e:
+            raise DbertError(f"cannot read --prompt-file {file}: {e.strerror}") from None
     return [arg if arg is not None else option]
 
 
@@ -344,7 +349,7 @@ def _prompts(arg: str | None, option: str | None, file: Path | None) -> list[str
 @app.command("eval")
 def evaluate(
     data: Annotated[list[str], typer.Option("--data", help="Text file(s) to score: one example per line.")],
-    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
     steps: Annotated[int, typer.Option(help="Step budget S of the ELBO.")] = 128,
     limit: Annotated[Optional[int], typer.Option(help="Score only the first N examples.")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Sum all S terms per example (slow).")] = False,
@@ -753,6 +758,8 @@ def _std_streams() -> None:
         sys.stdout = _Data(sys.stdout)
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")
+    if sys.stdin is None:  # fd 0 was closed: reading it is reading nothing, isatty() is False
+        sys.stdin = open(os.devnull)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(errors="backslashreplace")

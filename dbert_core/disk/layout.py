@@ -525,8 +525,8 @@ def check_output(path, option: str, folder: bool = False) -> Path:
     never written, see atomic_write_text), or a place this user cannot write (permissions, a
     read-only file system). One DbertError naming the option."""
     path = Path(path).expanduser()
-    if not str(path).strip():
-        raise DbertError(f"{option} must name a {'folder' if folder else 'file'}")
+    if not str(path).strip() or (not folder and str(path) == "."):  # Path("") is "."
+        raise DbertError(f"{option} must name a {'folder' if folder else 'file'} (an empty name is the current folder)")
     if path.exists() and path.is_dir() != folder:
         raise DbertError(f"{option} {path} is {'a file, not a folder' if folder else 'a folder; give a file name'}")
     if not folder and path.is_block_device():
