@@ -393,6 +393,10 @@ def evaluate(
         raise DbertError(f"--seed must be in [0, {config.MAX_SEED}], got {seed}")
     if judge is not None and not samples:
         raise DbertError("--judge scores samples: give --samples N")
+    if judge is not None:
+        from .evaluation.judge import check_judge
+
+        check_judge(judge)  # missing, empty or not a causal LM: before the scoring and sampling
     params = strategies.parse_params(sampler.value, param) if sampler else _no_params(param)
     config.SampleConfig(sampler=sampler.value if sampler else None, params=params, temperature=temperature).validate()
     import math

@@ -400,6 +400,33 @@ def apply_umask(root: Path) -> None:
         os.chmod(dirpath, 0o777 & ~mask)
 
 
+def make_folders(folder: Path) -> list[Path]:
+    """mkdir -p folder; the folders it made, outermost first (remove_empty takes them back)."""
+    folder = Path(folder)
+    missing = []
+    while not os.path.lexists(folder) and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    made = []
+    try:
+        for f in reversed(missing):
+            f.mkdir()
+            made.append(f)
+    except OSError as e:
+        remove_empty(made)
+        raise DbertError(f"cannot write checkpoints to {missing[0]}: {e.strerror or e}") from None
+    return made
+
+
+def remove_empty(made: list[Path]) -> None:
+    """Remove the folders make_folders made, innermost first, as long as they are empty."""
+    for f in reversed(made):
+        try:
+            f.rmdir()
+        except OSError:
+            return
+
+
 def check_writable(folder: Path) -> None:
     """Create folder if need be and write a test file in it: a training run fails before step 1,
     not at the first save after an hour of training."""

@@ -23,7 +23,7 @@ from ..text.data import (DocumentStats, Special, document_sentences, document_wi
                          train_tokenizer)
 from ..errors import DbertError
 from ..hardware import pick_device
-from ..disk.layout import OutLock, check_writable
+from ..disk.layout import OutLock, check_writable, make_folders, remove_empty
 
 
 @dataclass
@@ -173,10 +173,16 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
     """Everything before the first step (the module's docstring says what); the output folder's
     lock is released again if anything fails."""
     cfg.validate(world)
+    if cfg.preset is not None and not cfg.init and not cfg.resume:  # the preset's positions, before reading data
+        from ..maths.model import PRESETS
+
+        check_positions(cfg, PRESETS[cfg.preset]["max_position_embeddings"])
     out = Path(cfg.out)
     lock = None
+    made: list[Path] = []  # the folders above --out this start made: removed again if it fails
     try:
         if rank == 0:
+            made = make_folders(out.parent)
             check_writable(out.parent)  # fail now, not at the first save after an hour of training
             lock = OutLock(out)  # before anything touches out; released when the run ends
             ckpt.recover(out)
@@ -184,6 +190,7 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
     except BaseException:
         if lock is not None:
             lock.release()
+        remove_empty(made)  # `--out a/b/c/ck` with bad --data leaves no a/
         raise
 
 
@@ -243,6 +250,7 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         raise DbertError("the validation slice is empty; give more data or --val-data")
     if db is None:
         db = _build(c, init, trimmed, tokenizer, special, train)
+    check_memory_for(c, db.model.config, world)
     if rank == 0:  # learnt afresh on every start (a resumed run of an older dbert gets one too)
         from ..text.truecase import learn
 
@@ -268,6 +276,30 @@ def in_memory(db, cfg: TrainConfig, examples: list[list[int]]) -> Prepared:
     return Prepared(cfg, db, list(examples), [], pick_device(cfg.device))
 
 
+def check_positions(c: TrainConfig, positions: int) -> None:
+    """--seq-len content tokens must fit the model's positions beside the ones it reserves:
+    [CLS] at the start and [SEP] at the end of every example, and with --time prefix one more
+    for the time token. One line that names them and the largest --seq-len that fits."""
+    reserved = ["[CLS]", "[SEP]"] + (["the --time prefix token"] if c.time == "prefix" else [])
+    if c.seq_len + len(reserved) > positions:
+        raise DbertError(f"--seq-len {c.seq_len} does not fit the model's {positions} positions: {len(reserved)} are "
+                         f"reserved ({', '.join(reserved)}), so --seq-len may be at most {positions - len(reserved)}")
+
+
+def check_memory_for(c: TrainConfig, config, world: int) -> None:
+    """One micro-batch's activations must fit the device's free memory (hardware.check_memory):
+    a --batch-size far too large is one line saying to lower it, before the first step, not a
+    kill by the kernel's OOM killer or an internal error at step 1."""
+    from ..hardware import check_memory, pick_device
+
+    rows = max(1, c.batch_size // max(1, c.grad_accum * world))
+    L = c.seq_len + 3
+    per_row = 4.0 * L * config.num_hidden_layers * (10 * config.hidden_size + 2 * config.intermediate_size +
+                                                   config.num_attention_heads * L) + 12.0 * L * config.vocab_size
+    check_memory(rows * per_row, pick_device(c.device), f"--batch-size {c.batch_size} ({rows:,} examples of "
+                 f"{c.seq_len} tokens per micro-batch)", "--batch-size (or raise --grad-accum)")
+
+
 def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) -> object:
     """A new model for a fresh run: a preset's random init or --init's BERT, with its record."""
     from ..storage.pretrained import build_bert
@@ -280,8 +312,7 @@ def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) ->
                          f"({len(tokenizer)})")
     counts = counts[: bert.config.vocab_size] if len(counts) >= bert.config.vocab_size else \
         torch.nn.functional.pad(counts, (0, bert.config.vocab_size - len(counts)))
-    if c.seq_len + 2 + (c.time == "prefix") > bert.config.max_position_embeddings:
-        raise DbertError(f"--seq-len {c.seq_len} exceeds the model's {bert.config.max_position_embeddings} positions")
+    check_positions(c, bert.config.max_position_embeddings)
     meta = {"preset": None if c.init else c.preset, "init": c.init, "from_scratch": c.from_scratch,
             "seq_len": c.seq_len, "pack": c.pack,
             "unit": c.unit, "data": [str(p) for p in c.data]}
