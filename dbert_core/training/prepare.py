@@ -123,6 +123,67 @@ def dist_timeout() -> float:
     return seconds("DBERT_DIST_TIMEOUT", DIST_TIMEOUT)
 
 
+DIST_START_TIMEOUT = 300.0  # seconds for every process of a run to start and meet (torchrun starts them together)
+
+
+def meet(rank: int, world: int, poll: float = 0.1):
+    """The run's rendezvous store, once every rank has joined it. Rank 0 serves it at
+    MASTER_ADDR:MASTER_PORT; each rank writes that it is there and waits for the others. A rank
+    missing after DBERT_DIST_START_TIMEOUT seconds (300 by default) is one DbertError that names
+    it, instead of a wait of DBERT_DIST_TIMEOUT (30 minutes) and a backend's message."""
+    import datetime
+    import os
+    import time
+
+    from ..storage.net import seconds
+
+    limit = seconds("DBERT_DIST_START_TIMEOUT", DIST_START_TIMEOUT)
+    host, port = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+    # under torchrun's elastic agent the agent serves the store at MASTER_PORT already: every rank is its client
+    serve = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true"
+    attempt = f"dbert/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    deadline = time.monotonic() + limit
+    try:
+        if not serve:  # wait for the store quietly here: torch's client logs every failed try as a C++ stack
+            _reachable(host, int(port), deadline)
+        store = torch.distributed.TCPStore(host, int(port), world, serve, timeout=datetime.timedelta(seconds=limit),
+                                           wait_for_workers=False)
+        store = torch.distributed.PrefixStore(attempt, store)  # a restarted attempt never sees an old one's keys
+        store.set(f"joined/{rank}", "1")
+        missing = list(range(world))
+        while True:
+            missing = [r for r in missing if not store.check([f"joined/{r}"])]
+            if not missing or time.monotonic() > deadline:
+                break
+            time.sleep(poll)
+    except (RuntimeError, ValueError, OSError) as e:
+        if rank == 0:
+            raise DbertError(f"rank 0 of {world}: cannot serve the run's rendezvous at {host}:{port}: "
+                             f"{' '.join(str(e).split())[:120]}") from None
+        raise DbertError(f"rank {rank} of {world}: rank 0 did not answer at {host}:{port} within {limit:g} s "
+                         "(DBERT_DIST_START_TIMEOUT): it never started, or MASTER_ADDR/MASTER_PORT are wrong") from None
+    if missing:
+        names = ", ".join(map(str, missing[:8])) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        raise DbertError(f"rank {rank} of {world}: rank{'s' if len(missing) > 1 else ''} {names} did not start within "
+                         f"{limit:g} s (DBERT_DIST_START_TIMEOUT); start all {world} processes (torchrun does)")
+    return store
+
+
+def _reachable(host: str, port: int, deadline: float) -> None:
+    """Return once host:port accepts a connection; OSError at the deadline."""
+    import socket
+    import time
+
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=max(0.1, min(1.0, deadline - time.monotonic()))).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def processes() -> tuple[int, int, int]:
     """(rank, world, local_rank) from torchrun's environment; (0, 1, 0) when not distributed.
     A missing or malformed variable, or a rank outside the world, is one DbertError line."""
@@ -157,8 +218,10 @@ def _device(name: str, rank: int, world: int, local_rank: int) -> torch.device:
 
         backend = "nccl" if device.type == "cuda" else "gloo"
         seconds = dist_timeout()
-        try:  # a peer that never starts ends the wait after `seconds`, in one line
-            torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds))
+        store = meet(rank, world)  # every rank present within DBERT_DIST_START_TIMEOUT, or one line naming who is not
+        try:
+            torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=world,
+                                                 timeout=datetime.timedelta(seconds=seconds))
         except (RuntimeError, ValueError, OSError) as e:
             raise DbertError(f"rank {rank} of {world}: the processes did not meet within {seconds:g} s "
                              f"(DBERT_DIST_TIMEOUT): {' '.join(str(e).split())[:160]}") from None
