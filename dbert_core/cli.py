@@ -677,8 +677,9 @@ def bench(
     if unknown or not chosen:
         raise DbertError(f"--samplers: choose from {', '.join(config.STRATEGIES)}, got {samplers!r}")
     if threads is not None:
-        if threads < 1:
-            raise DbertError("--threads must be >= 1")
+        from .evaluation.bench import check_threads
+
+        check_threads(threads)
         torch.set_num_threads(threads)
     start = time.perf_counter()
     db = _load(checkpoint, device.value)
@@ -867,6 +868,27 @@ def _stop_signals() -> dict:
     return old
 
 
+def _quiet_exit() -> None:
+    """When main() is the process itself (`dbert`, `python -m dbert_core.cli`), a stop signal
+    after the command has ended (a second fast Ctrl-C while the interpreter shuts down) is
+    ignored: the status is decided, and Python's default handler would print a
+    KeyboardInterrupt traceback and end with -2 instead. Inside another program main() leaves
+    the handlers as it found them."""
+    import signal
+
+    entry = sys.modules.get("__main__")
+    spec = getattr(entry, "__spec__", None)
+    if getattr(spec, "name", None) != "dbert_core.cli" and Path(getattr(entry, "__file__", "") or "").name != "dbert":
+        return
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            try:
+                signal.signal(sig, signal.SIG_IGN)
+            except (ValueError, OSError):
+                pass
+
+
 def _exit_code(error: BaseException) -> int:
     """The exit status for what ended a command, after one line on stderr (none for a closed pipe)."""
     import errno
@@ -925,6 +947,7 @@ def main() -> None:
             pass
     _restore_signals()  # as they were (main() runs inside other programs' tests too)
     _saved_handlers.clear()
+    _quiet_exit()
     if isinstance(sys.stdout, _Data) and not isinstance(given, _Data):
         sys.stdout = given
     sys.exit(code if isinstance(code, int) else 0 if code is None else 1)

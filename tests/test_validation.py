@@ -192,7 +192,7 @@ def timed(tiny_db, tmp_path):
 
 
 @pytest.mark.parametrize("change,needle", [
-    (lambda t: t.update({k: v.clone().fill_(float("nan")) for k, v in t.items()}), "NaN values"),
+    (lambda t: t.update({k: v.clone().fill_(float("nan")) for k, v in t.items()}), "NaN value"),
     (lambda t: t.update({k: v[..., :-1].clone() for k, v in t.items()}), "dbert_time.safetensors"),
     (lambda t: t.update(extra=torch.zeros(2)), "dbert_time.safetensors"),
 ], ids=["nan", "shape", "extra"])
