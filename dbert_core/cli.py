@@ -907,6 +907,11 @@ def _exit_code(error: BaseException) -> int:
         where = f" ({error.filename})" if error.filename else ""
         say(f"dbert: error: {error.strerror or error}{where}")
         return 2
+    from .hardware import is_out_of_memory
+
+    if is_out_of_memory(error) and not isinstance(error, MemoryError):  # torch's allocators
+        say("dbert: error: out of memory; lower --batch-size (or --n, --candidates, --length; bench: --batch)")
+        return 2
     if isinstance(error, (RecursionError, MemoryError)):
         say(f"dbert: error: {'out of memory' if isinstance(error, MemoryError) else 'input nested too deeply'}")
         return 2

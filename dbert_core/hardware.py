@@ -126,19 +126,3 @@ def is_out_of_memory(error: BaseException) -> bool:
         return True
     text = str(error)
     return isinstance(error, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower())
-
-
-class out_of_memory:
-    """`with out_of_memory("--batch-size"):` a failed allocation inside is one DbertError that
-    says what to lower, not an internal error."""
-
-    def __init__(self, lower: str):
-        self.lower = lower
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, error, tb):
-        if error is not None and is_out_of_memory(error):
-            raise DbertError(f"out of memory; lower {self.lower}") from None
-        return False

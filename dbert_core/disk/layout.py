@@ -567,6 +567,12 @@ def check_output(path, option: str, folder: bool = False) -> Path:
         raise DbertError(f"{option} {path}: {parent} is not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise DbertError(f"{option} {path}: {parent} is not writable")
+    if not os.path.lexists(path) or folder:  # a file is made there: try one (root passes os.access, /sys does not)
+        try:
+            with tempfile.TemporaryFile(dir=parent, prefix=".dbert-write-test-"):
+                pass
+        except OSError as e:
+            raise DbertError(f"{option} {path}: {parent} is not writable ({e.strerror or e})") from None
     return path
 
 
