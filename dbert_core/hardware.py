@@ -116,6 +116,8 @@ def check_memory(needed: float, device, what: str, lower: str) -> None:
 
 
 def _gib(n: float) -> str:
+    if n < 2**30:
+        return f"{n / 2**20:,.1f} MiB"
     return f"{n / 2**30:,.1f} GiB" if n < 2**50 else f"{n / 2**50:,.0f} PiB"
 
 
