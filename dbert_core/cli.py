@@ -337,7 +337,9 @@ def _prompts(arg: str | None, option: str | None, file: Path | None) -> list[str
         from .sampling.prompt import prompt_lines
 
         if arg == "-" or str(file) == "-":
-            return prompt_lines(sys.stdin.buffer.read(), "stdin")
+            raw = getattr(sys.stdin, "buffer", None)  # the bytes; a text stream without one (a test's StringIO) as text
+            return prompt_lines(raw.read() if raw is not None else
+                                sys.stdin.read().encode("utf-8", "surrogateescape"), "stdin")
         try:
             return prompt_lines(Path(file).read_bytes(), f"--prompt-file {file}")
         except OSError as e:
