@@ -173,7 +173,11 @@ class TrainConfig:
         """A config from a checkpoint's train_config: keys of older versions dropped, new ones default."""
         if not isinstance(saved, dict):
             raise DbertError("the checkpoint's train_config is not a JSON object")
-        known = {f.name for f in fields(cls)}
+        known = {f.name: f.type for f in fields(cls)}
+        for name, value in saved.items():  # each saved field of the type its annotation says, or one line naming it
+            if name in known and not _of_type(value, str(known[name])):
+                raise DbertError(f"the checkpoint's training settings (dbert.json train_config) are damaged: field "
+                                 f"{name!r} is {str(value)[:40]!r}, not {known[name]}")
         return cls(**{k: v for k, v in saved.items() if k in known})
 
     @classmethod
@@ -196,6 +200,29 @@ class TrainConfig:
                 raise DbertError(f"--resume: {flag} is {mine!r} in the checkpoint, not {theirs!r}; "
                                  f"a resumed run may change only {', '.join('--' + n.replace('_', '-') for n in self.RESUMABLE)}")
         return replace(self, out=given.out, resume=True, **{n: getattr(given, n) for n in self.RESUMABLE})
+
+
+def _of_type(value, annotation: str) -> bool:
+    """Whether a JSON value fits a field's annotation as dataclasses keep it (a string under
+    `from __future__ import annotations`): int, float, str, bool, list[str], unions with None."""
+    for kind in (a.strip() for a in annotation.split("|")):
+        if kind == "None" and value is None:
+            return True
+        if kind == "bool" and isinstance(value, bool):
+            return True
+        if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True
+        if kind == "str" and isinstance(value, str):
+            return True
+        if kind == "list[str]" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return True
+        if kind == "dict" and isinstance(value, dict):
+            return True
+        if kind not in ("None", "bool", "int", "float", "str", "list[str]", "dict"):
+            return True  # a type this check does not know: validate() has the last word
+    return False
 
 
 # ---------------------------------------------------------------------------------- sampling

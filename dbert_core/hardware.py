@@ -85,3 +85,46 @@ def pick_device(name: str) -> torch.device:
     if name not in ("cpu", "cuda", "mps"):
         raise DbertError(f"unknown device {name!r}; choose auto, cpu, cuda or mps")
     return torch.device(name)
+
+
+# ---------------------------------------------------------------------------------- memory
+def free_memory(device) -> int | None:
+    """Bytes a run may still allocate on `device`: CUDA's free memory, else the kernel's
+    MemAvailable plus free swap (Linux); None where that cannot be known."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(device)[0])
+        except (RuntimeError, AssertionError):
+            return None
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        return (int(fields["MemAvailable"].split()[0]) + int(fields.get("SwapFree", "0 kB").split()[0])) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def check_memory(needed: float, device, what: str, lower: str) -> None:
+    """Refuse, before allocating, work whose tensors alone need more memory than `device` has
+    free: one DbertError saying how much and what to lower (an estimate from the shapes, a floor:
+    the allocator's own overhead comes on top). On Linux a CPU allocation past free memory is
+    not refused by malloc but ends in the kernel's OOM killer, with no message at all."""
+    free = free_memory(device)
+    if free is not None and needed > free:
+        raise DbertError(f"{what} needs about {_gib(needed)} of memory, but only {_gib(free)} is free "
+                         f"on {torch.device(device).type}; lower {lower}")
+
+
+def _gib(n: float) -> str:
+    if n < 2**30:
+        return f"{n / 2**20:,.1f} MiB"
+    return f"{n / 2**30:,.1f} GiB" if n < 2**50 else f"{n / 2**50:,.0f} PiB"
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """An allocation that failed: MemoryError, torch's OutOfMemoryError (CUDA, MPS), or the CPU
+    allocator's RuntimeError."""
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower())

@@ -18,7 +18,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
-from textual.worker import Worker, WorkerState, get_current_worker
+from textual.worker import Worker, WorkerState
 
 from dbert_core.config import DEVICES
 from dbert_core.errors import DbertError
@@ -51,6 +51,8 @@ def initial_checkpoint(requested: str | None) -> tuple[Path | None, str]:
             return Path(last), ""
         except DbertError as e:
             notice = f"ignoring the last checkpoint used: {e}"
+        except OSError as e:  # a path too long for the file system, a folder it may not read
+            notice = f"ignoring the last checkpoint used: {e.strerror or e} ({str(last)[:60]}…)"
     try:
         return resolve(None), notice
     except DbertError:
@@ -132,17 +134,22 @@ class DbertApp(App):
         self._show_after_load = show
         self.load(Path(path))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="load")
-    def load(self, path: Path) -> None:
-        if self.loader is not None:
-            db = self.loader(path)
-        else:
-            from dbert_core.storage.checkpoint import load
-            from dbert_core.hardware import pick_device
+    @work(exclusive=True, exit_on_error=False, group="load", name="load")
+    async def load(self, path: Path) -> None:
+        """The load runs in a daemon thread of its own, not in the event loop's executor: Ctrl-Q
+        while a model loads (torch importing, weights read) quits at once, where an executor
+        thread would be waited for at exit until the load finished. A newer choice cancels this
+        worker; its thread's result is then dropped."""
+        db = await in_daemon_thread(self._read_checkpoint, path)
+        self.post_message(CheckpointLoaded(db, path))
 
-            db = load(path, device=pick_device(self.session.settings.device))
-        if not get_current_worker().is_cancelled:  # a newer choice replaced this load
-            self.post_message(CheckpointLoaded(db, path))
+    def _read_checkpoint(self, path: Path):
+        if self.loader is not None:
+            return self.loader(path)
+        from dbert_core.storage.checkpoint import load
+        from dbert_core.hardware import pick_device
+
+        return load(path, device=pick_device(self.session.settings.device))
 
     def on_checkpoint_loaded(self, message: CheckpointLoaded) -> None:
         try:  # the Generate screen's settings fitted to it first: a checkpoint it cannot run stays out
@@ -238,6 +245,32 @@ class DbertApp(App):
                             lambda: (self.action_mode("checkpoints"), self.call_later(self.checkpoints_screen.action_fetch)))
 
 
+async def in_daemon_thread(function, *args):
+    """function(*args) in a daemon thread, awaited: the interpreter never waits for it at exit."""
+    import asyncio
+    import threading
+
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(value, error) -> None:
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(value)
+
+    def job() -> None:
+        try:
+            value, error = function(*args), None
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting worker, which reports it
+            value, error = None, e
+        try:
+            loop.call_soon_threadsafe(settle, value, error)
+        except RuntimeError:  # the app has quit meanwhile: nobody waits for it
+            pass
+
+    threading.Thread(target=job, daemon=True, name="dbert-load").start()
+    return await future
+
+
 def create_app(**kwargs) -> DbertApp:
     """The app with injected dependencies (see DbertApp.__init__)."""
     return DbertApp(**kwargs)
@@ -297,6 +330,8 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
                 resolve(checkpoint)
             except DbertError as e:
                 fail(str(e))
+            except OSError as e:  # a name too long for the file system, a folder it may not read
+                fail(f"--checkpoint {checkpoint[:60]}: {e.strerror or e}")
         loaded = None
         if replay is not None:
             from dbert_core.sampling.replay import load as load_replay

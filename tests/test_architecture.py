@@ -347,7 +347,7 @@ def test_the_app_owns_the_tuis_state():
 
 def _thread_bodies(tree: ast.Module):
     """The functions that run on a worker thread: @work(thread=True) methods and the methods
-    handed to run_worker(..., thread=True), by name."""
+    handed to run_worker(..., thread=True) or to in_daemon_thread, by name."""
     handed = set()
     for node in ast.walk(tree):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run_worker"
@@ -357,6 +357,9 @@ def _thread_bodies(tree: ast.Module):
                 target = target.args[0]
             if isinstance(target, ast.Attribute):
                 handed.add(target.attr)
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "in_daemon_thread" and node.args
+                and isinstance(node.args[0], ast.Attribute)):  # app.py's own daemon thread (the checkpoint load)
+            handed.add(node.args[0].attr)
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef):
             threaded = any(isinstance(d, ast.Call) and getattr(d.func, "id", "") == "work"

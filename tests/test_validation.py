@@ -96,8 +96,8 @@ CORRUPT = [
     ("python-file", write("evil.py", "import os\nos.system('touch /tmp/pwned')\n"), "evil.py"),
     ("native-file", write("sub/evil.so", "\x7fELF"), "evil.so"),
     # weights: finite, floating, complete, the right shapes, the tokenizer's size
-    ("weight-nan", edit_tensors("model.safetensors", set_value(WORD, float("nan"))), "NaN or infinite"),
-    ("weight-inf", edit_tensors("model.safetensors", set_value(QUERY, float("inf"))), "NaN or infinite"),
+    ("weight-nan", edit_tensors("model.safetensors", set_value(WORD, float("nan"))), "NaN value"),
+    ("weight-inf", edit_tensors("model.safetensors", set_value(QUERY, float("inf"))), "infinite values"),
     ("weight-int", edit_tensors("model.safetensors", lambda t: t.update({WORD: t[WORD].to(torch.int32)})),
      "not floating"),
     ("weight-missing", edit_tensors("model.safetensors", lambda t: t.pop(QUERY)), "missing tensors"),
@@ -192,7 +192,7 @@ def timed(tiny_db, tmp_path):
 
 
 @pytest.mark.parametrize("change,needle", [
-    (lambda t: t.update({k: v.clone().fill_(float("nan")) for k, v in t.items()}), "NaN or infinite"),
+    (lambda t: t.update({k: v.clone().fill_(float("nan")) for k, v in t.items()}), "NaN value"),
     (lambda t: t.update({k: v[..., :-1].clone() for k, v in t.items()}), "dbert_time.safetensors"),
     (lambda t: t.update(extra=torch.zeros(2)), "dbert_time.safetensors"),
 ], ids=["nan", "shape", "extra"])

@@ -29,7 +29,7 @@ from .commands.sample import sample
 from .commands.serve import serve
 from .commands.train import train
 from .commands.tui import tui
-from .ending import exit_code, restore_signals, saved_handlers, stop_signals
+from .ending import exit_code, quiet_exit, restore_signals, saved_handlers, stop_signals
 from .options import (Decay, Device, DocSep, Dtype, EvalUnit, Loss, Preset, Sampler, Schedule, Time, Unit,
                       flags_without_type)
 from .streams import DataStream, ReaderGone, std_streams
@@ -97,6 +97,7 @@ def main() -> None:
             pass
     restore_signals()  # as they were (main() runs inside other programs' tests too)
     saved_handlers.clear()
+    quiet_exit()
     if isinstance(sys.stdout, DataStream) and not isinstance(given, DataStream):
         sys.stdout = given
     sys.exit(code if isinstance(code, int) else 0 if code is None else 1)

@@ -44,6 +44,30 @@ def stop_signals() -> dict:
     return old
 
 
+def quiet_exit() -> None:
+    """When main() is the process itself (`dbert`, `python -m dbert_core.cli`), a stop signal
+    after the command has ended (a second fast Ctrl-C while the interpreter shuts down) is
+    ignored: the status is decided, and Python's default handler would print a
+    KeyboardInterrupt traceback and end with -2 instead. Inside another program main() leaves
+    the handlers as it found them."""
+    import signal
+    import sys
+    from pathlib import Path
+
+    entry = sys.modules.get("__main__")
+    spec = getattr(entry, "__spec__", None)
+    if getattr(spec, "name", None) not in ("dbert_core.cli", "dbert_core.cli.__main__") \
+            and Path(getattr(entry, "__file__", "") or "").name != "dbert":
+        return
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            try:
+                signal.signal(sig, signal.SIG_IGN)
+            except (ValueError, OSError):
+                pass
+
+
 def exit_code(error: BaseException) -> int:
     """The exit status for what ended a command, after one line on stderr (none for a closed pipe)."""
     import errno
@@ -61,6 +85,11 @@ def exit_code(error: BaseException) -> int:
             return 141
         where = f" ({error.filename})" if error.filename else ""
         say(f"dbert: error: {error.strerror or error}{where}")
+        return 2
+    from ..hardware import is_out_of_memory
+
+    if is_out_of_memory(error) and not isinstance(error, MemoryError):  # torch's allocators
+        say("dbert: error: out of memory; lower --batch-size (or --n, --candidates, --length; bench: --batch)")
         return 2
     if isinstance(error, (RecursionError, MemoryError)):
         say(f"dbert: error: {'out of memory' if isinstance(error, MemoryError) else 'input nested too deeply'}")

@@ -45,6 +45,8 @@ def std_streams() -> None:
         sys.stdout = DataStream(sys.stdout)
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")
+    if sys.stdin is None:  # fd 0 was closed: reading it is reading nothing, isatty() is False
+        sys.stdin = open(os.devnull)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(errors="backslashreplace")

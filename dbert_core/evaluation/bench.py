@@ -37,6 +37,7 @@ import torch
 from ..disk import layout
 from ..hardware import auto_dtype, compute_dtype, cpu_name, native_bf16
 from ..disk.layout import atomic_write_text
+from ..errors import DbertError
 from ..maths.model import attention_path, forward_flops
 
 
@@ -424,9 +425,31 @@ def markdown(r: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+MAX_THREADS = 1024  # --threads at most: torch.set_num_threads(100000) kills the process (a segfault)
+
+
+def check_threads(threads: int | None) -> None:
+    """--threads within [1, MAX_THREADS], before torch is asked for them."""
+    if threads is not None and not 1 <= threads <= MAX_THREADS:
+        raise DbertError(f"--threads must be in [1, {MAX_THREADS}] (this machine has {os.cpu_count() or 1} cores), "
+                         f"got {threads}")
+
+
+def check_batches(db, batches, length: int) -> None:
+    """Every --batch size must fit the device's free memory at --length tokens (one line saying
+    to lower --batch, before the measuring starts; the training measurement uses 32 rows)."""
+    from ..hardware import check_memory
+    from ..sampling.preflight import row_bytes
+
+    largest = max(batches)
+    check_memory(largest * row_bytes(db, length), db.device, f"bench --batch {largest:,} at --length {length}",
+                 "--batch (or --length)")
+
+
 def run(db, out, load_seconds: float, samplers, steps_list, batches, length: int = 64, quick: bool = False,
         train: bool = True, bf16: bool = True, threads=(), report=None) -> dict:
     """The whole suite; returns the result dict (also in out/bench.json)."""
+    check_batches(db, batches, length)
     reps = 2 if quick else 4
     bench = Bench(db, out, length, quick, reps, report)
     bench.peak([torch.float32])

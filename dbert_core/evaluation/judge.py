@@ -45,16 +45,42 @@ def judge_dir(name: str) -> Path:
         raise DbertError(f"--judge {name}: " + (str(e).splitlines()[0][:160] or type(e).__name__)) from None
 
 
+ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "electra", "albert", "deberta", "deberta-v2",
+            "camembert", "mpnet", "modernbert")  # model types that are masked LMs unless is_decoder says otherwise
+
+
+def check_judge(name: str) -> Path:
+    """The judge's folder, checked before any sampling: it exists (a hub id is downloaded now),
+    carries no code, has safetensors weights, and its config.json describes a causal LM (an
+    architecture `*ForCausalLM` or `*LMHeadModel`; a masked LM such as BERT scores every token
+    seeing the ones after it, so its "perplexity" would mean nothing). One DbertError otherwise."""
+    from ..disk.jsonfile import read_json
+    from ..disk.layout import refuse_code
+
+    if not name or not name.strip():
+        raise DbertError("--judge must name a causal LM (a folder or a hub id such as gpt2-large)")
+    path = judge_dir(name)
+    refuse_code(path)
+    if not list(path.glob("*.safetensors")):
+        raise DbertError(f"--judge {name}: no .safetensors weights in {path} (pickled weights are never read)")
+    config = read_json(path / layout.CONFIG) if (path / layout.CONFIG).is_file() else None
+    if not isinstance(config, dict):
+        raise DbertError(f"--judge {name}: no readable {layout.CONFIG} in {path}")
+    archs = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+    kind = str(config.get("model_type", ""))
+    causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs) if archs else kind not in ENCODERS
+    if not causal or (kind in ENCODERS and config.get("is_decoder") is not True):
+        what = ", ".join(archs) or kind or "unknown"
+        raise DbertError(f"--judge {name} is not a causal language model ({what}); gen-PPL needs one that "
+                         "reads left to right, such as gpt2-large")
+    return path
+
+
 class Judge:
     """A causal LM and its tokenizer, ready to score texts."""
 
     def __init__(self, name: str, device: torch.device | str = "cpu"):
-        from ..disk.layout import refuse_code
-
-        path = judge_dir(name)
-        refuse_code(path)
-        if not list(path.glob("*.safetensors")):
-            raise DbertError(f"--judge {name}: no .safetensors weights in {path} (pickled weights are never read)")
+        path = check_judge(name)
         try:
             from transformers import AutoModelForCausalLM, AutoTokenizer
 

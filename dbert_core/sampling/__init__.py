@@ -9,7 +9,8 @@ per family: ancestral (the reverse step; ancestral and cached), first_hitting, o
 margin, entropy, threshold, entropy-bounded), remdm; touchup (the refill rounds after the last step).
 Around a run: inspector (each reveal's candidates), trajectory and replay (a run written down and
 read back), share (a run as a cast or HTML), distance (how far a strategy's law is from the
-model's own), infill (spans of unknown length, ranked by the bound).
+model's own), infill (spans of unknown length, ranked by the bound), preflight (what a run checks
+before its first step: every prompt, infill length and batch).
 
 May import: the floor, disk, text, maths.
 """

@@ -27,7 +27,7 @@ import torch
 
 from ..errors import DbertError
 
-RANGE = re.compile(r"\[mask\s*\*\s*(\d{1,4})\s*-\s*(\d{1,4})\]", re.IGNORECASE)
+RANGE = re.compile(r"\[mask\s*\*\s*(\d+)\s*-\s*(\d+)\]", re.IGNORECASE)
 MAX_VARIANTS = 64      # length combinations tried at most
 PER_LENGTH = 4         # candidates drawn for each length unless told
 SCORE_STEPS = 32       # the S of the bound that ranks them
@@ -59,12 +59,36 @@ def has_range(template: str | None) -> bool:
 
 def ranges(template: str) -> list[tuple[int, int]]:
     """The (A, B) of each [MASK*A-B] span, checked: 1 <= A <= B."""
+    from .prompt import MAX_SLOTS
+
     out = []
     for m in RANGE.finditer(template):
-        a, b = int(m.group(1)), int(m.group(2))
+        a, b = (int(g) if len(g.lstrip("0")) <= 9 else 10**9 for g in m.groups())
         if not 1 <= a <= b:
-            raise DbertError(f"{m.group(0)}: a span of unknown length needs 1 <= A <= B")
+            raise DbertError(f"{m.group(0)[:40]}: a span of unknown length needs 1 <= A <= B")
+        if b > MAX_SLOTS:
+            raise DbertError(f"{m.group(0)[:40]}: a span holds at most {MAX_SLOTS:,} tokens (no model has more "
+                             "positions); write a smaller B")
         out.append((a, b))
+    return out
+
+
+def checked_variants(db, template: str) -> list[tuple[tuple[int, ...], str, int]]:
+    """(span lengths, the template with [MASK*k] for each, its token count) for every length
+    combination, all checked against the model's positions before any is sampled: a range that
+    reaches past the model is one DbertError naming the longest it allows, not an error after
+    minutes of sampling the shorter ones."""
+    from .prompt import expand_template, slots
+
+    tok = db.tokenizer
+    out = []
+    for combo, written in variants(template):
+        L = len(tok.encode(slots(tok, expand_template(written)), add_special_tokens=False))
+        if L > db.model.max_length:
+            spans = ", ".join(m.group(0) for m in RANGE.finditer(template))
+            raise DbertError(f"with the span lengths {combo} of {spans} the prompt is {L} tokens, longer than the "
+                             f"model's {db.model.max_length} positions; shorten the range by {L - db.model.max_length}")
+        out.append((combo, written, L))
     return out
 
 
@@ -109,7 +133,7 @@ def infill(db, cfg, per_length: int = PER_LENGTH, score_steps: int = SCORE_STEPS
     (the same text) kept once. cfg.n is not used here: the caller keeps the top n.
     keep: a dict that receives, per length combination, every frame of its batch (the TUI
     plays the winner's batch back); topk: the frames' candidates (sample.frames)."""
-    from .prompt import expand_template, parse_prompt, prompt_words, slots
+    from .prompt import parse_prompt, prompt_words
     from .sample import frames
 
     if not has_range(cfg.prompt):
@@ -120,10 +144,7 @@ def infill(db, cfg, per_length: int = PER_LENGTH, score_steps: int = SCORE_STEPS
     seed = cfg.seed if cfg.seed is not None else torch.seed() % 2**63
     gen = torch.Generator().manual_seed(seed)
     out: dict[str, Candidate] = {}
-    for lengths, template in variants(cfg.prompt):
-        L = len(tok.encode(slots(tok, expand_template(template)), add_special_tokens=False))
-        if L > db.model.max_length:
-            raise DbertError(f"with {lengths} the prompt is {L} tokens, longer than the model's {db.model.max_length}")
+    for lengths, template, L in checked_variants(db, cfg.prompt):  # every length checked before the first
         ids = parse_prompt(db, template, L)
         run = replace(cfg, prompt=None, n=per_length, length=L)
         last = None

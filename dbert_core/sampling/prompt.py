@@ -10,12 +10,29 @@ import torch
 from ..errors import DbertError
 
 
-_MASK_RUN = re.compile(r"\[mask\s*\*\s*(\d{1,5})\]", re.IGNORECASE)
+_MASK_RUN = re.compile(r"\[mask\s*\*\s*(\d+)\]", re.IGNORECASE)
+MAX_SLOTS = 8192  # [MASK] slots one template may ask for (settings.MAX_STORY: no run is longer)
 
 
 def expand_template(template: str) -> str:
-    """A prompt template with each `[MASK*N]` written out as N `[MASK]` slots."""
+    """A prompt template with each `[MASK*N]` written out as N `[MASK]` slots. The slots are
+    counted before they are written out: more than MAX_SLOTS in all is one DbertError (no model
+    has that many positions), so `[MASK*100000000]` costs nothing."""
+    count_slots(template)
     return _MASK_RUN.sub(lambda m: " ".join(["[MASK]"] * int(m.group(1))), template)
+
+
+def count_slots(template: str, most: int = MAX_SLOTS) -> int:
+    """The [MASK] slots of the template's [MASK*N] runs; DbertError past `most` (a run of any
+    number of digits is read, never left as text the tokenizer spells as [UNK] pieces)."""
+    total = 0
+    for m in _MASK_RUN.finditer(template):
+        digits = m.group(1).lstrip("0") or "0"
+        total += int(digits) if len(digits) <= 9 else 10**9
+        if total > most:
+            raise DbertError(f"{m.group(0)[:40]}: a prompt holds at most {most:,} [MASK] slots "
+                             f"(no model has more positions); write fewer")
+    return total
 
 
 def slots(tok, template: str) -> str:
@@ -77,3 +94,21 @@ def parse_prompt(db, template: str, length: int) -> torch.Tensor:
     if len(ids) > length:
         raise DbertError(f"the prompt is {len(ids)} tokens, longer than --length {length}")
     return torch.tensor(ids + [tok.mask_token_id] * (length - len(ids)), dtype=torch.long)
+
+
+def prompt_lines(data: bytes, where: str) -> list[str]:
+    """The prompts of a prompt file or stdin (`where` names it): one per line, blank lines
+    skipped. Bytes that are not UTF-8 text (Latin-1, a binary file, NUL bytes) are one DbertError
+    naming the first bad byte, never text full of surrogates that fails inside the tokenizer."""
+    if b"\0" in data:
+        raise DbertError(f"{where} holds NUL bytes (binary data, not text); give UTF-8 text, one prompt per line")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise DbertError(f"{where} is not UTF-8 text: byte 0x{data[e.start]:02x} on line {line} (Latin-1? "
+                         "convert it with iconv -f latin1 -t utf-8)") from None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise DbertError(f"no prompts given ({where} holds no text)")
+    return lines

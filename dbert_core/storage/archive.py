@@ -63,6 +63,9 @@ class _Budget:
         first = True
         with open(out, "wb") as f:
             while chunk := src.read(CHUNK):
+                if first and nested(out.name, chunk[:512]):
+                    raise DbertError(f"refusing archive member {name!r}: it is an archive inside the archive "
+                                     f"({nested(out.name, chunk[:512])}); put the checkpoint's files in the archive itself")
                 if first and pickled(out.name, chunk[:8]):
                     raise DbertError(f"refusing archive member {name!r}: it is a pickle, whatever its name "
                                      "(safetensors only)")
@@ -70,6 +73,33 @@ class _Budget:
                 self.bytes += len(chunk)
                 self.check(self.bytes)
                 f.write(chunk)
+
+
+def nested(name: str, head: bytes) -> str | None:
+    """The format of a member that is itself an archive (zip, gzip, bzip2, xz, tar), else None. A
+    zip whose first entry is a `data.pkl` is what torch.save writes: a pickle, not an archive."""
+    from ..disk.trust import KNOWN_SUFFIXES
+
+    if name.lower().endswith(KNOWN_SUFFIXES):
+        return None
+    if head.startswith(b"PK\x03\x04"):
+        first = head[30:30 + int.from_bytes(head[26:28], "little")]
+        return None if first.endswith(b"data.pkl") else "zip"
+    for magic, fmt in ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz")):
+        if head.startswith(magic):
+            return fmt
+    return "tar" if head[257:262] == b"ustar" else None
+
+
+def _damaged(fmt: str, error: BaseException) -> DbertError:
+    """What a failure while reading an archive means for the user: a file that cannot be written
+    (a full disk: an OSError with an errno) says so; anything else the decompressors raise
+    (zlib.error, lzma.LZMAError, EOFError for a truncated download, tarfile's and zipfile's own
+    errors) is a damaged archive."""
+    if isinstance(error, OSError) and error.errno is not None:
+        where = f" ({error.filename})" if error.filename else ""
+        return DbertError(f"cannot unpack the archive: {error.strerror or error}{where}")
+    return DbertError(f"the {fmt} archive is corrupt or truncated ({_brief(error)})")
 
 
 def _brief(error: BaseException) -> str:
@@ -105,10 +135,15 @@ def unpack(archive: Path, dest: Path) -> None:
 
 
 def _untar(archive: Path, dest: Path, budget: _Budget) -> None:
+    with open(archive, "rb") as f:
+        head = f.read(6)
+    fmt, mode = next(((f, m) for magic, f, m in ((b"\x1f\x8b", "tar.gz", "r:gz"), (b"BZh", "tar.bz2", "r:bz2"),
+                                                 (b"\xfd7zXZ\x00", "tar.xz", "r:xz"))
+                      if head.startswith(magic)), ("tar", "r:"))
     try:
-        tf = tarfile.open(archive, "r:*")
-    except (tarfile.TarError, OSError, EOFError) as e:
-        raise DbertError(f"the download is not a readable tar archive ({_brief(e)})") from None
+        tf = tarfile.open(archive, mode)  # the format its bytes say, so a damaged one gets that format's error
+    except Exception as e:  # noqa: BLE001 - whatever a damaged stream raises (zlib, lzma, bz2, EOF)
+        raise _damaged(fmt, e) from None
     with tf:
         declared = 0
         try:
@@ -129,14 +164,20 @@ def _untar(archive: Path, dest: Path, budget: _Budget) -> None:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 with tf.extractfile(m) as src:
                     budget.copy(src, out, m.name)
-        except (tarfile.TarError, EOFError, OSError, ValueError) as e:
-            raise DbertError(f"the tar archive is corrupt ({_brief(e)})") from None
+            if fmt != "tar":  # read the compressed stream to its end: its checksum (gzip's CRC) is checked there
+                while chunk := tf.fileobj.read(CHUNK):
+                    budget.bytes += len(chunk)
+                    budget.check(budget.bytes)
+        except DbertError:
+            raise
+        except Exception as e:  # noqa: BLE001 - zlib.error, lzma.LZMAError, EOFError, tarfile.ReadError, ...
+            raise _damaged(fmt, e) from None
 
 
 def _unzip(archive: Path, dest: Path, budget: _Budget) -> None:
     try:
         zf = zipfile.ZipFile(archive)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+    except Exception as e:  # noqa: BLE001 - a truncated or damaged central directory
         raise DbertError(f"the download is not a readable zip archive ({_brief(e)})") from None
     with zf:
         infos = zf.infolist()
@@ -155,9 +196,17 @@ def _unzip(archive: Path, dest: Path, budget: _Budget) -> None:
                 if info.is_dir():
                     out.mkdir(parents=True, exist_ok=True)
                     continue
+                if info.flag_bits & 0x1:
+                    raise DbertError(f"refusing archive member {info.filename!r}: it is encrypted (a password-"
+                                     "protected zip); dbert unpacks only archives without a password")
                 out.parent.mkdir(parents=True, exist_ok=True)
                 with zf.open(info) as src:
                     budget.copy(src, out, info.filename)
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as e:
-            raise DbertError(f"the zip archive is corrupt ({_brief(e)})") from None
+        except DbertError:
+            raise
+        except NotImplementedError as e:
+            raise DbertError(f"the zip archive uses a compression dbert cannot read ({_brief(e)}); "
+                             "use deflate, or a .tar.gz") from None
+        except Exception as e:  # noqa: BLE001 - zlib.error, BadZipFile (a CRC mismatch), EOFError, ...
+            raise _damaged("zip", e) from None
 

@@ -34,6 +34,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import re
+
 import torch
 
 from ..disk import layout
@@ -450,11 +452,22 @@ def load_trainer_state(path) -> dict | None:
         return None
 
     def pt(name: str):
+        import pickle
+        import warnings
+
         try:
-            return torch.load(sdir / name, map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 - a refused pickle, a corrupt or missing file
-            text = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
-            raise DbertError(f"{sdir}/{name} cannot be read safely: {text}") from None
+            with warnings.catch_warnings():  # torch's warnings about pickle protocols: never lines around ours
+                warnings.simplefilter("ignore")
+                return torch.load(sdir / name, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:  # weights_only refused an object: a pickle, never run
+            found = re.search(r"GLOBAL\s+([\w.]+)", str(e))
+            what = f" ({found.group(1)[:80]})" if found else ""
+            raise DbertError(f"{sdir}/{name} holds Python objects that are not tensors{what}: a pickle, which dbert "
+                             "never runs; this trainer state is not dbert's (resume from another checkpoint, or "
+                             "train afresh)") from None
+        except Exception as e:  # noqa: BLE001 - a corrupt or missing file
+            text = " ".join(str(e).split())[:120] if str(e).strip() else type(e).__name__
+            raise DbertError(f"{sdir}/{name} cannot be read: {text}") from None
 
     state = read_json(sdir / layout.STATE_JSON, f"{sdir}/state.json", max_bytes=64 << 20)
     return {"state": _check_state(state, f"{sdir}/state.json"),

@@ -222,9 +222,17 @@ def _hub_error(e: Exception, repo_id: str, where: str) -> DbertError:
     if timed_out(e):
         endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
         return no_answer(where, urlparse(endpoint).netloc or endpoint)
-    if isinstance(e, (LocalEntryNotFoundError, OfflineModeIsEnabled)):
+    status = _http_status(e)  # the hub client hides a server's answer behind "not in the local cache"
+    if status is not None and status >= 500:
+        return DbertError(f"cannot fetch {where}: the Hugging Face Hub answered HTTP {status} (a server error, "
+                          "not this machine being offline); try again later")
+    if isinstance(e, OfflineModeIsEnabled):
+        return DbertError(f"cannot fetch {where}: offline (HF_HUB_OFFLINE=1 is set)")
+    if isinstance(e, LocalEntryNotFoundError) and status is None:
         return DbertError(f"cannot fetch {where}: the Hugging Face Hub is not reachable (offline, or "
                           "HF_HUB_OFFLINE=1 is set)")
+    if isinstance(e, LocalEntryNotFoundError):
+        return DbertError(f"cannot fetch {where}: the Hugging Face Hub answered HTTP {status}")
     if isinstance(e, RevisionNotFoundError):
         return DbertError(f"cannot fetch {where}: no such revision")
     if isinstance(e, GatedRepoError):
@@ -235,3 +243,15 @@ def _hub_error(e: Exception, repo_id: str, where: str) -> DbertError:
     if isinstance(e, (EntryNotFoundError, HfHubHTTPError)):
         return DbertError(f"cannot fetch {where}: {text}")
     return DbertError(f"cannot fetch {where}: {type(e).__name__}" + (f": {text}" if text else ""))
+
+
+def _http_status(e: BaseException) -> int | None:
+    """The HTTP status a server answered with, from the error or the errors behind it."""
+    seen = 0
+    while e is not None and seen < 16:
+        response = getattr(e, "response", None)
+        status = getattr(response, "status_code", None)
+        if isinstance(status, int):
+            return status
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None

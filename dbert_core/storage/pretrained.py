@@ -111,7 +111,10 @@ def check_values(tensors: dict[str, torch.Tensor], source: str) -> None:
         if not tensor.is_floating_point():
             raise DbertError(f"{source}: tensor {name} is {str(tensor.dtype).removeprefix('torch.')}, not floating point")
         if not torch.isfinite(tensor).all():
-            raise DbertError(f"{source}: tensor {name} holds NaN or infinite values")
+            nan = int(torch.isnan(tensor).sum())
+            what = f"{nan:,} NaN value{'s' if nan > 1 else ''}" if nan else "infinite values"
+            raise DbertError(f"{source}: tensor {name} holds {what} (a diverged or damaged model: its outputs "
+                             "would all be NaN); this checkpoint cannot be used")
 
 
 def _few(names: list[str]) -> str:

@@ -23,7 +23,7 @@ from ..text.data import (DocumentStats, Special, document_sentences, document_wi
                          train_tokenizer)
 from ..errors import DbertError
 from ..hardware import pick_device
-from ..disk.layout import OutLock, check_writable
+from ..disk.layout import OutLock, check_writable, make_folders, remove_empty
 
 
 @dataclass
@@ -123,6 +123,67 @@ def dist_timeout() -> float:
     return seconds("DBERT_DIST_TIMEOUT", DIST_TIMEOUT)
 
 
+DIST_START_TIMEOUT = 300.0  # seconds for every process of a run to start and meet (torchrun starts them together)
+
+
+def meet(rank: int, world: int, poll: float = 0.1):
+    """The run's rendezvous store, once every rank has joined it. Rank 0 serves it at
+    MASTER_ADDR:MASTER_PORT; each rank writes that it is there and waits for the others. A rank
+    missing after DBERT_DIST_START_TIMEOUT seconds (300 by default) is one DbertError that names
+    it, instead of a wait of DBERT_DIST_TIMEOUT (30 minutes) and a backend's message."""
+    import datetime
+    import os
+    import time
+
+    from ..storage.net import seconds
+
+    limit = seconds("DBERT_DIST_START_TIMEOUT", DIST_START_TIMEOUT)
+    host, port = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+    # under torchrun's elastic agent the agent serves the store at MASTER_PORT already: every rank is its client
+    serve = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true"
+    attempt = f"dbert/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    deadline = time.monotonic() + limit
+    try:
+        if not serve:  # wait for the store quietly here: torch's client logs every failed try as a C++ stack
+            _reachable(host, int(port), deadline)
+        store = torch.distributed.TCPStore(host, int(port), world, serve, timeout=datetime.timedelta(seconds=limit),
+                                           wait_for_workers=False)
+        store = torch.distributed.PrefixStore(attempt, store)  # a restarted attempt never sees an old one's keys
+        store.set(f"joined/{rank}", "1")
+        missing = list(range(world))
+        while True:
+            missing = [r for r in missing if not store.check([f"joined/{r}"])]
+            if not missing or time.monotonic() > deadline:
+                break
+            time.sleep(poll)
+    except (RuntimeError, ValueError, OSError) as e:
+        if rank == 0:
+            raise DbertError(f"rank 0 of {world}: cannot serve the run's rendezvous at {host}:{port}: "
+                             f"{' '.join(str(e).split())[:120]}") from None
+        raise DbertError(f"rank {rank} of {world}: rank 0 did not answer at {host}:{port} within {limit:g} s "
+                         "(DBERT_DIST_START_TIMEOUT): it never started, or MASTER_ADDR/MASTER_PORT are wrong") from None
+    if missing:
+        names = ", ".join(map(str, missing[:8])) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        raise DbertError(f"rank {rank} of {world}: rank{'s' if len(missing) > 1 else ''} {names} did not start within "
+                         f"{limit:g} s (DBERT_DIST_START_TIMEOUT); start all {world} processes (torchrun does)")
+    return store
+
+
+def _reachable(host: str, port: int, deadline: float) -> None:
+    """Return once host:port accepts a connection; OSError at the deadline."""
+    import socket
+    import time
+
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=max(0.1, min(1.0, deadline - time.monotonic()))).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def processes() -> tuple[int, int, int]:
     """(rank, world, local_rank) from torchrun's environment; (0, 1, 0) when not distributed.
     A missing or malformed variable, or a rank outside the world, is one DbertError line."""
@@ -157,8 +218,10 @@ def _device(name: str, rank: int, world: int, local_rank: int) -> torch.device:
 
         backend = "nccl" if device.type == "cuda" else "gloo"
         seconds = dist_timeout()
-        try:  # a peer that never starts ends the wait after `seconds`, in one line
-            torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds))
+        store = meet(rank, world)  # every rank present within DBERT_DIST_START_TIMEOUT, or one line naming who is not
+        try:
+            torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=world,
+                                                 timeout=datetime.timedelta(seconds=seconds))
         except (RuntimeError, ValueError, OSError) as e:
             raise DbertError(f"rank {rank} of {world}: the processes did not meet within {seconds:g} s "
                              f"(DBERT_DIST_TIMEOUT): {' '.join(str(e).split())[:160]}") from None
@@ -173,10 +236,16 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
     """Everything before the first step (the module's docstring says what); the output folder's
     lock is released again if anything fails."""
     cfg.validate(world)
+    if cfg.preset is not None and not cfg.init and not cfg.resume:  # the preset's positions, before reading data
+        from ..maths.model import PRESETS
+
+        check_positions(cfg, PRESETS[cfg.preset]["max_position_embeddings"])
     out = Path(cfg.out)
     lock = None
+    made: list[Path] = []  # the folders above --out this start made: removed again if it fails
     try:
         if rank == 0:
+            made = make_folders(out.parent)
             check_writable(out.parent)  # fail now, not at the first save after an hour of training
             lock = OutLock(out)  # before anything touches out; released when the run ends
             ckpt.recover(out)
@@ -184,6 +253,7 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
     except BaseException:
         if lock is not None:
             lock.release()
+        remove_empty(made)  # `--out a/b/c/ck` with bad --data leaves no a/
         raise
 
 
@@ -243,6 +313,7 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         raise DbertError("the validation slice is empty; give more data or --val-data")
     if db is None:
         db = _build(c, init, trimmed, tokenizer, special, train)
+    check_memory_for(c, db.model.config, world)
     if rank == 0:  # learnt afresh on every start (a resumed run of an older dbert gets one too)
         from ..text.truecase import learn
 
@@ -268,6 +339,30 @@ def in_memory(db, cfg: TrainConfig, examples: list[list[int]]) -> Prepared:
     return Prepared(cfg, db, list(examples), [], pick_device(cfg.device))
 
 
+def check_positions(c: TrainConfig, positions: int) -> None:
+    """--seq-len content tokens must fit the model's positions beside the ones it reserves:
+    [CLS] at the start and [SEP] at the end of every example, and with --time prefix one more
+    for the time token. One line that names them and the largest --seq-len that fits."""
+    reserved = ["[CLS]", "[SEP]"] + (["the --time prefix token"] if c.time == "prefix" else [])
+    if c.seq_len + len(reserved) > positions:
+        raise DbertError(f"--seq-len {c.seq_len} does not fit the model's {positions} positions: {len(reserved)} are "
+                         f"reserved ({', '.join(reserved)}), so --seq-len may be at most {positions - len(reserved)}")
+
+
+def check_memory_for(c: TrainConfig, config, world: int) -> None:
+    """One micro-batch's activations must fit the device's free memory (hardware.check_memory):
+    a --batch-size far too large is one line saying to lower it, before the first step, not a
+    kill by the kernel's OOM killer or an internal error at step 1."""
+    from ..hardware import check_memory, pick_device
+
+    rows = max(1, c.batch_size // max(1, c.grad_accum * world))
+    L = c.seq_len + 3
+    per_row = 4.0 * L * config.num_hidden_layers * (10 * config.hidden_size + 2 * config.intermediate_size +
+                                                   config.num_attention_heads * L) + 12.0 * L * config.vocab_size
+    check_memory(rows * per_row, pick_device(c.device), f"--batch-size {c.batch_size} ({rows:,} examples of "
+                 f"{c.seq_len} tokens per micro-batch)", "--batch-size (or raise --grad-accum)")
+
+
 def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) -> object:
     """A new model for a fresh run: a preset's random init or --init's BERT, with its record."""
     from ..storage.pretrained import build_bert
@@ -280,8 +375,7 @@ def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) ->
                          f"({len(tokenizer)})")
     counts = counts[: bert.config.vocab_size] if len(counts) >= bert.config.vocab_size else \
         torch.nn.functional.pad(counts, (0, bert.config.vocab_size - len(counts)))
-    if c.seq_len + 2 + (c.time == "prefix") > bert.config.max_position_embeddings:
-        raise DbertError(f"--seq-len {c.seq_len} exceeds the model's {bert.config.max_position_embeddings} positions")
+    check_positions(c, bert.config.max_position_embeddings)
     meta = {"preset": None if c.init else c.preset, "init": c.init, "from_scratch": c.from_scratch,
             "seq_len": c.seq_len, "pack": c.pack,
             "unit": c.unit, "data": [str(p) for p in c.data]}

@@ -65,14 +65,18 @@ def bench(
     if unknown or not chosen:
         raise DbertError(f"--samplers: choose from {', '.join(config.STRATEGIES)}, got {samplers!r}")
     if threads is not None:
-        if threads < 1:
-            raise DbertError("--threads must be >= 1")
+        from ...evaluation.bench import check_threads
+
+        check_threads(threads)
         torch.set_num_threads(threads)
     start = time.perf_counter()
     db = options.load(checkpoint, device.value)
     load_seconds = time.perf_counter() - start
     if db.model.time != "none":
         chosen = [s for s in chosen if s != "cached"]
+    from ...evaluation.bench import check_batches
+
+    check_batches(db, batches, length)  # before the first measurement
     say(f"bench: {db.path}, steps {step_list}, batch {batches}, samplers {chosen}; results in {out}/")
     result = run(db, Path(out), load_seconds, chosen, step_list, batches, length=length, quick=quick, train=measure_train,
                  bf16=bf16, threads=range(1, (os.cpu_count() or 1) + 1), report=say)

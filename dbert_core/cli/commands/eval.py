@@ -17,7 +17,7 @@ from ..streams import say
 
 def evaluate(
     data: Annotated[list[str], typer.Option("--data", help="Text file(s) to score: one example per line.")],
-    checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
     steps: Annotated[int, typer.Option(help="Step budget S of the ELBO.")] = 128,
     limit: Annotated[Optional[int], typer.Option(help="Score only the first N examples.")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Sum all S terms per example (slow).")] = False,
@@ -61,6 +61,10 @@ def evaluate(
         raise DbertError(f"--seed must be in [0, {config.MAX_SEED}], got {seed}")
     if judge is not None and not samples:
         raise DbertError("--judge scores samples: give --samples N")
+    if judge is not None:
+        from ...evaluation.judge import check_judge
+
+        check_judge(judge)  # missing, empty or not a causal LM: before the scoring and sampling
     params = strategies.parse_params(sampler.value, param) if sampler else no_params(param)
     config.SampleConfig(sampler=sampler.value if sampler else None, params=params, temperature=temperature).validate()
     import math

@@ -71,11 +71,18 @@ def sample(
         from ...disk.layout import check_output
 
         check_output(trajectory, "--trajectory")  # before the run, not after it
+    if output is not None:
+        from ...disk.layout import check_output
+
+        check_output(output, "--output")
     if cfg.seed is None:  # drawn once here, so --output can say which seed made each sample
         import random
 
         cfg = replace(cfg, seed=random.SystemRandom().randrange(config.MAX_SEED))
     db = options.load(checkpoint, cfg.device)
+    from ...sampling.preflight import check_sample
+
+    check_sample(db, cfg, prompts, candidates)  # every prompt, infill length and batch, before the first step
     kept: list = []
     try:
         STORY_BREAK.encode(sys.stdout.encoding or "utf-8")
@@ -137,6 +144,9 @@ def _infill(db, cfg, candidates: int, cased: bool, paragraph: str, records: list
 
     ranked = infill(db, resolve(cfg, db), per_length=candidates, cased=cased, paragraph=paragraph)
     best = ranked[:cfg.n]
+    if len(best) < cfg.n:  # the same text drawn twice is kept once
+        say(f"dbert: note: only {len(best)} different texts among those drawn for --n {cfg.n}; "
+            "raise --candidates for more")
     for i, c in enumerate(best):
         say(f"dbert: infill #{i + 1}: {c.score:.4f} nats/token, lengths {','.join(map(str, c.lengths))}, "
             f"{c.tokens} tokens")
@@ -152,17 +162,14 @@ def _prompts(arg: str | None, option: str | None, file: Path | None) -> list[str
     if len(given) > 1:
         raise DbertError("give one prompt source: PROMPT, --prompt or --prompt-file")
     if file is not None or arg == "-":
+        from ...sampling.prompt import prompt_lines
+
         if arg == "-" or str(file) == "-":
-            text = sys.stdin.read()
-        else:
-            try:
-                text = Path(file).read_text(encoding="utf-8")
-            except UnicodeDecodeError:
-                raise DbertError(f"--prompt-file {file} is not UTF-8 text") from None
-            except OSError as e:
-                raise DbertError(f"cannot read --prompt-file {file}: {e.strerror}") from None
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        if not lines:
-            raise DbertError("no prompts given (the prompt file or stdin holds no text)")
-        return lines
+            raw = getattr(sys.stdin, "buffer", None)  # the bytes; a text stream without one (a test's StringIO) as text
+            return prompt_lines(raw.read() if raw is not None else
+                                sys.stdin.read().encode("utf-8", "surrogateescape"), "stdin")
+        try:
+            return prompt_lines(Path(file).read_bytes(), f"--prompt-file {file}")
+        except OSError as e:
+            raise DbertError(f"cannot read --prompt-file {file}: {e.strerror}") from None
     return [arg if arg is not None else option]
