@@ -198,6 +198,21 @@ def test_init_errors_are_one_clear_line(tmp_path):
         pretrained.build_bert(init="nobody/no-such-model")  # HF_HUB_OFFLINE=1 in the tests
 
 
+def test_init_takes_a_checkpoint_of_the_store_by_name(tiny_checkpoint, monkeypatch):
+    """--init default / dbert-minilm-stories continues from the shipped model, --init NAME from a
+    trained store entry, and a folder of that name here still comes first; other names go to the hub."""
+    from dbert_core.storage import store
+
+    assert pretrained.local_dir("default") == store.default_checkpoint()
+    assert pretrained.local_dir("dbert-minilm-stories") == store.default_checkpoint()
+    store.import_dir(tiny_checkpoint, name="mine")
+    assert pretrained.local_dir("mine") == store.store_dir() / "mine"
+    bert = pretrained.build_bert(init="mine")
+    assert bert.config.vocab_size == pretrained.build_bert(init=str(tiny_checkpoint)).config.vocab_size
+    with pytest.raises(DbertError, match="cannot load a BERT from --init not-in-the-store"):
+        pretrained.build_bert(init="not-in-the-store")  # a hub id, offline in the tests
+
+
 def test_from_scratch_takes_the_architecture_only():
     path = minilm_dir()
     bert = pretrained.build_bert(init=str(path), from_scratch=True)

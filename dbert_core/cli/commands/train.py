@@ -26,7 +26,7 @@ def train(
     seq_len: Annotated[int, typer.Option(help="Content tokens per example.", rich_help_panel="Data")] = TRAIN.seq_len,
     short_windows: Annotated[float, typer.Option(help="With --unit sentence --pack: this fraction of windows get a room drawn from 1..--seq-len, so some hold one sentence alone (BERT keeps 10% of sequences short).", rich_help_panel="Data")] = TRAIN.short_windows,
     preset: Annotated[Preset, typer.Option(help="Model size for a random init.", rich_help_panel="Model")] = Preset(TRAIN.preset),
-    init: Annotated[Optional[str], typer.Option(help="Start from a pretrained BERT (path or hub id).", rich_help_panel="Model")] = TRAIN.init,
+    init: Annotated[Optional[str], typer.Option(help="Start from a pretrained BERT: a folder, a store name (default: the shipped model) or a hub id.", rich_help_panel="Model")] = TRAIN.init,
     from_scratch: Annotated[bool, typer.Option("--from-scratch", help="With --init: its architecture and tokenizer, random weights.", rich_help_panel="Model")] = TRAIN.from_scratch,
     trim_vocab: Annotated[bool, typer.Option("--trim-vocab", help="With --init: keep only the word pieces the training data uses (faster).", rich_help_panel="Model")] = TRAIN.trim_vocab,
     vocab_size: Annotated[Optional[int], typer.Option(help="WordPiece size learnt from the data (presets).", rich_help_panel="Model")] = TRAIN.vocab_size,
