@@ -183,10 +183,17 @@ def test_the_story_card_renders_every_field():
     card = mod.render(d)
     assert "{" not in card and "}" not in card, re.findall(r".{0,30}[{}].{0,30}", card)[:3]
     assert "600 optimizer steps of 16 windows" in card and "2.46 M tokens" in card and "75 min on a 2-core AMD EPYC" in card
-    assert "**16.0 ± 0.3**" in card and "21.8 ± 0.9" in card and "| 600 | 16.10 |" in card
+    assert "**16.0 ± 0.3**" in card and "21.8 ± 0.9" in card and "| 1 | 600 | 16.10 |" in card
     assert "| this model | 2 | 50% |" in card and "| held-out stories | 2 |" in card
     assert "1. Once upon a time, there was a cat named Tom." in card and "(160 words, unedited)" in card
     assert "commit 2b79eac" in card and "step 14,300" in card and "30.5 s end to end" in card
     assert "| held out | 200 | 120 / 153 / 190 | 241 | 181 | 90% |" in card
     bare = mod.render({**d, "eval": None, "parent_eval": None, "timing": None, "parent": None})
     assert "{" not in bare and "not evaluated" in bare and "Not timed." in bare and "from all-MiniLM-L6-v2" in bare
+    c2 = {**c, "lr": 5e-5, "warmup": 20, "max_steps": 300, "seed": 6, "init": "/x/runs/init-stage1"}
+    two = mod.render({**d, "meta": {**meta, "step": 300, "train_config": c2}, "curve": {150: 16.5, 300: 15.9},
+                      "stage1": {"meta": meta, "curve": {300: 18.4, 600: 16.1}}})
+    assert "{" not in two and "}" not in two, re.findall(r".{0,30}[{}].{0,30}", two)[:3]
+    assert "MAX_STEPS=600 scripts/stories_model.sh story " in two and "MAX_STEPS=300 scripts/stories_model.sh story-end" in two
+    assert "**Stage 1**: 600 steps at learning rate 0.0001" in two and "300 optimizer steps of 16 windows" in two
+    assert "| 1 | 600 | 16.10 |" in two and "| 2 | 300 | 15.90 |" in two and "--init runs/init-stage1" in two
