@@ -14,8 +14,8 @@ def texts_of(db, rec: Recorded) -> list[str]:
 
 
 def atomic_write(path, data: str) -> Path:
-    """Write text whole or not at all (dbert_core.disk.layout.atomic_write_text)."""
-    from dbert_core.disk.layout import atomic_write_text
+    """Write text whole or not at all (dbert_core.disk.atomic.atomic_write_text)."""
+    from dbert_core.disk.atomic import atomic_write_text
 
     return atomic_write_text(path, data)
 
@@ -74,7 +74,7 @@ def _write(where: str, text, done: str) -> tuple[bool, str]:
     target = output_path(where)
     try:
         path = atomic_write(target, text())
-    except (OSError, DbertError) as e:  # layout.atomic_write_text: DbertError "cannot write ..."
+    except (OSError, DbertError) as e:  # atomic_write_text: DbertError "cannot write ..."
         return False, str(e) if isinstance(e, DbertError) else f"cannot write {target}: {e.strerror or e}"
     return True, f"{done} to {Path(path).resolve()}"
 

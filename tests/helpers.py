@@ -337,9 +337,9 @@ def all_finished(app, sides: int = 1):
 # ------------------------------------------------------------------ dbert serve in a thread
 @contextlib.contextmanager
 def serving(app, grace: float = 2.0):
-    """The app on uvicorn (serve.server) in a thread, on a free 127.0.0.1 port; yields
+    """The app on uvicorn (serving.server.server) in a thread, on a free 127.0.0.1 port; yields
     (base URL, the uvicorn server)."""
-    from dbert_core.serving.serve import server
+    from dbert_core.serving.server import server
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -19,6 +19,7 @@
   attributes and none reaches into a screen's private ones; a worker thread only posts messages
   (or hands a callable to call_from_thread), so widgets and screen lists change on the UI thread;
 - no test module imports another (shared helpers: tests/helpers.py);
+- the engine's rooms stay small: no module of dbert_core over 500 lines (issue 37);
 - the TUI's rooms stay small: no module of dbert_tui over 500 lines, no widget module over 400;
   a widget imports no screen and calls nothing on its screen (it posts a message upward; the
   screen calls it back), so the Generate screen's parts (widgets/generate/) each own their state.
@@ -296,6 +297,22 @@ def test_no_test_module_imports_another():
         roots = {i.split(".")[0] for i in _imports(ast.parse(path.read_text(encoding="utf-8")))}
         bad = {r for r in roots if r.startswith("test_") or r == "conftest"}
         assert not bad, f"tests/{path.name} imports {sorted(bad)}"
+
+
+# ------------------------------------------------------------------------------ the engine's rooms
+CORE_MAX_LINES = 500
+
+
+def test_no_core_module_is_a_house_of_its_own():
+    """serving/serve.py was 853 lines and disk/layout.py 704, each split since into modules of its
+    package, one idea each (issue 37): a module of dbert_core is read whole, or split by what
+    changes together."""
+    big = []
+    for path in sorted(CORE.rglob("*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > CORE_MAX_LINES:
+            big.append(f"dbert_core/{path.relative_to(CORE)}: {lines} lines (at most {CORE_MAX_LINES})")
+    assert not big, "\n".join(big)
 
 
 # ------------------------------------------------------------------------------ the TUI's state

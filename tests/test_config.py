@@ -18,7 +18,7 @@ from dbert_core import config
 from dbert_core.config import SampleConfig
 from dbert_core.errors import DbertError
 from dbert_core.sampling.sample import resolve
-from dbert_core.disk.layout import OutLock
+from dbert_core.disk.lock import OutLock
 from dbert_core.training.prepare import resume_config
 from dbert_core.training.train import Trainer
 

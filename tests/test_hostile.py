@@ -19,7 +19,7 @@ import torch
 from helpers import ROOT, TINYSTORIES, run
 from dbert_core.storage import checkpoint, fetch, store
 from dbert_core.errors import DbertError
-from dbert_core.disk.layout import OutLock
+from dbert_core.disk.lock import OutLock
 from dbert_core.training.prepare import resume_config
 from dbert_core.training.train import Trainer
 
@@ -353,15 +353,15 @@ def test_bench_out_that_is_a_file_is_refused_before_measuring(tmp_path, capsys, 
 
 
 def test_a_full_disk_while_writing_is_one_line(tmp_path, monkeypatch):
-    from dbert_core.disk import layout
+    from dbert_core.disk import atomic
 
     def full(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(layout.os, "fsync", full)
+    monkeypatch.setattr(atomic.os, "fsync", full)
     (tmp_path / "t.json").write_text("old")
     with pytest.raises(DbertError, match="No space left"):
-        layout.atomic_write_text(tmp_path / "t.json", "new")
+        atomic.atomic_write_text(tmp_path / "t.json", "new")
     assert (tmp_path / "t.json").read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["t.json"]
 
 
@@ -654,10 +654,10 @@ def test_a_rank_killed_mid_run_ends_the_other_in_one_line(tmp_path):
 
 
 def test_a_checkpoint_between_the_two_renames_of_a_save_is_readable(tiny_checkpoint, tmp_path):
-    from dbert_core.disk import layout
+    from dbert_core.disk import temp_folders
 
     ck = copy_of(tiny_checkpoint, tmp_path / "ck")
-    swap = layout.temp_dir(ck, "swap")
+    swap = temp_folders.temp_dir(ck, "swap")
     os.rename(ck, swap / "old")  # a save's first rename done, its second not yet
     assert store.resolve(str(ck)) == ck
     assert checkpoint.load(store.resolve(str(ck))).model is not None

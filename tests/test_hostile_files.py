@@ -1,7 +1,7 @@
 """Issue 40, items 1-4: what dbert writes never damages the system or a checkpoint.
 
 1. Never replace what is not a regular file: a device node, a FIFO, a socket or a link to one is
-   written through (layout.atomic_write_text), never renamed over.
+   written through (atomic.atomic_write_text), never renamed over.
 2. A full disk never touches the previous checkpoint, and is one line (a real, small tmpfs in a
    private mount namespace).
 3. A checkpoint a run is training into is held: the store refuses to remove it or import over it.
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, TINYSTORIES, run
-from dbert_core.disk import layout
+from dbert_core.disk import atomic, layout
 from dbert_core.errors import DbertError
 
 FIXTURE = ROOT / "tests" / "fixtures" / "tiny"  # a committed tiny checkpoint: nothing to train
@@ -111,7 +111,7 @@ def test_a_link_to_stdout_writes_into_the_stream(tmp_path, capfd, monkeypatch):
 
 def test_the_atomic_writer_never_replaces_a_special_file(tmp_path):
     """Every atomic write (sample -o and --trajectory, bench's reports, the TUI's saves and tui.json)
-    goes through layout.atomic_write_text: a socket is connected to, a disk refused, a regular
+    goes through atomic.atomic_write_text: a socket is connected to, a disk refused, a regular
     file behind a link replaced with the link kept."""
     short = Path(tempfile.mkdtemp(prefix="dbert-sock-"))  # a socket's path must be short
     try:
@@ -127,7 +127,7 @@ def test_the_atomic_writer_never_replaces_a_special_file(tmp_path):
 
         t = threading.Thread(target=accept, daemon=True)
         t.start()
-        layout.atomic_write_text(short / "s", "to the socket\n")
+        atomic.atomic_write_text(short / "s", "to the socket\n")
         t.join(10)
         server.close()
         assert got == [b"to the socket\n"] and same_node(short / "s", stat.S_ISSOCK)
@@ -139,11 +139,11 @@ def test_the_atomic_writer_never_replaces_a_special_file(tmp_path):
         pass
     else:
         with pytest.raises(DbertError, match="block device"):
-            layout.atomic_write_text(tmp_path / "disk", "x")
+            atomic.atomic_write_text(tmp_path / "disk", "x")
         assert same_node(tmp_path / "disk", stat.S_ISBLK)
     (tmp_path / "real.txt").write_text("old\n")
     (tmp_path / "link.txt").symlink_to("real.txt")
-    layout.atomic_write_text(tmp_path / "link.txt", "new\n")
+    atomic.atomic_write_text(tmp_path / "link.txt", "new\n")
     assert os.readlink(tmp_path / "link.txt") == "real.txt" and (tmp_path / "real.txt").read_text() == "new\n"
 
 
@@ -157,7 +157,7 @@ def training_into():
 
     def start(name: str) -> int:
         store.store_dir().mkdir(parents=True, exist_ok=True)
-        code = ("import sys, time; from dbert_core.disk.layout import OutLock; lock = OutLock(sys.argv[1]); "
+        code = ("import sys, time; from dbert_core.disk.lock import OutLock; lock = OutLock(sys.argv[1]); "
                 "print('held', flush=True); time.sleep(600)")
         child = subprocess.Popen([sys.executable, "-c", code, str(store.store_dir() / name)], stdout=subprocess.PIPE,
                                  text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))

@@ -18,7 +18,9 @@ import pytest
 
 from dbert_core.config import SampleConfig
 from dbert_core.sampling.sample import generate
-from dbert_core.serving.serve import LOG_BURST, LOG_RATE, MAX_HEAD, Limits, LogGuard, create_app
+from dbert_core.serving.logs import LOG_BURST, LOG_RATE, LogGuard
+from dbert_core.serving.options import MAX_HEAD, Limits
+from dbert_core.serving.serve import create_app
 
 from helpers import ROOT, serving
 

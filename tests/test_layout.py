@@ -16,7 +16,7 @@ import torch
 
 from helpers import tiny_config
 from dbert_core.storage import checkpoint, fetch, store
-from dbert_core.disk import layout
+from dbert_core.disk import layout, temp_folders
 from dbert_core.errors import DbertError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,8 +45,8 @@ def intact(path: Path) -> bool:
 
 def dead_temp(target: Path, kind: str) -> Path:
     """A temp folder made by a process that has exited since (as after a kill -9)."""
-    code = "import sys; from pathlib import Path; from dbert_core import layout; " \
-           "print(layout.temp_dir(Path(sys.argv[1]), sys.argv[2]))"
+    code = "import sys; from pathlib import Path; from dbert_core.disk import temp_folders; " \
+           "print(temp_folders.temp_dir(Path(sys.argv[1]), sys.argv[2]))"
     out = subprocess.run([sys.executable, "-c", code, str(target), kind], capture_output=True, text=True,
                          check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT))).stdout
     return Path(out.strip())
@@ -70,7 +70,7 @@ def test_save_never_touches_a_users_dot_old_folder(own_db, tmp_path):
 
 def test_a_missing_checkpoint_is_never_replaced_by_a_users_dot_old(own_db, tmp_path):
     mine = user_folder(tmp_path / "ck.old")
-    layout.recover(tmp_path / "ck")  # what a writer runs first
+    temp_folders.recover(tmp_path / "ck")  # what a writer runs first
     assert intact(mine) and not (tmp_path / "ck").exists()
     with pytest.raises(DbertError, match="not found|no checkpoint"):
         checkpoint.load(tmp_path / "ck")
@@ -119,7 +119,7 @@ def test_interrupted_swap_is_read_then_recovered(own_db, tmp_path):
     path = checkpoint.save(own_db, tmp_path / "ck")
     swap = dead_temp(path, "swap")  # a save killed between its two renames
     os.rename(path, swap / "old")
-    assert layout.is_ours(swap) and layout.exists(path)
+    assert temp_folders.is_ours(swap) and temp_folders.exists(path)
     again = checkpoint.load(path)  # readers read the previous checkpoint and touch nothing
     assert torch.equal(again.counts, own_db.counts)
     assert (swap / "old").is_dir() and not path.exists()
@@ -129,23 +129,23 @@ def test_interrupted_swap_is_read_then_recovered(own_db, tmp_path):
 
 def test_a_live_writers_swap_is_left_alone(own_db, tmp_path):
     path = checkpoint.save(own_db, tmp_path / "ck")
-    live = layout.temp_dir(path, "swap")  # this process: alive
-    layout.recover(path)
-    layout.clean(tmp_path)
+    live = temp_folders.temp_dir(path, "swap")  # this process: alive
+    temp_folders.recover(path)
+    temp_folders.clean(tmp_path)
     assert live.is_dir()
     shutil.rmtree(live)
 
 
 def test_temp_names_are_recognised_only_with_dbert_marker(tmp_path):
     target = tmp_path / "ck"
-    ours = layout.temp_dir(target, "fetch")
-    assert ours.name.startswith(".ck.dbert-fetch-") and layout.is_ours(ours)
+    ours = temp_folders.temp_dir(target, "fetch")
+    assert ours.name.startswith(".ck.dbert-fetch-") and temp_folders.is_ours(ours)
     lookalike = tmp_path / ours.name.replace("fetch", "import")
     lookalike.mkdir()
     (lookalike / "data.bin").write_bytes(b"x")
-    assert not layout.is_ours(lookalike)  # the right shape of name, but no marker written by dbert
+    assert not temp_folders.is_ours(lookalike)  # the right shape of name, but no marker written by dbert
     for name in ("ck.old", ".ck.old", ".ck.tmp-abc", ".ck.fetch-abc", "ck.dbert-swap-1-x"):
-        assert not layout.is_ours(user_folder(tmp_path / name))
+        assert not temp_folders.is_ours(user_folder(tmp_path / name))
 
 
 # ------------------------------------------------------------------------------ stale temp folders
@@ -158,10 +158,10 @@ def test_stale_temp_folders_are_cleaned_by_the_next_store_operation(tiny_checkpo
     shutil.copytree(tiny_checkpoint, dead_import / "ckpt")
     empty = root / f".half.dbert-fetch-{_dead_pid()}-abcd1234"  # killed before its marker was written
     empty.mkdir()
-    alive = layout.temp_dir(root / "busy", "fetch")  # a fetch in progress in this process
-    old = layout.temp_dir(root / "ancient", "import")
+    alive = temp_folders.temp_dir(root / "busy", "fetch")  # a fetch in progress in this process
+    old = temp_folders.temp_dir(root / "ancient", "import")
     marker = json.loads((old / layout.MARK).read_text())
-    marker["created"] = time.time() - layout.STALE_SECONDS - 60  # a live pid, but far too old (pid reuse)
+    marker["created"] = time.time() - temp_folders.STALE_SECONDS - 60  # a live pid, but far too old (pid reuse)
     (old / layout.MARK).write_text(json.dumps(marker))
     foreign = root / f".x.dbert-fetch-{_dead_pid()}-zzzz9999"  # our name shape, not our marker: not ours
     foreign.mkdir()

@@ -19,7 +19,8 @@ import pytest
 
 from dbert_core.config import SampleConfig
 from dbert_core.sampling.sample import generate, resolve
-from dbert_core.serving.serve import Limits, create_app, is_loopback
+from dbert_core.serving.options import Limits, is_loopback
+from dbert_core.serving.serve import create_app
 from dbert_core.serving.serve_queue import Job
 
 from helpers import ROOT, serving

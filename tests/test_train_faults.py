@@ -20,7 +20,7 @@ import torch
 from helpers import KILL_HOOK, TINYSTORIES
 
 from dbert_core.storage import checkpoint
-from dbert_core.disk import layout
+from dbert_core.disk import temp_folders
 
 ROOT = Path(__file__).resolve().parent.parent
 KILLS = 10
@@ -28,12 +28,12 @@ KILLS = 10
 CHILD = r"""
 import os, signal, sys
 from pathlib import Path
-from dbert_core import layout
+from dbert_core.disk import temp_folders
 from dbert_core.config import TrainConfig
 from dbert_core.training.train import Trainer
 data, out, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
 roots = (str(Path(out).parent),)
-resume = (layout.readable(Path(out)) / "trainer_state" / "state.json").is_file()
+resume = (temp_folders.readable(Path(out)) / "trainer_state" / "state.json").is_file()
 cfg = TrainConfig(data=[data], out=out, preset="tiny", unit="sentence", seq_len=16, batch_size=8, max_steps=12,
                   T=64, warmup=2, eval_every=0, save_every=2, val_examples=16, device="cpu", seed=0, resume=resume)
 """ + KILL_HOOK + r"""
@@ -64,8 +64,8 @@ def test_kill_9_anywhere_in_training_then_resume_is_exact(tmp_path):
         res = train(out, kill_at)
         killed += res.returncode == -9
         assert res.returncode in (0, -9), res.stderr
-        if layout.exists(out):
-            checkpoint.load(layout.readable(out))  # whatever the moment of the kill: a complete checkpoint
+        if temp_folders.exists(out):
+            checkpoint.load(temp_folders.readable(out))  # whatever the moment of the kill: a complete checkpoint
     assert killed >= KILLS // 2
     final = train(out, 0)
     assert final.returncode == 0, final.stderr

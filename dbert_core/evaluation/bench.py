@@ -36,7 +36,7 @@ import torch
 
 from ..disk import layout
 from ..hardware import auto_dtype, compute_dtype, cpu_name, native_bf16
-from ..disk.layout import atomic_write_text
+from ..disk.atomic import atomic_write_text
 from ..errors import DbertError
 from ..maths.model import attention_path, forward_flops
 

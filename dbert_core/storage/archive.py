@@ -6,7 +6,7 @@ paths, `..`, links, devices, code files and pickles are refused, a `trainer_stat
 (pickled optimizer state) is skipped. Bombs are refused before and while writing: at most
 MAX_MEMBERS entries and MAX_UNPACKED bytes, and no more than MAX_RATIO times the archive's own
 size once past RATIO_FLOOR (checkpoint weights hardly compress; a bomb compresses a thousandfold).
-A member nested more than layout.layout.MAX_TREE_DEPTH folders deep is refused too.
+A member nested more than tree.MAX_TREE_DEPTH folders deep is refused too.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from ..disk import layout
+from ..disk import layout, tree
 from ..errors import DbertError
 from ..disk.trust import PICKLE_SUFFIXES, is_code, pickled
 
@@ -116,8 +116,8 @@ def member_path(dest: Path, name: str) -> Path | None:
         raise DbertError(f"refusing archive member {name!r}: it points outside the target folder")
     if not parts or any(p in SKIP_DIRS for p in parts) or parts[-1] == ".DS_Store" or "__MACOSX" in parts:
         return None
-    if len(parts) > layout.MAX_TREE_DEPTH + 1:
-        raise DbertError(f"refusing archive member {name!r}: nested more than {layout.MAX_TREE_DEPTH} folders deep")
+    if len(parts) > tree.MAX_TREE_DEPTH + 1:
+        raise DbertError(f"refusing archive member {name!r}: nested more than {tree.MAX_TREE_DEPTH} folders deep")
     if parts[-1].lower().endswith(PICKLE_SUFFIXES):
         raise DbertError(f"refusing archive member {name!r}: pickle weights are not accepted (safetensors only)")
     if is_code(parts[-1]):

@@ -13,7 +13,7 @@ never imports transformers.
       trainer_state/                        optimizer, RNG and data position (for --resume)
 
 A save writes a complete new directory in a marked swap folder beside the old one and swaps
-it in with two renames (layout.py): a crash at any moment leaves either the old or the new
+it in with two renames (temp_folders.py): a crash at any moment leaves either the old or the new
 checkpoint, readers find the old one meanwhile, and the next writer finishes the swap. Nothing
 is ever unpickled: tensors come from safetensors and the optimizer state is read with
 torch.load(weights_only=True). `load` refuses what does not fit: dbert.json outside its schema
@@ -38,10 +38,12 @@ import re
 
 import torch
 
-from ..disk import layout
+from ..disk import layout, temp_folders
 from ..errors import DbertError
-from ..disk.layout import META, STATE, TIME, TOKENS, TRUECASE, apply_umask, discard, inspect, readable, recover, temp_dir
+from ..disk.layout import META, STATE, TIME, TOKENS, TRUECASE, inspect
 from ..disk.layout import read_meta  # noqa: F401 - part of this module's API (tests, TUI)
+from ..disk.modes import apply_umask
+from ..disk.temp_folders import discard, readable, recover, temp_dir
 from ..maths.model import DiffusionBert, count_parameters
 from ..maths.schedule import Schedule, make_schedule
 from ..disk.schema import FORMAT
@@ -135,7 +137,7 @@ def save(db: DBert, path, trainer_state: dict | None = None, dtype: torch.dtype 
     try:
         return _save(db, path, trainer_state, dtype, extra_files)
     except OSError as e:
-        kept = "the previous checkpoint there is kept as it was" if layout.exists(path) else "nothing was saved"
+        kept = "the previous checkpoint there is kept as it was" if temp_folders.exists(path) else "nothing was saved"
         raise DbertError(f"cannot save the checkpoint {path}: {e.strerror or e}; {kept}") from None
 
 

@@ -1,7 +1,7 @@
 """Fetching a checkpoint from the network (a Hugging Face Hub repo or an archive URL) into the store.
 
 This module only downloads: it builds the new entry in a marked temp folder beside it in the
-store (`.<name>.dbert-fetch-…`, layout.py), which `store.entries` never lists, and hands it to
+store (`.<name>.dbert-fetch-…`, temp_folders.py), which `store.entries` never lists, and hands it to
 `store.commit`, which validates it, gives it the user's umask and only then renames it into
 place: a failed, offline, cancelled or killed fetch leaves nothing half-written in the store,
 and what a killed one leaves behind is cleaned by the next store operation (store.tidy).
@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import Callable, Optional
 
-from ..disk import layout
+from ..disk import layout, temp_folders, tree
 from . import store
 from ..errors import DbertError
 
@@ -69,7 +69,7 @@ def fetch(source: str, revision: str | None = None, name: str | None = None, pro
             raise DbertError("--revision applies to hub repos, not to URLs")
     store.tidy()
     target = store.target(name or default_name(source))
-    tmp = layout.temp_dir(target, "fetch")
+    tmp = temp_folders.temp_dir(target, "fetch")
     try:
         if _is_url(source):
             ckpt_dir = _fetch_url(source, tmp, progress, max_bytes, cancel)
@@ -77,7 +77,7 @@ def fetch(source: str, revision: str | None = None, name: str | None = None, pro
             ckpt_dir = _fetch_hub(source, revision, tmp, progress, max_bytes, cancel)
         return store.commit(ckpt_dir, target)
     finally:
-        layout.discard(tmp)
+        temp_folders.discard(tmp)
 
 
 # ------------------------------------------------------------------------------ URL archives
@@ -201,7 +201,7 @@ def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress
         raise _hub_error(e, repo_id, where) from None
     for leftover in (".cache", *store.SKIP_DIRS):
         shutil.rmtree(download / leftover, ignore_errors=True)
-    size = sum(os.lstat(Path(d) / f).st_size for d, _, files in layout.walk(download) for f in files)
+    size = sum(os.lstat(Path(d) / f).st_size for d, _, files in tree.walk(download) for f in files)
     if size > max_bytes:
         raise DbertError(f"{repo_id} is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.1f} MB limit")
     if not (download / layout.META).is_file():

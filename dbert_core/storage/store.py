@@ -19,9 +19,11 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..disk import layout
+from ..disk import layout, temp_folders, tree
 from ..display import is_safe, safe_text
 from ..errors import DbertError
+from ..disk.lock import Busy, OutLock, holder
+from ..disk.modes import apply_umask
 from ..disk.trust import PICKLE_SUFFIXES, is_code, pickled
 
 DEFAULT_NAME = "default"
@@ -107,13 +109,13 @@ def resolve(name_or_path: str | None) -> Path:
         if path is not None:
             return path
         entry = store_dir() / name_or_path
-        if layout.exists(entry):
+        if temp_folders.exists(entry):
             return entry
         if p.is_dir():
             return p
         raise DbertError(f"no checkpoint named {name_or_path!r} in {store_dir()} and no such directory"
                          f"{_did_you_mean(name_or_path)} (see `dbert checkpoints list`)")
-    if layout.exists(p):  # a checkpoint between a save's two renames is still there to read
+    if temp_folders.exists(p):  # a checkpoint between a save's two renames is still there to read
         return p
     raise DbertError(f"checkpoint directory not found: {name_or_path}")
 
@@ -166,9 +168,9 @@ class Entry:
 
 def _size(path: Path) -> int:
     """Bytes of a checkpoint's files (not its trainer state), links not followed: a link to / or
-    a tree of 990 folders is counted only as far as layout.walk goes."""
+    a tree of 990 folders is counted only as far as tree.walk goes."""
     total = 0
-    for dirpath, dirs, files in layout.walk(path, strict=False):
+    for dirpath, dirs, files in tree.walk(path, strict=False):
         if layout.STATE in dirs:
             dirs.remove(layout.STATE)  # pruned, as with os.walk
         for name in files:
@@ -224,7 +226,7 @@ def entries() -> list[Entry]:
     """The shipped checkpoints first (the default leading), then the store's entries by name.
 
     Listing is a store operation: it first recovers or removes what killed operations left
-    (layout.clean). A folder that is not a usable checkpoint is listed with `broken` set.
+    (temp_folders.clean). A folder that is not a usable checkpoint is listed with `broken` set.
     """
     out = []
     for name in SHIPPED:
@@ -233,7 +235,7 @@ def entries() -> list[Entry]:
             out.append(_entry(name, path))
     root = store_dir()
     if root.is_dir():
-        layout.clean(root)
+        temp_folders.clean(root)
         for p in sorted(root.iterdir()):
             if p.is_dir() and is_name(p.name) and _nonempty(p):
                 out.append(_entry(p.name, p))
@@ -249,7 +251,7 @@ def _nonempty(folder: Path) -> bool:
 
 # ------------------------------------------------------------------------------ operations
 # Every entry enters the store through `commit` (fetch.py downloads, then commits here) and
-# leaves it through `remove`; each operation first tidies what killed ones left (layout.clean).
+# leaves it through `remove`; each operation first tidies what killed ones left (temp_folders.clean).
 SKIP_DIRS = (layout.STATE,)  # never fetched, never checked for pickles: the trainer state's own folder
 
 
@@ -260,7 +262,7 @@ def target(name: str) -> Path:
                          f"({', '.join(SHIPPED)}), no '/', not hidden)")
     path = store_dir() / name
     refuse_held(path, "import into")
-    if layout.exists(path):
+    if temp_folders.exists(path):
         raise DbertError(f"a checkpoint named {name!r} already exists in the store; choose another --name "
                          "or remove it first")
     if os.path.lexists(path):  # a dangling link or a stray file of that name
@@ -275,18 +277,18 @@ def _in_use(path: Path, doing: str, holder: str) -> DbertError:
 
 
 def refuse_held(path: Path, doing: str) -> None:
-    """DbertError naming the run when a training run holds path (its layout.OutLock)."""
-    who = layout.holder(path)
+    """DbertError naming the run when a training run holds path (its OutLock)."""
+    who = holder(path)
     if who is not None:
         raise _in_use(path, doing, who)
 
 
-def hold(path: Path, doing: str) -> layout.OutLock:
+def hold(path: Path, doing: str) -> OutLock:
     """Take path's output lock for a store operation, so no run starts writing it meanwhile;
     a run that holds it already is named in one DbertError."""
     try:
-        return layout.OutLock(path)
-    except layout.Busy as e:
+        return OutLock(path)
+    except Busy as e:
         raise _in_use(path, doing, e.holder) from None
 
 
@@ -297,7 +299,7 @@ def _skipped(parts) -> bool:
 def check_tree(path: Path) -> None:
     """Only plain files and folders: no links, devices or FIFOs (a FIFO would hang a copy), no
     code, and pickles only in a skipped trainer_state/ folder."""
-    for dirpath, dirnames, filenames in layout.walk(path):  # links not followed; a huge or deep tree refused
+    for dirpath, dirnames, filenames in tree.walk(path):  # links not followed; a huge or deep tree refused
         for name in dirnames + filenames:
             f = Path(dirpath) / name
             rel = f.relative_to(path)
@@ -328,10 +330,10 @@ def commit(ckpt_dir: Path, dest: Path) -> Path:
     """Put a checkpoint built in a temp folder into the store at dest (from `target`): validated,
     given the user's umask, renamed into place; every way into the store ends here."""
     validate(ckpt_dir)
-    layout.apply_umask(ckpt_dir)
+    apply_umask(ckpt_dir)
     lock = hold(dest, "import into")  # a run training into dest (started meanwhile) keeps it
     try:
-        if layout.exists(dest):
+        if temp_folders.exists(dest):
             raise DbertError(f"a checkpoint named {dest.name!r} appeared in the store meanwhile")
         os.rename(ckpt_dir, dest)
     finally:
@@ -340,8 +342,8 @@ def commit(ckpt_dir: Path, dest: Path) -> Path:
 
 
 def tidy() -> None:
-    """What killed store operations left behind: recovered or removed (layout.clean)."""
-    layout.clean(store_dir())
+    """What killed store operations left behind: recovered or removed (temp_folders.clean)."""
+    temp_folders.clean(store_dir())
 
 
 def import_dir(path, name: str | None = None) -> Path:
@@ -358,13 +360,13 @@ def import_dir(path, name: str | None = None) -> Path:
     load(src)  # a clear error before copying anything
     tidy()
     dst = target(name or src.resolve().name)
-    tmp = layout.temp_dir(dst, "import")
+    tmp = temp_folders.temp_dir(dst, "import")
     try:
         dest = tmp / "ckpt"
         shutil.copytree(src, dest, symlinks=True)
         return commit(dest, dst)
     finally:
-        layout.discard(tmp)
+        temp_folders.discard(tmp)
 
 
 def remove(name: str) -> Path:
@@ -380,9 +382,9 @@ def remove(name: str) -> Path:
     lock = hold(path, "remove")  # a run training into it is named; none can start meanwhile
     try:
         # rename first, so the entry disappears at once even if deleting takes a while (or is killed)
-        gone = layout.temp_dir(path, "remove")
+        gone = temp_folders.temp_dir(path, "remove")
         os.rename(path, gone / "x")
     finally:
         lock.release()
-    layout.discard(gone)
+    temp_folders.discard(gone)
     return path

@@ -23,7 +23,8 @@ from ..text.data import (DocumentStats, Special, document_sentences, document_wi
                          train_tokenizer)
 from ..errors import DbertError
 from ..hardware import pick_device
-from ..disk.layout import OutLock, check_writable, make_folders, remove_empty
+from ..disk.lock import OutLock
+from ..disk.output import check_writable, make_folders, remove_empty
 
 
 @dataclass

@@ -205,7 +205,7 @@ def evaluate(a) -> int:
 
 def _keep(path: Path, result: dict) -> None:
     """The figures beside the model, for the decoding study's doc (scripts/studies/decoding.py)."""
-    from dbert_core.disk.layout import atomic_write_text
+    from dbert_core.disk.atomic import atomic_write_text
 
     atomic_write_text(path, json.dumps(result, indent=1) + "\n")
 

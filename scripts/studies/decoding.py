@@ -78,7 +78,7 @@ def say(message: str) -> None:
 
 
 def write_json(path: Path, data) -> None:
-    from dbert_core.disk.layout import atomic_write_text
+    from dbert_core.disk.atomic import atomic_write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(data, indent=1) + "\n")
@@ -493,7 +493,7 @@ def write_doc(a) -> None:
     else:
         L += ["(not run yet)", ""]
     L += baseline_section(a, rows, rel)
-    from dbert_core.disk.layout import atomic_write_text
+    from dbert_core.disk.atomic import atomic_write_text
 
     doc.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(doc, "\n".join(L) + "\n" + notes)

@@ -57,7 +57,7 @@ def bench(
     batches = _int_list(batch, "--batch")
     if not 1 <= length <= MAX_BENCH_LENGTH:
         raise DbertError(f"--length must be in [1, {MAX_BENCH_LENGTH}], got {length}")
-    from ...disk.layout import check_output
+    from ...disk.output import check_output
 
     check_output(out, "--out", folder=True)  # before the hour of measuring, not after it
     chosen = [s.strip() for s in samplers.split(",") if s.strip()]

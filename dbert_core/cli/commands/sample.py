@@ -68,11 +68,11 @@ def sample(
     if trajectory is not None:
         if cfg.n > cfg.batch_size or len(prompts) > 1:
             raise DbertError("--trajectory records one batch: give --n <= --batch-size and one prompt")
-        from ...disk.layout import check_output
+        from ...disk.output import check_output
 
         check_output(trajectory, "--trajectory")  # before the run, not after it
     if output is not None:
-        from ...disk.layout import check_output
+        from ...disk.output import check_output
 
         check_output(output, "--output")
     if cfg.seed is None:  # drawn once here, so --output can say which seed made each sample
@@ -121,12 +121,12 @@ def sample(
                                       for k in st_p}
     progress.close()
     if trajectory is not None:
-        from ...disk.layout import atomic_write_text
+        from ...disk.atomic import atomic_write_text
         from ...sampling.trajectory import trajectory as as_json
 
         atomic_write_text(trajectory, json.dumps(as_json(db, resolve(replace(cfg, prompt=prompts[0]), db), kept)) + "\n")
     if output is not None:
-        from ...disk.layout import atomic_write_text
+        from ...disk.atomic import atomic_write_text
 
         atomic_write_text(output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     for t in texts:  # a line at a time: one giant write to a pipe whose reader left can end "successfully"

@@ -36,7 +36,9 @@ def serve(
 
     Example: dbert serve --port 8000 --api-key secret
     """
-    from ...serving.serve import Limits, check_options, create_app, is_loopback, run
+    from ...serving.options import Limits, check_options, is_loopback
+    from ...serving.serve import create_app
+    from ...serving.server import run
 
     check_options(api_key=api_key, port=port, timeout=timeout, grace=grace, max_n=max_n, max_tokens=max_tokens,
                   max_queue=max_queue, max_body=max_body, batch_rows=batch_rows, max_connections=max_connections)
@@ -50,7 +52,7 @@ def serve(
     application = create_app(db, name, api_key=api_key, limits=limits, batching=batch, max_rows=batch_rows,
                              device=device.value, dtype=dtype.value)
     say(f"dbert serve: {name} ({db.path}) on http://{host}:{port}/v1 ; stop with Ctrl+C")
-    restore_signals()  # serve.server handles SIGINT, SIGTERM and SIGHUP itself (a grace period), then re-raises them
+    restore_signals()  # serving.server handles SIGINT, SIGTERM and SIGHUP itself (a grace period), then re-raises them
     try:
         run(application, host, port, grace=grace)  # SIGTERM: ends by the signal once shut down, as uvicorn does
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on

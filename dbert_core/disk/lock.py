@@ -1,0 +1,148 @@
+"""The lock on an output folder, so two runs never write one checkpoint (OutLock; Busy when
+another run holds it), who holds it (holder), and the lock file a run killed with -9 left, which
+no process holds (stale_lock: temp_folders.clean removes it)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+from pathlib import Path
+
+from ..errors import DbertError
+from .layout import LOCK
+
+
+class Busy(DbertError):
+    """An output folder another dbert run holds (OutLock); `holder` names it ("pid N")."""
+
+    def __init__(self, message: str, holder: str):
+        super().__init__(message)
+        self.holder = holder
+
+
+def holder(out: Path) -> str | None:
+    """Who holds out's OutLock ("pid N" of a run training into it), or None when nobody does.
+    Only looks: the lock file is opened read-only (no link followed, a FIFO never waited on)
+    and locked shared for an instant, never created or changed."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    path = Path(out).with_name(LOCK.format(name=Path(out).name))
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None  # no lock file (or not one dbert could have made): nobody is training into out
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, OutLock.RECORD + 1, 0).decode("ascii", "replace").strip()
+            return text if re.fullmatch(r"pid \d+", text) else "another process"
+        return None
+    finally:
+        os.close(fd)  # drops the shared lock too
+
+
+class OutLock:
+    """An exclusive lock on an output folder, so two runs never write one checkpoint.
+
+    The lock is a hidden file beside the folder, locked with flock: the kernel drops it when its
+    holder exits, even by kill -9, so a stale lock cannot exist. The holder removes the file
+    when done; a process that opened it just before is told to retry by the inode check.
+
+    The file is opened with O_NOFOLLOW and never truncated: a link planted at its name (to a
+    user's file) is refused, and so is anything but a small file of dbert's own "pid N" text,
+    so taking the lock can never change a file that is not dbert's.
+    """
+
+    RECORD = 32  # bytes of the "pid N" record, padded: rewriting it in place needs no truncation
+
+    def __init__(self, out: Path):
+        self.path = Path(out).with_name(LOCK.format(name=Path(out).name))
+        self.file = None
+        try:
+            import fcntl
+        except ImportError:  # Windows: no flock; runs are not protected from each other there
+            return
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | \
+            getattr(os, "O_NONBLOCK", 0)  # non-blocking: a FIFO planted there cannot hang the open
+        for _ in range(100):
+            try:
+                fd = os.open(self.path, flags, 0o666)
+            except OSError as e:
+                what = "a symbolic link" if os.path.islink(self.path) else (e.strerror or str(e))
+                raise DbertError(f"cannot lock {out}: {self.path}: {what}; dbert will not open it "
+                                 "(remove it if it is not yours)") from None
+            f = os.fdopen(fd, "r+b", buffering=0)
+            try:
+                holder = self._check(f)
+            except DbertError:
+                f.close()
+                raise
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.close()
+                raise Busy(f"{out} is being written by another dbert run ({holder or 'another process'}); "
+                           "wait for it or choose another --out", holder or "another process") from None
+            try:
+                same = os.fstat(f.fileno()).st_ino == os.stat(self.path, follow_symlinks=False).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                os.pwrite(f.fileno(), f"pid {os.getpid()}".ljust(self.RECORD - 1).encode() + b"\n", 0)
+                self.file = f
+                return
+            f.close()  # the previous holder removed the file after we opened it: try again
+        raise DbertError(f"cannot lock {out}")
+
+    def _check(self, f) -> str:
+        """The holder recorded in an open lock file ("" when empty); DbertError unless it is a
+        regular file with one name, of this user, holding only dbert's record."""
+        st = os.fstat(f.fileno())
+        text = os.pread(f.fileno(), self.RECORD + 1, 0) if stat.S_ISREG(st.st_mode) else b""
+        ours = (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid()
+                and st.st_size <= self.RECORD and re.fullmatch(rb"(pid \d+ *\n?)?", text) is not None)
+        if not ours:
+            raise DbertError(f"cannot lock the output folder: {self.path} exists and is not a dbert lock file; "
+                             "dbert will not change it (remove it if it is not yours)")
+        return text.decode().strip()
+
+    def release(self) -> None:
+        if self.file is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            self.file.close()
+            self.file = None
+
+
+_LOCK_NAME = re.compile(r"^\.(?P<name>.+)\.dbert-lock$")
+
+
+def stale_lock(file: Path, name: str | None) -> bool:
+    """An OutLock file (of `name` if given) that no process holds, made by dbert (a regular
+    file of its "pid N" record): what a run killed with -9 leaves; a store operation removes it."""
+    m = _LOCK_NAME.match(file.name)
+    if m is None or (name is not None and m["name"] != name):
+        return False
+    try:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_size <= OutLock.RECORD):
+            return False
+        if re.fullmatch(rb"(pid \d+ *\n?)?", os.pread(fd, OutLock.RECORD + 1, 0)) is None:
+            return False
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return holder(file.with_name(m["name"])) is None

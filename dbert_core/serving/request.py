@@ -1,0 +1,232 @@
+"""A completions request, read and checked before anything is queued: its body read by the
+request's deadline and at most --max-body bytes (read_body), decoded as JSON (decode_body), then
+checked field by field into a Plan (parse) of one Prepared a prompt: a SampleConfig resolved for
+the checkpoint, the prompt's and the suffix's lengths in tokens, and whether the whole line is
+answered. Every refusal is an ApiError (400, 404, 408, 413) naming the first bad field; fields
+OpenAI defines and dbert does not use are ignored."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+
+from starlette.requests import ClientDisconnect, Request
+
+from ..config import MAX_SEED, SAMPLERS, SampleConfig
+from ..errors import DbertError
+from ..sampling.blocks import is_story_model
+from ..sampling.infill import has_range
+from ..sampling.prompt import _MASK_RUN, expand_template, slots as _slots
+from ..sampling.sample import default_length, resolve
+from .api_error import ApiError
+from .options import Limits
+
+MASK = "[MASK]"
+DBERT_FIELDS = ("steps", "top_k", "sampler", "block_repeats", "template", "stream_steps", "lowercase")
+# SampleConfig's messages name CLI options; a request names JSON fields
+_FIELD_OF_FLAG = {"--steps": "dbert.steps", "--top-k": "dbert.top_k", "--sampler": "dbert.sampler",
+                  "--temperature": "temperature", "--top-p": "top_p", "--n": "n", "--seed": "seed",
+                  "--length": "max_tokens"}
+
+
+@dataclass
+class Prepared:
+    """One prompt of a request, ready for the queue."""
+
+    cfg: SampleConfig     # resolved; cfg.prompt is the template text, cfg.length its tokens
+    head: int             # tokens of the prompt before the span
+    tail: int             # tokens of the suffix after it
+    whole: bool           # answer the whole line (echo, [MASK] slots of the caller's own, a template)
+
+
+@dataclass
+class Plan:
+    prompts: list[Prepared]
+    n: int
+    stream: bool
+    stream_steps: bool
+    include_usage: bool
+    cased: bool = True
+
+
+def _type(name: str, value, kinds, what: str):
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):  # JSON true is no number
+        raise ApiError(400, f"{name} must be {what} (got {json.dumps(value)[:60]})", param=name)
+    return value
+
+
+def _optional(body: dict, name: str, kinds, what: str, default=None):
+    value = body.get(name)
+    return default if value is None else _type(name, value, kinds, what)
+
+
+def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype: str = "auto") -> Plan:
+    """A completions request body -> a Plan, or ApiError(400/404) naming the first bad field.
+    Fields that OpenAI defines and dbert does not use (logprobs, stop, user, ...) are ignored."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and model != model_name:
+        raise ApiError(404, f"the model {model!r} is not loaded here; this server serves {model_name!r}",
+                       param="model", code="model_not_found")
+    prompt = body.get("prompt", "")
+    if prompt is None:
+        prompt = ""
+    if isinstance(prompt, str):
+        prompts = [prompt]
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        prompts = prompt
+    else:
+        raise ApiError(400, "prompt must be a string or a non-empty list of strings (token ids are not accepted)",
+                       param="prompt")
+    suffix = _optional(body, "suffix", str, "a string", "")
+    max_tokens = _optional(body, "max_tokens", int, "a whole number")
+    if max_tokens is not None and not 1 <= max_tokens <= limits.max_tokens:
+        raise ApiError(400, f"max_tokens must be in [1, {limits.max_tokens}] (got {max_tokens})", param="max_tokens")
+    temperature = _optional(body, "temperature", (int, float), "a number", 1.0)
+    top_p = _optional(body, "top_p", (int, float), "a number", 1.0)
+    n = _optional(body, "n", int, "a whole number", 1)
+    if n < 1:
+        raise ApiError(400, f"n must be >= 1 (got {n})", param="n")
+    if len(prompts) * n > limits.max_n:
+        raise ApiError(400, f"this request asks for {len(prompts) * n} completions (prompts x n); "
+                            f"the server allows {limits.max_n} (--max-n)", param="n")
+    seed = _optional(body, "seed", int, "a whole number")
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise ApiError(400, f"seed must be in [0, {MAX_SEED}] (got {seed})", param="seed")
+    stream = _optional(body, "stream", bool, "true or false", False)
+    echo = _optional(body, "echo", bool, "true or false", False)
+    options = _optional(body, "stream_options", dict, "an object", {})
+    include_usage = _type("stream_options.include_usage", options.get("include_usage", False), bool, "true or false")
+    extra = _optional(body, "dbert", dict, "an object", {})
+    unknown = sorted(set(extra) - set(DBERT_FIELDS))
+    if unknown:
+        raise ApiError(400, f"unknown dbert field {unknown[0]!r}; known: {', '.join(DBERT_FIELDS)}", param="dbert")
+    base = SampleConfig()
+    steps = _optional(extra, "steps", int, "a whole number", base.steps)
+    top_k = _optional(extra, "top_k", int, "a whole number", base.top_k)
+    sampler = _optional(extra, "sampler", str, f"one of {', '.join(SAMPLERS)}")
+    block_repeats = _optional(extra, "block_repeats", bool, "true or false", base.block_repeats)
+    template = _optional(extra, "template", str, "a string")
+    stream_steps = _optional(extra, "stream_steps", bool, "true or false", False)
+    lowercase = _optional(extra, "lowercase", bool, "true or false", False)
+    if stream_steps and not stream:
+        raise ApiError(400, "dbert.stream_steps needs stream: true", param="dbert.stream_steps")
+    if template is not None and (any(prompts) or suffix or len(prompts) > 1):
+        raise ApiError(400, "dbert.template replaces prompt and suffix: leave those empty", param="dbert.template")
+
+    if suffix and is_story_model(db):
+        raise ApiError(400, "this checkpoint writes whole stories: it continues a prompt to the story's end and "
+                            "takes no suffix", param="suffix")
+    tok = db.tokenizer
+    limit = db.model.max_length
+    prompts = [_slots_of(p, "prompt", limit) for p in prompts]
+    suffix = _slots_of(suffix, "suffix", limit)
+    template = None if template is None else _slots_of(template, "dbert.template", limit)
+
+    def tokens(text: str) -> list[int]:  # as sample.parse_prompt reads a template ([mask] in any case a slot)
+        return tok.encode(_slots(tok, text), add_special_tokens=False) if text else []
+
+    out = []
+    for p in (prompts if template is None else [template]):
+        head_ids, tail_ids = tokens(p), tokens(suffix)
+        h, s = len(head_ids), len(tail_ids)
+        if template is not None:  # as `dbert sample --prompt`: masks appended up to the length
+            length = h + max_tokens if max_tokens is not None else max(default_length(db), h)
+            text, h, s, whole = template, 0, 0, True
+        else:
+            span = max_tokens if max_tokens is not None else default_length(db) - h - s
+            if span < 1:
+                raise ApiError(400, f"the prompt and suffix take {h + s} of the {default_length(db)} tokens this "
+                                    "checkpoint was trained on; give max_tokens", param="max_tokens")
+            text = " ".join(t for t in (p, " ".join([MASK] * span), suffix) if t)
+            length = len(tokens(text))
+            whole = echo or tok.mask_token_id in head_ids or tok.mask_token_id in tail_ids
+        if length > limit:
+            raise ApiError(400, f"prompt + max_tokens + suffix is {length} tokens; this model takes at most {limit}",
+                           param="max_tokens")
+        cfg = SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
+                           sampler=sampler, seed=seed, device=device, prompt=text, block_repeats=block_repeats,
+                           dtype=dtype)
+        try:
+            cfg = resolve(cfg, db)
+        except DbertError as e:
+            message = str(e)
+            for flag, name in _FIELD_OF_FLAG.items():
+                message = message.replace(flag + " ", name + " ")
+            raise ApiError(400, message) from None
+        out.append(Prepared(cfg, h, s, whole))
+    return Plan(out, n, stream, stream_steps, include_usage, cased=not lowercase)
+
+
+def _slots_of(text: str, name: str, limit: int) -> str:
+    """A prompt, suffix or template with its [MASK*N] runs written out, as `dbert sample` reads
+    them (sample.expand_template): N slots. A [MASK*A-B] span (infill of unknown length, which
+    `dbert sample` ranks by the model's bound) is not served: a 400, as are more slots than the
+    model has positions (counted before they are written out: [MASK*99999] costs nothing)."""
+    if has_range(text):
+        raise ApiError(400, f"{name}: a [MASK*A-B] span (infill of unknown length: `dbert sample --candidates`) "
+                            "is not served here; write [MASK*N] for N slots, or give max_tokens", param=name)
+    slots = sum(int(m.group(1)) for m in _MASK_RUN.finditer(text))
+    if slots > limit:
+        raise ApiError(400, f"{name} asks for {slots} [MASK] slots; this model takes at most {limit} tokens", param=name)
+    return expand_template(text)
+
+
+async def read_body(request: Request, limit: int, deadline: float, timeout: float) -> bytes:
+    """The body, read by the request's deadline (a half-sent body is a 408, not a held connection),
+    at most `limit` bytes (413); a body that ends early (the client left) is a 400. Each of these
+    closes the connection: what is left of the body is never read."""
+    size = request.headers.get("content-length", "")
+    if size.isdigit() and int(size) > limit:
+        raise ApiError(413, f"the request body is over {limit} bytes (--max-body)", close=True)
+    chunks, total = [], 0
+    try:
+        async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+            async for chunk in request.stream():
+                total += len(chunk)
+                if total > limit:
+                    raise ApiError(413, f"the request body is over {limit} bytes (--max-body)", close=True)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(408, f"the request body did not arrive within {timeout:g} s (--timeout)", type_="timeout",
+                       close=True) from None
+    except ClientDisconnect:
+        raise ApiError(400, f"the request body ended early, after {total} bytes: the client closed the connection",
+                       close=True) from None
+    return b"".join(chunks)
+
+
+def decode_body(body: bytes):
+    """The JSON of a request body, or a 400: not JSON, nested too deeply for the parser, or a
+    string holding a lone surrogate (a \\ud800 escape without its pair: no Unicode text, so no
+    tokenizer, log or client could take it)."""
+    try:
+        data = json.loads(body)
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
+    except ValueError:
+        raise ApiError(400, "the request body is not valid JSON") from None
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        where = None
+        if isinstance(data, dict):
+            where = next((k for k, v in data.items() if not _is_unicode(k) or not _is_unicode(v)), None)
+            where = where if where is None or _is_unicode(where) else None
+        raise ApiError(400, f"{where or 'the request body'} holds a lone surrogate (a \\ud800-\\udfff escape "
+                            "without its pair): not Unicode text", param=where) from None
+    except (RecursionError, ValueError):
+        raise ApiError(400, "the request body is nested too deeply") from None
+    return data
+
+
+def _is_unicode(value) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
