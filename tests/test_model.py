@@ -17,7 +17,7 @@ from dbert_core.storage import checkpoint, pretrained
 from dbert_core.errors import DbertError
 from dbert_core.maths.model import Bert, BertConfig, DiffusionBert
 from dbert_core.text.tokenizer import WordPieceTokenizer
-from helpers import TEXTS, TINYSTORIES, TINYSTORIES_VALID, minilm_dir
+from helpers import ROOT, TEXTS, TINYSTORIES, TINYSTORIES_VALID, minilm_dir, train_tiny
 
 SMALL = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
              max_position_embeddings=40, hidden_act="gelu")
@@ -198,19 +198,22 @@ def test_init_errors_are_one_clear_line(tmp_path):
         pretrained.build_bert(init="nobody/no-such-model")  # HF_HUB_OFFLINE=1 in the tests
 
 
-def test_init_takes_a_checkpoint_of_the_store_by_name(tiny_checkpoint, monkeypatch):
+def test_init_takes_a_checkpoint_of_the_store_by_name(tiny_checkpoint, tmp_path, monkeypatch):
     """--init default / dbert-minilm-stories continues from the shipped model, --init NAME from a
     trained store entry, and a folder of that name here still comes first; other names go to the hub."""
     from dbert_core.storage import store
 
-    assert pretrained.local_dir("default") == store.default_checkpoint()
-    assert pretrained.local_dir("dbert-minilm-stories") == store.default_checkpoint()
+    assert store.named("default") == str(store.default_checkpoint())
+    assert store.named("dbert-minilm-stories") == str(store.default_checkpoint())
     store.import_dir(tiny_checkpoint, name="mine")
-    assert pretrained.local_dir("mine") == store.store_dir() / "mine"
-    bert = pretrained.build_bert(init="mine")
-    assert bert.config.vocab_size == pretrained.build_bert(init=str(tiny_checkpoint)).config.vocab_size
-    with pytest.raises(DbertError, match="cannot load a BERT from --init not-in-the-store"):
-        pretrained.build_bert(init="not-in-the-store")  # a hub id, offline in the tests
+    assert store.named("mine") == str(store.store_dir() / "mine")
+    assert store.named("bert-base-uncased") == "bert-base-uncased" and store.named(None) is None
+    (tmp_path / "mine").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert store.named("mine") == "mine"  # a folder here comes first
+    monkeypatch.chdir(ROOT)
+    ckpt = train_tiny(tmp_path / "ft", max_steps=2, init="mine", preset=None, seq_len=64)
+    assert json.loads((ckpt / "dbert.json").read_text())["train_config"]["init"] == "mine"
 
 
 def test_from_scratch_takes_the_architecture_only():

@@ -196,20 +196,10 @@ def write_tensors(tensors: dict, file: Path) -> str:
 
 
 def local_dir(init: str) -> Path:
-    """A directory holding the pretrained BERT named by --init: the path itself, a checkpoint of
-    the store by name (a shipped one, `default`, or a trained one: continue from it), or a hub
-    snapshot."""
+    """A directory holding the pretrained BERT named by --init: the path itself or a hub snapshot."""
     path = Path(init).expanduser()
     if path.is_dir():
         return path
-    from . import store
-
-    if store.is_name(init):
-        named = store.shipped(init)  # "default" too
-        if named is None and layout.exists(store.store_dir() / init):
-            named = store.store_dir() / init
-        if named is not None:
-            return named
     if path.exists() or init.startswith((".", "/", "~")) or init.count("/") > 1:
         raise DbertError(f"no such directory: {init}")
     from huggingface_hub import snapshot_download

@@ -120,6 +120,18 @@ def resolve(name_or_path: str | None) -> Path:
     raise DbertError(f"checkpoint directory not found: {name_or_path}")
 
 
+def named(init: str | None) -> str | None:
+    """What `--init` names, with a checkpoint of the store in its place: a folder stays itself, a
+    bare name that is a shipped checkpoint (`default` too) or a store entry becomes its folder
+    (fine-tuning it offline); anything else is left for the hub."""
+    if init is None or Path(init).expanduser().is_dir() or not is_name(init):
+        return init
+    path = shipped(init)
+    if path is None and temp_folders.exists(store_dir() / init):
+        path = store_dir() / init
+    return init if path is None else str(path)
+
+
 def known_names() -> list[str]:
     """Every name a checkpoint answers to: the shipped ones (by both names) and the store's entries."""
     names = [n for n in (*SHIPPED, *SHIPPED.values()) if shipped(n) is not None]

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from ..storage import checkpoint as ckpt
+from ..storage.store import named
 from ..disk import layout
 from ..config import TrainConfig
 from ..text.data import (DocumentStats, Special, document_sentences, document_windows, encode_stories, fingerprints,
@@ -286,7 +287,7 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
     else:
         texts = read_examples(c.data, c.unit)
         train_texts, val_texts = _hold_out(c, texts, read_examples(c.val_data, c.unit) if c.val_data else None)
-    db, init, trimmed, keep = None, c.init, None, None
+    db, init, trimmed, keep = None, named(c.init), None, None  # a store name: its folder
     if state is not None:
         db = ckpt.load(out, device="cpu")
         check_model(db, c)
@@ -399,7 +400,7 @@ def _trim(c: TrainConfig, train_texts):
 
     folder = tempfile.TemporaryDirectory(prefix="dbert-trim-")
     dst = Path(folder.name) / "bert"
-    return folder, str(dst), trim(local_dir(c.init), train_texts, dst)
+    return folder, str(dst), trim(local_dir(named(c.init)), train_texts, dst)
 
 
 def _tokenizer(c: TrainConfig, texts, init):
