@@ -179,17 +179,19 @@ def test_the_story_card_renders_every_field():
          "parent": {"commit": "2b79eac", "meta": {"step": 14300}},
          "eval": {"ppl_token": 16.0, "nats_per_token_se": 0.01}, "parent_eval": {"ppl_token": 21.8, "nats_per_token_se": 0.02},
          "measures": {"held-out stories": m, "runs/story-samples.txt": m}, "timing": {"real": 30.5, "nfe": 180, "seconds": 25.0},
-         "stories": samples, "long": ["Once upon a time " * 40], "lengths": {"training": lengths, "held out": lengths}}
+         "stories": samples, "long": ["Once upon a time " * 80], "lengths": {"training": lengths, "held out": lengths}}
     card = mod.render(d)
     assert "{" not in card and "}" not in card, re.findall(r".{0,30}[{}].{0,30}", card)[:3]
     assert "600 optimizer steps of 16 windows" in card and "2.46 M tokens" in card and "75 min on a 2-core AMD EPYC" in card
     assert "**16.0 ± 0.3**" in card and "21.8 ± 0.9" in card and "| 1 | 600 | 16.10 |" in card
     assert "| this model | 2 | 50% |" in card and "| held-out stories | 2 |" in card
-    assert "1. Once upon a time, there was a cat named Tom." in card and "(160 words, unedited)" in card
+    assert "1. Once upon a time, there was a cat named Tom." in card and "(320 words, unedited)" in card
     assert "commit 2b79eac" in card and "step 14,300" in card and "30.5 s end to end" in card
     assert "| held out | 200 | 120 / 153 / 190 | 241 | 181 | 90% |" in card
     bare = mod.render({**d, "eval": None, "parent_eval": None, "timing": None, "parent": None})
     assert "{" not in bare and "not evaluated" in bare and "Not timed." in bare and "from all-MiniLM-L6-v2" in bare
+    short = mod.render({**d, "long": ["The end."], "long4": [167, 17]})
+    assert "None to show" in short and "wrote a story of 2 words" in short and "167, 17 words" in short
     c2 = {**c, "lr": 5e-5, "warmup": 20, "max_steps": 300, "seed": 6, "init": "/x/runs/init-stage1"}
     two = mod.render({**d, "meta": {**meta, "step": 300, "train_config": c2}, "curve": {150: 16.5, 300: 15.9},
                       "stage1": {"meta": meta, "curve": {300: 18.4, 600: 16.1}}})

@@ -28,7 +28,7 @@ def sample(
     temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (0: greedy, the most likely token).")] = SAMPLE.temperature,
     top_k: Annotated[int, typer.Option(help="Keep the k most likely tokens (0: off).")] = SAMPLE.top_k,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling mass in (0, 1].")] = SAMPLE.top_p,
-    length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length: 128 for the shipped model).")] = SAMPLE.length,
+    length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length). A story model (the shipped one) writes one story of at most this many tokens and chooses where it ends (default 255, one window); a longer --length continues the story block by block, up to 8,192.")] = SAMPLE.length,
     batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = SAMPLE.batch_size,
     seed: Annotated[Optional[int], typer.Option(help="Random seed: the same seed gives the same output (default: a fresh one, written to --output).")] = SAMPLE.seed,
     prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Template with [MASK] slots ([MASK*N]: N of them; [MASK*A-B]: A to B tokens, see --candidates); masks are appended up to --length.")] = SAMPLE.prompt,
