@@ -236,6 +236,9 @@ class SampleConfig:
     top_k: int = 30                    # 0: off (the paper: 30)
     top_p: float = 1.0
     length: int | None = None          # None: the length the checkpoint was trained on
+    min_length: int | None = None      # a story model's shortest story in tokens; None: the checkpoint's own
+    end_at_sentence: bool = True       # a story model ends only after a sentence end (never after "And")
+    start_as_trained: bool = True      # a story model's first token opens some of its training stories
     sampler: str | None = None         # None: the fastest exact sampler the checkpoint allows
     params: dict | None = None         # the strategy's parameters (strategies.py); None: its defaults
     batch_size: int = 32               # samples per network call
@@ -256,6 +259,8 @@ class SampleConfig:
         _float("--top-p", self.top_p, 0.0, 1.0, lo_open=True)
         if self.length is not None:
             _int("--length", self.length, 1)
+        if self.min_length is not None:
+            _int("--min-length", self.min_length, 0)
         if self.sampler is not None:
             _one_of("--sampler", self.sampler, STRATEGIES)
             strategies.check_pair(self.sampler, strategies.get(self.sampler).resolve(self.params))

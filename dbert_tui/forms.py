@@ -16,7 +16,7 @@ SIDES = "AB"
 
 # the settings dialog's field for an option named in an engine error (--top-k ...)
 OPTION_FIELDS = {"--n": "n", "--steps": "steps", "--temperature": "temperature", "--top-k": "top_k",
-                 "--top-p": "top_p", "--length": "length", "--sampler": "sampler", "--param": "params",
+                 "--top-p": "top_p", "--length": "length", "--min-length": "min_length", "--sampler": "sampler", "--param": "params",
                  "--seed": "seed"}
 
 PROMPT_TITLE = ("Prompt / infill template: text with \\[MASK] slots (\\[MASK*N]: N of them, "
@@ -49,6 +49,8 @@ def settings_form(s, side: int | None) -> tuple[str, list]:
         ("top_k", "top-k (0: off)", str(s.top_k), ""),
         ("top_p", "top-p (0..1]", f"{s.top_p:g}", ""),
         ("length", "length (tokens)", "" if s.length is None else str(s.length), "the checkpoint's"),
+        ("min_length", "shortest story (tokens)", "" if s.min_length is None else str(s.min_length),
+         "the checkpoint's (story models)"),
         ("n", "samples", str(s.n), ""),
         ("seed", "seed", str(s.seed), ""),
         ("sampler", "sampler", s.sampler or "", "auto: " + " | ".join(STRATEGIES)),
@@ -67,16 +69,16 @@ def settings_fields(values: dict, old, db) -> dict:
     on their own); raises FieldError naming the first bad field."""
     fields: dict = {}
     for key, kind in (("steps", int), ("temperature", float), ("top_k", int), ("top_p", float), ("n", int),
-                      ("seed", int), ("pace_ms", int), ("length", int)):
-        text = values[key]
-        if key == "length" and not text:
-            fields[key] = old.length
+                      ("seed", int), ("pace_ms", int), ("length", int), ("min_length", int)):
+        text = values.get(key, "")
+        if key in ("length", "min_length") and not text.strip():
+            fields[key] = old.length if key == "length" else None
             continue
         try:
             fields[key] = kind(text)
         except ValueError:
             whole = "a whole number" if kind is int else "a number"
-            name = {"n": "samples", "pace_ms": "ms per step"}.get(key, key.replace("_", "-"))
+            name = {"n": "samples", "pace_ms": "ms per step", "min_length": "shortest story"}.get(key, key.replace("_", "-"))
             raise FieldError(key, f"{name} must be {whole}, got {text!r}") from None
     if not 1 <= fields["n"] <= MAX_N:
         raise FieldError("n", f"samples must be 1..{MAX_N}")

@@ -4,7 +4,9 @@
 
 The weights are stored in float16 (loaded back as float32); the model card is copied in as
 MODEL_CARD.md. The export is atomic like every checkpoint save. A run that continued a dbert
-checkpoint (its --init) keeps that checkpoint's step, tokens and time under "parent".
+checkpoint (its --init) keeps that checkpoint's step, tokens and time under "parent". A story
+run trained before runs recorded their sampling defaults gets them from its training files
+(dbert_core/training/story_defaults.py).
 """
 
 import argparse
@@ -37,6 +39,12 @@ def main() -> int:
     val = _val_ppl(Path(args.src), {})  # the run's last validation bound, kept for listings
     if val is not None:
         db.meta["val_ppl_token"] = round(val, 3)
+    if db.meta.get("unit") == "story" and "sampling" not in db.meta:  # trained before runs recorded it
+        from dbert_core.training.story_defaults import from_files
+
+        sep = (db.meta.get("train_config") or {}).get("doc_sep", "auto")
+        db.meta["sampling"] = from_files(list(db.meta.get("data") or []), db.tokenizer, sep)
+        print(f"sampling defaults from the training stories: {db.meta['sampling']}", file=sys.stderr)
     extra = {"MODEL_CARD.md": Path(args.card).read_text()} if args.card else None
     path = checkpoint.save(db, args.dst, dtype=torch.float16, extra_files=extra)
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())

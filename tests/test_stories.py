@@ -169,7 +169,7 @@ def test_a_story_sample_opens_with_the_start_and_ends_at_its_end(story_model):
     from dbert_core.sampling.sample import default_length, frames
 
     db = story_model
-    assert is_story_model(db) and default_length(db) == 23  # the window after its opening [SEP]
+    assert is_story_model(db) and default_length(db) == 23 + 12  # a window after its opening [SEP], and a continuation
     sep = db.tokenizer.sep_token_id
     last = None
     for last in frames(db, n=6, steps=8, seed=1, pair_quotes=False, fix_contractions=False):
@@ -219,9 +219,12 @@ def test_each_continuation_window_carries_the_storys_last_tokens(story_model):
     windows = []
     counter = iter(range(100, 10_000))
 
-    def fake_frames(db, cfg, generator, template, topk):
+    offsets = []
+
+    def fake_frames(db, cfg, generator, template, topk, offset):
         x = template.clone()
         windows.append(template.clone())
+        offsets.append(offset)
         for r in range(x.shape[0]):
             for c in range(x.shape[1]):
                 if x[r, c] == mask:
@@ -238,6 +241,7 @@ def test_each_continuation_window_carries_the_storys_last_tokens(story_model):
     assert windows[1][0, :ctx].tolist() == shown[0].ids[0, L - ctx:L].tolist()  # the story's last ctx tokens
     assert (windows[1][:, ctx:] == mask).all()
     assert windows[-1].shape[0] == 1  # the ended story left the batch
+    assert offsets == [0] + [(L - ctx) * k for k in range(1, len(windows))]  # each window's canvas column
     assert (shown[0].ids[:, L:] == mask).all()  # columns no window has reached yet
     final = shown[-1]
     assert final.done and final.ids.shape == (2, 61) and final.nfe == len(windows)
@@ -286,6 +290,78 @@ async def test_the_tui_writes_a_long_story_window_after_window(story_model):
         assert text and MASK_GLYPH not in text and "\u00b6" not in text
 
 
+@pytest.fixture
+def eager_end(story_model):
+    """The story model with the end ([SEP]) made by far its most likely token everywhere."""
+    sep = story_model.tokenizer.sep_token_id
+
+    def push(module, args, out):
+        out = out.clone()
+        out[..., sep] += 40.0
+        return out
+
+    handle = story_model.model.register_forward_hook(push)
+    yield story_model
+    handle.remove()
+
+
+def test_min_length_holds_the_end_back_across_windows(eager_end):
+    """A model that wants to end at once writes stories of one token; --min-length N makes every
+    story at least N tokens, in the first window and in continuation windows, and keeps the end
+    rule after it (the story still ends, at the first position it may)."""
+    from dbert_core.config import SampleConfig
+    from dbert_core.sampling.blocks import FINALS, no_end_columns, story_of, window
+    from dbert_core.sampling.sample import generate, resolve, story_stream
+
+    db = eager_end
+    sep = db.tokenizer.sep_token_id
+    assert no_end_columns(5, 0, 0) is None
+    assert no_end_columns(6, 0, 3).tolist() == [False, True, True, True, False, False]  # column 0: the start
+    assert no_end_columns(4, 10, 12).tolist() == [True, True, True, False]
+
+    def stories(least, at_sentence=False):
+        cfg = resolve(SampleConfig(n=6, steps=8, seed=2, length=70, min_length=least, pair_quotes=False,
+                                   fix_contractions=False, end_at_sentence=at_sentence), db)
+        final = list(story_stream(db, cfg, torch.Generator().manual_seed(2)))[-1]
+        return [story_of(row, sep) for row in final.ids]
+
+    assert max(len(s) for s in stories(0)) <= 2  # the eager model alone ends at once
+    short = [len(s) for s in stories(5)]
+    assert min(short) >= 5 and max(short) < 70, short  # not before the floor, and still ending
+    across = window(db) + 10  # past the first window: the floor holds in a continuation window
+    long = [len(s) for s in stories(across)]
+    assert min(long) >= across and max(long) < 70, long
+    finals = {db.tokenizer.backend_tokenizer.token_to_id(t) for t in FINALS}
+    for least in (0, 7):  # the sentence-end rule: the story's last token ends a sentence, never one token alone
+        got = stories(least, at_sentence=True)
+        assert all(len(s) >= max(least, 2) and s[-1] in finals for s in got), got
+    texts, _ = generate(db, SampleConfig(n=3, steps=8, seed=1, length=40, min_length=12))
+    assert all(len(t.split()) >= 3 for t in texts)
+    with pytest.raises(DbertError, match="--min-length .* more than --length"):
+        resolve(SampleConfig(length=10, min_length=11), db)
+
+
+def test_a_checkpoint_recommends_its_shortest_story(story_model, tiny_db):
+    from dbert_core.config import SampleConfig
+    from dbert_core.sampling.sample import resolve
+
+    db = story_model
+    recorded = db.meta.pop("sampling")  # the training run's (story_defaults)
+    try:
+        assert resolve(SampleConfig(), db).min_length == 0  # it says nothing: the model alone chooses
+        db.meta["sampling"] = {"min_length": 9}
+        assert resolve(SampleConfig(), db).min_length == 9
+        assert resolve(SampleConfig(length=5), db).min_length == 5  # never more than the length asked for
+        assert resolve(SampleConfig(min_length=0), db).min_length == 0  # the user's word wins
+        db.meta["sampling"] = {"min_length": "9"}
+        assert resolve(SampleConfig(), db).min_length == 0  # a hand-edited file's wrong type: ignored
+    finally:
+        db.meta["sampling"] = recorded
+    with pytest.raises(DbertError, match="--min-length needs a story checkpoint"):
+        resolve(SampleConfig(min_length=4), tiny_db)
+    assert resolve(SampleConfig(), tiny_db).min_length == 0
+
+
 def _post(url: str, body: dict) -> tuple[int, dict]:
     import urllib.error
     import urllib.request
@@ -312,5 +388,70 @@ def test_serve_continues_a_story_to_its_end(story_model):
         for c in choices:
             assert c["finish_reason"] in ("stop", "length") and "\u00b6" not in c["text"] and "[SEP]" not in c["text"]
             assert not c["text"].lstrip().startswith("Tom had a red kite")  # the prompt is not repeated
-        code, bad = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom", "suffix": "The end."})
-        assert code == 400 and bad["error"]["param"] == "suffix"
+        # a suffix is the story's last words: the span between is filled, the story ends with the suffix
+        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom had a kite.", "suffix": "The end.",
+                                                    "max_tokens": 8, "seed": 1, "dbert": {"steps": 6}})
+        assert code == 200, body
+        (c,) = body["choices"]
+        assert c["finish_reason"] == "stop" and c["text"].strip() and "[SEP]" not in c["text"]
+        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom", "suffix": "The end.",
+                                                    "max_tokens": 40})
+        assert code == 400 and body["error"]["param"] == "max_tokens" and "one window" in body["error"]["message"]
+        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom", "min_tokens": 10,
+                                                    "max_tokens": 20, "seed": 1, "dbert": {"steps": 6}})
+        assert code == 200, body
+        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom", "min_tokens": 30,
+                                                    "max_tokens": 20})
+        assert code == 400 and "min_tokens" in body["error"]["message"]
+
+
+def test_cli_min_length_needs_a_story_model(tiny_checkpoint, capsys, monkeypatch):
+    from helpers import run
+
+    code, out, err = run(["sample", "-c", str(tiny_checkpoint), "--n", "1", "--min-length", "5"], capsys, monkeypatch)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "--min-length needs a story checkpoint" in err
+    code, out, err = run(["sample", "-c", str(tiny_checkpoint), "--n", "1", "--min-length", "-1"], capsys, monkeypatch)
+    assert code == 2 and "--min-length" in err and "Traceback" not in err
+
+
+def test_story_defaults_come_from_the_training_stories():
+    from dbert_core.training.story_defaults import recommend
+
+    stories = [[7 if i % 2 else 8] + [5] * (n - 1) for i, n in enumerate(range(1, 201))]
+    stories += [[9, 5, 5]]  # one story opens with 9: under the share, not an opening
+    got = recommend(stories + [[]])
+    assert got["min_length"] == 3  # the 1st percentile of 201 lengths (1..200 and 3)
+    assert got["openings"] == [7, 8] and got["from_stories"] == 201 and got["openings_cover"] == round(200 / 201, 4)
+    assert recommend([]) == {}
+
+
+def test_a_story_opens_as_its_training_stories_do(story_model):
+    """A training run records its sampling defaults; with a model that pushes one token that opens
+    no training story everywhere, the first token is still an opening (and is that token with
+    --start-anyhow)."""
+    from dbert_core.config import SampleConfig
+    from dbert_core.sampling.sample import resolve, story_stream
+
+    db = story_model
+    rec = db.meta["sampling"]
+    assert rec["min_length"] >= 2 and rec["openings"] and rec["from_stories"] == 40
+    odd = next(i for i in range(200, db.model.config.vocab_size)
+               if i not in rec["openings"] and i not in db.model.forbidden)
+
+    def push(module, args, out):
+        out = out.clone()
+        out[..., odd] += 40.0
+        return out
+
+    handle = db.model.register_forward_hook(push)
+    try:
+        def firsts(as_trained):
+            cfg = resolve(SampleConfig(n=5, steps=8, seed=4, length=20, min_length=0, start_as_trained=as_trained,
+                                       block_repeats=False, pair_quotes=False, fix_contractions=False), db)
+            return list(story_stream(db, cfg, torch.Generator().manual_seed(4)))[-1].ids[:, 1].tolist()
+
+        assert all(t in rec["openings"] for t in firsts(True))
+        assert firsts(False) == [odd] * 5
+    finally:
+        handle.remove()

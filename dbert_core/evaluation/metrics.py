@@ -231,7 +231,7 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     max_len = db.model.max_length
     kept, kept_words, skipped, documents = [], [], 0, None
     if unit == "story":  # whole documents, in the whole-story windows the checkpoint trained on
-        from ..sampling.sample import default_length
+        from ..sampling.settings import window_length
 
         docs = read_documents(data)
         documents = DocumentStats.of(docs)
@@ -239,15 +239,15 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
         context = (db.meta.get("train_config") or {}).get("story_context")
         kept = []
         for doc, text in zip(docs, story_texts(docs)):
-            windows = encode_stories([doc], db.tokenizer, default_length(db), context)
+            windows = encode_stories([doc], db.tokenizer, window_length(db), context)
             kept.extend(windows)
             kept_words.extend([count_words(text)] + [0] * (len(windows) - 1))  # a story's words count once
     elif unit == "window":  # the checkpoint's own training windows of the documents: the trainer's validation bound
-        from ..sampling.sample import default_length
+        from ..sampling.settings import window_length
 
         docs = read_documents(data)
         documents = DocumentStats.of(docs)
-        kept, kept_words = document_windows(document_sentences(docs), db.tokenizer, default_length(db), words=True)
+        kept, kept_words = document_windows(document_sentences(docs), db.tokenizer, window_length(db), words=True)
         kept, kept_words = kept[:limit or None], kept_words[:limit or None]
     else:
         texts = read_examples(data, unit)

@@ -148,8 +148,9 @@ def kernel(schedule, steps: int) -> Kernel:
 class Net:
     """Calls the denoiser on some rows of the batch; counts calls and rows."""
 
-    def __init__(self, db, dtype: str = "fp32"):
+    def __init__(self, db, dtype: str = "fp32", end_rules=None):
         self.model, self.device = db.model, db.device
+        self.end_rules = end_rules  # a story's blocks.StoryRules (where it may start and end), or None
         self.bf16 = dtype == "bf16" and next(self.model.parameters()).dtype == torch.float32  # autocast; fp32 logits out
         self.cls, self.sep = db.tokenizer.cls_token_id, db.tokenizer.sep_token_id
         self.nfe = 0
@@ -175,6 +176,8 @@ class Net:
         if math.isnan(total) or total == math.inf:
             raise DbertError("the model's outputs are not finite (NaN or inf in its weights?); "
                              "this checkpoint cannot be sampled")
+        if self.end_rules is not None:  # p given where a story may end (--min-length, --end-at-sentence)
+            self.end_rules.apply(out, x, select)
         return out
 
 

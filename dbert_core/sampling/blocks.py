@@ -10,6 +10,11 @@ story whose length the model chooses:
   end padding at once (end_fill): those positions are decided without a network call, text after
   an end never appears, and a row whose story has ended drops out of the batch (the samplers only
   run rows with masks left);
+- where a story may start and end (StoryRules, applied to the network's logits so every sampler
+  draws from p given them): its first token one that opens the stories the checkpoint learnt
+  from (cfg.start_as_trained), its end not before the shortest story (cfg.min_length,
+  `--min-length`) and only after a sentence end (cfg.end_at_sentence), so no story opens with
+  "But" or stops after ten words or after "And";
 - block continuation: a story that has not ended when its window is full goes on in a next
   window holding the story's last `context` tokens as a given prompt and new masks after them,
   as the model was trained on continuation windows, until it ends or reaches the length asked
@@ -20,6 +25,7 @@ story whose length the model chooses:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -67,6 +73,80 @@ def with_end_rule(frames: Iterator, x: torch.Tensor, masked: torch.Tensor, end_i
         yield f
 
 
+FINALS = (".", "!", "?", '"')  # what a story's last token may be under the sentence-end rule
+
+
+@dataclass
+class StoryRules:
+    """Where a story may start and end, applied to the network's logits (Net) so that every
+    sampler draws from the model's p given the rules:
+    - `openings` (ids; `start_as_trained`): the story's first token (canvas column 1) is one that
+      opens its training stories (training/story_defaults.py), so no story opens with "But";
+    - `no_end` (min length): before the shortest story the end ([SEP]) has no mass;
+    - `finals` (the ids of FINALS; `end_at_sentence`): a position may be the end only where its
+      left neighbour is still masked or ends a sentence, the position just before a revealed end
+      may only end a sentence, and no story is one token long, so none stops after "And"."""
+
+    sep: int
+    mask: int
+    no_end: torch.Tensor | None = None   # (L,) bool
+    finals: torch.Tensor | None = None   # ids
+    openings: torch.Tensor | None = None  # ids
+    first: int | None = None             # the window column of the story's first token (1), if it holds it
+
+    def apply(self, out: torch.Tensor, x: torch.Tensor, select: torch.Tensor) -> None:
+        """In place on logits out (M, V) of the select (R, L) positions of rows x, row-major."""
+        rows, cols = select.nonzero(as_tuple=True)
+        ban = torch.zeros(len(cols), dtype=torch.bool) if self.no_end is None else self.no_end[cols].clone()
+        if self.openings is not None and self.first is not None:
+            self._only(out, cols == self.first, self.openings)
+        if self.finals is not None:
+            ban |= cols <= 2  # a story of one token would be "." alone
+            left = x[rows, (cols - 1).clamp_min(0)]
+            ban |= (cols > 0) & (left != self.mask) & ~torch.isin(left, self.finals)
+            L = x.shape[1]
+            right = x[rows, (cols + 1).clamp_max(L - 1)]
+            self._only(out, (cols + 1 < L) & (right == self.sep), self.finals)  # the last token ends a sentence
+        if bool(ban.any()):
+            out[ban.to(out.device), self.sep] = float("-inf")
+
+    @staticmethod
+    def _only(out: torch.Tensor, where: torch.Tensor, ids: torch.Tensor) -> None:
+        if bool(where.any()):
+            keep = torch.full((out.shape[1],), float("-inf"), device=out.device)
+            keep[ids.to(out.device)] = 0.0
+            out[where.to(out.device)] += keep
+
+
+def story_rules(db, width: int, offset: int, cfg) -> StoryRules | None:
+    """A story model's StoryRules for a window of `width` columns at canvas column `offset`
+    (cfg: min_length, end_at_sentence, start_as_trained), or None when nothing restricts it."""
+    no_end = no_end_columns(width, offset, cfg.min_length)
+    finals = openings = None
+    if cfg.end_at_sentence:
+        ids = [db.tokenizer.backend_tokenizer.token_to_id(t) for t in FINALS]
+        finals = torch.tensor([i for i in ids if i is not None], dtype=torch.long) if any(ids) else None
+    given = (db.meta.get("sampling") or {}).get("openings")
+    if cfg.start_as_trained and offset == 0 and isinstance(given, list) and given:
+        V = db.model.config.vocab_size
+        openings = torch.tensor([i for i in given if isinstance(i, int) and 0 <= i < V], dtype=torch.long)
+        openings = openings if len(openings) else None
+    if no_end is None and finals is None and openings is None:
+        return None
+    return StoryRules(db.tokenizer.sep_token_id, db.model.mask_id, no_end, finals, openings, 1 if offset == 0 else None)
+
+
+def no_end_columns(width: int, offset: int, min_length: int | None) -> torch.Tensor | None:
+    """(width,) bool: the columns of a window placed at canvas column `offset` where the story may
+    not end yet, or None when it may end anywhere. Canvas column c holds story token c - 1 (column
+    0 is the [SEP] that opens it), so an end at column c makes a story of c - 1 tokens: with
+    min_length m, columns 1..m may not be the end."""
+    if not min_length:
+        return None
+    cols = torch.arange(width) + offset
+    return (cols >= 1) & (cols <= min_length)
+
+
 def story_template(db, prompt_ids: torch.Tensor | None, length: int) -> torch.Tensor:
     """The first window of a story: the given [SEP] that opens it, then the prompt's tokens (if
     any) and masks, min(length, window - 1) tokens in all."""
@@ -111,7 +191,8 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
     for block in range(most):
         S = cfg.steps
         last = None
-        for f in frames_fn(db, replace(cfg, n=len(rows)), generator=generator, template=template, topk=topk):
+        for f in frames_fn(db, replace(cfg, n=len(rows)), generator=generator, template=template, topk=topk,
+                           offset=col):
             last = f
             W = f.ids.shape[1]
             ids = canvas.clone()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time as _time
 from dataclasses import replace
+from functools import partial
 from typing import Iterator
 
 import torch
@@ -29,7 +30,7 @@ from ..config import SampleConfig
 from ..errors import DbertError
 from . import settings
 from .ancestral import ancestral
-from .blocks import is_story_model, story_frames, story_of, story_template, with_end_rule
+from .blocks import is_story_model, story_frames, story_of, story_rules, story_template, with_end_rule
 from .base import Frame, Kernel, Net, Sampler, kernel, masked_curve
 from .draw import RepeatBlock, categorical, comma_id, neighbours, shape_probs
 from .first_hitting import first_hitting
@@ -50,7 +51,7 @@ __all__ = [  # a run, and the names library users import from sample (they live 
 @torch.inference_mode()
 def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | None = None,
            template: torch.Tensor | None = None, topk: int = 0, forbid: tuple[int, ...] | list[int] = (),
-           **overrides) -> Iterator[Frame]:
+           offset: int = 0, **overrides) -> Iterator[Frame]:
     """Run the reverse process for cfg.n samples in one batch, yielding a Frame per step (event).
 
     cfg holds the settings (SampleConfig's defaults where None); keyword overrides replace
@@ -58,7 +59,9 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
     instead of cfg.prompt's text, or (n, length): one template per row (a server batching
     requests of different prompts into one call). topk > 0: each Frame carries the topk most
     likely candidates of p' (and their p') at each position's reveal (top_ids, top_probs); the
-    draws are the same either way. forbid: more ids never drawn. With cfg.pair_quotes or
+    draws are the same either way. forbid: more ids never drawn. offset: a story window's place on
+    its story's canvas (column 0 of the window is canvas column offset; cfg.min_length counts
+    there). With cfg.pair_quotes or
     cfg.fix_contractions (both on by default) the touch-up's frames follow the last step (touchup.py).
     """
     from .inspector import TopK
@@ -80,26 +83,30 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
             f.top_ids, f.top_probs = top.ids.clone(), top.probs.clone()
         return f
 
+    reverse = partial(_reverse, offset=offset)
     if not (cfg.pair_quotes or cfg.fix_contractions):
-        for f in _reverse(db, cfg, gen, x, forbid, top):
+        for f in reverse(db, cfg, gen, x, forbid, top):
             yield tagged(f)
         return
     final = None
-    for final in _reverse(db, cfg, gen, x, forbid, top):
+    for final in reverse(db, cfg, gen, x, forbid, top):
         if final.done:
             break
         yield tagged(final)
-    for f in touch_up(_reverse, db, cfg, gen, final, free, forbid, top):
+    for f in touch_up(reverse, db, cfg, gen, final, free, forbid, top):
         yield tagged(f)
 
 
-def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbid=(), top=None) -> Iterator[Frame]:
+def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbid=(), top=None,
+             offset: int = 0) -> Iterator[Frame]:
     """The reverse process of cfg.sampler from x (B, L), [MASK] where it fills in (x is written
-    in); top: an inspector.TopK recorder of the candidates at each reveal, or None."""
+    in); top: an inspector.TopK recorder of the candidates at each reveal, or None; offset: the
+    story canvas column of x's column 0 (blocks.story_rules)."""
     mask_id = db.model.mask_id
+    rules = story_rules(db, x.shape[1], offset, cfg) if is_story_model(db) else None
     state = dict(
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
-        kern=kernel(db.schedule, cfg.steps), net=Net(db, cfg.dtype), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
+        kern=kernel(db.schedule, cfg.steps), net=Net(db, cfg.dtype, rules), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id} | set(forbid)),  # never sampled
         block_repeats=RepeatBlock(comma=comma_id(db)) if cfg.block_repeats else None,
     )

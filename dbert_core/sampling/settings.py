@@ -14,12 +14,12 @@ from .. import strategies
 from ..config import SampleConfig
 from ..errors import DbertError
 from ..hardware import compute_dtype
-from .blocks import is_story_model, window
+from .blocks import context, is_story_model, window
 
 MAX_STORY = 8192  # tokens a story model may be asked for (--length), in windows one after another
 
 
-def validate(db, steps: int, length: int, sampler: str, params: dict | None = None) -> None:
+def validate(db, steps: int, length: int, sampler: str, params: dict | None = None, min_length: int = 0) -> None:
     """The checks that need the checkpoint (SampleConfig.validate makes the others)."""
     T = db.schedule.T
     if not 1 <= steps <= T:
@@ -27,6 +27,10 @@ def validate(db, steps: int, length: int, sampler: str, params: dict | None = No
     longest = MAX_STORY if is_story_model(db) else db.model.max_length  # a story continues block by block
     if not 1 <= length <= longest:
         raise DbertError(f"--length must be between 1 and {longest} for this model, got {length}")
+    if min_length and not is_story_model(db):
+        raise DbertError("--min-length needs a story checkpoint (trained with --unit story); this one has no story end")
+    if min_length > length:
+        raise DbertError(f"--min-length ({min_length}) is more than --length ({length}): no story could end")
     if sampler == "cached" and db.model.time != "none":
         raise DbertError(f"the cached sampler needs a time-agnostic model; this one uses time={db.model.time!r}")
     if sampler == "first-hitting" and db.model.time != "none" and not db.schedule.token_free:
@@ -41,22 +45,43 @@ def default_sampler(db) -> str:
     return "first-hitting" if db.model.time == "none" or db.schedule.token_free else "ancestral"
 
 
-def default_length(db) -> int:
-    """Tokens per sample unless told: the length the checkpoint was trained on (a story model: the
-    story text one window holds, after the [SEP] that opens it)."""
+def window_length(db) -> int:
+    """Tokens of text one window holds: the length the checkpoint was trained on (a story model:
+    after the [SEP] that opens the story)."""
     return window(db) - 1 if is_story_model(db) else window(db)
+
+
+def default_length(db) -> int:
+    """Tokens per sample unless told: the checkpoint's window (window_length); a story model's
+    canvas is one window and one continuation window more (383 tokens for 256-token windows, more
+    than 99% of the stories it was trained on), so a story the first window cannot hold goes on
+    to its end instead of stopping mid-sentence, and rows that ended cost nothing more."""
+    if not is_story_model(db):
+        return window_length(db)
+    return window_length(db) + window(db) - context(db)
+
+
+def default_min_length(db) -> int:
+    """The shortest story a story model writes unless told (tokens): the `sampling.min_length` its
+    dbert.json recommends (the export measured it), else 0 (the model alone decides where it ends)."""
+    if not is_story_model(db):
+        return 0
+    value = (db.meta.get("sampling") or {}).get("min_length", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def resolve(cfg: SampleConfig, db) -> SampleConfig:
     """cfg made concrete for this checkpoint, once per run and handed down: SampleConfig.validate's
-    checks, then length, sampler, precision ("auto": hardware.compute_dtype) and the strategy's
+    checks, then length, shortest story, sampler, precision ("auto": hardware.compute_dtype) and the strategy's
     parameters filled in, then the checks that need the checkpoint (validate). The copy keeps
     cfg's class (the TUI's Settings stay Settings); frames and generate take it as it is."""
     cfg.validate()
     sampler = cfg.sampler if cfg.sampler is not None else default_sampler(db)
-    out = replace(cfg, length=cfg.length if cfg.length is not None else default_length(db), sampler=sampler,
+    length = cfg.length if cfg.length is not None else default_length(db)
+    least = cfg.min_length if cfg.min_length is not None else min(default_min_length(db), length)
+    out = replace(cfg, length=length, min_length=least, sampler=sampler,
                   dtype=compute_dtype(cfg.dtype, db.device), params=strategies.get(sampler).resolve(cfg.params))
-    validate(db, out.steps, out.length, out.sampler, out.params)
+    validate(db, out.steps, out.length, out.sampler, out.params, out.min_length)
     return mark(out, db)
 
 

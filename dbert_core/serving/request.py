@@ -16,7 +16,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from ..config import MAX_SEED, SAMPLERS, SampleConfig
 from ..errors import DbertError
-from ..sampling.blocks import is_story_model
+from ..sampling.blocks import is_story_model, window
 from ..sampling.infill import has_range
 from ..sampling.prompt import _MASK_RUN, expand_template, slots as _slots
 from ..sampling.sample import default_length, resolve
@@ -24,11 +24,12 @@ from .api_error import ApiError
 from .options import Limits
 
 MASK = "[MASK]"
-DBERT_FIELDS = ("steps", "top_k", "sampler", "block_repeats", "template", "stream_steps", "lowercase")
+DBERT_FIELDS = ("steps", "top_k", "sampler", "block_repeats", "end_at_sentence", "start_as_trained", "template",
+                "stream_steps", "lowercase")
 # SampleConfig's messages name CLI options; a request names JSON fields
 _FIELD_OF_FLAG = {"--steps": "dbert.steps", "--top-k": "dbert.top_k", "--sampler": "dbert.sampler",
                   "--temperature": "temperature", "--top-p": "top_p", "--n": "n", "--seed": "seed",
-                  "--length": "max_tokens"}
+                  "--length": "max_tokens", "--min-length": "min_tokens"}
 
 
 @dataclass
@@ -86,6 +87,9 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
     max_tokens = _optional(body, "max_tokens", int, "a whole number")
     if max_tokens is not None and not 1 <= max_tokens <= limits.max_tokens:
         raise ApiError(400, f"max_tokens must be in [1, {limits.max_tokens}] (got {max_tokens})", param="max_tokens")
+    min_tokens = _optional(body, "min_tokens", int, "a whole number")  # vLLM's name: no end before this many
+    if min_tokens is not None and not 0 <= min_tokens <= limits.max_tokens:
+        raise ApiError(400, f"min_tokens must be in [0, {limits.max_tokens}] (got {min_tokens})", param="min_tokens")
     temperature = _optional(body, "temperature", (int, float), "a number", 1.0)
     top_p = _optional(body, "top_p", (int, float), "a number", 1.0)
     n = _optional(body, "n", int, "a whole number", 1)
@@ -110,6 +114,8 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
     top_k = _optional(extra, "top_k", int, "a whole number", base.top_k)
     sampler = _optional(extra, "sampler", str, f"one of {', '.join(SAMPLERS)}")
     block_repeats = _optional(extra, "block_repeats", bool, "true or false", base.block_repeats)
+    end_at_sentence = _optional(extra, "end_at_sentence", bool, "true or false", base.end_at_sentence)
+    start_as_trained = _optional(extra, "start_as_trained", bool, "true or false", base.start_as_trained)
     template = _optional(extra, "template", str, "a string")
     stream_steps = _optional(extra, "stream_steps", bool, "true or false", False)
     lowercase = _optional(extra, "lowercase", bool, "true or false", False)
@@ -118,9 +124,6 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
     if template is not None and (any(prompts) or suffix or len(prompts) > 1):
         raise ApiError(400, "dbert.template replaces prompt and suffix: leave those empty", param="dbert.template")
 
-    if suffix and is_story_model(db):
-        raise ApiError(400, "this checkpoint writes whole stories: it continues a prompt to the story's end and "
-                            "takes no suffix", param="suffix")
     tok = db.tokenizer
     limit = db.model.max_length
     prompts = [_slots_of(p, "prompt", limit) for p in prompts]
@@ -148,9 +151,15 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
         if length > limit:
             raise ApiError(400, f"prompt + max_tokens + suffix is {length} tokens; this model takes at most {limit}",
                            param="max_tokens")
+        least = None if min_tokens is None else h + min_tokens  # a story's tokens: the prompt's count too
+        if s and is_story_model(db):  # the suffix is the story's last words: it ends there, not before
+            if length > window(db) - 1:
+                raise ApiError(400, f"prompt + max_tokens + suffix is {length} tokens; a story with a suffix fits in "
+                                    f"one window of this model ({window(db) - 1} tokens)", param="max_tokens")
+            least = max(least or 0, length - s)
         cfg = SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
-                           sampler=sampler, seed=seed, device=device, prompt=text, block_repeats=block_repeats,
-                           dtype=dtype)
+                           min_length=least, sampler=sampler, seed=seed, device=device, prompt=text, block_repeats=block_repeats,
+                           end_at_sentence=end_at_sentence, start_as_trained=start_as_trained, dtype=dtype)
         try:
             cfg = resolve(cfg, db)
         except DbertError as e:

@@ -68,12 +68,14 @@ def _choices(db, plan: Plan, jobs: list[Job], i: int, ev: tuple) -> list[dict]:
     _, texts, rows, _ = ev
     prep = plan.prompts[i]
     return [{"index": i * plan.n + j, "text": completion_text(db, jobs[i], texts[j], rows[j], prep), "logprobs": None,
-             "finish_reason": _finish(db, rows[j])} for j in range(len(texts))]
+             "finish_reason": _finish(db, rows[j], prep)} for j in range(len(texts))]
 
 
-def _finish(db, row) -> str:
-    """"stop" for a story that reached its end (a story model's [SEP]), else "length"."""
-    return "stop" if is_story_model(db) and db.tokenizer.sep_token_id in row.tolist() else "length"
+def _finish(db, row, prep: Prepared) -> str:
+    """"stop" for a story that reached its end (a story model's [SEP], or the suffix it ends
+    with), else "length"."""
+    ended = prep.tail > 0 or db.tokenizer.sep_token_id in row.tolist()
+    return "stop" if is_story_model(db) and ended else "length"
 
 
 def _usage(plan: Plan) -> dict:

@@ -1,7 +1,8 @@
 """training: making a checkpoint.
 
 prepare (a run made ready: data, tokenizer, model, the resume rule), train (Trainer: the loop,
-reporting through callbacks), vocab (trimming a pretrained vocabulary to the training text).
+reporting through callbacks), vocab (trimming a pretrained vocabulary to the training text),
+story_defaults (what a story checkpoint recommends to its sampler, from its training stories).
 
 May import: the floor, disk, text, maths, storage.
 """

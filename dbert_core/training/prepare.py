@@ -19,8 +19,9 @@ from ..storage import checkpoint as ckpt
 from ..storage.store import named
 from ..disk import layout
 from ..config import TrainConfig
-from ..text.data import (DocumentStats, Special, document_sentences, document_windows, encode_stories, fingerprints,
-                         pack, read_documents, read_examples, read_lines, story_texts, token_counts, tokenize,
+from . import story_defaults
+from ..text.data import (DocumentStats, Special, document_sentences, document_windows, encode, encode_stories,
+                         fingerprints, pack, read_documents, read_examples, read_lines, story_texts, token_counts, tokenize,
                          train_tokenizer)
 from ..errors import DbertError
 from ..hardware import pick_device
@@ -315,6 +316,8 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         raise DbertError("the validation slice is empty; give more data or --val-data")
     if db is None:
         db = _build(c, init, trimmed, tokenizer, special, train)
+        if c.by_story:  # what its sampler should hold to: the shortest story, the openings (story_defaults)
+            db.meta["sampling"] = story_defaults.recommend(encode(train_texts, tokenizer))
     check_memory_for(c, db.model.config, world)
     if rank == 0:  # learnt afresh on every start (a resumed run of an older dbert gets one too)
         from ..text.truecase import learn

@@ -28,7 +28,10 @@ def sample(
     temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (0: greedy, the most likely token).")] = SAMPLE.temperature,
     top_k: Annotated[int, typer.Option(help="Keep the k most likely tokens (0: off).")] = SAMPLE.top_k,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling mass in (0, 1].")] = SAMPLE.top_p,
-    length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length). A story model (the shipped one) writes one story of at most this many tokens and chooses where it ends (default 255, one window); a longer --length continues the story block by block, up to 8,192.")] = SAMPLE.length,
+    length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length). A story model (the shipped one) writes one story of at most this many tokens and chooses where it ends (default 383: a 255-token window and one continuation window, room for nearly every story); a story that has not ended when a window is full continues block by block, up to 8,192.")] = SAMPLE.length,
+    min_length: Annotated[Optional[int], typer.Option(help="A story model's shortest story, in tokens: before it the story may not end (the model's p given \"not the end\"). Default: what the checkpoint recommends (dbert.json's sampling.min_length: the 1st percentile of its training stories' lengths; 0 where it says nothing).")] = SAMPLE.min_length,
+    end_at_sentence: Annotated[bool, typer.Option("--end-at-sentence/--end-anywhere", help="A story model ends a story only after a sentence end (. ! ? or a closing quote; never after \"And\"): p given that rule; --end-anywhere lets the model end where it likes.")] = SAMPLE.end_at_sentence,
+    start_as_trained: Annotated[bool, typer.Option("--start-as-trained/--start-anyhow", help="A story model opens a story with a token that opens its training stories (dbert.json's sampling.openings; no \"But\" or \"And once\"): p given that rule; --start-anyhow lets the model open with any token.")] = SAMPLE.start_as_trained,
     batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = SAMPLE.batch_size,
     seed: Annotated[Optional[int], typer.Option(help="Random seed: the same seed gives the same output (default: a fresh one, written to --output).")] = SAMPLE.seed,
     prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Template with [MASK] slots ([MASK*N]: N of them; [MASK*A-B]: A to B tokens, see --candidates); masks are appended up to --length.")] = SAMPLE.prompt,
@@ -56,7 +59,8 @@ def sample(
 
     prompts = _prompts(prompt_arg, prompt, prompt_file)
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
-                              sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
+                              min_length=min_length, end_at_sentence=end_at_sentence,
+                              start_as_trained=start_as_trained, sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
                               params=strategies.parse_params(sampler.value, param) if sampler else no_params(param),
                               device=device.value, prompt=None, block_repeats=block_repeats,
                               pair_quotes=pair_quotes, fix_contractions=fix_contractions,
@@ -115,7 +119,7 @@ def sample(
         texts.extend(got)
         records.extend({"text": t, "prompt": p, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
                         "settings": {k: getattr(resolved, k) for k in ("steps", "temperature", "top_k", "top_p", "length",
-                                                                       "sampler", "params", "block_repeats", "dtype")},
+                                                                       "min_length", "end_at_sentence", "start_as_trained", "sampler", "params", "block_repeats", "dtype")},
                         "stats": st_p} for i, t in enumerate(got))
         st = st_p if st is None else {k: (st[k] + st_p[k] if k in ("nfe", "rows", "gflop", "seconds", "samples") else st_p[k])
                                       for k in st_p}
