@@ -229,7 +229,9 @@ def _hub_error(e: Exception, repo_id: str, where: str) -> DbertError:
     if isinstance(e, OfflineModeIsEnabled):
         return DbertError(f"cannot fetch {where}: offline (HF_HUB_OFFLINE=1 is set)")
     if isinstance(e, LocalEntryNotFoundError) and status is None:
-        return DbertError(f"cannot fetch {where}: the Hugging Face Hub is not reachable (offline, or "
+        cause = _root_cause(e)  # what the hub client met: a refused connection, a name that did not resolve, ...
+        why = f" ({type(cause).__name__})" if cause is not None and cause is not e else ""
+        return DbertError(f"cannot fetch {where}: the Hugging Face Hub is not reachable{why} (offline, or "
                           "HF_HUB_OFFLINE=1 is set)")
     if isinstance(e, LocalEntryNotFoundError):
         return DbertError(f"cannot fetch {where}: the Hugging Face Hub answered HTTP {status}")
@@ -243,6 +245,14 @@ def _hub_error(e: Exception, repo_id: str, where: str) -> DbertError:
     if isinstance(e, (EntryNotFoundError, HfHubHTTPError)):
         return DbertError(f"cannot fetch {where}: {text}")
     return DbertError(f"cannot fetch {where}: {type(e).__name__}" + (f": {text}" if text else ""))
+
+
+def _root_cause(e: BaseException) -> BaseException | None:
+    """The last exception of e's chain (what the hub client caught before wrapping it)."""
+    seen = 0
+    while seen < 16 and (e.__cause__ or e.__context__) is not None:
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return e
 
 
 def _http_status(e: BaseException) -> int | None:
