@@ -102,6 +102,7 @@ def _measure_row(name: str, m: dict) -> str:
 
 def _measures(d: dict) -> str:
     names = {"held-out stories": "held-out stories", "runs/story-samples.txt": "this model",
+             "runs/story-alone.txt": "this model, story rules off (`--start-anyhow --end-anywhere --min-length 0`)",
              "runs/parent-samples.txt": "the previous default", "runs/story1-samples.txt": "stage 1 of this model"}
     rows = [_measure_row(names.get(k, k), m) for k, m in d["measures"].items()]
     return ("| texts | n | one story | story start | ends a sentence | no second story | words q1 / median / q3 "
@@ -116,16 +117,32 @@ def _lengths(d: dict, window: int) -> str:
             "|---|---:|---|---:|---:|---:|\n" + "\n".join(rows))
 
 
+LONG = "dbert sample --n 1 --seed 1 --length 900 --min-length 760"  # what stories_model.sh story-export runs
+
+
 def _long(long: str, words: int, more: list[int]) -> str:
     """The long-story section: the story if it ran past one window, else what happened, plainly."""
     if words >= 300:
-        return f"`dbert sample --n 1 --seed 1 --length 900` ({words} words, unedited):\n\n> {long}"
+        return (f"`{LONG}` ({words} words, unedited; `--min-length` holds the end back, block continuation writes "
+                f"the windows after the first):\n\n> {long}")
     tried = (f"; of `dbert sample --n 4 --seed 2 --length 900` the four stories have {', '.join(map(str, more))} words"
              if more else "")
     return (f"None to show. `dbert sample --n 1 --seed 1 --length 900` wrote a story of {words} words (\"{long}\"){tried}: "
             "the model ends its stories at TinyStories' length, and block continuation only goes on with a story "
             "that has not ended, so asking for 900 tokens does not make a story longer. Holding the end back until a "
             "minimum length is not built yet.")
+
+
+def _rules(meta: dict) -> str:
+    """What the checkpoint's sampler holds to (dbert.json's sampling, training/story_defaults.py)."""
+    rec = meta.get("sampling") or {}
+    if not rec:
+        return "The checkpoint records no story rules: the model alone chooses where a story starts and ends."
+    return (f"Its sampler holds to the story rules its dbert.json records from the {rec.get('from_stories', 0):,} "
+            f"training stories (`sampling`): a story opens with one of the {len(rec.get('openings') or [])} tokens "
+            f"that open at least 0.1% of them ({rec.get('openings_cover', 0):.0%} of them open so), does not end "
+            f"before {rec.get('min_length', 0)} tokens (their 1st percentile), and ends only after a sentence end; "
+            "`--start-anyhow --end-anywhere --min-length 0` turns them off.")
 
 
 def render(d: dict) -> str:
@@ -182,6 +199,8 @@ choose where a story ends (the end rule: once a `[SEP]` is revealed, the rest of
 network calls). A story longer than one window continues in windows carrying its previous
 {c.get('story_context') or window // 2} tokens as given context: `dbert sample --length 900` writes a long story
 block by block ([docs/stories.md](../../docs/stories.md)).
+
+{_rules(meta)}
 
 `dbert sample`, `dbert eval`, `dbert serve` and `dbert-tui` use it when no checkpoint is named.
 

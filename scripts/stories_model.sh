@@ -149,12 +149,20 @@ story_report() {  # the story model (OUT, default runs/story) against its parent
   local out=${OUT:-runs/story} parent=runs/init-${PARENT:-2b79eac} held="$DATA/head-heldout.txt"
   OMP_NUM_THREADS=$THREADS dbert eval --checkpoint "$out" --data "$held" --unit story --steps 128 --mc-samples "${MC:-4}" \
     --json > runs/eval_story_story.json
-  OMP_NUM_THREADS=$THREADS dbert eval --checkpoint "$parent" --data "$held" --unit window --steps 128 \
+  local unit=window  # the release before the story models: its own 128-token windows; a story model: whole stories
+  grep -q '"unit": "story"' "$parent/dbert.json" && unit=story
+  OMP_NUM_THREADS=$THREADS dbert eval --checkpoint "$parent" --data "$held" --unit "$unit" --steps 128 \
     --mc-samples "${MC:-4}" --json > runs/eval_parent_windows.json
-  OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$out" --n "${N:-100}" --seed 0 > runs/story-samples.txt
+  # the samples at the defaults need the story rules a run records (sampling in dbert.json): runs trained before
+  # that get them from their training files, as the export does (a copy, runs/<out>-rules)
+  local ruled="$out"
+  grep -q '"sampling"' "$out/dbert.json" || { python scripts/export_default.py "$out" "$out-rules"; ruled="$out-rules"; }
+  OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$ruled" --n "${N:-100}" --seed 0 > runs/story-samples.txt
+  OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$ruled" --n "${N:-100}" --seed 0 --start-anyhow --end-anywhere \
+    --min-length 0 > runs/story-alone.txt  # the model alone, without the story rules
   OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$parent" --n "${N:-100}" --seed 0 > runs/parent-samples.txt
-  python scripts/studies/stories.py runs/story-samples.txt runs/parent-samples.txt --heldout "$held" \
-    > runs/story-measures.jsonl 2> runs/story-measures.md
+  python scripts/studies/stories.py runs/story-samples.txt runs/story-alone.txt runs/parent-samples.txt \
+    --heldout "$held" > runs/story-measures.jsonl 2> runs/story-measures.md
 }
 
 story_export() {  # the story model (OUT) as the shipped default: its weights, then what the card shows of them
@@ -162,8 +170,8 @@ story_export() {  # the story model (OUT) as the shipped default: its weights, t
   python scripts/export_default.py "$out" "$dst" --card "$dst/MODEL_CARD.md"  # the weights (the old card for now)
   { time OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$dst" --n 10 --seed 0 --stats > runs/story-samples10.txt; } \
     2> runs/story-samples10.time
-  OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$dst" --n 1 --seed 1 --length 900 --stats > runs/story-long.txt \
-    2> runs/story-long.stats
+  OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$dst" --n 1 --seed 1 --length 900 --min-length 760 --stats \
+    > runs/story-long.txt 2> runs/story-long.stats  # the card's long story (render_story_card.LONG)
   OUT=$out python scripts/render_story_card.py > runs/STORY_CARD.md
   python scripts/export_default.py "$out" "$dst" --card runs/STORY_CARD.md
 }

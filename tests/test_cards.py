@@ -185,9 +185,15 @@ def test_the_story_card_renders_every_field():
     assert "600 optimizer steps of 16 windows" in card and "2.46 M tokens" in card and "75 min on a 2-core AMD EPYC" in card
     assert "**16.0 ± 0.3**" in card and "21.8 ± 0.9" in card and "| 1 | 600 | 16.10 |" in card
     assert "| this model | 2 | 50% |" in card and "| held-out stories | 2 |" in card
-    assert "1. Once upon a time, there was a cat named Tom." in card and "(320 words, unedited)" in card
+    assert "1. Once upon a time, there was a cat named Tom." in card
+    assert "(320 words, unedited;" in card and "--min-length 760" in card
     assert "commit 2b79eac" in card and "step 14,300" in card and "30.5 s end to end" in card
     assert "| held out | 200 | 120 / 153 / 190 | 241 | 181 | 90% |" in card
+    assert "records no story rules" in card
+    ruled = mod.render({**d, "meta": {**meta, "sampling": {"min_length": 93, "openings": list(range(35)),
+                                                            "from_stories": 6207, "openings_cover": 0.9636}}})
+    assert "the 35 tokens" in ruled and "6,207 training stories" in ruled and "before 93 tokens" in ruled
+    assert "96% of them" in ruled and "records no story rules" not in ruled
     bare = mod.render({**d, "eval": None, "parent_eval": None, "timing": None, "parent": None})
     assert "{" not in bare and "not evaluated" in bare and "Not timed." in bare and "from all-MiniLM-L6-v2" in bare
     short = mod.render({**d, "long": ["The end."], "long4": [167, 17]})

@@ -196,6 +196,26 @@ def test_repeat_block_neighbours_and_the_word_beyond_a_comma():
     assert neighbours(x, masked, where).shape == (3, 2)  # no comma id: the neighbours alone
 
 
+def test_repeat_block_keeps_a_name_from_both_sides_of_and(tiny_db):
+    """"Lily and Lily" is blocked (a name beyond a joiner), "ran and ran" is not (no name)."""
+    from dbert_core.sampling.draw import repeat_block
+    from dbert_core.sampling.sample import neighbours
+
+    M, A, W = 99, 4, 3  # mask, "and", "with"
+    names = torch.zeros(100, dtype=torch.bool)
+    names[7] = True  # 7 is a name, 8 is not
+    x = torch.tensor([[7, A, M, 8, A, M, M, W, 7]])
+    where = x == M
+    got = neighbours(x, where, where, joiners=(A, W), names=names).tolist()
+    assert got == [[A, 8, 7, -1], [A, -1, -1, -1], [-1, W, -1, 7]]
+    block = repeat_block(tiny_db)
+    vocab = tiny_db.tokenizer.backend_tokenizer
+    assert vocab.token_to_id("and") in block.joiners
+    named = [w for w, c in tiny_db.truecase.items() if c[:1].isupper() and w != "i" and vocab.token_to_id(w) is not None]
+    assert named and all(bool(block.names[vocab.token_to_id(w)]) for w in named)
+    assert not bool(block.names[vocab.token_to_id("and")])
+
+
 @pytest.mark.parametrize("sampler", ["ancestral", "first-hitting", "confidence"])
 def test_repeat_block_holds_when_neighbours_are_revealed_in_one_event(tiny_db, sampler):
     comma = tiny_db.tokenizer.backend_tokenizer.token_to_id(",")

@@ -46,11 +46,14 @@ def categorical(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, x, right=True).squeeze(-1).clamp_max(p.shape[-1] - 1)
 
 
-def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor, comma: int = -1) -> torch.Tensor:
+def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor, comma: int = -1,
+               joiners: tuple[int, ...] = (), names: torch.Tensor | None = None) -> torch.Tensor:
     """(K, J) ids the `where` positions of x may not take under the repeat block (-1: none): the
     revealed left and right neighbours (J = 2); when `comma` is the comma's id (J = 5) also the
     word beyond a revealed comma on either side and the comma itself between two equal words
-    ("once, once")."""
+    ("once, once"); with `names` ((V,) bool: the checkpoint's proper names) each of `joiners`
+    ("and", "or", "with") adds the name beyond it on either side (2 more), so "Lily and Lily"
+    cannot be written while "laughed and laughed" still can."""
     pad = torch.full((x.shape[0], 1), -1, dtype=x.dtype)
     shown = torch.where(masked, torch.full_like(x, -1), x)
     left = torch.cat([pad, shown[:, :-1]], 1)
@@ -62,17 +65,49 @@ def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor, comma
         between = torch.where((left == right) & (left >= 0), comma, -1)  # no comma between two equal words
         out += [torch.where(left == comma, left2, -1)[where], torch.where(right == comma, right2, -1)[where],
                 between[where]]
+    if joiners and names is not None:
+        left2 = torch.cat([pad, pad, shown[:, :-2]], 1)[:, : x.shape[1]]
+        right2 = torch.cat([shown[:, 2:], pad, pad], 1)[:, : x.shape[1]]
+        joined = torch.tensor(joiners, dtype=x.dtype)
+        named = names.to(torch.bool)
+
+        def name_beyond(side, beyond):
+            ok = torch.isin(side, joined) & (beyond >= 0) & named[beyond.clamp(0, len(named) - 1)]
+            return torch.where(ok, beyond, -1)[where]
+
+        out += [name_beyond(left, left2), name_beyond(right, right2)]
     return torch.stack(out, 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RepeatBlock:
     """The repeat block: a revealed position never takes its revealed neighbour's id, nor the id
-    of the word beyond a comma next to it, nor a comma between two equal words. Positions revealed
-    in one event are drawn in three passes (by column mod 3), so of any three neighbours revealed
-    together the last drawn sees the other two."""
+    of the word beyond a comma next to it, nor a comma between two equal words, nor the name beyond
+    an "and" / "or" / "with" next to it ("Lily and Lily"; names: the truecasing table's capitalised
+    words). Positions revealed in one event are drawn in three passes (by column mod 3), so of any
+    three neighbours revealed together the last drawn sees the other two."""
 
     comma: int = -1
+    joiners: tuple[int, ...] = ()
+    names: torch.Tensor | None = None  # (V,) bool
+
+
+JOINERS = ("and", "or", "with")
+
+
+def repeat_block(db) -> RepeatBlock:
+    """The checkpoint's repeat block: its comma, its joiners and its names (from the truecasing
+    table: the words written capitalised inside a sentence)."""
+    vocab = db.tokenizer.backend_tokenizer
+    joiners = tuple(i for i in (vocab.token_to_id(w) for w in JOINERS) if i is not None)
+    names = None
+    table = getattr(db, "truecase", None) or {}
+    ids = [vocab.token_to_id(w) for w, cased in table.items() if cased[:1].isupper() and w != "i"]
+    ids = [i for i in ids if i is not None]
+    if ids and joiners:
+        names = torch.zeros(db.model.config.vocab_size, dtype=torch.bool)
+        names[torch.tensor(ids)] = True
+    return RepeatBlock(comma=comma_id(db), joiners=joiners, names=names)
 
 
 def draw_tokens(x, masked, revealed, logits, r_v, no_draw, shaping, u, block: RepeatBlock | None, top=None):
@@ -94,8 +129,8 @@ def draw_tokens(x, masked, revealed, logits, r_v, no_draw, shaping, u, block: Re
             continue
         idx = sel.nonzero().squeeze(1)
         rv = None if r_v is None else (r_v[idx.to(r_v.device)] if r_v.shape[0] == K and K > 1 else r_v)
-        c, pc = draw(logits[idx.to(logits.device)], rv, no_draw, shaping, u[idx], neighbours(x, masked, where, block.comma),
-                      None if top is None else top.at(idx))
+        blocked = neighbours(x, masked, where, block.comma, block.joiners, block.names)
+        c, pc = draw(logits[idx.to(logits.device)], rv, no_draw, shaping, u[idx], blocked, None if top is None else top.at(idx))
         chosen[idx], conf[idx] = c, pc
         x[where] = c
         masked &= ~where

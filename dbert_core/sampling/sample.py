@@ -32,7 +32,7 @@ from . import settings
 from .ancestral import ancestral
 from .blocks import is_story_model, story_frames, story_of, story_rules, story_template, with_end_rule
 from .base import Frame, Kernel, Net, Sampler, kernel, masked_curve
-from .draw import RepeatBlock, categorical, comma_id, neighbours, shape_probs
+from .draw import RepeatBlock, categorical, neighbours, repeat_block, shape_probs
 from .first_hitting import first_hitting
 from .ordered import adaptive, ordered, position_scores
 from .prompt import expand_template, parse_prompt, prompt_ids, prompt_notes, prompt_words
@@ -108,7 +108,7 @@ def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbi
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
         kern=kernel(db.schedule, cfg.steps), net=Net(db, cfg.dtype, rules), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id} | set(forbid)),  # never sampled
-        block_repeats=RepeatBlock(comma=comma_id(db)) if cfg.block_repeats else None,
+        block_repeats=repeat_block(db) if cfg.block_repeats else None,
     )
     if top is not None:
         state["top"] = top
