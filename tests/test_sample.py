@@ -207,7 +207,10 @@ def test_repeat_block_keeps_a_name_from_both_sides_of_and(tiny_db):
     x = torch.tensor([[7, A, M, 8, A, M, M, W, 7]])
     where = x == M
     got = neighbours(x, where, where, joiners=(A, W), names=names).tolist()
-    assert got == [[A, 8, 7, -1], [A, -1, -1, -1], [-1, W, -1, 7]]
+    assert got == [[A, 8, 7, -1, -1, -1], [A, -1, -1, -1, -1, -1], [-1, W, -1, 7, -1, -1]]
+    y = torch.tensor([[7, M, 7, 8, M, 8]])  # no joiner between a name and itself (8 is no name)
+    assert neighbours(y, y == M, y == M, joiners=(A, W), names=names).tolist() == [[7, 7, -1, -1, A, W],
+                                                                                [8, 8, -1, -1, -1, -1]]
     block = repeat_block(tiny_db)
     vocab = tiny_db.tokenizer.backend_tokenizer
     assert vocab.token_to_id("and") in block.joiners

@@ -52,8 +52,9 @@ def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor, comma
     revealed left and right neighbours (J = 2); when `comma` is the comma's id (J = 5) also the
     word beyond a revealed comma on either side and the comma itself between two equal words
     ("once, once"); with `names` ((V,) bool: the checkpoint's proper names) each of `joiners`
-    ("and", "or", "with") adds the name beyond it on either side (2 more), so "Lily and Lily"
-    cannot be written while "laughed and laughed" still can."""
+    ("and", "or", "with") adds the name beyond it on either side (2 more) and, between a name and
+    itself, the joiners (one each), so "Lily and Lily" cannot be written in any order while
+    "laughed and laughed" still can."""
     pad = torch.full((x.shape[0], 1), -1, dtype=x.dtype)
     shown = torch.where(masked, torch.full_like(x, -1), x)
     left = torch.cat([pad, shown[:, :-1]], 1)
@@ -75,7 +76,9 @@ def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor, comma
             ok = torch.isin(side, joined) & (beyond >= 0) & named[beyond.clamp(0, len(named) - 1)]
             return torch.where(ok, beyond, -1)[where]
 
+        same_name = (left == right) & (left >= 0) & named[left.clamp(0, len(named) - 1)]
         out += [name_beyond(left, left2), name_beyond(right, right2)]
+        out += [torch.where(same_name, j, -1)[where] for j in joiners]  # no joiner between a name and itself
     return torch.stack(out, 1)
 
 
