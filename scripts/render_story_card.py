@@ -69,6 +69,10 @@ def gather(runs: Path = RUNS, out: str = "story") -> dict:
         measures[m.pop("file")] = m
     tc = meta["train_config"]
     tok = WordPieceTokenizer.load(run)
+    if "sampling" not in meta:  # a run from before runs recorded their story rules: as export_default adds them
+        from dbert_core.training.story_defaults import from_files
+
+        meta["sampling"] = from_files(list(meta.get("data") or []), tok, tc.get("doc_sep", "auto"))
     stage1 = None  # a second stage (stories_model.sh story-end) starts from runs/init-stage1, a copy of stage 1
     if Path(str(tc.get("init") or "")).name == "init-stage1":
         first = _load(runs / "init-stage1" / "dbert.json")
