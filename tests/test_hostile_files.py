@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -84,14 +85,25 @@ def test_a_fifo_is_written_through_and_one_nobody_reads_is_one_line(tmp_path, ca
     os.mkfifo(fifo)
     code, out, err = run([*SAMPLE, "-o", str(fifo)], capsys, monkeypatch)  # no reader: refused, not a hang
     assert code == 2 and "no process is reading it" in one_line(err)
-    got = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    got, ready = [], threading.Event()
+
+    def read():
+        ready.set()
+        got.append(fifo.read_text())
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    ready.wait(10)
+    time.sleep(0.5)  # into its open(): under load a thread can start late, and then nobody reads yet
     try:
         code, out, err = run([*SAMPLE, "-o", str(fifo), "--n", "2"], capsys, monkeypatch)
     finally:
-        if reader.is_alive():  # the write failed: let the reader go
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        deadline = time.monotonic() + 10
+        while reader.is_alive() and time.monotonic() < deadline:  # the write failed: let the reader go
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # ENXIO: the reader is not in its open() yet
+                time.sleep(0.05)
         reader.join(10)
     assert code == 0, err
     assert [json.loads(line)["text"] for line in got[0].splitlines()] == out.splitlines()
