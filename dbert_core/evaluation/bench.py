@@ -122,6 +122,11 @@ def shape_rates(config, B: int, N: int, M: int, dtype: torch.dtype, device: torc
     return out
 
 
+def _sig(x: float) -> float:
+    """x to 4 significant digits: a tiny model's step of 4 ms keeps its precision (round(x, 3) lost 10%)."""
+    return float(f"{x:.4g}")
+
+
 def fraction(achieved_gflop_per_s: float, rate: float | None) -> float | None:
     """achieved / rate, both measured (None where the rate was not measured)."""
     return float(f"{achieved_gflop_per_s / rate:.4g}") if rate else None
@@ -348,10 +353,10 @@ class Bench:
         if "train" not in self.result["rates"]:
             self.rates("train", batch, seq_len, round(batch * seq_len / 2), [getattr(torch, dtype)], [threads])
         rate = self.rate("train", dtype, threads)
-        self.result["train"] = {"batch": batch, "seq_len": seq_len, "steps": steps, "seconds_per_step": round(sec, 3),
+        self.result["train"] = {"batch": batch, "seq_len": seq_len, "steps": steps, "seconds_per_step": _sig(sec),
                                 "tokens_per_s": round(batch * seq_len / sec, 1), "dtype": cfg.dtype,
-                                "compute_dtype": dtype, "threads": threads, "gflop_per_step": round(gflop, 2),
-                                "gflop_per_s": round(gflop / sec, 2), "matmul_rate_gflop_per_s": rate,
+                                "compute_dtype": dtype, "threads": threads, "gflop_per_step": _sig(gflop),
+                                "gflop_per_s": _sig(gflop / sec), "matmul_rate_gflop_per_s": rate,
                                 "mfu": fraction(gflop / sec, rate)}
         self.say(f"train: {sec:.2f} s/step, {batch * seq_len / sec:.0f} tokens/s, {gflop / sec:.1f} GFLOP/s"
                  + (f", MFU {100 * gflop / sec / rate:.0f}% of {rate:.0f}" if rate else ""))
