@@ -40,10 +40,9 @@ def main() -> int:
     if val is not None:
         db.meta["val_ppl_token"] = round(val, 3)
     if db.meta.get("unit") == "story" and "sampling" not in db.meta:  # trained before runs recorded it
-        from dbert_core.training.story_defaults import from_files
+        from dbert_core.training.story_defaults import of_run
 
-        sep = (db.meta.get("train_config") or {}).get("doc_sep", "auto")
-        db.meta["sampling"] = from_files(list(db.meta.get("data") or []), db.tokenizer, sep)
+        db.meta["sampling"] = of_run(db.meta, db.tokenizer)
         print(f"sampling defaults from the training stories: {db.meta['sampling']}", file=sys.stderr)
     extra = {"MODEL_CARD.md": Path(args.card).read_text()} if args.card else None
     path = checkpoint.save(db, args.dst, dtype=torch.float16, extra_files=extra)

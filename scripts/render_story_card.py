@@ -58,6 +58,7 @@ def gather(runs: Path = RUNS, out: str = "story") -> dict:
     """Everything the card states, read from the runs folder."""
     from dbert_core.hardware import cpu_name, native_bf16
     from dbert_core.text.tokenizer import WordPieceTokenizer
+    from dbert_core.training.story_defaults import of_run
 
     run = runs / out
     meta = _load(run / "dbert.json")
@@ -69,10 +70,7 @@ def gather(runs: Path = RUNS, out: str = "story") -> dict:
         measures[m.pop("file")] = m
     tc = meta["train_config"]
     tok = WordPieceTokenizer.load(run)
-    if "sampling" not in meta:  # a run from before runs recorded their story rules: as export_default adds them
-        from dbert_core.training.story_defaults import from_files
-
-        meta["sampling"] = from_files(list(meta.get("data") or []), tok, tc.get("doc_sep", "auto"))
+    meta["sampling"] = of_run(meta, tok)  # recorded, or derived as export_default adds them
     stage1 = None  # a second stage (stories_model.sh story-end) starts from runs/init-stage1, a copy of stage 1
     if Path(str(tc.get("init") or "")).name == "init-stage1":
         first = _load(runs / "init-stage1" / "dbert.json")

@@ -426,6 +426,17 @@ def test_story_defaults_come_from_the_training_stories():
     assert recommend([]) == {}
 
 
+def test_a_run_without_recorded_sampling_gets_it_from_its_training_files(story_model):
+    """story_defaults.of_run: what a run records wins; a run from before runs recorded it (the export
+    and the card of an older run) gets the same figures from the training files it names."""
+    from dbert_core.training.story_defaults import of_run
+
+    meta = dict(story_model.meta)
+    assert of_run(meta, story_model.tokenizer) is meta["sampling"]
+    older = {k: v for k, v in meta.items() if k != "sampling"}
+    assert of_run(older, story_model.tokenizer) == meta["sampling"]
+
+
 def test_a_story_opens_as_its_training_stories_do(story_model):
     """A training run records its sampling defaults; with a model that pushes one token that opens
     no training story everywhere, the first token is still an opening (and is that token with

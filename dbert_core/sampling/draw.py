@@ -60,23 +60,22 @@ def neighbours(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor, comma
     left = torch.cat([pad, shown[:, :-1]], 1)
     right = torch.cat([shown[:, 1:], pad], 1)
     out = [left[where], right[where]]
+    if comma < 0 and not (joiners and names is not None):
+        return torch.stack(out, 1)
+    left2 = torch.cat([pad, pad, shown[:, :-2]], 1)[:, : x.shape[1]]  # two to the left / right
+    right2 = torch.cat([shown[:, 2:], pad, pad], 1)[:, : x.shape[1]]
     if comma >= 0:
-        left2 = torch.cat([pad, pad, shown[:, :-2]], 1)[:, : x.shape[1]]
-        right2 = torch.cat([shown[:, 2:], pad, pad], 1)[:, : x.shape[1]]
         between = torch.where((left == right) & (left >= 0), comma, -1)  # no comma between two equal words
         out += [torch.where(left == comma, left2, -1)[where], torch.where(right == comma, right2, -1)[where],
                 between[where]]
     if joiners and names is not None:
-        left2 = torch.cat([pad, pad, shown[:, :-2]], 1)[:, : x.shape[1]]
-        right2 = torch.cat([shown[:, 2:], pad, pad], 1)[:, : x.shape[1]]
         joined = torch.tensor(joiners, dtype=x.dtype)
-        named = names.to(torch.bool)
 
         def name_beyond(side, beyond):
-            ok = torch.isin(side, joined) & (beyond >= 0) & named[beyond.clamp(0, len(named) - 1)]
+            ok = torch.isin(side, joined) & (beyond >= 0) & names[beyond.clamp(0, len(names) - 1)]
             return torch.where(ok, beyond, -1)[where]
 
-        same_name = (left == right) & (left >= 0) & named[left.clamp(0, len(named) - 1)]
+        same_name = (left == right) & (left >= 0) & names[left.clamp(0, len(names) - 1)]
         out += [name_beyond(left, left2), name_beyond(right, right2)]
         out += [torch.where(same_name, j, -1)[where] for j in joiners]  # no joiner between a name and itself
     return torch.stack(out, 1)
@@ -100,7 +99,16 @@ JOINERS = ("and", "or", "with")
 
 def repeat_block(db) -> RepeatBlock:
     """The checkpoint's repeat block: its comma, its joiners and its names (from the truecasing
-    table: the words written capitalised inside a sentence)."""
+    table: the words written capitalised inside a sentence). Built once per loaded checkpoint (every
+    window and touch-up round of a run asks for it)."""
+    cached = getattr(db, "_repeat_block", None)
+    if cached is None:
+        cached = _repeat_block(db)
+        setattr(db, "_repeat_block", cached)
+    return cached
+
+
+def _repeat_block(db) -> RepeatBlock:
     vocab = db.tokenizer.backend_tokenizer
     joiners = tuple(i for i in (vocab.token_to_id(w) for w in JOINERS) if i is not None)
     names = None

@@ -40,3 +40,13 @@ def from_files(paths: list[str], tokenizer, sep: str = "auto") -> dict:
     from ..text.data import encode, read_documents, story_texts
 
     return recommend(encode(story_texts(read_documents(paths, sep)), tokenizer))
+
+
+def of_run(meta: dict, tokenizer) -> dict:
+    """A story run's sampling defaults: the ones its dbert.json records (`meta["sampling"]`), else,
+    for a run from before runs recorded them, from_files() on the training files it names."""
+    if "sampling" in meta:
+        return meta["sampling"]
+    sep = (meta.get("train_config") or {}).get("doc_sep", "auto")
+    return from_files(list(meta.get("data") or []), tokenizer, sep)
+
