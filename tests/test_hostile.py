@@ -727,6 +727,9 @@ def test_a_trickling_hub_is_one_line_within_the_timeout(trickle, kind, needle, m
     monkeypatch.setenv("DBERT_FETCH_TIMEOUT", "2")  # 1 s: under load the metadata request alone can miss it
     monkeypatch.setenv("HF_ENDPOINT", url)
     monkeypatch.delenv("HF_HUB_OFFLINE")  # the suite's default: this test reaches its local server
+    import huggingface_hub.constants as hc  # read from the environment once, when first imported: a test
+
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", False)  # that imported it earlier left it True (OfflineModeIsEnabled)
     start = time.monotonic()
     with pytest.raises(DbertError) as e:
         fetch.fetch("someone/model", name="slow")

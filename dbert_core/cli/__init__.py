@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from ..errors import DbertError, Interrupted
+from ..errors import DbertError, Interrupted, stop_reset, stop_under_way
 from .commands.bench import bench
 from .commands.checkpoints import checkpoints_app
 from .commands.eval import evaluate
@@ -73,13 +73,17 @@ def main() -> None:
 
     given = sys.stdout
     std_streams()
+    stop_reset()
     saved_handlers.update(stop_signals())
     code = 0
     try:  # typer itself prints usage errors and help, and exits (SystemExit) for them
         app()
+        stop_under_way()
     except SystemExit as e:
+        stop_under_way()
         code = e.code
     except BaseException as e:  # noqa: BLE001 - the one place every failure ends
+        stop_under_way()  # the status is decided here: a late stop signal cannot break into the line below
         if os.environ.get("DBERT_TRACEBACK") == "1" and not isinstance(e, (DbertError, Interrupted)):
             raise
         code = exit_code(e)

@@ -5,14 +5,12 @@ stderr and an exit status (exit_code).
 
 from __future__ import annotations
 
-from ..errors import DbertError, Interrupted
+from ..errors import DbertError, Interrupted, stop
 from .streams import ReaderGone, say
 
 
 def _on_signal(signum, frame) -> None:
-    import signal
-
-    raise Interrupted(signal.Signals(signum).name)
+    stop(signum, frame)  # Interrupted (after an import under way); nothing once main() has decided the ending
 
 
 saved_handlers: dict = {}  # what main() found, put back by restore_signals

@@ -26,7 +26,7 @@ from ..disk import layout
 from ..config import TrainConfig
 from ..text.data import collate, epoch_batches, scored_tokens
 from ..maths.diffusion import Workspace, draw_steps, elbo, masked_kl
-from ..errors import DbertError, Interrupted
+from ..errors import DbertError, stop, stop_reset, stop_under_way
 from ..hardware import compute_dtype
 from .prepare import Prepared, prepare, processes
 
@@ -94,7 +94,8 @@ class Trainer:
         self.cfg = cfg
         self.callbacks = list(callbacks)
         self.rank, self.world, self.local_rank = processes()
-        self._stop = threading.Event()
+        self._stop = False  # a plain flag, not a threading.Event: a signal handler must take no lock (a
+        # second Ctrl-C landing inside the first one's Event.set() waited forever on its own lock)
         self.step = 0
         self.epoch = 0
         self.batch_in_epoch = 0
@@ -108,8 +109,9 @@ class Trainer:
 
     # ----------------------------------------------------------------- setup
     def stop(self) -> None:
-        """Ask the loop to save a checkpoint and return after the current step (thread-safe)."""
-        self._stop.set()
+        """Ask the loop to save a checkpoint and return after the current step (thread-safe: the
+        loop reads the flag between steps)."""
+        self._stop = True
 
     @property
     def is_main(self) -> bool:
@@ -355,15 +357,18 @@ class Trainer:
         In the main thread, SIGINT (Ctrl-C), SIGTERM and SIGHUP (a closed terminal or ssh
         session) stop the run after the current step and save a checkpoint; one that arrives
         while the run is still starting up (reading data, building the model) ends it at once
-        with Interrupted, the lock released and nothing written. A SIGHUP the caller ignores
-        (nohup) stays ignored."""
+        with Interrupted, the lock released and nothing written. Once a stop is saving, further
+        signals change nothing (errors.stop_under_way): a fast second Ctrl-C neither breaks into
+        the save nor shows a traceback. A SIGHUP the caller ignores (nohup) stays ignored."""
         old_handlers = {}
         training = False
+        stop_reset()  # a run started after a stopped one can be stopped again
 
         def on_signal(signum, frame):
             if not training:
-                raise Interrupted(signal.Signals(signum).name)
-            self._stop.set()
+                stop(signum, frame)  # Interrupted (after an import under way)
+            self._stop = True  # stop after this step and save; a second signal cannot break into the save
+            stop_under_way()
 
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
@@ -378,7 +383,7 @@ class Trainer:
             training = True
             for cb in self.callbacks:
                 cb.on_start(self)
-            while self.step < c.max_steps and not self._stop.is_set():
+            while self.step < c.max_steps and not self._stop:
                 metrics = self._distributed_step() if self.world > 1 else self.train_step()
                 if self.step % c.log_every == 0 or self.step == 1:
                     self.history.append({k: metrics[k] for k in ("step", "loss_elbo", "loss_ce", "tokens_per_s")})
@@ -396,7 +401,7 @@ class Trainer:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
             self.release()
-        metrics["stopped"] = self._stop.is_set() and self.step < c.max_steps
+        metrics["stopped"] = self._stop and self.step < c.max_steps
         for cb in self.callbacks:
             cb.on_end(self, metrics)
         return metrics
