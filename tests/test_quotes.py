@@ -20,6 +20,19 @@ def test_unpaired_quotes_as_the_text_reads_them():
     assert unpaired_quotes([q, "[MASK]", "[MASK]"]) == [0]                          # still open at the end
 
 
+def test_curly_double_quotes_print_and_pair_as_straight_ones():
+    """The card's first story had `friend," yes, please! ” Bob`: a curly quote the model wrote
+    (TinyStories has a few) printed as itself and never paired. Now it reads as '"'."""
+    from dbert_core.text.detok import detokenize
+
+    left, right = "\u201c", "\u201d"
+    pieces = ["he", "said", ",", left, "yes", ",", "please", "!", right, "bob", "smiled", "."]
+    assert detokenize(pieces) == 'he said, "yes, please!" bob smiled.'
+    assert unpaired_quotes(pieces) == []
+    assert unpaired_quotes(["yes", "!", right, "bob", "said", "."]) == [2]   # closed, never opened
+    assert unpaired_quotes(["he", "said", ",", '"', "yes", "!", right, "bob"]) == []  # one of each pairs
+
+
 def _frames(db, seed, **kw):
     kw = {"n": 48, "length": 16, "steps": 16, "temperature": 2.0, "top_k": 0, **kw}
     return list(frames(db, generator=torch.Generator().manual_seed(seed), **kw))

@@ -7,6 +7,8 @@ out here:
 - no space before closing punctuation (`. , ! ? ; : ) ] } %`) or after an opening bracket;
 - contractions close up: `it ' s` -> `it's`, `didn ' t` -> `didn't`; a plural possessive
   keeps its apostrophe (`dogs ' bone` -> `dogs' bone`);
+- curly double quotes (a few TinyStories files have them, so a model can write one) are read and
+  printed as `"`, so one story does not mix `"` and `”` and the quote pairing sees them all;
 - a double quote opens or closes by where it stands (`_quote_roles`): at a paragraph's start
   or after an opening bracket it opens, at its end or before . , ! ? it closes, after a comma
   or a sentence end and before a speech tag (`, " she said`) it closes; where its neighbours do
@@ -48,6 +50,11 @@ _SPEECH_VERBS = frozenset({"said", "says", "asked", "replied", "shouted", "cried
                            "sang", "begged", "giggled", "agreed", "announced", "wondered", "suggested", "continued"})
 _SPEECH_TAGS = _SPEECH_VERBS | {"she", "he", "they", "mom", "dad", "mommy", "daddy", "mum", "the", "his", "her"}
 _NAMING = frozenset({"named"})     # "a dog named tucker": the next word is a name
+_PLAIN_QUOTES = {"\u201c": '"', "\u201d": '"'}  # curly double quotes read as the straight one
+
+
+def _plain(pieces: Sequence[str]) -> list[str]:
+    return [_PLAIN_QUOTES.get(p, p) for p in pieces]
 
 
 @dataclass(frozen=True)
@@ -153,6 +160,7 @@ def spans(pieces: Sequence[str], masked: Sequence[bool] | None = None, *, sep: s
     masked, or the piece is `mask`). [SEP]s (`sep`) become one `paragraph` gap before the next
     token; `drop` pieces are left out. cased: words in their written form (truecase.cased with
     `truecase`, or its fallback); verbatim: {position: the text to show there}."""
+    pieces = _plain(pieces)
     n = len(pieces)
     hidden = [bool(masked[i]) if masked is not None else False for i in range(n)]
     hidden = [hidden[i] or pieces[i] == mask for i in range(n)]
@@ -295,6 +303,7 @@ def unpaired_quotes(pieces: Sequence[str], *, sep: str = "[SEP]", drop: Sequence
     (`_quote_roles`): within a paragraph an opening quote closes at the next closing one; a
     closing quote with none open, an opening one before another opening one, and one still open
     at the paragraph's end pair with nothing."""
+    pieces = _plain(pieces)
     hidden = [p == mask for p in pieces]
     roles = _quote_roles(pieces, hidden, sep, drop)
     out: list[int] = []

@@ -18,7 +18,7 @@ import torch
 
 from .detok import special_names, unpaired_quotes
 
-QUOTE_PIECES = ('"', "`")
+QUOTE_PIECES = ('"', "`", "\u201c", "\u201d")  # the curly ones print as '"' (detok), so they pair as one
 
 
 def quote_ids(tokenizer) -> list[int]:
