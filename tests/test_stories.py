@@ -466,3 +466,44 @@ def test_a_story_opens_as_its_training_stories_do(story_model):
         assert firsts(False) == [odd] * 5
     finally:
         handle.remove()
+
+
+def test_a_story_judge_trains_on_whole_stories_and_scores_sample_files(story_model, tmp_path, capsys, monkeypatch):
+    """scripts/studies/ar_baseline.py on a story checkpoint reads its training files as whole stories,
+    `[SEP] story [SEP]` cut into windows, trains a GPT-2 of the size asked for (the small story judge),
+    and scripts/studies/stories.py --judge scores the held-out stories and sample files under it."""
+    import importlib.util
+    import sys
+
+    from dbert_core.evaluation.judge import Judge
+    from dbert_core.text.data import encode, story_texts
+    from helpers import ROOT
+
+    def script(name):
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "studies" / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    ar, db = script("ar_baseline"), story_model
+    sep, files = db.tokenizer.sep_token_id, db.meta["train_config"]["data"]
+    stories = [s for s in encode(story_texts(read_documents(files)), db.tokenizer) if s]
+    rows = ar.windows(db, files, 24)
+    assert rows[0] == ([sep, *stories[0], sep])[:25] and all(len(r) <= 25 for r in rows)
+    assert sum(len(r) for r in rows) - len(rows) == sum(len(s) + 1 for s in stories)  # each stream, cut, no overlap
+    out = tmp_path / "judge"
+    assert ar.main(["train", str(db.path), "--out", str(out), "--tokens", "400", "--layers", "2", "--hidden", "32",
+                    "--heads", "2", "--seq-len", "32", "--batch", "4", "--lr", "1e-3", "--warmup", "2"]) == 0
+    judge = Judge(str(out))
+    assert (judge.model.config.n_layer, judge.model.config.n_embd, judge.context) == (2, 32, 33)
+    assert judge.start == sep  # every window opens with the story's [SEP]
+    samples = tmp_path / "samples.txt"
+    samples.write_text("Once upon a time there was a cat. The cat was happy.\nLily saw a dog. The end.\n")
+    held = tmp_path / "held.txt"
+    held.write_text("".join("\n".join(d) + f"\n{EOT}\n" for d in read_documents([str(HEAD)])[-5:]))
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "argv", ["stories.py", str(samples), "--heldout", str(held), "--judge", str(out)])
+    assert script("stories").main() == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [g["file"] for g in got] == ["held-out stories", str(samples)]
+    assert all(1 < g["gen_ppl"] < 2 * len(db.tokenizer) and g["judge_entropy"] > 0 for g in got)

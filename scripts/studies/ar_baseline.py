@@ -45,7 +45,8 @@ from pathlib import Path
 import torch
 
 from dbert_core.storage import checkpoint
-from dbert_core.text.data import document_sentences, document_windows, read_documents, read_examples
+from dbert_core.text.data import (document_sentences, document_windows, encode, read_documents, read_examples,
+                                  story_texts)
 from dbert_core.hardware import cpu_name, native_bf16
 from dbert_core.evaluation.judge import causal_batch
 
@@ -55,22 +56,32 @@ def say(text: str) -> None:
 
 
 def windows(db, files: list[str], seq_len: int) -> list[list[int]]:
-    """The diffusion run's training windows, built as its trainer builds them."""
-    return document_windows(document_sentences(read_documents(files)), db.tokenizer, seq_len)
+    """The diffusion run's training windows, built as its trainer builds them: sentence-start
+    windows, or for a story checkpoint (`--unit story`) whole stories, each `[SEP] story [SEP]`
+    (its start and end, as the diffusion model reads them), cut into windows of seq_len + 1 tokens
+    that overlap by one (a window's first token is the context of its second)."""
+    if db.meta.get("unit") != "story":
+        return document_windows(document_sentences(read_documents(files)), db.tokenizer, seq_len)
+    sep = db.tokenizer.sep_token_id
+    sep_kind = (db.meta.get("train_config") or {}).get("doc_sep", "auto")
+    streams = [[sep, *ids, sep] for ids in encode(story_texts(read_documents(files, sep_kind)), db.tokenizer) if ids]
+    return [st[i:i + seq_len + 1] for st in streams for i in range(0, len(st) - 1, seq_len)]
 
 
-def build(db, seq_len: int):
+def build(db, seq_len: int, layers: int = 6, hidden: int = 384, heads: int = 6):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     tok = db.tokenizer
-    config = GPT2Config(vocab_size=len(tok), n_positions=seq_len + 1, n_embd=384, n_layer=6, n_head=6,
+    config = GPT2Config(vocab_size=len(tok), n_positions=seq_len + 1, n_embd=hidden, n_layer=layers, n_head=heads,
                         bos_token_id=tok.sep_token_id, eos_token_id=tok.sep_token_id)
     return GPT2LMHeadModel(config)
 
 
-def _batch(rows: list[list[int]], sep: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each window read after a [SEP] (one that starts a document has it already)."""
-    return causal_batch([r if r[:1] == [sep] else [sep] + r for r in rows], pad)
+def _batch(rows: list[list[int]], sep: int, pad: int, story: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each window read after a [SEP] (one that starts a document has it already); a story
+    checkpoint's windows as they are (a story's first opens with its [SEP], a later one with the
+    last token of the one before: context, not a target)."""
+    return causal_batch([r if story or r[:1] == [sep] else [sep] + r for r in rows], pad)
 
 
 def _save(model, opt, state: dict, out: Path, tokenizer=None) -> None:
@@ -111,7 +122,8 @@ def train(a) -> int:
     db = checkpoint.load(a.checkpoint)
     meta = db.meta
     tc = meta["train_config"]
-    seq_len, batch = meta["seq_len"], tc["batch_size"]
+    seq_len, batch = a.seq_len or meta["seq_len"], a.batch or tc["batch_size"]
+    tc = {**tc, "lr": a.lr or tc["lr"], "warmup": a.warmup or tc["warmup"]}
     budget = a.tokens or meta["tokens_seen"]
     out = Path(a.out)
     rows = windows(db, tc["data"], seq_len)
@@ -125,11 +137,11 @@ def train(a) -> int:
         opt.load_state_dict(torch.load(out / "optimizer.pt", weights_only=True))
         say(f"resumed at step {state['step']} of {state['steps']}")
     else:
-        model = build(db, seq_len)
+        model = build(db, seq_len, a.layers, a.hidden, a.heads)
         opt = torch.optim.AdamW(model.parameters(), lr=tc["lr"], weight_decay=0.01)
         state = {"step": 0, "steps": steps, "tokens_seen": 0, "seconds": 0.0, "checkpoint": str(a.checkpoint),
                  "budget_tokens": budget, "params": sum(p.numel() for p in model.parameters()), "cpu": cpu_name(),
-                 "windows": len(rows), "history": []}
+                 "windows": len(rows), "seq_len": seq_len, "batch": batch, "lr": tc["lr"], "history": []}
     steps = state["steps"]
     stop = {"now": False}
 
@@ -149,7 +161,7 @@ def train(a) -> int:
         order = list(range(len(rows)))
         random.Random(epoch).shuffle(order)  # the same order whenever a run resumes
         pick = [rows[order[(k + j) % len(rows)]] for j in range(batch)]
-        ids, labels = _batch(pick, tok.sep_token_id, tok.pad_token_id)
+        ids, labels = _batch(pick, tok.sep_token_id, tok.pad_token_id, story=meta.get("unit") == "story")
         progress = min(1.0, step / max(1, steps - 1))
         rate = lr * (step + 1) / warmup if step < warmup else floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
         for g in opt.param_groups:
@@ -342,6 +354,13 @@ def main(argv=None) -> int:
     t.add_argument("--save-every", type=int, default=100)
     t.add_argument("--log-every", type=int, default=10)
     t.add_argument("--fp32", action="store_true", help="no bf16 autocast even where the CPU has it")
+    t.add_argument("--layers", type=int, default=6, help="GPT-2 layers (6 x 384: the diffusion model's size)")
+    t.add_argument("--hidden", type=int, default=384)
+    t.add_argument("--heads", type=int, default=6)
+    t.add_argument("--seq-len", type=int, default=0, help="window tokens [the checkpoint's]")
+    t.add_argument("--batch", type=int, default=0, help="windows per step [the checkpoint's]")
+    t.add_argument("--lr", type=float, default=0.0, help="peak learning rate [the checkpoint's]")
+    t.add_argument("--warmup", type=int, default=0, help="warm-up steps [the checkpoint's]")
     e = sub.add_parser("eval")
     e.add_argument("out")
     e.add_argument("--heldout", default="runs/data/stories-heldout.txt")

@@ -7,8 +7,11 @@ Each file holds one sample a line (what `dbert sample` prints). For each file an
 stories (documents of --heldout, read as `dbert train --unit story` reads them): the share that is
 one complete story, its three parts (a story start, a sentence end, no second story), length in
 words (quartiles), doubled and changed names (dbert_core.evaluation.story_metrics), and the reader's
-checks of `dbert eval` (repeats, quotes, contractions). Prints one JSON object per file on stdout and
-a Markdown table on stderr.
+checks of `dbert eval` (repeats, quotes, contractions). With --judge (a causal LM folder, e.g. the
+small story judge `scripts/studies/ar_baseline.py train ... --out runs/story-judge` trains here), also
+each set's gen-PPL under it (whole stories, from the judge's start token) and the unigram entropy
+over its tokens (dbert_core.evaluation.judge). Prints one JSON object per file on stdout and a
+Markdown table on stderr.
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ def measure(texts: list[str]) -> dict:
     return {"n": len(texts), **story_report(texts), **readability(texts), "unigram_entropy": unigram_entropy(texts)}
 
 
-def row(name: str, m: dict) -> str:
+def row(name: str, m: dict, columns=COLUMNS) -> str:
     cells = []
-    for _, key, fmt in COLUMNS:
+    for _, key, fmt in columns:
         cells.append(f"{m['words_q1']:.0f} / {m['words_median']:.0f} / {m['words_q3']:.0f}" if key is None
                      else fmt.format(m[key]))
     return f"| {name} ({m['n']}) | " + " | ".join(cells) + " |"
@@ -44,17 +47,33 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", help="sample files, one sample a line")
     ap.add_argument("--heldout", required=True, help="held-out stories (a file dbert train --unit story reads)")
+    ap.add_argument("--judge", default=None, help="a causal LM folder: gen-PPL and judge-token entropy per set")
     args = ap.parse_args()
-    results = {"held-out stories": measure(story_texts(read_documents([args.heldout])))}
+    judge = None
+    if args.judge:
+        from dbert_core.evaluation.judge import Judge
+
+        judge = Judge(args.judge)
+    sets = {"held-out stories": story_texts(read_documents([args.heldout]))}
     for path in args.files:
         with open(path, encoding="utf-8") as f:
-            results[path] = measure([ln.rstrip("\n") for ln in f if ln.strip()])
+            sets[path] = [ln.rstrip("\n") for ln in f if ln.strip()]
+    results = {}
+    for name, texts in sets.items():
+        results[name] = measure(texts)
+        if judge is not None:
+            scored = judge.score(texts)
+            results[name].update({"judge": args.judge, "gen_ppl": scored["gen_ppl"],
+                                  "log_gen_ppl_se": scored["log_gen_ppl_se"], "judge_entropy": scored["entropy"],
+                                  "judge_tokens_per_text": scored["judge_tokens_per_text"]})
     for name, m in results.items():
         print(json.dumps({"file": name, **m}))
-    print("| samples | " + " | ".join(c for c, _, _ in COLUMNS) + " |", file=sys.stderr)
-    print("|---|" + "---:|" * len(COLUMNS), file=sys.stderr)
+    columns = COLUMNS + ((("judge gen-PPL", "gen_ppl", "{:.2f}"), ("judge entropy", "judge_entropy", "{:.2f}"))
+                         if judge is not None else ())
+    print("| samples | " + " | ".join(c for c, _, _ in columns) + " |", file=sys.stderr)
+    print("|---|" + "---:|" * len(columns), file=sys.stderr)
     for name, m in results.items():
-        print(row(name, m), file=sys.stderr)
+        print(row(name, m, columns), file=sys.stderr)
     return 0
 
 
