@@ -39,7 +39,7 @@ from helpers import ROOT
 
 CORE = ROOT / "dbert_core"
 TUI = ROOT / "dbert_tui"
-FLOOR = {"__init__", "_compat", "errors", "config", "strategies", "display", "hardware"}  # dbert_core/*.py below all
+FLOOR = {"__init__", "_compat", "errors", "stopping", "config", "strategies", "display", "hardware"}  # dbert_core/*.py below all
 CLI_MODULES = {"cli"}                      # the `dbert` command (cli/): on top, and the only engine modules on typer and rich
 LAYERS = {  # each package of dbert_core -> the packages it may import besides the floor and itself
     "disk": set(),

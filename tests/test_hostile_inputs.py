@@ -99,9 +99,9 @@ def test_a_second_stop_signal_cannot_break_into_the_ending(lands, capsys, monkey
     """Deterministic form of the race above: the second SIGINT is sent from inside main()'s own
     ending (while the first one's line is written; after a command that succeeded, before the
     handlers are put back). It is ignored: status and one line as decided, no exception escapes.
-    Without errors.stop_under_way the second one raised Interrupted out of main()."""
+    Without stopping.stop_under_way the second one raised Interrupted out of main()."""
     import dbert_core.cli as cli_mod
-    from dbert_core import errors
+    from dbert_core import errors, stopping
 
     def ctrl_c():
         os.kill(os.getpid(), signal.SIGINT)
@@ -134,22 +134,22 @@ def test_a_second_stop_signal_cannot_break_into_the_ending(lands, capsys, monkey
     assert code == expect and "Traceback" not in err, (code, err)
     assert err.strip() == ("dbert: interrupted" if expect else ""), err
     assert signal.getsignal(signal.SIGINT) is before  # main() put the test's handler back
-    assert errors._under_way  # the next command opens itself to signals again, each one raising:
-    errors.stop_reset()
+    assert stopping._under_way  # the next command opens itself to signals again, each one raising:
+    stopping.stop_reset()
     for _ in range(2):
         with pytest.raises(errors.Interrupted):
-            errors.stop(signal.SIGINT)
-    errors.stop_under_way()
-    errors.stop(signal.SIGINT)  # ignored once the ending is decided
-    errors.stop_reset()
+            stopping.stop(signal.SIGINT)
+    stopping.stop_under_way()
+    stopping.stop(signal.SIGINT)  # ignored once the ending is decided
+    stopping.stop_reset()
 
 
 def test_a_ctrl_c_inside_an_import_that_swallows_it_is_not_lost(tmp_path, monkeypatch):
     """A library whose import catches every exception (numpy's docstring setup) swallowed a Ctrl-C
     landing there: numpy stayed half-built ("module 'numpy' has no attribute 'multiply'" later) and
-    the run went on. errors.stop puts a signal that lands inside an import off until the import is
+    the run went on. stopping.stop puts a signal that lands inside an import off until the import is
     over: the module is whole and the Interrupted comes right after."""
-    from dbert_core import errors
+    from dbert_core import errors, stopping
 
     (tmp_path / "swallower.py").write_text(
         "import os, signal, time\n"
@@ -160,9 +160,9 @@ def test_a_ctrl_c_inside_an_import_that_swallows_it_is_not_lost(tmp_path, monkey
         "    pass\n"
         "whole = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    old = signal.signal(signal.SIGINT, lambda signum, frame: errors.stop(signum, frame))
+    old = signal.signal(signal.SIGINT, lambda signum, frame: stopping.stop(signum, frame))
     try:
-        errors.stop_reset()
+        stopping.stop_reset()
         import swallower
         assert swallower.whole
         with pytest.raises(errors.Interrupted):

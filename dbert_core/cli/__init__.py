@@ -21,7 +21,8 @@ from typing import Annotated
 
 import typer
 
-from ..errors import DbertError, Interrupted, stop_reset, stop_under_way
+from ..errors import DbertError, Interrupted
+from ..stopping import stop_reset, stop_under_way
 from .commands.bench import bench
 from .commands.checkpoints import checkpoints_app
 from .commands.eval import evaluate

@@ -5,7 +5,8 @@ stderr and an exit status (exit_code).
 
 from __future__ import annotations
 
-from ..errors import DbertError, Interrupted, stop
+from ..errors import DbertError, Interrupted
+from ..stopping import stop
 from .streams import ReaderGone, say
 
 

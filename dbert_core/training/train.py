@@ -26,7 +26,8 @@ from ..disk import layout
 from ..config import TrainConfig
 from ..text.data import collate, epoch_batches, scored_tokens
 from ..maths.diffusion import Workspace, draw_steps, elbo, masked_kl
-from ..errors import DbertError, stop, stop_reset, stop_under_way
+from ..errors import DbertError
+from ..stopping import stop, stop_reset, stop_under_way
 from ..hardware import compute_dtype
 from .prepare import Prepared, prepare, processes
 
@@ -358,7 +359,7 @@ class Trainer:
         session) stop the run after the current step and save a checkpoint; one that arrives
         while the run is still starting up (reading data, building the model) ends it at once
         with Interrupted, the lock released and nothing written. Once a stop is saving, further
-        signals change nothing (errors.stop_under_way): a fast second Ctrl-C neither breaks into
+        signals change nothing (stopping.stop_under_way): a fast second Ctrl-C neither breaks into
         the save nor shows a traceback. A SIGHUP the caller ignores (nohup) stays ignored."""
         old_handlers = {}
         training = False
