@@ -685,6 +685,8 @@ def trickle():
                 conn.recv(65536)
                 head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n"
                 data = head if mode["kind"] == "head" else b""
+                if mode["kind"] == "endless head":  # a header line that never ends
+                    data = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 1000000
                 if mode["kind"] == "body":
                     conn.sendall(head)
                 try:
@@ -718,7 +720,8 @@ def test_a_trickling_server_is_one_line_within_the_timeout(trickle, kind, needle
     assert not root.exists() or list(root.iterdir()) == []
 
 
-@pytest.mark.parametrize("kind,needle", [("head", "someone/model"), ("body", "too slowly")])
+@pytest.mark.parametrize("kind,needle", [("head", "someone/model"), ("body", "too slowly"),
+                                         ("endless head", "too slowly")])
 def test_a_trickling_hub_is_one_line_within_the_timeout(trickle, kind, needle, monkeypatch):
     """The same server as the Hugging Face endpoint (HF_ENDPOINT): a hub fetch whose answer never
     comes, or trickles in, ends with one line, not after a million reads."""

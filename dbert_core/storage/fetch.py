@@ -178,7 +178,7 @@ def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress
                cancel: Cancel) -> Path:
     from huggingface_hub import snapshot_download
 
-    from .net import configure_hub
+    from .net import SlowAnswer, configure_hub
 
     if repo_id.count("/") > 1 or repo_id.startswith((".", "/")) or " " in repo_id:
         raise DbertError(f"{repo_id!r} is neither a hub repo id (user/model) nor an http(s) URL")
@@ -195,6 +195,8 @@ def _fetch_hub(repo_id: str, revision: str | None, tmp: Path, progress: Progress
                           allow_patterns=ALLOW_PATTERNS, ignore_patterns=[f"{d}/*" for d in store.SKIP_DIRS],
                           max_workers=2,
                           tqdm_class=_progress_class(progress, cancel, max_bytes))
+    except SlowAnswer as e:  # a connection's answer trickled in (its headers too): name the repo
+        raise DbertError(f"cannot fetch {where}: {e}") from None
     except DbertError:
         raise
     except Exception as e:  # noqa: BLE001 - network stacks raise many kinds; one line for the user

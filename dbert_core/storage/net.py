@@ -219,6 +219,69 @@ def _paced_stream(response, pace: _Pace):
     return PacedStream()
 
 
+class SlowAnswer(DbertError):
+    """A hub connection's answer came too slowly (the caller names what was being fetched)."""
+
+
+class _PacedStream:
+    """One of the hub client's connections read under the pace rule from each request on: the
+    answer's first byte within the timeout (the per-read timeout), then MIN_BYTES in every window,
+    headers included, so a server that trickles its *headers* ends too (the response hook only
+    sees the body). Writing a request starts the clock again (keep-alive: idle time between
+    requests does not count)."""
+
+    def __init__(self, inner, seconds: float, host: str):
+        self._inner, self._seconds, self._host = inner, seconds, host
+        self._pace = _Pace(seconds, f"https://{host}/")
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        data = self._inner.read(max_bytes, timeout)
+        if self._pace.window is None:
+            self._pace.window = (time.monotonic(), 0)  # the answer has begun
+        try:
+            self._pace.after(len(data))
+        except DbertError as e:  # "cannot fetch <host>: <host> sends too slowly ...": the caller says what
+            raise SlowAnswer(str(e).split(": ", 1)[-1]) from None
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._pace.window = None  # a new request: its answer's clock starts at its first byte
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        return _PacedStream(self._inner.start_tls(ssl_context, server_hostname, timeout), self._seconds, self._host)
+
+    def get_extra_info(self, info: str):
+        return self._inner.get_extra_info(info)
+
+
+class _PacedBackend:
+    """The hub client's network backend with every TCP connection a _PacedStream."""
+
+    def __init__(self, inner, seconds: float):
+        self._inner, self._seconds = inner, seconds
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        stream = self._inner.connect_tcp(host, port, timeout=timeout, local_address=local_address,
+                                         socket_options=socket_options)
+        return _PacedStream(stream, self._seconds, f"{host}:{port}")
+
+    def __getattr__(self, name):  # connect_unix_socket, sleep: as they were
+        return getattr(self._inner, name)
+
+
+def _pace_connections(client, seconds: float) -> None:
+    """Put the pace rule on the client's own connections (httpx's transport -> httpcore's pool ->
+    its network backend; private names, so a client built otherwise keeps only the body's pace)."""
+    pool = getattr(getattr(client, "_transport", None), "_pool", None)
+    backend = getattr(pool, "_network_backend", None)
+    if backend is not None and not isinstance(backend, _PacedBackend):
+        pool._network_backend = _PacedBackend(backend, seconds)
+
+
 def configure_hub() -> None:
     """Give huggingface_hub's HTTP client our timeouts: it passes none for some requests (repo
     info, file listings), which then wait forever on a host that never answers; and read every
@@ -249,6 +312,7 @@ def configure_hub() -> None:
         client = default()
         client.event_hooks["request"].append(cap)
         client.event_hooks["response"].append(pace)
+        _pace_connections(client, seconds)
         return client
 
     huggingface_hub.set_client_factory(factory)
