@@ -39,6 +39,13 @@ def env_for(home: Path, **extra) -> dict:
             "DBERT_HOME": str(home), "HF_HUB_OFFLINE": "1", **extra}
 
 
+def _hup_as_a_terminal() -> None:
+    """The server starts with SIGHUP's default action, as from a terminal: a suite run under nohup
+    would hand its ignored SIGHUP down, and a server that ignores SIGHUP (as dbert serve must under
+    nohup) never drains on one."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def start_cli(home: Path, log: Path, *flags) -> tuple[subprocess.Popen, int]:
     """`dbert serve` on the committed tiny model in a child process, its stderr into `log`; waits
     until /health answers."""
@@ -46,7 +53,7 @@ def start_cli(home: Path, log: Path, *flags) -> tuple[subprocess.Popen, int]:
     with open(log, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "dbert_core.cli", "serve", "--checkpoint", str(TINY),
                                  "--port", str(port), "--dtype", "fp32", *flags], env=env_for(home),
-                                stdout=subprocess.DEVNULL, stderr=err)
+                                stdout=subprocess.DEVNULL, stderr=err, preexec_fn=_hup_as_a_terminal)
     deadline = time.monotonic() + 90
     while True:
         try:
