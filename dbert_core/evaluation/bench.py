@@ -106,6 +106,11 @@ def linear_rate(rows: int, k: int, n: int, dtype: torch.dtype, device: torch.dev
     return 2 * rows * k * n / sec / 1e9
 
 
+def _sig(x: float) -> float:
+    """x to 4 significant digits: a tiny model's step of 4 ms keeps its precision (round(x, 3) lost 10%)."""
+    return float(f"{x:.4g}")
+
+
 def shape_rates(config, B: int, N: int, M: int, dtype: torch.dtype, device: torch.device, reps: int) -> dict:
     """F.linear's rate at each of the model's shapes (model_shapes) and the rate of the forward's
     matrix products together: their FLOPs over the sum of their times at those rates (each layer's
@@ -117,19 +122,14 @@ def shape_rates(config, B: int, N: int, M: int, dtype: torch.dtype, device: torc
     flops = {name: 2 * r * k * n * (1 if name in ("head", "vocab") else config.num_hidden_layers)
              for name, (r, k, n) in shapes.items()}
     seconds = sum(flops[name] / (rates[name] * 1e9) for name in shapes)
-    out = {name: float(f"{rate:.4g}") for name, rate in rates.items()}
-    out["model"] = float(f"{sum(flops.values()) / seconds / 1e9:.4g}")
+    out = {name: _sig(rate) for name, rate in rates.items()}
+    out["model"] = _sig(sum(flops.values()) / seconds / 1e9)
     return out
-
-
-def _sig(x: float) -> float:
-    """x to 4 significant digits: a tiny model's step of 4 ms keeps its precision (round(x, 3) lost 10%)."""
-    return float(f"{x:.4g}")
 
 
 def fraction(achieved_gflop_per_s: float, rate: float | None) -> float | None:
     """achieved / rate, both measured (None where the rate was not measured)."""
-    return float(f"{achieved_gflop_per_s / rate:.4g}") if rate else None
+    return _sig(achieved_gflop_per_s / rate) if rate else None
 
 
 def _inputs(db, B: int, L: int, device):
@@ -296,7 +296,7 @@ class Bench:
         achieved = st["gflop"] / st["seconds"] if st["seconds"] > 0 else 0.0
         dtype, threads = self._dtype(), torch.get_num_threads()
         rate = self.rate(rates, dtype, threads)
-        out.update({"gflop_per_s": float(f"{achieved:.4g}"), "dtype": dtype, "threads": threads,
+        out.update({"gflop_per_s": _sig(achieved), "dtype": dtype, "threads": threads,
                     "matmul_rate_gflop_per_s": rate, "fraction_of_matmul_rate": fraction(achieved, rate)})
         return out
 

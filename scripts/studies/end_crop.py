@@ -47,7 +47,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     db = checkpoint.load(Path(args.checkpoint) if args.checkpoint else store.default_checkpoint())
     keeps = [int(k) for k in args.keep.split(",")]
-    sep, mask = db.tokenizer.sep_token_id, db.model.mask_id
+    sep = db.tokenizer.sep_token_id
     cfgm = db.model.config
     stat = {k: {"tokens": 0, "kept": 0, "flops": 0.0, "flops_kept": 0.0, "kl": [], "flip": 0, "read": 0} for k in keeps}
     orig = base.Net.__call__
