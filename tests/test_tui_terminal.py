@@ -67,12 +67,14 @@ def test_dbert_tui_in_tmux(tiny_checkpoint, tmp_path):
         assert "░░░" not in "".join(token_box(final)), final  # and no mask is left
         assert any("░░░" in "".join(token_box(f)) for f in mid)  # masks were visible while running
         # the control bar is on screen the whole time, with steps, temperature and their keys
-        untoasted = [f for f in mid if "▌" not in f]  # the "loading" notification covers the corner a moment
-        assert untoasted, mid[-1]
-        for screen in (untoasted[0], final):
-            bar = control_bar(screen)
-            for shown in ("[ ] steps 48", "- + temp 1", "k top-k 30", "o top-p off", "m first-hitting"):
-                assert shown in bar, screen
+        # A toast ("loading …", 2 s) may cover the bar's right end: on a busy machine the whole 48-step run
+        # can pass under it, so a covered frame is checked up to the toast's edge and the final one in full.
+        items = ("[ ] steps 48", "- + temp 1", "k top-k 30", "o top-p off", "m first-hitting")
+        for screen in mid:
+            visible = control_bar(screen).split("▌")[0]
+            assert all(item in visible for item in items[:2]), screen
+        for item in items:
+            assert item in control_bar(final), final
         tmux("send-keys", "-t", "dbert", "]")  # double the steps: a new run at once, shown on the bar
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not ("step 96/96" in capture() and "done" in capture()):
