@@ -233,8 +233,8 @@ class SampleConfig:
     n: int = 10                        # samples
     steps: int = 96                    # reverse steps S (1..T); 96 reads as 128 does (docs/decoding.md)
     temperature: float = 1.0           # 0: greedy, the most likely token (ties broken by the seeded draw)
-    top_k: int = 30                    # 0: off (the paper: 30)
-    top_p: float = 1.0
+    top_k: int | None = None           # 0: off; None: the checkpoint's recommendation, else 30 (the paper's)
+    top_p: float | None = None         # 1: off; None: the checkpoint's recommendation, else 1
     length: int | None = None          # None: the length the checkpoint was trained on
     min_length: int | None = None      # a story model's shortest story in tokens; None: the checkpoint's own
     end_at_sentence: bool = True       # a story model ends only after a sentence end (never after "And")
@@ -255,8 +255,10 @@ class SampleConfig:
         _int("--n", self.n, 1)
         _int("--steps", self.steps, 1, MAX_T)
         _float("--temperature", self.temperature, 0.0, 1e6)  # 0: greedy (the most likely token)
-        _int("--top-k", self.top_k, 0)
-        _float("--top-p", self.top_p, 0.0, 1.0, lo_open=True)
+        if self.top_k is not None:
+            _int("--top-k", self.top_k, 0)
+        if self.top_p is not None:
+            _float("--top-p", self.top_p, 0.0, 1.0, lo_open=True)
         if self.length is not None:
             _int("--length", self.length, 1)
         if self.min_length is not None:

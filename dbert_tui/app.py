@@ -308,7 +308,8 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
         checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="Store name or checkpoint directory to start with (default: the last one used, else the shipped model).")] = None,
         steps: Annotated[int, typer.Option(help="Reverse steps of the first run.")] = d.steps,
         temperature: Annotated[float, typer.Option(help="Softmax temperature (0: greedy).")] = d.temperature,
-        top_k: Annotated[int, typer.Option(help="Keep the k most likely tokens (0: off).")] = d.top_k,
+        top_k: Annotated[Optional[int], typer.Option(help="Keep the k most likely tokens (0: off). Default: the checkpoint's recommendation, else 30.", show_default=False)] = d.top_k,
+        top_p: Annotated[Optional[float], typer.Option(help="Nucleus mass in (0, 1] (1: off). Default: the checkpoint's recommendation (the shipped story model: 0.9), else 1.", show_default=False)] = d.top_p,
         length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length).")] = d.length,
         seed: Annotated[int, typer.Option(help="Seed of the first run.")] = d.seed,
         device: Annotated[str, typer.Option(help=f"Where to sample: {', '.join(DEVICES)}.")] = d.device,
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
                 loaded = load_replay(replay)
             except DbertError as e:
                 fail(str(e))
-        settings = Settings(steps=steps, temperature=temperature, top_k=top_k, length=length,
+        settings = Settings(steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
                             seed=seed, device=device, pace_ms=max(0, pace_ms))
         try:
             settings.validate()

@@ -280,6 +280,8 @@ class Session:
         self.zoomed = False                       # the selected sample large instead of the grid
         self.grid_n = self.settings.n if self.settings.n > 1 else GRID_N
         self.auto_length = self.settings.length is None  # follow each checkpoint's training length
+        # top-k / top-p not given: follow each checkpoint's recommended decoding until the user sets them
+        self.auto_decoding = {f for f in ("top_k", "top_p") if getattr(self.settings, f) is None}
         self._ids = itertools.count(1)
 
     # ------------------------------------------------------------------ what is shown
@@ -321,6 +323,7 @@ class Session:
         that the user should hear about."""
         from dbert_core.errors import DbertError
         from dbert_core.sampling.sample import MAX_STORY, default_length, default_sampler, is_story_model, resolve
+        from dbert_core.sampling.settings import default_decoding
 
         notes = []
 
@@ -329,6 +332,10 @@ class Session:
             if self.auto_length or s.length is None:
                 s.length = default_length(db)
             s.length = max(1, min(MAX_STORY if is_story_model(db) else db.model.max_length, s.length))
+            recommended = default_decoding(db)
+            for name in ("top_k", "top_p"):
+                if name in self.auto_decoding or getattr(s, name) is None:
+                    setattr(s, name, recommended[name])
             try:
                 resolve(s, db)
             except DbertError as e:  # e.g. `cached` on a time-conditioned model: use the default
@@ -395,7 +402,8 @@ class Session:
 
     # ------------------------------------------------------------------ settings
     def change(self, db, **fields) -> None:
-        """Set fields of the active side's settings, checked against db."""
+        """Set fields of the active side's settings, checked against db. A top-k or top-p set to a new
+        value stops following the checkpoint's recommendation."""
         new = replace(self.active, **fields)
         if db is not None:
             from dbert_core.sampling.sample import resolve
@@ -403,6 +411,7 @@ class Session:
             resolve(new, db)
         else:
             new.validate()
+        self.auto_decoding -= {f for f in ("top_k", "top_p") if f in fields and fields[f] != getattr(self.active, f)}
         if self.side == 1 and self.partner is not None:
             self.partner = new
         else:

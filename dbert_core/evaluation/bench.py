@@ -258,7 +258,8 @@ class Bench:
                 (f"{row['seconds']:.3f} s, {row['percent_of_peak']}% of peak" if "seconds" in row else row["error"]))
             self.save()
 
-    def sampling(self, samplers, steps_list, batches, seed: int = 0, top_k: int = 30) -> None:
+    def sampling(self, samplers, steps_list, batches, seed: int = 0) -> None:
+        """Each sampler at each step budget and batch, at the checkpoint's own decoding (top-k, top-p)."""
         from ..sampling.sample import generate
 
         for batch in batches:
@@ -269,7 +270,7 @@ class Bench:
                 base = None
                 for sampler in samplers:
                     _, st = generate(self.db, n=batch, batch_size=batch, seed=seed, length=self.length,
-                                     steps=steps, top_k=top_k, sampler=sampler, pair_quotes=False,
+                                     steps=steps, sampler=sampler, pair_quotes=False,
                                      fix_contractions=False)  # the sampler alone
                     sec = st["seconds"]
                     row = {"sampler": sampler, "exact": st["exact"], "params": st["params"], "steps": steps,

@@ -91,7 +91,7 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
     if min_tokens is not None and not 0 <= min_tokens <= limits.max_tokens:
         raise ApiError(400, f"min_tokens must be in [0, {limits.max_tokens}] (got {min_tokens})", param="min_tokens")
     temperature = _optional(body, "temperature", (int, float), "a number", 1.0)
-    top_p = _optional(body, "top_p", (int, float), "a number", 1.0)
+    top_p = _optional(body, "top_p", (int, float), "a number")  # None: the checkpoint's recommendation
     n = _optional(body, "n", int, "a whole number", 1)
     if n < 1:
         raise ApiError(400, f"n must be >= 1 (got {n})", param="n")

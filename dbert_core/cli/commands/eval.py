@@ -26,7 +26,8 @@ def evaluate(
     samples: Annotated[int, typer.Option(help="Also draw N samples for BLEU-4 / Self-BLEU-4 / distinct-n.")] = 0,
     sample_steps: Annotated[int, typer.Option(help="Reverse steps for those samples.")] = SAMPLE.steps,
     sample_length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length, as `dbert sample`; the paper: 64).")] = None,
-    top_k: Annotated[int, typer.Option(help="top-k of the samples (the paper: 30).")] = SAMPLE.top_k,
+    top_k: Annotated[Optional[int], typer.Option(help="top-k of the samples (0: off; default: as `dbert sample`, the checkpoint's recommendation, else the paper's 30).", show_default=False)] = SAMPLE.top_k,
+    top_p: Annotated[Optional[float], typer.Option(help="Nucleus mass of the samples in (0, 1] (1: off; default: as `dbert sample`).", show_default=False)] = SAMPLE.top_p,
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="As in `dbert sample`.")] = SAMPLE.block_repeats,
     pair_quotes: Annotated[bool, typer.Option("--pair-quotes/--unpaired-quotes", help="As in `dbert sample`.")] = SAMPLE.pair_quotes,
     fix_contractions: Annotated[bool, typer.Option("--fix-contractions/--raw-contractions", help="As in `dbert sample`.")] = SAMPLE.fix_contractions,
@@ -66,7 +67,8 @@ def evaluate(
 
         check_judge(judge)  # missing, empty or not a causal LM: before the scoring and sampling
     params = strategies.parse_params(sampler.value, param) if sampler else no_params(param)
-    config.SampleConfig(sampler=sampler.value if sampler else None, params=params, temperature=temperature).validate()
+    config.SampleConfig(sampler=sampler.value if sampler else None, params=params, temperature=temperature,
+                        top_k=top_k, top_p=top_p).validate()
     import math
 
     from ..progress import CountProgress, SampleProgress
@@ -99,7 +101,7 @@ def evaluate(
 
         length = sample_length if sample_length is not None else default_length(db)
         result.update(quality(db, data, samples, steps=sample_steps, length=length, top_k=top_k,
-                              batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
+                              top_p=top_p, batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
                               sampler=sampler.value if sampler else None, params=params, temperature=temperature,
                               judge=judge, on_frame=sampling, pair_quotes=pair_quotes,
                               fix_contractions=fix_contractions))

@@ -43,13 +43,15 @@ def _value(settings, name: str) -> str:
 
         strategy = STRATEGIES.get(value)
         return strategy.short(getattr(settings, "params", None)) if strategy is not None else str(value)
+    if value is None:  # filled in when a checkpoint loads (its length, sampler, decoding)
+        return "auto"
     if name == "top_k" and value == 0:
         return "off"
     if name == "top_p" and value >= 1.0:
         return "off"
     if isinstance(value, float):
         return f"{value:g}"
-    return "auto" if value is None else str(value)
+    return str(value)
 
 
 class ControlBar(Widget):
