@@ -231,7 +231,7 @@ class SampleConfig:
     """How to sample. None fields are filled in per checkpoint by `sample.resolve(cfg, db)`."""
 
     n: int = 10                        # samples
-    steps: int = 96                    # reverse steps S (1..T); 96 reads as 128 does (docs/decoding.md)
+    steps: int | None = None           # reverse steps S (1..T); None: the checkpoint's recommendation, else 96
     temperature: float = 1.0           # 0: greedy, the most likely token (ties broken by the seeded draw)
     top_k: int | None = None           # 0: off; None: the checkpoint's recommendation, else 30 (the paper's)
     top_p: float | None = None         # 1: off; None: the checkpoint's recommendation, else 1
@@ -253,7 +253,8 @@ class SampleConfig:
     def validate(self) -> "SampleConfig":
         """Checks that need no checkpoint; `sample.resolve` adds the ones that do."""
         _int("--n", self.n, 1)
-        _int("--steps", self.steps, 1, MAX_T)
+        if self.steps is not None:
+            _int("--steps", self.steps, 1, MAX_T)
         _float("--temperature", self.temperature, 0.0, 1e6)  # 0: greedy (the most likely token)
         if self.top_k is not None:
             _int("--top-k", self.top_k, 0)

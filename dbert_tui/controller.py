@@ -32,6 +32,7 @@ from dbert_core.config import SampleConfig
 TEMPERATURES = (0.0, 0.1, 0.25, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
 TOP_KS = (0, 5, 10, 30, 100)           # `k` cycles through these (0: off)
 TOP_PS = (1.0, 0.95, 0.9, 0.8, 0.5)    # `o` cycles through these (1: off)
+DECODING = ("steps", "top_k", "top_p")  # the fields a checkpoint may recommend (sampling.default_decoding)
 GRID_N = 6                             # samples `g` starts when there is one
 MAX_N = 16
 FIRST_RUN_S = 8.0                      # the app's first run lasts at least this long, so a newcomer sees it fill in
@@ -280,8 +281,8 @@ class Session:
         self.zoomed = False                       # the selected sample large instead of the grid
         self.grid_n = self.settings.n if self.settings.n > 1 else GRID_N
         self.auto_length = self.settings.length is None  # follow each checkpoint's training length
-        # top-k / top-p not given: follow each checkpoint's recommended decoding until the user sets them
-        self.auto_decoding = {f for f in ("top_k", "top_p") if getattr(self.settings, f) is None}
+        # steps / top-k / top-p not given: follow each checkpoint's recommended decoding until the user sets them
+        self.auto_decoding = {f for f in DECODING if getattr(self.settings, f) is None}
         self._ids = itertools.count(1)
 
     # ------------------------------------------------------------------ what is shown
@@ -328,14 +329,12 @@ class Session:
         notes = []
 
         def fitted(s: Settings) -> Settings:
-            s = replace(s, steps=max(1, min(db.schedule.T, s.steps)))
+            recommended = default_decoding(db)
+            s = replace(s, **{f: recommended[f] for f in DECODING if f in self.auto_decoding or getattr(s, f) is None})
+            s.steps = max(1, min(db.schedule.T, s.steps))
             if self.auto_length or s.length is None:
                 s.length = default_length(db)
             s.length = max(1, min(MAX_STORY if is_story_model(db) else db.model.max_length, s.length))
-            recommended = default_decoding(db)
-            for name in ("top_k", "top_p"):
-                if name in self.auto_decoding or getattr(s, name) is None:
-                    setattr(s, name, recommended[name])
             try:
                 resolve(s, db)
             except DbertError as e:  # e.g. `cached` on a time-conditioned model: use the default
@@ -402,8 +401,8 @@ class Session:
 
     # ------------------------------------------------------------------ settings
     def change(self, db, **fields) -> None:
-        """Set fields of the active side's settings, checked against db. A top-k or top-p set to a new
-        value stops following the checkpoint's recommendation."""
+        """Set fields of the active side's settings, checked against db. Steps, top-k or top-p set to
+        a new value stop following the checkpoint's recommendation."""
         new = replace(self.active, **fields)
         if db is not None:
             from dbert_core.sampling.sample import resolve
@@ -411,7 +410,7 @@ class Session:
             resolve(new, db)
         else:
             new.validate()
-        self.auto_decoding -= {f for f in ("top_k", "top_p") if f in fields and fields[f] != getattr(self.active, f)}
+        self.auto_decoding -= {f for f in DECODING if f in fields and fields[f] != getattr(self.active, f)}
         if self.side == 1 and self.partner is not None:
             self.partner = new
         else:

@@ -44,7 +44,7 @@ def settings_form(s, side: int | None) -> tuple[str, list]:
     from dbert_core.config import STRATEGIES
 
     fields = [
-        ("steps", "steps (1..T)", str(s.steps), ""),
+        ("steps", "steps (1..T)", "" if s.steps is None else str(s.steps), "the checkpoint's"),
         ("temperature", "temperature (0: greedy)", f"{s.temperature:g}", ""),
         ("top_k", "top-k (0: off)", "" if s.top_k is None else str(s.top_k), "the checkpoint's"),
         ("top_p", "top-p (0..1]", "" if s.top_p is None else f"{s.top_p:g}", "the checkpoint's"),
@@ -71,8 +71,8 @@ def settings_fields(values: dict, old, db) -> dict:
     for key, kind in (("steps", int), ("temperature", float), ("top_k", int), ("top_p", float), ("n", int),
                       ("seed", int), ("pace_ms", int), ("length", int), ("min_length", int)):
         text = values.get(key, "")
-        if key in ("length", "min_length", "top_k", "top_p") and not text.strip():
-            fields[key] = old.length if key == "length" else getattr(old, key) if key in ("top_k", "top_p") else None
+        if key in ("length", "min_length", "steps", "top_k", "top_p") and not text.strip():
+            fields[key] = None if key == "min_length" else getattr(old, key)
             continue
         try:
             fields[key] = kind(text)

@@ -1,6 +1,6 @@
-"""A checkpoint's recommended decoding (dbert.json's sampling.decoding: top-k, top-p) is what
-`dbert sample`, eval, serve and the TUI use unless told; each value the user gives wins, field by
-field; a checkpoint that recommends nothing samples at top-k 30, top-p off."""
+"""A checkpoint's recommended decoding (dbert.json's sampling.decoding: steps, top-k, top-p) is
+what `dbert sample`, eval, serve and the TUI use unless told; each value the user gives wins, field
+by field; a checkpoint that recommends nothing samples with 96 steps at top-k 30, top-p off."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from helpers import run
 
 @pytest.fixture
 def recommending(tiny_checkpoint, tmp_path):
-    """A copy of the tiny checkpoint whose dbert.json recommends nucleus 0.9 without top-k."""
+    """A copy of the tiny checkpoint whose dbert.json recommends 12 steps of nucleus 0.9 without top-k."""
     out = tmp_path / "nucleus"
     shutil.copytree(tiny_checkpoint, out)
     meta = json.loads((out / "dbert.json").read_text())
-    meta.setdefault("sampling", {})["decoding"] = {"top_k": 0, "top_p": 0.9}
+    meta.setdefault("sampling", {})["decoding"] = {"steps": 12, "top_k": 0, "top_p": 0.9}
     (out / "dbert.json").write_text(json.dumps(meta))
     return out
 
@@ -31,17 +31,20 @@ def test_resolve_takes_the_checkpoints_decoding_field_by_field(recommending, tin
 
     db = checkpoint.load(recommending)
     got = resolve(SampleConfig(), db)
-    assert (got.top_k, got.top_p) == (0, 0.9)
+    assert (got.steps, got.top_k, got.top_p) == (12, 0, 0.9)
+    assert resolve(SampleConfig(steps=40), db).steps == 40
     got = resolve(SampleConfig(top_k=5), db)  # the user's top-k, the checkpoint's top-p
     assert (got.top_k, got.top_p) == (5, 0.9)
     got = resolve(SampleConfig(top_p=1.0), db)
     assert (got.top_k, got.top_p) == (0, 1.0)
-    got = resolve(SampleConfig(), tiny_db)  # recommends nothing: the paper's top-k 30, no nucleus
-    assert (got.top_k, got.top_p) == (30, 1.0)
-    for bad in ({"top_k": -1, "top_p": 1.5}, {"top_k": "0", "top_p": True}, "nucleus", {"top_p": 0}):
+    got = resolve(SampleConfig(), tiny_db)  # recommends nothing: 96 steps, the paper's top-k 30, no nucleus
+    assert (got.steps, got.top_k, got.top_p) == (96, 30, 1.0)
+    T = db.schedule.T
+    for bad in ({"top_k": -1, "top_p": 1.5, "steps": 0}, {"top_k": "0", "top_p": True, "steps": 12.0}, "nucleus",
+                {"top_p": 0, "steps": T + 1}):
         db.meta["sampling"]["decoding"] = bad  # a hand-edited file's bad values: the general defaults
         got = resolve(SampleConfig(), db)
-        assert (got.top_k, got.top_p) == (30, 1.0), bad
+        assert (got.steps, got.top_k, got.top_p) == (96, 30, 1.0), bad
     db.meta["sampling"]["decoding"] = {"top_p": 0.5}  # one value given: the other is the general default
     got = resolve(SampleConfig(), db)
     assert (got.top_k, got.top_p) == (30, 0.5)
@@ -49,19 +52,19 @@ def test_resolve_takes_the_checkpoints_decoding_field_by_field(recommending, tin
 
 def test_dbert_sample_uses_and_records_the_recommendation(recommending, tiny_checkpoint, tmp_path, capsys,
                                                           monkeypatch):
-    common = ["--n", "4", "--seed", "3", "--length", "16", "--steps", "8"]
+    common = ["--n", "4", "--seed", "3", "--length", "16"]
     jsonl = tmp_path / "out.jsonl"
     code, own, _ = run(["sample", "-c", str(recommending), *common, "-o", str(jsonl)], capsys, monkeypatch)
     assert code == 0 and len(own.splitlines()) == 4
     settings = [json.loads(line)["settings"] for line in jsonl.read_text().splitlines()]
-    assert all((s["top_k"], s["top_p"]) == (0, 0.9) for s in settings)
+    assert all((s["steps"], s["top_k"], s["top_p"]) == (12, 0, 0.9) for s in settings)
     # the same draws as asking for that decoding on the plain checkpoint, and not those of its top-k 30
-    code, asked, _ = run(["sample", "-c", str(tiny_checkpoint), *common, "--top-k", "0", "--top-p", "0.9"],
+    code, asked, _ = run(["sample", "-c", str(tiny_checkpoint), *common, "--steps", "12", "--top-k", "0", "--top-p", "0.9"],
                          capsys, monkeypatch)
     assert code == 0 and asked == own
     code, plain, _ = run(["sample", "-c", str(tiny_checkpoint), *common], capsys, monkeypatch)
     assert code == 0 and plain != own
-    code, told, _ = run(["sample", "-c", str(recommending), *common, "--top-k", "30", "--top-p", "1"],
+    code, told, _ = run(["sample", "-c", str(recommending), *common, "--steps", "96", "--top-k", "30", "--top-p", "1"],
                         capsys, monkeypatch)
     assert code == 0 and told == plain  # the user's word wins
     code, _, err = run(["sample", "-c", str(recommending), "--top-p", "0"], capsys, monkeypatch)
@@ -76,12 +79,12 @@ def test_eval_samples_and_the_server_use_the_recommendation(recommending, capsys
     from dbert_core.storage import checkpoint
 
     code, out, _ = run(["eval", "-c", str(recommending), "--data", str(TINYSTORIES_VALID), "--limit", "4", "--samples", "2",
-                        "--sample-steps", "4", "--sample-length", "12", "--json"], capsys, monkeypatch)
+                        "--sample-length", "12", "--json"], capsys, monkeypatch)
     result = json.loads(out)
-    assert code == 0 and (result["top_k"], result["top_p"]) == (0, 0.9)
+    assert code == 0 and (result["sample_steps"], result["top_k"], result["top_p"]) == (12, 0, 0.9)
     db = checkpoint.load(recommending)
     plan = parse({"prompt": "Once", "max_tokens": 8}, db, "m", Limits())
-    assert (plan.prompts[0].cfg.top_k, plan.prompts[0].cfg.top_p) == (0, 0.9)
+    assert (plan.prompts[0].cfg.steps, plan.prompts[0].cfg.top_k, plan.prompts[0].cfg.top_p) == (12, 0, 0.9)
     plan = parse({"prompt": "Once", "max_tokens": 8, "top_p": 1, "dbert": {"top_k": 7}}, db, "m", Limits())
     assert (plan.prompts[0].cfg.top_k, plan.prompts[0].cfg.top_p) == (7, 1.0)
 
@@ -95,16 +98,19 @@ def test_the_tui_follows_each_checkpoints_decoding_until_the_user_sets_it(recomm
     s = Session(Settings())
     assert _value(s.settings, "top_p") == "auto"  # before a checkpoint loads
     s.fit(nucleus)
-    assert (s.settings.top_k, s.settings.top_p) == (0, 0.9)
+    assert (s.settings.steps, s.settings.top_k, s.settings.top_p) == (12, 0, 0.9)
     assert (_value(s.settings, "top_k"), _value(s.settings, "top_p")) == ("off", "0.9")
     s.fit(tiny_db)  # another checkpoint: its own recommendation (none: 30, off)
-    assert (s.settings.top_k, s.settings.top_p) == (30, 1.0)
+    assert (s.settings.steps, s.settings.top_k, s.settings.top_p) == (96, 30, 1.0)
     s.fit(nucleus)
     s.top_p(nucleus)  # `o`: the next nucleus mass, now the user's
     chosen = s.settings.top_p
     assert chosen != 0.9
     s.fit(tiny_db)
     assert (s.settings.top_k, s.settings.top_p) == (30, chosen)  # top-k still follows, top-p stays
+    s.steps(tiny_db, 2.0)  # `]`: the steps are the user's from now on
+    s.fit(nucleus)
+    assert (s.settings.steps, s.settings.top_k) == (192, 0)
     given = Session(Settings(top_k=5))  # dbert-tui --top-k 5
     given.fit(nucleus)
     assert (given.settings.top_k, given.settings.top_p) == (5, 0.9)

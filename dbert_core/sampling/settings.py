@@ -70,24 +70,27 @@ def default_min_length(db) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-TOP_K, TOP_P = 30, 1.0  # the decoding of a checkpoint that recommends none: the paper's top-k 30, no nucleus
+# the decoding of a checkpoint that recommends none: 96 reverse steps (read as 128 do, docs/decoding.md),
+# the paper's top-k 30, no nucleus
+STEPS, TOP_K, TOP_P = 96, 30, 1.0
 
 
 def default_decoding(db) -> dict:
-    """{top_k, top_p} a sample uses unless told: what the checkpoint's dbert.json recommends
-    (`sampling.decoding`, measured for it: the shipped story model's is nucleus 0.9, docs/stories.md),
-    each value that is missing or malformed replaced by the general default (top-k 30, top-p off)."""
+    """{steps, top_k, top_p} a sample uses unless told: what the checkpoint's dbert.json recommends
+    (`sampling.decoding`, measured for it: the shipped story model's is in docs/stories.md), each
+    value that is missing or malformed replaced by the general default (96 steps, top-k 30, top-p off)."""
     given = (db.meta.get("sampling") or {}).get("decoding") or {}
     given = given if isinstance(given, dict) else {}
-    k, p = given.get("top_k"), given.get("top_p")
+    s, k, p = given.get("steps"), given.get("top_k"), given.get("top_p")
+    ok_s = isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= db.schedule.T
     ok_k = isinstance(k, int) and not isinstance(k, bool) and k >= 0
     ok_p = isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 < p <= 1.0
-    return {"top_k": k if ok_k else TOP_K, "top_p": float(p) if ok_p else TOP_P}
+    return {"steps": s if ok_s else STEPS, "top_k": k if ok_k else TOP_K, "top_p": float(p) if ok_p else TOP_P}
 
 
 def resolve(cfg: SampleConfig, db) -> SampleConfig:
     """cfg made concrete for this checkpoint, once per run and handed down: SampleConfig.validate's
-    checks, then length, shortest story, top-k and top-p (default_decoding), sampler, precision ("auto": hardware.compute_dtype) and the strategy's
+    checks, then length, shortest story, steps, top-k and top-p (default_decoding), sampler, precision ("auto": hardware.compute_dtype) and the strategy's
     parameters filled in, then the checks that need the checkpoint (validate). The copy keeps
     cfg's class (the TUI's Settings stay Settings); frames and generate take it as it is."""
     cfg.validate()
@@ -95,9 +98,10 @@ def resolve(cfg: SampleConfig, db) -> SampleConfig:
     length = cfg.length if cfg.length is not None else default_length(db)
     least = cfg.min_length if cfg.min_length is not None else min(default_min_length(db), length)
     decoding = default_decoding(db)
+    steps = cfg.steps if cfg.steps is not None else decoding["steps"]
     top_k = cfg.top_k if cfg.top_k is not None else decoding["top_k"]
     top_p = cfg.top_p if cfg.top_p is not None else decoding["top_p"]
-    out = replace(cfg, length=length, min_length=least, sampler=sampler, top_k=top_k, top_p=top_p,
+    out = replace(cfg, length=length, min_length=least, sampler=sampler, steps=steps, top_k=top_k, top_p=top_p,
                   dtype=compute_dtype(cfg.dtype, db.device), params=strategies.get(sampler).resolve(cfg.params))
     validate(db, out.steps, out.length, out.sampler, out.params, out.min_length)
     return mark(out, db)

@@ -24,7 +24,7 @@ def evaluate(
     mc_samples: Annotated[int, typer.Option(help="Monte-Carlo draws per example (without --exact).")] = 1,
     unit: Annotated[EvalUnit, typer.Option(help="An example is a line, a sentence, a story (a whole document, in the windows `dbert train --unit story` builds: the bound per token of text and end mark) or a window: the sentence-start windows of the checkpoint's length that `dbert train --unit sentence --pack` builds from the documents, its validation bound. Documents: <|endoftext|> lines, JSONL or blank lines, read from each file.")] = EvalUnit.line,
     samples: Annotated[int, typer.Option(help="Also draw N samples for BLEU-4 / Self-BLEU-4 / distinct-n.")] = 0,
-    sample_steps: Annotated[int, typer.Option(help="Reverse steps for those samples.")] = SAMPLE.steps,
+    sample_steps: Annotated[Optional[int], typer.Option(help="Reverse steps for those samples (default: as `dbert sample`, the checkpoint's recommendation, else 96).", show_default=False)] = SAMPLE.steps,
     sample_length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length, as `dbert sample`; the paper: 64).")] = None,
     top_k: Annotated[Optional[int], typer.Option(help="top-k of the samples (0: off; default: as `dbert sample`, the checkpoint's recommendation, else the paper's 30).", show_default=False)] = SAMPLE.top_k,
     top_p: Annotated[Optional[float], typer.Option(help="Nucleus mass of the samples in (0, 1] (1: off; default: as `dbert sample`).", show_default=False)] = SAMPLE.top_p,

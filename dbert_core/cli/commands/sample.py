@@ -24,7 +24,7 @@ def sample(
     prompt_arg: Annotated[Optional[str], typer.Argument(metavar="[PROMPT]", show_default=False, help="A prompt template with [MASK] slots (\"Once upon a time [MASK*20]\"), or - to read prompts from stdin, one per line.")] = None,
     checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
     n: Annotated[int, typer.Option("--n", "-n", help="Number of samples (lines on stdout), for each prompt.")] = SAMPLE.n,
-    steps: Annotated[int, typer.Option(help="Reverse steps S (1..T).")] = SAMPLE.steps,
+    steps: Annotated[Optional[int], typer.Option(help="Reverse steps S (1..T). Default: what the checkpoint recommends (dbert.json's sampling.decoding), else 96.", show_default=False)] = SAMPLE.steps,
     temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (0: greedy, the most likely token).")] = SAMPLE.temperature,
     top_k: Annotated[Optional[int], typer.Option(help="Keep the k most likely tokens (0: off). Default: what the checkpoint recommends (dbert.json's sampling.decoding; the shipped story model: 0, nucleus 0.9 instead), else 30.", show_default=False)] = SAMPLE.top_k,
     top_p: Annotated[Optional[float], typer.Option(help="Nucleus sampling: keep the most likely tokens that make up this much of the probability, in (0, 1] (1: off). Default: what the checkpoint recommends (the shipped story model: 0.9), else 1.", show_default=False)] = SAMPLE.top_p,
