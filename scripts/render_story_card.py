@@ -144,7 +144,19 @@ def _rules(meta: dict) -> str:
             f"training stories (`sampling`): a story opens with one of the {len(rec.get('openings') or [])} tokens "
             f"that open at least 0.1% of them ({rec.get('openings_cover', 0):.0%} of them open so), does not end "
             f"before {rec.get('min_length', 0)} tokens (their 1st percentile), and ends only after a sentence end; "
-            "`--start-anyhow --end-anywhere --min-length 0` turns them off.")
+            "`--start-anyhow --end-anywhere --min-length 0` turns them off." + _decoding(rec.get("decoding")))
+
+
+def _decoding(dec) -> str:
+    """The decoding the checkpoint recommends (sampling.decoding, scripts/export_default.py --top-k/--top-p)."""
+    if not dec:
+        return ""
+    parts = [f"{dec['steps']} reverse steps" if "steps" in dec else "",
+             ("no top-k" if dec["top_k"] == 0 else f"top-k {dec['top_k']}") if "top_k" in dec else "",
+             (f"nucleus (top-p) {dec['top_p']:g}" if dec["top_p"] < 1 else "no nucleus") if "top_p" in dec else ""]
+    return (" Unless told otherwise its samples are drawn with " + ", ".join(p for p in parts if p) +
+            " (`sampling.decoding`, chosen with the story judge: [docs/stories.md](../../docs/stories.md)); "
+            "`--top-k`, `--top-p` and `--steps` override it.")
 
 
 def render(d: dict) -> str:

@@ -193,7 +193,10 @@ def test_the_story_card_renders_every_field():
     ruled = mod.render({**d, "meta": {**meta, "sampling": {"min_length": 93, "openings": list(range(35)),
                                                             "from_stories": 6207, "openings_cover": 0.9636}}})
     assert "the 35 tokens" in ruled and "6,207 training stories" in ruled and "before 93 tokens" in ruled
-    assert "96% of them" in ruled and "records no story rules" not in ruled
+    assert "96% of them" in ruled and "records no story rules" not in ruled and "drawn with" not in ruled
+    decoded = mod.render({**d, "meta": {**meta, "sampling": {"min_length": 93, "openings": [1, 2],
+                                                              "decoding": {"top_k": 0, "top_p": 0.9}}}})
+    assert "drawn with no top-k, nucleus (top-p) 0.9 (`sampling.decoding`" in decoded
     bare = mod.render({**d, "eval": None, "parent_eval": None, "timing": None, "parent": None})
     assert "{" not in bare and "not evaluated" in bare and "Not timed." in bare and "from all-MiniLM-L6-v2" in bare
     short = mod.render({**d, "long": ["The end."], "long4": [167, 17]})
