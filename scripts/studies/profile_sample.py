@@ -35,10 +35,10 @@ def main() -> int:
     path = Path(args.checkpoint) if args.checkpoint else store.default_checkpoint()
     db = checkpoint.load(path)
     cfg = resolve(SampleConfig(seed=0), db)
-    generate(db, dataclasses.replace(cfg, n=1, length=16))  # warm-up: the kernels' first calls
+    generate(db, dataclasses.replace(cfg, n=1, length=16, min_length=0))  # warm-up: the kernels' first calls
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         _, st = generate(db, cfg)
-    dtype = next(db.model.parameters()).dtype
+    dtype = torch.bfloat16 if cfg.dtype == "bf16" else torch.float32  # what the network computed in (bf16: autocast)
     B = min(cfg.n, cfg.batch_size)
     rate = shape_rates(db.model.config, B, cfg.length + 2, B * cfg.length, dtype, torch.device("cpu"), reps=3)["model"]
     achieved = st["gflop"] / st["seconds"]

@@ -81,6 +81,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=2, help="each sampler runs 2 x rounds times, A B C C B A")
+    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                    help="both sides' network precision (transformers' model cast to it, dbert's --dtype)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers import AutoTokenizer, BertForMaskedLM
@@ -94,7 +96,8 @@ def main() -> int:
     MDLMSampler, MDLMSamplerConfig = load_dllm(args.dllm)
     path = store.resolve(args.checkpoint)
     db = checkpoint.load(path)
-    hf = Counted(BertForMaskedLM.from_pretrained(path, dtype=torch.float32).eval())
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    hf = Counted(BertForMaskedLM.from_pretrained(path, dtype=dtype).eval())
     tok = AutoTokenizer.from_pretrained(path)
     tok.bos_token, tok.eos_token = tok.cls_token, tok.sep_token  # dLLM fills the canvas tail with eos
     dllm = MDLMSampler(model=hf, tokenizer=tok)
@@ -115,7 +118,7 @@ def main() -> int:
 
     def run_dbert(sampler: str, seed: int) -> dict:
         texts, st = generate(db, SampleConfig(n=args.n, batch_size=args.n, length=args.length, steps=args.steps,
-                                              sampler=sampler, seed=seed, pair_quotes=False,
+                                              sampler=sampler, seed=seed, pair_quotes=False, dtype=args.dtype,
                                               fix_contractions=False))
         return {"seconds": st["seconds"], "calls": st["nfe"], "row_calls": st["rows"], "gflop": st["gflop"],
                 "text": texts[0][:200]}
@@ -132,7 +135,7 @@ def main() -> int:
             row["load"] = round(os.getloadavg()[0], 2)
             got[name].append(row)
             print(json.dumps({"sampler": name, "round": r, **row}), flush=True)
-    head = (f"CPU: {cpu_name()}, torch {torch.__version__}, {args.threads} thread(s), {args.n} x {args.length} tokens, "
+    head = (f"CPU: {cpu_name()}, torch {torch.__version__}, {args.dtype}, {args.threads} thread(s), {args.n} x {args.length} tokens, "
             f"{args.steps}-step budget, dLLM {DLLM_COMMIT}, checkpoint {Path(path).name}")
     lines = [head, "", "| sampler | seconds (median) | calls | row-calls | ms per row-call | GFLOP | GFLOP/s | load |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
