@@ -464,3 +464,52 @@ def test_explicit_attention_equals_sdpa():
     assert (mean - ref).abs().max().item() < 0.1
     with torch.no_grad():  # inference never drops: the fused kernel, deterministic
         assert torch.equal(attention(q, k, v, mask, 0.0), F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
+def test_workspace_attention_is_the_explicit_one_in_kept_arrays():
+    """CPU bf16 inference writes its scores and weights into two arrays a thread keeps: the same
+    numbers as explicit_attention (with and without a padding mask), whatever the rows of the call
+    before (the arrays grow, and a smaller call uses their first rows), new arrays when N changes;
+    within a small distance of SDPA's fused kernel; training and fp32 never take it."""
+    import threading
+
+    import torch.nn.functional as F
+    from dbert_core.maths import model as M
+
+    g = torch.Generator().manual_seed(0)
+
+    def qkv(B, N):
+        return [torch.randn(B, 3, N, 8, generator=g).to(torch.bfloat16) for _ in range(3)]
+
+    M.release_workspace()
+    with torch.no_grad():
+        q, k, v = qkv(4, 9)
+        mask = torch.ones(4, 1, 1, 9, dtype=torch.bool)
+        mask[1, ..., 6:] = False
+        assert torch.equal(M.workspace_attention(q, k, v, None), M.explicit_attention(q, k, v, None, 0.0))
+        assert torch.equal(M.workspace_attention(q, k, v, mask), M.explicit_attention(q, k, v, mask, 0.0))
+        first = M._WORKSPACE.arrays[1]
+        q2, k2, v2 = qkv(2, 9)  # fewer rows: the same arrays, their first rows
+        assert torch.equal(M.workspace_attention(q2, k2, v2, None), M.explicit_attention(q2, k2, v2, None, 0.0))
+        assert M._WORKSPACE.arrays[1] is first
+        q3, k3, v3 = qkv(6, 9)  # more rows: grown
+        assert torch.equal(M.workspace_attention(q3, k3, v3, None), M.explicit_attention(q3, k3, v3, None, 0.0))
+        assert M._WORKSPACE.arrays[1].shape[0] == 6
+        q4, k4, v4 = qkv(2, 5)  # another length: new arrays of that length
+        assert torch.equal(M.workspace_attention(q4, k4, v4, None), M.explicit_attention(q4, k4, v4, None, 0.0))
+        assert M._WORKSPACE.arrays[1].shape == (2, 3, 5, 5)
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
+        assert (M.attention(q, k, v, mask, 0.0).float() - ref).abs().max() < 0.05  # bf16's own precision
+        seen = []
+        worker = threading.Thread(target=lambda: seen.append(getattr(M._WORKSPACE, "arrays", None)))
+        worker.start()
+        worker.join()
+        assert seen == [None]  # each thread its own arrays
+    M.release_workspace()
+    assert M._WORKSPACE.arrays is None
+    assert M.attention_path("cpu", False, torch.bfloat16, 258, 0.0, 120) == "workspace"
+    assert M.attention_path("cpu", False, torch.bfloat16, 512, 0.0, 32 * 12 * 4) == "sdpa"  # over WORKSPACE_BYTES
+    assert M.attention_path("cpu", False, torch.float32, 258, 0.0, 120) == "sdpa"
+    assert M.attention_path("cpu", True, torch.bfloat16, 512, 0.0, 120) == "sdpa"
+    assert M.attention_path("cpu", True, torch.bfloat16, 128, 0.1, 120) == "explicit"
+    assert M.attention_path("cuda", False, torch.bfloat16, 258, 0.0, 120) == "sdpa"

@@ -16,6 +16,7 @@ builds a (B, L, V) tensor.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field, fields
 from functools import partial
 
@@ -155,20 +156,32 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     Training on the CPU takes the explicit path (two matmuls, a softmax and `dropout`):
     measured 2.3-4x faster than scaled_dot_product_attention's backward with dropout at every
     length up to 512, and without dropout in bf16 up to 256 tokens (docs/performance.md).
-    CPU inference in bf16 takes it up to 192 tokens (1.6-2.5x faster than SDPA's bf16 kernel at
-    64-130 tokens, 0.5-0.7x at 258 with 10 or more rows); fp32 inference and CUDA use
-    scaled_dot_product_attention (its fused kernels win there).
+    CPU inference in bf16 takes the same products with the score and weight arrays kept across
+    calls (workspace_attention): 1.2-2x faster than SDPA's bf16 kernel from 1 to 32 rows of 130
+    to 514 tokens on a 2-core AMD EPYC with AVX512-BF16; written out with fresh arrays it lost
+    at 258 tokens and more, to page faults on arrays of tens of MB (docs/performance.md, 2026-12-04).
+    fp32 inference and CUDA use scaled_dot_product_attention (its fused kernels win there).
     """
-    if attention_path(q.device.type, torch.is_grad_enabled(), q.dtype, q.shape[-2], p) == "explicit":
+    path = attention_path(q.device.type, torch.is_grad_enabled(), q.dtype, q.shape[-2], p, q.shape[0] * q.shape[1])
+    if path == "explicit":
         return explicit_attention(q, k, v, mask, p)
+    if path == "workspace":
+        return workspace_attention(q, k, v, mask)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
 
 
-def attention_path(device: str, grad: bool, dtype: torch.dtype, N: int, p: float) -> str:
-    """"explicit" or "sdpa": which form `attention` takes (the rule measured in docs/performance.md)."""
+WORKSPACE_BYTES = 256 * 2**20  # the most the two kept (B, h, N, N) arrays may take; above it: SDPA
+
+
+def attention_path(device: str, grad: bool, dtype: torch.dtype, N: int, p: float, rows: int = 1) -> str:
+    """"explicit", "workspace" or "sdpa": which form `attention` takes (the rule measured in
+    docs/performance.md); rows: batch x heads (the workspace's size)."""
     bf16 = dtype == torch.bfloat16
-    explicit = device == "cpu" and ((grad and (p > 0 or (bf16 and N <= 256))) or (not grad and bf16 and N <= 192))
-    return "explicit" if explicit else "sdpa"
+    if device == "cpu" and grad and (p > 0 or (bf16 and N <= 256)):
+        return "explicit"
+    if device == "cpu" and not grad and bf16 and 2 * rows * N * N * 2 <= WORKSPACE_BYTES:
+        return "workspace"
+    return "sdpa"
 
 
 def explicit_attention(q, k, v, mask: torch.Tensor | None, p: float) -> torch.Tensor:
@@ -177,6 +190,36 @@ def explicit_attention(q, k, v, mask: torch.Tensor | None, p: float) -> torch.Te
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
     return dropout(s.softmax(-1), p) @ v  # in bf16 too: torch's CPU softmax accumulates in fp32
+
+
+_WORKSPACE = threading.local()  # per thread (the TUI's and the server's workers sample in their own)
+
+
+def workspace_attention(q, k, v, mask: torch.Tensor | None) -> torch.Tensor:
+    """explicit_attention without dropout or autograd, its scores and weights written into two
+    (B, h, N, N) arrays this thread keeps from call to call (grown when a call has more rows,
+    replaced when N, h, dtype or device change), so a sampler's every layer and step reuses the
+    same pages instead of faulting in fresh ones."""
+    B, h, N, _ = q.shape
+    key = (h, N, q.dtype, q.device)
+    kept = getattr(_WORKSPACE, "arrays", None)
+    if kept is None or kept[0] != key or kept[1].shape[0] < B:
+        _WORKSPACE.arrays = None  # the old arrays go before the new ones are made
+        shape = (B, h, N, N)
+        kept = _WORKSPACE.arrays = (key, torch.empty(shape, dtype=q.dtype, device=q.device),
+                                    torch.empty(shape, dtype=q.dtype, device=q.device))
+    s, w = kept[1][:B], kept[2][:B]
+    torch.matmul(q, k.transpose(-1, -2), out=s)
+    s.mul_(q.shape[-1] ** -0.5)
+    if mask is not None:
+        s.masked_fill_(~mask, float("-inf"))
+    torch.softmax(s, -1, out=w)  # accumulates in fp32 on the CPU, like Tensor.softmax
+    return w @ v
+
+
+def release_workspace() -> None:
+    """Drop this thread's attention arrays (a long-lived process between runs)."""
+    _WORKSPACE.arrays = None
 
 
 class Embeddings(nn.Module):
