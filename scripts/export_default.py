@@ -6,9 +6,9 @@ The weights are stored in float16 (loaded back as float32); the model card is co
 MODEL_CARD.md. The export is atomic like every checkpoint save. A run that continued a dbert
 checkpoint (its --init) keeps that checkpoint's step, tokens and time under "parent". A story
 run trained before runs recorded their sampling defaults gets them from its training files
-(dbert_core/training/story_defaults.py). --top-k / --top-p record the decoding measured best for
-it as its defaults (dbert.json's sampling.decoding; `dbert sample` uses them unless told): the
-shipped story model's is --top-k 0 --top-p 0.9 (the story judge, docs/stories.md).
+(dbert_core/training/story_defaults.py). --steps / --top-k / --top-p record the decoding measured
+best for it as its defaults (dbert.json's sampling.decoding; `dbert sample` uses them unless told):
+the shipped story model's is --steps 48 --top-k 0 --top-p 0.9 (the story judge, docs/stories.md).
 """
 
 import argparse
@@ -26,6 +26,7 @@ def main() -> int:
     ap.add_argument("src")
     ap.add_argument("dst")
     ap.add_argument("--card", help="Markdown model card to ship as MODEL_CARD.md")
+    ap.add_argument("--steps", type=int, help="the reverse steps sampling uses unless told")
     ap.add_argument("--top-k", type=int, help="the top-k sampling uses unless told (0: off)")
     ap.add_argument("--top-p", type=float, help="the nucleus mass sampling uses unless told, in (0, 1]")
     args = ap.parse_args()
@@ -48,7 +49,8 @@ def main() -> int:
 
         db.meta["sampling"] = of_run(db.meta, db.tokenizer)
         print(f"sampling defaults from the training stories: {db.meta['sampling']}", file=sys.stderr)
-    decoding = {k: v for k, v in (("top_k", args.top_k), ("top_p", args.top_p)) if v is not None}
+    decoding = {k: v for k, v in (("steps", args.steps), ("top_k", args.top_k), ("top_p", args.top_p))
+                if v is not None}
     if decoding:
         from dbert_core.config import SampleConfig
 

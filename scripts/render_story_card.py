@@ -71,6 +71,11 @@ def gather(runs: Path = RUNS, out: str = "story") -> dict:
     tc = meta["train_config"]
     tok = WordPieceTokenizer.load(run)
     meta["sampling"] = of_run(meta, tok)  # recorded, or derived as export_default adds them
+    # story-export writes the weights first, with the decoding it records (export_default --steps/--top-k/--top-p)
+    exported = _load(Path("assets/dbert-minilm-stories/dbert.json")) or {}
+    decoding = (exported.get("sampling") or {}).get("decoding")
+    if decoding:
+        meta["sampling"] = {**meta["sampling"], "decoding": decoding}
     stage1 = None  # a second stage (stories_model.sh story-end) starts from runs/init-stage1, a copy of stage 1
     if Path(str(tc.get("init") or "")).name == "init-stage1":
         first = _load(runs / "init-stage1" / "dbert.json")

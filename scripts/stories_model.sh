@@ -7,7 +7,8 @@
 #   evaluations of this and the previous default, the decoding study; export: float16 copy into assets/ with the card; shown: samples at the CLI defaults, the card;
 #   stage2 stories|mix: 150 more steps from runs/stories on the stories alone or with a slice of the
 #   Gutenberg children's books (the same held-out bound decides whether the books help).
-# Env: OUT, INIT, SEED, LR, WARMUP, MAX_STEPS, SEQ_LEN, THREADS, DTYPE, EXTRA (more `dbert train` flags).
+# Env: OUT, INIT, SEED, LR, WARMUP, MAX_STEPS, SEQ_LEN, THREADS, DTYPE, EXTRA (more `dbert train` flags),
+# DECODING (story-export: the export_default.py flags of the recorded decoding).
 # Data (../shared/data, never committed): every TinyStories file (train.txt, valid.txt, more/*.txt;
 # CDLA-Sharing-1.0) and the TinyFabulist fables (MIT / Apache-2.0 generators). Held out: the last 1,000
 # lines of tinystories/valid.txt (~500 paragraphs, the same slice the previous default was evaluated on).
@@ -167,13 +168,17 @@ story_report() {  # the story model (OUT, default runs/story) against its parent
 
 story_export() {  # the story model (OUT) as the shipped default: its weights, then what the card shows of them
   local out=${OUT:-runs/story} dst=assets/dbert-minilm-stories
-  python scripts/export_default.py "$out" "$dst" --card "$dst/MODEL_CARD.md"  # the weights (the old card for now)
+  # the decoding recorded as its defaults (sampling.decoding): chosen with the story judge, docs/stories.md
+  local decoding=${DECODING:---steps 48 --top-k 0 --top-p 0.9}
+  # shellcheck disable=SC2086
+  python scripts/export_default.py "$out" "$dst" --card "$dst/MODEL_CARD.md" $decoding  # the weights (the old card for now)
   { time OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$dst" --n 10 --seed 0 --stats > runs/story-samples10.txt; } \
     2> runs/story-samples10.time
   OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$dst" --n 1 --seed 1 --length 900 --min-length 760 --stats \
     > runs/story-long.txt 2> runs/story-long.stats  # the card's long story (render_story_card.LONG)
   OUT=$out python scripts/render_story_card.py > runs/STORY_CARD.md
-  python scripts/export_default.py "$out" "$dst" --card runs/STORY_CARD.md
+  # shellcheck disable=SC2086
+  python scripts/export_default.py "$out" "$dst" --card runs/STORY_CARD.md $decoding
 }
 
 case "${1:-}" in
