@@ -152,6 +152,9 @@ def test_a_space_for_a_story_break_still_capitalises_only_sentence_and_story_sta
 def test_a_name_given_in_the_text_is_a_name_throughout():
     pieces = "there was a dog named tuck ##er . tuck ##er liked to run .".split()
     assert detokenize(pieces, cased=True) == "There was a dog named Tucker. Tucker liked to run."
+    # a model's slip ("a boy named a timmy") names no function word: "a" stays "a" everywhere else
+    pieces = "there was a boy named a timmy . he had a ball and the dog named the ball .".split()
+    assert detokenize(pieces, cased=True) == "There was a boy named a timmy. He had a ball and the dog named the ball."
 
 
 # ------------------------------------------------------------------------------ quotes and words

@@ -50,6 +50,11 @@ _SPEECH_VERBS = frozenset({"said", "says", "asked", "replied", "shouted", "cried
                            "sang", "begged", "giggled", "agreed", "announced", "wondered", "suggested", "continued"})
 _SPEECH_TAGS = _SPEECH_VERBS | {"she", "he", "they", "mom", "dad", "mommy", "daddy", "mum", "the", "his", "her"}
 _NAMING = frozenset({"named"})     # "a dog named tucker": the next word is a name
+# never a name, whatever follows "named" ("a boy named a timmy" must not write "A" everywhere after)
+_NOT_NAMES = frozenset({"a", "an", "the", "his", "her", "my", "your", "our", "their", "its", "this", "that",
+                        "him", "me", "us", "them", "it", "and", "or", "but", "so", "to", "of", "in", "on",
+                        "at", "for", "with", "by", "as", "was", "is", "be", "after", "because", "he", "she",
+                        "they", "we", "you", "i", "not", "no", "very", "too", "one", "two", "all"})
 _PLAIN_QUOTES = {"\u201c": '"', "\u201d": '"'}  # curly double quotes read as the straight one
 
 
@@ -250,7 +255,7 @@ def _cased(out: list[Span], joined: list[bool], roles: dict[int, bool], starts: 
         words.append((k, end, "".join(x.text for x in out[k:end])))
         k = end
     names = {w for (_, _, before), (k, _, w) in zip(words, words[1:])
-             if before in _NAMING and w.isalpha() and not out[k].masked}
+             if before in _NAMING and w.isalpha() and w not in _NOT_NAMES and not out[k].masked}
     if names:  # a name in this text is a name wherever it stands in it
         table = {**(table or {}), **{w: w[:1].upper() + w[1:] for w in names if (table or {}).get(w, w) == w}}
     capital = True
