@@ -88,9 +88,8 @@ def differences(a: SampleConfig, b: SampleConfig) -> set[str]:
 # ------------------------------------------------------------------------------ runs
 @dataclass
 class Recorded:
-    """One recorded reverse step. `order` is shared by all frames of a run: a position's entry
-    is written once, when it is revealed, so for any frame it is exact wherever that frame
-    shows a token (positions revealed later are still masked there)."""
+    """One recorded reverse step. `order` is shared by all frames of a run: a position's entry is written once,
+    when it is revealed, so it is exact wherever a frame shows a token (later ones are still masked there)."""
 
     frame: object          # dbert_core.sampling.sample.Frame, stored compactly (int32 ids, float32 confidence)
     order: object          # (B, L) int32: step at which each position was revealed (0: given / not yet)
@@ -122,10 +121,9 @@ class Run:
     source_prompt: str | None = None   # the template its positions follow, when not settings.prompt (an infill)
 
     def hold(self, is_cancelled: Callable[[], bool], started: float, done: float) -> None:
-        """While playing a run with min_seconds, keep a frame that reveals a fraction `done` of
-        the tokens until `done * min_seconds` after `started` (time.monotonic()): the reveal
-        spreads evenly over the run however many frames the sampler makes (first-hitting makes
-        fewer than its steps). Paused (single steps) nothing is held."""
+        """While playing a run with min_seconds, keep a frame that reveals a fraction `done` of the tokens until
+        `done * min_seconds` after `started` (time.monotonic()): the reveal spreads evenly over the run however
+        many frames the sampler makes (first-hitting makes fewer than its steps). Paused, nothing is held."""
         target = started + self.min_seconds * done
         while self.min_seconds and self.playing and time.monotonic() < target and not is_cancelled():
             time.sleep(0.01)
@@ -202,8 +200,7 @@ def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Reco
 
 
 class Playback:
-    """A run as a pane shows it. `view` is the index of the frame on screen, None to follow the
-    newest one."""
+    """A run as a pane shows it. `view` is the index of the frame on screen (None: follow the newest one)."""
 
     def __init__(self, run: Run) -> None:
         self.run = run
@@ -281,8 +278,7 @@ class Session:
         self.zoomed = False                       # the selected sample large instead of the grid
         self.grid_n = self.settings.n if self.settings.n > 1 else GRID_N
         self.auto_length = self.settings.length is None  # follow each checkpoint's training length
-        # steps / top-k / top-p not given: follow each checkpoint's recommended decoding until the user sets them
-        self.auto_decoding = {f for f in DECODING if getattr(self.settings, f) is None}
+        self.auto_decoding = {f for f in DECODING if getattr(self.settings, f) is None}  # followed until set
         self._ids = itertools.count(1)
 
     # ------------------------------------------------------------------ what is shown
@@ -319,18 +315,16 @@ class Session:
 
     # ------------------------------------------------------------------ runs
     def fit(self, db) -> list[str]:
-        """Fit every side to a (new) checkpoint: steps within T, the checkpoint's length when it
-        is automatic (else within its maximum), a sampler it allows. Returns what was changed
-        that the user should hear about."""
+        """Fit every side to a (new) checkpoint: its recommended decoding where automatic, steps within T, its
+        length when automatic (else within its maximum), a sampler it allows. Returns what the user should hear."""
         from dbert_core.errors import DbertError
-        from dbert_core.sampling.sample import MAX_STORY, default_length, default_sampler, is_story_model, resolve
-        from dbert_core.sampling.settings import default_decoding
+        from dbert_core.sampling.settings import (MAX_STORY, default_decoding, default_length, default_sampler,
+                                                  is_story_model, resolve)
 
-        notes = []
+        notes, rec = [], default_decoding(db)
 
         def fitted(s: Settings) -> Settings:
-            recommended = default_decoding(db)
-            s = replace(s, **{f: recommended[f] for f in DECODING if f in self.auto_decoding or getattr(s, f) is None})
+            s = replace(s, **{f: rec[f] for f in DECODING if f in self.auto_decoding or getattr(s, f) is None})
             s.steps = max(1, min(db.schedule.T, s.steps))
             if self.auto_length or s.length is None:
                 s.length = default_length(db)
@@ -401,8 +395,7 @@ class Session:
 
     # ------------------------------------------------------------------ settings
     def change(self, db, **fields) -> None:
-        """Set fields of the active side's settings, checked against db. Steps, top-k or top-p set to
-        a new value stop following the checkpoint's recommendation."""
+        """Set fields of the active side's settings, checked against db (a changed DECODING field stops following)."""
         new = replace(self.active, **fields)
         if db is not None:
             from dbert_core.sampling.sample import resolve
