@@ -26,6 +26,7 @@ DOC_SEPS = ("auto", "blank", "eot", "line", "jsonl")  # what separates documents
 LOSSES = ("hybrid", "elbo", "ce")
 DECAYS = ("cosine", "constant")
 DTYPES = ("auto", "fp32", "bf16")
+DECODING = ("steps", "top_k", "top_p")  # SampleConfig's fields a checkpoint may recommend (settings.default_decoding)
 PRESETS = ("tiny", "mini", "small", "base")       # their sizes: model.PRESETS
 MAX_LAMBDA = 1 / math.pi                           # spindle strength that keeps a_t monotone
 MAX_SEED = 2**32 - 1

@@ -27,12 +27,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from dbert_core.config import SampleConfig
+from dbert_core.config import DECODING, SampleConfig
 
 TEMPERATURES = (0.0, 0.1, 0.25, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
 TOP_KS = (0, 5, 10, 30, 100)           # `k` cycles through these (0: off)
 TOP_PS = (1.0, 0.95, 0.9, 0.8, 0.5)    # `o` cycles through these (1: off)
-DECODING = ("steps", "top_k", "top_p")  # the fields a checkpoint may recommend (sampling.default_decoding)
 GRID_N = 6                             # samples `g` starts when there is one
 MAX_N = 16
 FIRST_RUN_S = 8.0                      # the app's first run lasts at least this long, so a newcomer sees it fill in

@@ -11,7 +11,7 @@ import weakref
 from dataclasses import fields, replace
 
 from .. import strategies
-from ..config import SampleConfig
+from ..config import DECODING, SampleConfig
 from ..errors import DbertError
 from ..hardware import compute_dtype
 from .blocks import context, is_story_model, window
@@ -97,11 +97,9 @@ def resolve(cfg: SampleConfig, db) -> SampleConfig:
     sampler = cfg.sampler if cfg.sampler is not None else default_sampler(db)
     length = cfg.length if cfg.length is not None else default_length(db)
     least = cfg.min_length if cfg.min_length is not None else min(default_min_length(db), length)
-    decoding = default_decoding(db)
-    steps = cfg.steps if cfg.steps is not None else decoding["steps"]
-    top_k = cfg.top_k if cfg.top_k is not None else decoding["top_k"]
-    top_p = cfg.top_p if cfg.top_p is not None else decoding["top_p"]
-    out = replace(cfg, length=length, min_length=least, sampler=sampler, steps=steps, top_k=top_k, top_p=top_p,
+    recommended = default_decoding(db)
+    decoding = {f: recommended[f] if getattr(cfg, f) is None else getattr(cfg, f) for f in DECODING}
+    out = replace(cfg, length=length, min_length=least, sampler=sampler, **decoding,
                   dtype=compute_dtype(cfg.dtype, db.device), params=strategies.get(sampler).resolve(cfg.params))
     validate(db, out.steps, out.length, out.sampler, out.params, out.min_length)
     return mark(out, db)
