@@ -277,6 +277,19 @@ def test_help_reads_cleanly(command, capsys, monkeypatch):
         assert "default: a fresh one" in flat and "default: the checkpoint's training length" in flat
 
 
+def test_cli_starts_with_a_typer_that_has_no_help_type_hook(monkeypatch):
+    """The GPU image's older typer has no TyperOption.display_type_rich: the `dbert` command must
+    still start there (help then shows flags with their type), not fail on import."""
+    import typer.core
+
+    from dbert_core.cli.options import flags_without_type
+
+    old = type("TyperOption", (), {})  # an option class without the hook, as an older typer's
+    monkeypatch.setattr(typer.core, "TyperOption", old)
+    flags_without_type()  # no AttributeError
+    assert not hasattr(old, "display_type_rich")
+
+
 def test_dbert_tui_takes_every_option_of_dbert_tui(capsys, monkeypatch):
     from dbert_tui import app as tui_app
     from dbert_tui.controller import Settings

@@ -20,8 +20,8 @@ def flags_without_type() -> None:
     type column: it takes no value."""
     from typer.core import TyperOption
 
-    shown = TyperOption.display_type_rich
-    if getattr(shown, "dbert", False):
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "dbert", False):  # an older typer has no such hook: help shows the type
         return
 
     def display_type_rich(self, ctx):

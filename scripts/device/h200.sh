@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One lent GPU's session (the `device` tool: one command, ~10 minutes, nothing reachable from the machine), run from
+# the repository root: the stories model trained against the clock in bf16 (scripts/device/train_timed.py), then
+# `dbert bench --device cuda` and `dbert sample --n 10` timed, for the README's GPU table, and `dbert eval --unit
+# story` of the new and the shipped weights.
+#   Before: data in .devdata/ (ignored; carried): runs/data/head-{train,heldout}.txt, runs/data/lowercase-stories.txt
+#   (scripts/stories_model.sh story-data), ../shared/data/fables/fables.txt; wheels the image lacks in .whl/.
+#   After: OUT/best.tar.NN (the best held-out checkpoint, float16, split to fit the 16 MiB a file that comes back:
+#   `cat best.tar.* | tar -x`), train.{log,json}, bench.json, eval.jsonl, info.log
+#   (progress of the rest).
+# Env: OUT (results), PY (python), DATA_DIR (.devdata), TRAIN_SECONDS, BATCH, LR, WARMUP, EVAL_EVERY, DEVICE (cuda).
+#   Here, once: `bash scripts/device/h200.sh prepare`; there (the device tool's run, carry [".devdata", ".whl"]):
+#   `OUT=$OUT TRAIN_SECONDS=240 bash scripts/device/h200.sh`. The tree that travels must stay under 64 MiB: the wiki
+#   model's weights (45 MB) went as a symbolic link to a copy outside the checkout for the run.
+set -uo pipefail
+if [ "${1:-}" = prepare ]; then
+  set -e
+  [ -s runs/data/head-train.txt ] || scripts/stories_model.sh story-data
+  mkdir -p .devdata .whl
+  cp runs/data/head-train.txt runs/data/head-heldout.txt runs/data/lowercase-stories.txt ../shared/data/fables/fables.txt .devdata/
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_17_x86_64 -d .whl platformdirs==4.3.6  # the image has no platformdirs
+  for d in /.devdata/ /.whl/; do grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
+  exit 0
+fi
+OUT=${OUT:?set OUT}
+PY=${PY:-python3}
+DEVICE=${DEVICE:-cuda}
+D=${DATA_DIR:-.devdata}
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1; nproc
+  $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+} > "$OUT/info.log" 2>&1
+
+timeout "$(( ${TRAIN_SECONDS:-320} + 40 ))" $PY scripts/device/train_timed.py --init assets/dbert-minilm-stories \
+  --data $D/head-train.txt --data $D/lowercase-stories.txt --data $D/fables.txt --val-data $D/head-heldout.txt \
+  --out /tmp/gpu-story --seconds "${TRAIN_SECONDS:-320}" --batch-size "${BATCH:-128}" --lr "${LR:-2e-4}" \
+  --warmup "${WARMUP:-300}" --eval-every "${EVAL_EVERY:-250}" --device "$DEVICE" > "$OUT/train.json" 2> "$OUT/train.log"
+echo "train exit $?" >> "$OUT/info.log"
+if [ -d /tmp/gpu-story/best ]; then
+  tar -C /tmp/gpu-story -cf /tmp/best.tar best && split -b 15M -d -a 2 /tmp/best.tar "$OUT/best.tar."
+fi
+
+
+for ck in /tmp/gpu-story/best assets/dbert-minilm-stories; do  # the held-out bound as the docs measure it (4 draws)
+  [ -d "$ck" ] || continue
+  echo "{\"checkpoint\": \"$ck\"}" >> "$OUT/eval.jsonl"
+  timeout "${EVAL_SECONDS:-40}" $PY -m dbert_core.cli eval --checkpoint "$ck" --data "$D/head-heldout.txt" --unit story \
+    --steps 128 --mc-samples 4 --json --device "$DEVICE" >> "$OUT/eval.jsonl" 2>> "$OUT/info.log"
+  echo "eval $ck exit $?" >> "$OUT/info.log"
+done
+
+for i in 1 2; do  # end to end, as a user runs it (the second with the file cache and CUDA's kernels warm)
+  TIMEFORMAT="sample --n 10 run $i: %R s wall"
+  { time timeout "${SAMPLE_SECONDS:-30}" $PY -m dbert_core.cli sample --n 10 --seed 0 --device "$DEVICE" --stats > /tmp/sample$i.txt; } \
+    2>> "$OUT/info.log"
+  echo "sample exit $?" >> "$OUT/info.log"
+done
+head -c 1500 /tmp/sample2.txt >> "$OUT/info.log"
+
+timeout "${BENCH_SECONDS:-110}" $PY -m dbert_core.cli bench --device "$DEVICE" --quick --length 256 --batch 1,16 \
+  --out /tmp/bench > /dev/null 2>> "$OUT/info.log"
+echo "bench exit $?" >> "$OUT/info.log"
+cp /tmp/bench/bench.json "$OUT/" 2>/dev/null
