@@ -341,6 +341,25 @@ def test_shape_rates_combine_the_measured_rates():
     assert bench.fraction(50.0, 200.0) == 0.25 and bench.fraction(50.0, None) is None
 
 
+def test_bench_puts_sampling_against_the_dtype_it_computes_in(tiny_db, tmp_path, monkeypatch):
+    """Float32 weights sample under bf16 autocast where bf16 is native (sampling.base.Net): the bench
+    reports that run as bfloat16 and puts it against the bf16 matmul rate, not the fp32 one (on the
+    H200 it had compared bf16 work with the fp32 rate, and so did CPUs with AVX512-BF16)."""
+    from dbert_core import hardware
+    from dbert_core.evaluation import bench
+
+    assert next(tiny_db.model.parameters()).dtype == torch.float32
+    b = bench.Bench(tiny_db, tmp_path, length=8, quick=True, reps=1)
+    assert b._dtype() == "float32"  # no native bf16 (the tests' default): fp32 it is
+    monkeypatch.setattr(hardware, "native_bf16", lambda *a, **k: True)
+    assert b._dtype() == "bfloat16"
+    b.result["rates"]["sampling"] = {"rows": [{"dtype": "float32", "threads": 1, "model": 100.0},
+                                              {"dtype": "bfloat16", "threads": 1, "model": 400.0}]}
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    out = b._compute({"gflop": 10.0, "seconds": 0.1})
+    assert out["dtype"] == "bfloat16" and out["matmul_rate_gflop_per_s"] == 400.0 and out["fraction_of_matmul_rate"] == 0.25
+
+
 @pytest.mark.parametrize("sampler", SAMPLERS)
 def test_only_revealed_rows_of_logits_reach_the_host(any_db, sampler):
     """The sampler reduces the logits where the model runs (a GPU) and copies to the host only

@@ -220,7 +220,10 @@ class Bench:
         return None
 
     def _dtype(self) -> str:
-        return str(next(self.db.model.parameters()).dtype).removeprefix("torch.")
+        """The dtype the sampler computes in: float32 weights run under bf16 autocast where "auto" picks
+        it (sampling.base.Net), so a run's rate is put against the bf16 matmul rate there, not fp32's."""
+        own = next(self.db.model.parameters()).dtype
+        return str(auto_dtype(self.device) if own == torch.float32 else own).removeprefix("torch.")
 
     def forward(self, B: int, threads=(), bf16: bool = False) -> None:
         """Forward at batch B, all positions projected; vs the same dtype's matmul peak."""
@@ -308,8 +311,7 @@ class Bench:
 
         cfg = resolve(SampleConfig(seed=0), self.db)
         B = min(cfg.n, cfg.batch_size)
-        self.rates("cli", B, cfg.length + 2, B * cfg.length, [next(self.db.model.parameters()).dtype],
-                   [torch.get_num_threads()])
+        self.rates("cli", B, cfg.length + 2, B * cfg.length, [getattr(torch, self._dtype())], [torch.get_num_threads()])
         _, st = generate(self.db, cfg)
         self.result["cli_defaults"] = {"sampler": cfg.sampler, "length": cfg.length, "load_seconds": round(load_seconds, 2),
                                        "sample_seconds": st["seconds"], "calls": st["nfe"], **self._compute(st, "cli")}
