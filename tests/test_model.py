@@ -513,3 +513,36 @@ def test_workspace_attention_is_the_explicit_one_in_kept_arrays():
     assert M.attention_path("cpu", True, torch.bfloat16, 512, 0.0, 120) == "sdpa"
     assert M.attention_path("cpu", True, torch.bfloat16, 128, 0.1, 120) == "explicit"
     assert M.attention_path("cuda", False, torch.bfloat16, 258, 0.0, 120) == "sdpa"
+
+
+def test_a_prefix_cache_reuses_the_prefix_and_computes_the_rest(tiny_db):
+    """PrefixCache: the first call is the exact forward and keeps the prefix's keys and values; a
+    second call on the same rows (any subset, any order) computes only the positions after the
+    prefix and, the rest unchanged, gives the same logits; once the rest changes the prefix keeps
+    its first states (the approximation), and the FLOPs counted are those of the positions computed."""
+    from dbert_core.maths.model import PrefixCache, forward_flops
+
+    model = tiny_db.model.eval()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, model.config.vocab_size, (3, 20), generator=g)
+    att = torch.ones_like(ids, dtype=torch.bool)
+    sel = torch.zeros_like(ids, dtype=torch.bool)
+    sel[:, 12:] = True
+    cache = PrefixCache(8)
+    with torch.no_grad():
+        exact = model(ids, att, sel)
+        assert not cache.holds(ids)
+        first = model(ids, att, sel, cache=cache)
+        assert torch.equal(first, exact) and cache.holds(ids) and len(cache.rows) == 3
+        h = model.hidden(ids[[2, 0]], att[[2, 0]], cache=cache)
+        assert h.shape == (2, 12, model.config.hidden_size)  # only the positions after the prefix
+        again = model(ids[[2, 0]], att[[2, 0]], sel[[2, 0]], cache=cache)
+        per_row = exact.view(3, 8, -1)
+        assert torch.allclose(again.view(2, 8, -1), per_row[[2, 0]], atol=1e-5)
+        changed = ids.clone()
+        changed[:, 12:] = model.mask_id
+        approx = model(changed, att, sel, cache=cache)
+        assert not torch.allclose(approx, model(changed, att, sel), atol=1e-4)  # the prefix did not see the change
+    cfg = model.config
+    assert forward_flops(cfg, 3, 20, 24, prefix=8) < forward_flops(cfg, 3, 20, 24)
+    assert forward_flops(cfg, 3, 20, 24, prefix=0) == forward_flops(cfg, 3, 20, 24)

@@ -219,12 +219,13 @@ def test_each_continuation_window_carries_the_storys_last_tokens(story_model):
     windows = []
     counter = iter(range(100, 10_000))
 
-    offsets = []
+    offsets, prefixes = [], []
 
-    def fake_frames(db, cfg, generator, template, topk, offset):
+    def fake_frames(db, cfg, generator, template, topk, offset, prefix):
         x = template.clone()
         windows.append(template.clone())
         offsets.append(offset)
+        prefixes.append(prefix)
         for r in range(x.shape[0]):
             for c in range(x.shape[1]):
                 if x[r, c] == mask:
@@ -242,6 +243,7 @@ def test_each_continuation_window_carries_the_storys_last_tokens(story_model):
     assert (windows[1][:, ctx:] == mask).all()
     assert windows[-1].shape[0] == 1  # the ended story left the batch
     assert offsets == [0] + [(L - ctx) * k for k in range(1, len(windows))]  # each window's canvas column
+    assert prefixes == [0] + [ctx] * (len(windows) - 1)  # the given context a --prefix-cache may keep
     assert (shown[0].ids[:, L:] == mask).all()  # columns no window has reached yet
     final = shown[-1]
     assert final.done and final.ids.shape == (2, 61) and final.nfe == len(windows)
@@ -288,6 +290,31 @@ async def test_the_tui_writes_a_long_story_window_after_window(story_model):
         assert frames[-1].done and [f.done for f in frames].count(True) == 1
         text = g.shown_text()
         assert text and MASK_GLYPH not in text and "\u00b6" not in text
+
+
+def test_the_prefix_cache_writes_continuation_windows_for_fewer_flops(story_model):
+    """--prefix-cache: the first window is sampled exactly as without it (the same draws, the same
+    text); continuation windows compute only their new block after the window's first call, so the
+    same stories cost fewer FLOPs, and the run is labelled approximate."""
+    from dbert_core.config import SampleConfig
+    from dbert_core.sampling.blocks import story_of, window
+    from dbert_core.sampling.sample import generate, resolve, story_stream
+
+    db = story_model
+    sep = db.tokenizer.sep_token_id
+    runs = {}
+    for cached in (False, True):
+        cfg = resolve(SampleConfig(n=4, steps=8, seed=3, length=70, min_length=60, pair_quotes=False,
+                                   fix_contractions=False, prefix_cache=cached), db)
+        final = list(story_stream(db, cfg, torch.Generator().manual_seed(3)))[-1]
+        runs[cached] = ([story_of(r, sep) for r in final.ids], final)
+        texts, stats = generate(db, cfg)
+        assert len(texts) == 4 and stats["exact"] is (not cached) and stats.get("prefix_cache", False) is cached
+    (exact, f_exact), (approx, f_approx) = runs[False], runs[True]
+    first = window(db) - 1
+    assert [s[:first] for s in approx] == [s[:first] for s in exact]  # window 1 has no prefix: untouched
+    assert all(len(s) >= 60 for s in approx)  # the stories go on past the first window
+    assert f_approx.flops < 0.9 * f_exact.flops and f_approx.nfe > 0
 
 
 @pytest.fixture

@@ -162,7 +162,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     at 258 tokens and more, to page faults on arrays of tens of MB (docs/performance.md, 2026-12-04).
     fp32 inference and CUDA use scaled_dot_product_attention (its fused kernels win there).
     """
-    path = attention_path(q.device.type, torch.is_grad_enabled(), q.dtype, q.shape[-2], p, q.shape[0] * q.shape[1])
+    path = attention_path(q.device.type, torch.is_grad_enabled(), q.dtype, q.shape[-2], p, q.shape[0] * q.shape[1],
+                          keys=k.shape[-2])
     if path == "explicit":
         return explicit_attention(q, k, v, mask, p)
     if path == "workspace":
@@ -173,13 +174,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 WORKSPACE_BYTES = 256 * 2**20  # the most the two kept (B, h, N, N) arrays may take; above it: SDPA
 
 
-def attention_path(device: str, grad: bool, dtype: torch.dtype, N: int, p: float, rows: int = 1) -> str:
+def attention_path(device: str, grad: bool, dtype: torch.dtype, N: int, p: float, rows: int = 1,
+                   keys: int | None = None) -> str:
     """"explicit", "workspace" or "sdpa": which form `attention` takes (the rule measured in
-    docs/performance.md); rows: batch x heads (the workspace's size)."""
+    docs/performance.md); N: query positions, keys: key positions (default N); rows: batch x heads
+    (the workspace's size)."""
     bf16 = dtype == torch.bfloat16
     if device == "cpu" and grad and (p > 0 or (bf16 and N <= 256)):
         return "explicit"
-    if device == "cpu" and not grad and bf16 and 2 * rows * N * N * 2 <= WORKSPACE_BYTES:
+    if device == "cpu" and not grad and bf16 and 2 * rows * N * (keys or N) * 2 <= WORKSPACE_BYTES:
         return "workspace"
     return "sdpa"
 
@@ -199,13 +202,14 @@ def workspace_attention(q, k, v, mask: torch.Tensor | None) -> torch.Tensor:
     """explicit_attention without dropout or autograd, its scores and weights written into two
     (B, h, N, N) arrays this thread keeps from call to call (grown when a call has more rows,
     replaced when N, h, dtype or device change), so a sampler's every layer and step reuses the
-    same pages instead of faulting in fresh ones."""
+    same pages instead of faulting in fresh ones. q (B, h, N, d) and k may differ in length (N, K)."""
     B, h, N, _ = q.shape
-    key = (h, N, q.dtype, q.device)
+    K = k.shape[-2]
+    key = (h, N, K, q.dtype, q.device)
     kept = getattr(_WORKSPACE, "arrays", None)
     if kept is None or kept[0] != key or kept[1].shape[0] < B:
         _WORKSPACE.arrays = None  # the old arrays go before the new ones are made
-        shape = (B, h, N, N)
+        shape = (B, h, N, K)
         kept = _WORKSPACE.arrays = (key, torch.empty(shape, dtype=q.dtype, device=q.device),
                                     torch.empty(shape, dtype=q.dtype, device=q.device))
     s, w = kept[1][:B], kept[2][:B]
@@ -235,10 +239,10 @@ class Embeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.dropout = Dropout(c.hidden_dropout_prob)
 
-    def forward(self, words: torch.Tensor) -> torch.Tensor:
-        """words (B, N, H) word embeddings -> (B, N, H) layer input."""
+    def forward(self, words: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """words (B, N, H) word embeddings at positions start.. -> (B, N, H) layer input."""
         x = words + self.token_type_embeddings.weight[0]
-        x = x + self.position_embeddings.weight[: words.shape[1]]
+        x = x + self.position_embeddings.weight[start:start + words.shape[1]]
         return self.dropout(self.LayerNorm(x))
 
 
@@ -259,10 +263,17 @@ class Layer(nn.Module):
         self.dropout = Dropout(c.hidden_dropout_prob)
         self.attn_dropout = c.attention_probs_dropout_prob
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """x (B, N, H); mask (B, 1, 1, N) bool, True where a key may be attended, or None (all)."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, past: tuple | None = None,
+                keep: list | None = None) -> torch.Tensor:
+        """x (B, N, H); mask (B, 1, 1, N) bool, True where a key may be attended, or None (all).
+        past: keys and values (B, h, P, d) of P positions before x's (a PrefixCache's), attended to
+        beside x's own (mask None); keep: a list this call appends its (keys, values) to."""
         B, N, H = x.shape
         q, k, v = self.qkv(x).view(B, N, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)  # 3 x (B, h, N, d)
+        if keep is not None:
+            keep.append((k, v))
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         y = attention(q, k, v, mask, self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(B, N, H)
         x = self.attn_ln(x + self.dropout(self.attn_out(y)))
@@ -327,12 +338,17 @@ class Bert(nn.Module):
                 m.attn_dropout = p
 
     def forward(self, ids: torch.Tensor, attention: torch.Tensor, time_token: torch.Tensor | None = None,
-                layer_time: torch.Tensor | None = None) -> torch.Tensor:
+                layer_time: torch.Tensor | None = None, cache: "PrefixCache | None" = None) -> torch.Tensor:
         """Hidden states (B, N', H) for ids (B, N) with attention (B, N) bool (False: padding).
 
         time_token (B, H): an extra input embedding inserted after [CLS] (N' = N + 1).
         layer_time (B, 1, H): added to the input of every layer.
+        cache: a PrefixCache (no padding, no time input): where it holds every row's prefix, only the
+        positions after it are computed and returned (N' = N - cache.length); else the whole forward
+        runs and the cache keeps its rows' prefix keys and values.
         """
+        if cache is not None and time_token is None and layer_time is None and bool(attention.all()):
+            return cache.forward(self, ids)
         x = self.embeddings.word_embeddings(ids)  # (B, N, H)
         if time_token is not None:
             x = torch.cat([x[:, :1], time_token.unsqueeze(1).to(x.dtype), x[:, 1:]], dim=1)
@@ -398,10 +414,12 @@ class DiffusionBert(nn.Module):
     def time_state_dict(self) -> dict:
         return {} if self.time_embed is None else {f"time_embed.{k}": v for k, v in self.time_embed.state_dict().items()}
 
-    def hidden(self, ids: torch.Tensor, attention: torch.Tensor, t: torch.Tensor | None = None) -> torch.Tensor:
-        """Final hidden states (B, N, H) of the encoder for ids (B, N)."""
+    def hidden(self, ids: torch.Tensor, attention: torch.Tensor, t: torch.Tensor | None = None,
+               cache: "PrefixCache | None" = None) -> torch.Tensor:
+        """Final hidden states (B, N, H) of the encoder for ids (B, N); with a cache that holds the
+        rows' prefix, of the positions after it only (Bert.forward)."""
         if self.time == "none":
-            return self.bert(ids, attention)
+            return self.bert(ids, attention, cache=cache)
         if t is None:
             raise ValueError(f"a model with time conditioning {self.time!r} needs t")
         temb = self.time_embed(t.to(ids.device))  # (B, H)
@@ -410,20 +428,27 @@ class DiffusionBert(nn.Module):
             return torch.cat([h[:, :1], h[:, 2:]], dim=1)  # drop the time token's output
         return self.bert(ids, attention, layer_time=temb.unsqueeze(1))
 
-    def forward(self, ids, attention, select: torch.Tensor, t: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, ids, attention, select: torch.Tensor, t: torch.Tensor | None = None,
+                cache: "PrefixCache | None" = None) -> torch.Tensor:
         """Logits (M, V) at the M positions where select (B, N) is True, in row-major order.
 
-        Forbidden ids get -inf, so p(x_0 | x_t) never puts mass on special tokens.
+        Forbidden ids get -inf, so p(x_0 | x_t) never puts mass on special tokens. cache: a
+        PrefixCache (time-agnostic models; an approximation, see there); select must then be False
+        in the prefix.
         """
-        h = self.hidden(ids, attention, t)
+        h = self.hidden(ids, attention, t, cache)
+        if h.shape[1] < ids.shape[1]:  # the prefix came from the cache: h holds the positions after it
+            select = select[:, ids.shape[1] - h.shape[1]:]
         forbidden = torch.tensor(self.forbidden, device=h.device) if self.forbidden else None
         return self.bert.logits(h[select], forbidden)
 
 
-def forward_flops(config, B: int, N: int, M: int) -> float:
-    """Multiply-add FLOPs (x2) of a BERT forward on (B, N) tokens projecting M positions."""
+def forward_flops(config, B: int, N: int, M: int, prefix: int = 0) -> float:
+    """Multiply-add FLOPs (x2) of a BERT forward on (B, N) tokens projecting M positions; prefix:
+    positions whose keys and values come from a PrefixCache (computed: the N - prefix after them)."""
     H, I, V, layers = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_hidden_layers
-    per_layer = 2 * B * N * (4 * H * H + 2 * H * I) + 2 * 2 * B * N * N * H  # projections, FFN; QK^T and AV
+    Q = N - prefix
+    per_layer = 2 * B * Q * (4 * H * H + 2 * H * I) + 2 * 2 * B * Q * N * H  # projections, FFN; QK^T and AV
     head = 2 * M * (H * H + H * V)  # transform + decoder
     return layers * per_layer + head
 
@@ -431,3 +456,45 @@ def forward_flops(config, B: int, N: int, M: int) -> float:
 def count_parameters(module: nn.Module) -> int:
     """Unique parameters (tied weights counted once)."""
     return sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
+
+
+class PrefixCache:
+    """Fast-dLLM's prefix cache (Wu et al. 2025) for a window whose first `length` positions are given
+    and never change: a story's continuation window, [CLS] and the story's last tokens before the
+    new block (sampling/blocks.py). The first call computes the whole window and keeps those
+    positions' keys and values in every layer; every later call computes only the positions after
+    them, attending to the kept keys and values beside their own.
+
+    An approximation, not the model's p: in the exact forward the context's states see the block
+    being written and change as it fills; here they stay as they were at the window's first call,
+    when the block was all [MASK]. Rows are kept by the content of their prefix, so a sampler may
+    call any subset of its rows, in any order (rows with one prefix share one entry)."""
+
+    def __init__(self, length: int):
+        self.length = length
+        self.rows: dict[bytes, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    def _keys(self, ids: torch.Tensor) -> list[bytes]:
+        return [row.tobytes() for row in ids[:, :self.length].cpu().numpy()]
+
+    def holds(self, ids: torch.Tensor) -> bool:
+        """Every row's prefix is kept: a call on ids computes only the positions after it."""
+        return ids.shape[1] > self.length and all(k in self.rows for k in self._keys(ids))
+
+    def forward(self, bert: Bert, ids: torch.Tensor) -> torch.Tensor:
+        """Bert.forward with this cache (no padding, no time input)."""
+        P, keys = self.length, self._keys(ids)
+        if self.holds(ids):
+            kept = [self.rows[k] for k in keys]
+            x = bert.embeddings(bert.embeddings.word_embeddings(ids[:, P:]), start=P)
+            for i, layer in enumerate(bert.layers):
+                past = (torch.stack([r[i][0] for r in kept]), torch.stack([r[i][1] for r in kept]))
+                x = layer(x, None, past=past)
+            return x
+        x = bert.embeddings(bert.embeddings.word_embeddings(ids))
+        got: list = []
+        for layer in bert.layers:
+            x = layer(x, None, keep=got)
+        for b, key in enumerate(keys):
+            self.rows.setdefault(key, [(k[b, :, :P].clone(), v[b, :, :P].clone()) for k, v in got])
+        return x

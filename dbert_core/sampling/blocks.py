@@ -192,7 +192,7 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
         S = cfg.steps
         last = None
         for f in frames_fn(db, replace(cfg, n=len(rows)), generator=generator, template=template, topk=topk,
-                           offset=col):
+                           offset=col, prefix=start if block else 0):
             last = f
             W = f.ids.shape[1]
             ids = canvas.clone()

@@ -51,7 +51,7 @@ __all__ = [  # a run, and the names library users import from sample (they live 
 @torch.inference_mode()
 def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | None = None,
            template: torch.Tensor | None = None, topk: int = 0, forbid: tuple[int, ...] | list[int] = (),
-           offset: int = 0, **overrides) -> Iterator[Frame]:
+           offset: int = 0, prefix: int = 0, **overrides) -> Iterator[Frame]:
     """Run the reverse process for cfg.n samples in one batch, yielding a Frame per step (event).
 
     cfg holds the settings (SampleConfig's defaults where None); keyword overrides replace
@@ -61,7 +61,8 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
     likely candidates of p' (and their p') at each position's reveal (top_ids, top_probs); the
     draws are the same either way. forbid: more ids never drawn. offset: a story window's place on
     its story's canvas (column 0 of the window is canvas column offset; cfg.min_length counts
-    there). With cfg.pair_quotes or
+    there); prefix: its first columns that are given context (a continuation window's), whose keys
+    and values the network keeps from the first call when cfg.prefix_cache. With cfg.pair_quotes or
     cfg.fix_contractions (both on by default) the touch-up's frames follow the last step (touchup.py).
     """
     from .inspector import TopK
@@ -83,7 +84,7 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
             f.top_ids, f.top_probs = top.ids.clone(), top.probs.clone()
         return f
 
-    reverse = partial(_reverse, offset=offset)
+    reverse = partial(_reverse, offset=offset, prefix=prefix if cfg.prefix_cache else 0)
     if not (cfg.pair_quotes or cfg.fix_contractions):
         for f in reverse(db, cfg, gen, x, forbid, top):
             yield tagged(f)
@@ -98,15 +99,16 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
 
 
 def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbid=(), top=None,
-             offset: int = 0) -> Iterator[Frame]:
+             offset: int = 0, prefix: int = 0) -> Iterator[Frame]:
     """The reverse process of cfg.sampler from x (B, L), [MASK] where it fills in (x is written
     in); top: an inspector.TopK recorder of the candidates at each reveal, or None; offset: the
-    story canvas column of x's column 0 (blocks.story_rules)."""
+    story canvas column of x's column 0 (blocks.story_rules); prefix: x's first columns kept in the
+    network's PrefixCache (0: none, the exact forward)."""
     mask_id = db.model.mask_id
     rules = story_rules(db, x.shape[1], offset, cfg) if is_story_model(db) else None
     state = dict(
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
-        kern=kernel(db.schedule, cfg.steps), net=Net(db, cfg.dtype, rules), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
+        kern=kernel(db.schedule, cfg.steps), net=Net(db, cfg.dtype, rules, prefix), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id} | set(forbid)),  # never sampled
         block_repeats=repeat_block(db) if cfg.block_repeats else None,
     )
@@ -169,6 +171,9 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
         texts.extend(db.decode(row, cased=cased, paragraph=paragraph, verbatim=verbatim) for row in rows_out)
     strategy = strategies.get(cfg.sampler)
     stats = {"nfe": nfe, "rows": rows, "gflop": float(f"{flops / 1e9:.4g}"), "seconds": round(_time.perf_counter() - start, 3),
-             "samples": cfg.n, "steps": cfg.steps, "sampler": cfg.sampler, "exact": strategy.exact,
+             "samples": cfg.n, "steps": cfg.steps, "sampler": cfg.sampler,
+             "exact": strategy.exact and not (cfg.prefix_cache and is_story_model(db)),  # the cache approximates p
              "params": strategy.resolve(cfg.params)}
+    if cfg.prefix_cache:
+        stats["prefix_cache"] = True
     return texts, stats
