@@ -107,7 +107,7 @@ def _save(model, opt, state: dict, out: Path, tokenizer=None) -> None:
 
 def _step(model, opt, ids, labels, pad: int, bf16: bool) -> torch.Tensor:
     """One optimizer step of the causal LM on a batch (bf16 autocast where native, clipping at 1)."""
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=bf16):
         loss = model(input_ids=ids, attention_mask=(ids != pad).long(), labels=labels).loss
     opt.zero_grad()
     loss.backward()
@@ -130,17 +130,19 @@ def train(a) -> int:
     per_step = sum(len(r) for r in rows) / len(rows) * batch
     steps = max(1, round(budget / per_step))
     torch.manual_seed(0)
+    device = torch.device(a.device)
     if (out / "state.json").is_file():
         state = json.loads((out / "state.json").read_text())
-        model = GPT2LMHeadModel.from_pretrained(out)
+        model = GPT2LMHeadModel.from_pretrained(out).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=tc["lr"], weight_decay=0.01)
-        opt.load_state_dict(torch.load(out / "optimizer.pt", weights_only=True))
+        opt.load_state_dict(torch.load(out / "optimizer.pt", weights_only=True, map_location=device))
         say(f"resumed at step {state['step']} of {state['steps']}")
     else:
-        model = build(db, seq_len, a.layers, a.hidden, a.heads)
+        model = build(db, seq_len, a.layers, a.hidden, a.heads).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=tc["lr"], weight_decay=0.01)
         state = {"step": 0, "steps": steps, "tokens_seen": 0, "seconds": 0.0, "checkpoint": str(a.checkpoint),
                  "budget_tokens": budget, "params": sum(p.numel() for p in model.parameters()), "cpu": cpu_name(),
+                 "device": str(device),
                  "windows": len(rows), "seq_len": seq_len, "batch": batch, "lr": tc["lr"], "history": []}
     steps = state["steps"]
     stop = {"now": False}
@@ -150,7 +152,7 @@ def train(a) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    bf16 = native_bf16("cpu") and not a.fp32
+    bf16 = native_bf16(device) and not a.fp32
     warmup, lr, floor = tc["warmup"], tc["lr"], tc["lr"] * tc.get("min_lr_ratio", 0.1)
     tok = db.tokenizer
     model.train()
@@ -162,6 +164,7 @@ def train(a) -> int:
         random.Random(epoch).shuffle(order)  # the same order whenever a run resumes
         pick = [rows[order[(k + j) % len(rows)]] for j in range(batch)]
         ids, labels = _batch(pick, tok.sep_token_id, tok.pad_token_id, story=meta.get("unit") == "story")
+        ids, labels = ids.to(device), labels.to(device)
         progress = min(1.0, step / max(1, steps - 1))
         rate = lr * (step + 1) / warmup if step < warmup else floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
         for g in opt.param_groups:
@@ -354,6 +357,7 @@ def main(argv=None) -> int:
     t.add_argument("--save-every", type=int, default=100)
     t.add_argument("--log-every", type=int, default=10)
     t.add_argument("--fp32", action="store_true", help="no bf16 autocast even where the CPU has it")
+    t.add_argument("--device", default="cpu", help="cpu or cuda (a lent GPU trains the stories baseline in minutes)")
     t.add_argument("--layers", type=int, default=6, help="GPT-2 layers (6 x 384: the diffusion model's size)")
     t.add_argument("--hidden", type=int, default=384)
     t.add_argument("--heads", type=int, default=6)
