@@ -1,6 +1,7 @@
-"""scripts/recipes/gpu_stories.sh, dry run on the CPU at toy scale: the device step probes, trains
-a run sized to its time budget, returns only what a device call can (at most 8 files under 16 MiB),
-and collect puts a checkpoint back together that loads and holds the trained weights."""
+"""scripts/recipes/gpu_stories.sh, dry run on the CPU at toy scale: the run trains against its time budget
+(scripts/recipes/train_timed.py), keeps the best held-out weights, scores them beside the starting ones, and
+returns only what a device call can (at most 8 files under 16 MiB each) from which the checkpoint is put back
+together and loads."""
 
 from __future__ import annotations
 
@@ -12,54 +13,58 @@ import tarfile
 
 import pytest
 
-from helpers import ROOT, TINYSTORIES, TINYSTORIES_VALID
+from helpers import DATA, ROOT
 
 SCRIPT = ROOT / "scripts" / "recipes" / "gpu_stories.sh"
+HEAD = DATA / "tinystories" / "TinyStories-train-head.txt"
 
 
-def _head(src, dst, lines):
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    with open(src, encoding="utf-8") as f:
-        dst.write_text("".join(line for _, line in zip(range(lines), f)), encoding="utf-8")
+def _stories(dst, first: int, count: int) -> None:
+    """Stories first .. first + count of the head file, in its own <|endoftext|> format."""
+    out, n = [], 0
+    for line in HEAD.read_text(encoding="utf-8").splitlines(keepends=True):
+        if first <= n < first + count:
+            out.append(line)
+        if line.strip() == "<|endoftext|>":
+            n += 1
+    dst.write_text("".join(out), encoding="utf-8")
 
 
 @pytest.mark.slow
 def test_the_gpu_recipe_runs_end_to_end_on_the_cpu(tiny_checkpoint, tmp_path):
-    from safetensors.torch import load_file
+    from dbert_core.storage import checkpoint
 
-    gpu, out, work = tmp_path / "gpu", tmp_path / "out", tmp_path / "work"
-    shared = gpu / "shared"
-    _head(TINYSTORIES, shared / "tinystories" / "train.txt", 300)
-    _head(TINYSTORIES_VALID, shared / "tinystories" / "valid.txt", 1060)  # the last 1,000 lines are held out
-    _head(TINYSTORIES, shared / "tinystories" / "more" / "train_1001_2016.txt", 40)
-    _head(TINYSTORIES, shared / "tinystories" / "more" / "train_2317_5000_lowercase.txt", 40)
-    _head(TINYSTORIES, shared / "fables" / "fables.txt", 40)
+    data, out, work = tmp_path / "data", tmp_path / "out", tmp_path / "work"
+    data.mkdir()
     out.mkdir()
-    env = {**os.environ, "GPU_DIR": str(gpu), "OUT": str(out), "WORK": str(work), "DEVICE": "cpu",
-           "INIT": str(tiny_checkpoint), "SEQ_LEN": "24", "BATCH": "8", "PROBE_STEPS": "3", "TRAIN_S": "2",
-           "WARMUP": "1", "EVAL_LIMIT": "20", "TESTS": "0", "OMP_NUM_THREADS": "1",
-           "BENCH": "--quick --no-train --no-bf16 --batch 1 --steps 16 --length 16",
-           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
-    done = subprocess.run(["bash", str(SCRIPT), "device"], env=env, capture_output=True, text=True, timeout=600)
+    _stories(data / "head-train.txt", 0, 24)
+    _stories(data / "lowercase-stories.txt", 24, 8)
+    _stories(data / "fables.txt", 32, 8)
+    _stories(data / "head-heldout.txt", 2000, 3)
+    env = {**os.environ, "OUT": str(out), "WORK": str(work), "DATA_DIR": str(data), "INIT": str(tiny_checkpoint),
+           "DEVICE": "cpu", "PARTS": "train eval", "TRAIN_SECONDS": "12", "BATCH": "4", "SEQ_LEN": "32", "WARMUP": "2",
+           "EVAL_EVERY": "10", "OMP_NUM_THREADS": "1", "PY": sys.executable,
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     files = sorted(p.name for p in out.iterdir())
-    assert "model.part00" in files and {"rest.tar.gz", "train.log", "report.tar.gz"} <= set(files)
-    assert len(files) <= 8 and all((out / f).stat().st_size < 16 * 2**20 for f in files)  # what a call returns
-    with tarfile.open(out / "report.tar.gz") as tar:
-        names = set(tar.getnames())
-        ev = json.load(tar.extractfile("./eval.json"))
-        machine = tar.extractfile("./machine.txt").read().decode()
-    assert {"./probe.log", "./bench.json"} <= names, names
-    assert ev["examples"] > 0 and ev["ppl_token"] > 1 and "steps: " in machine
-    steps = int(machine.split("steps: ")[1].split()[0])
-    assert steps >= 3  # at least the probe's steps, sized from its rate
-    to = tmp_path / "collected"
-    got = subprocess.run(["bash", str(SCRIPT), "collect", str(out)], env={**env, "TO": str(to), "EVAL": "0"},
-                         capture_output=True, text=True, timeout=300)
-    assert got.returncode == 0, got.stderr[-2000:]
-    state = json.loads((to / "train_state.json").read_text())
-    assert state["step"] == steps
-    assert (to.parent / "collected-device" / "train.log").is_file()
-    trained = load_file(str(work / "export" / "model.safetensors"))
-    back = load_file(str(to / "model.safetensors"))
-    assert trained.keys() == back.keys() and all((trained[k] == back[k]).all() for k in trained)
+    assert len(files) <= 8 and all((out / f).stat().st_size < 16 * 2**20 for f in files), files  # what a call returns
+    assert {"best.tar.00", "train.json", "train.log", "eval.jsonl", "info.log"} <= set(files), files
+    info = (out / "info.log").read_text()
+    assert "train exit 0" in info and info.count("exit 0") == 3, info  # training and both evaluations
+    summary = json.loads((out / "train.json").read_text())
+    assert summary["steps"] >= 30 and summary["max_steps"] == summary["steps"]  # fitted to the budget, and reached
+    assert summary["evals"][0]["step"] == 0 and summary["best_step"] is not None
+    best = min(e["val_ppl_token"] for e in summary["evals"] if e["step"] > 0)
+    assert summary["best_val_ppl"] == best
+    parts = sorted(out.glob("best.tar.*"))
+    joined = tmp_path / "best.tar"
+    joined.write_bytes(b"".join(p.read_bytes() for p in parts))
+    with tarfile.open(joined) as tar:
+        tar.extractall(tmp_path / "back", filter="data")
+    db = checkpoint.load(tmp_path / "back" / "best")  # loads: its digests match its float16 weights
+    assert db.meta["step"] == summary["best_step"] and db.meta["unit"] == "story"
+    assert round(db.meta["val_ppl_token"], 3) == round(best, 3)
+    evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    scored = [e for e in evals if "ppl_token" in e]
+    assert len(scored) == 2 and all(e["documents"] == 3 and e["ppl_token"] > 1 for e in scored)

@@ -5,7 +5,7 @@ max_steps, times steps 10-30, then sets max_steps so that the cosine schedule en
 held-out evaluations' time counted in). The shipped weights are scored first (the baseline, same run); every
 evaluation that beats the best so far writes the weights in float16 to OUT/best (a checkpoint `dbert` loads).
 
-    python scripts/device/train_timed.py --init assets/dbert-minilm-stories --data a.txt --data b.txt \
+    python scripts/recipes/train_timed.py --init assets/dbert-minilm-stories --data a.txt --data b.txt \
         --val-data heldout.txt --out runs/gpu-story --seconds 330 --device cuda
 
 Prints progress on stderr (dbert train's lines) and one JSON summary on stdout.
@@ -21,12 +21,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from dbert_core.cli.progress import TrainProgress  # noqa: E402
-from dbert_core.config import TrainConfig  # noqa: E402
-from dbert_core.storage import checkpoint as ckpt  # noqa: E402
-from dbert_core.training.train import Callback, Trainer  # noqa: E402
+from dbert_core.cli.progress import TrainProgress
+from dbert_core.config import TrainConfig
+from dbert_core.storage import checkpoint as ckpt
+from dbert_core.training.train import Callback, Trainer
 
 
 def _sync(device) -> None:
