@@ -8,7 +8,7 @@ checkpoint (its --init) keeps that checkpoint's step, tokens and time under "par
 run trained before runs recorded their sampling defaults gets them from its training files
 (dbert_core/training/story_defaults.py). --steps / --top-k / --top-p record the decoding measured
 best for it as its defaults (dbert.json's sampling.decoding; `dbert sample` uses them unless told):
-the shipped story model's is --steps 48 --top-k 30 --top-p 1 (docs/stories.md).
+the shipped story model's is --steps 32 --top-k 30 --top-p 1 (docs/stories.md).
 """
 
 import argparse

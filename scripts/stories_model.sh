@@ -169,7 +169,7 @@ story_report() {  # the story model (OUT, default runs/story) against its parent
 story_export() {  # the story model (OUT) as the shipped default: its weights, then what the card shows of them
   local out=${OUT:-runs/story} dst=assets/dbert-minilm-stories
   # the decoding recorded as its defaults (sampling.decoding): chosen with the story judge, docs/stories.md
-  local decoding=${DECODING:---steps 48 --top-k 30 --top-p 1}
+  local decoding=${DECODING:---steps 32 --top-k 30 --top-p 1}
   # shellcheck disable=SC2086
   python scripts/export_default.py "$out" "$dst" --card "$dst/MODEL_CARD.md" $decoding  # the weights (the old card for now)
   { time OMP_NUM_THREADS=$THREADS dbert sample --checkpoint "$dst" --n 10 --seed 0 --stats > runs/story-samples10.txt; } \
