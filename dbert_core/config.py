@@ -251,7 +251,7 @@ class SampleConfig:
     fix_contractions: bool = True      # refill contractions English lacks ("you't"), apostrophes excluded
     dtype: str = "auto"                # the network's precision: auto (bf16 where native), fp32, bf16
     prefix_cache: bool = False         # a long story's continuation windows keep their context's keys and
-    #                                    values from the window's first call (approximate: maths.model.PrefixCache)
+    #                                    values from the window's first call (approximate: maths.prefix_cache.PrefixCache)
 
     def validate(self) -> "SampleConfig":
         """Checks that need no checkpoint; `sample.resolve` adds the ones that do."""

@@ -520,7 +520,8 @@ def test_a_prefix_cache_reuses_the_prefix_and_computes_the_rest(tiny_db):
     second call on the same rows (any subset, any order) computes only the positions after the
     prefix and, the rest unchanged, gives the same logits; once the rest changes the prefix keeps
     its first states (the approximation), and the FLOPs counted are those of the positions computed."""
-    from dbert_core.maths.model import PrefixCache, forward_flops
+    from dbert_core.maths.model import forward_flops
+    from dbert_core.maths.prefix_cache import PrefixCache
 
     model = tiny_db.model.eval()
     g = torch.Generator().manual_seed(0)

@@ -1,7 +1,8 @@
 """maths: the diffusion itself.
 
 schedule (a_t(v): linear and spindle, the step grid), model (the BERT denoiser, presets, FLOPs),
-diffusion (the forward process, the per-step KL, the ELBO).
+diffusion (the forward process, the per-step KL, the ELBO), prefix_cache (a continuation window's
+given context kept from its first call: `--prefix-cache`, an approximation).
 
 May import: the floor.
 """

@@ -338,7 +338,7 @@ class Bert(nn.Module):
                 m.attn_dropout = p
 
     def forward(self, ids: torch.Tensor, attention: torch.Tensor, time_token: torch.Tensor | None = None,
-                layer_time: torch.Tensor | None = None, cache: "PrefixCache | None" = None) -> torch.Tensor:
+                layer_time: torch.Tensor | None = None, cache: PrefixCache | None = None) -> torch.Tensor:
         """Hidden states (B, N', H) for ids (B, N) with attention (B, N) bool (False: padding).
 
         time_token (B, H): an extra input embedding inserted after [CLS] (N' = N + 1).
@@ -347,8 +347,10 @@ class Bert(nn.Module):
         positions after it are computed and returned (N' = N - cache.length); else the whole forward
         runs and the cache keeps its rows' prefix keys and values.
         """
-        if cache is not None and time_token is None and layer_time is None and bool(attention.all()):
-            return cache.forward(self, ids)
+        if cache is not None:
+            cache.reused = 0  # until this call takes its prefix from it
+            if time_token is None and layer_time is None and bool(attention.all()):
+                return cache.forward(self, ids)
         x = self.embeddings.word_embeddings(ids)  # (B, N, H)
         if time_token is not None:
             x = torch.cat([x[:, :1], time_token.unsqueeze(1).to(x.dtype), x[:, 1:]], dim=1)
@@ -415,7 +417,7 @@ class DiffusionBert(nn.Module):
         return {} if self.time_embed is None else {f"time_embed.{k}": v for k, v in self.time_embed.state_dict().items()}
 
     def hidden(self, ids: torch.Tensor, attention: torch.Tensor, t: torch.Tensor | None = None,
-               cache: "PrefixCache | None" = None) -> torch.Tensor:
+               cache: PrefixCache | None = None) -> torch.Tensor:
         """Final hidden states (B, N, H) of the encoder for ids (B, N); with a cache that holds the
         rows' prefix, of the positions after it only (Bert.forward)."""
         if self.time == "none":
@@ -429,7 +431,7 @@ class DiffusionBert(nn.Module):
         return self.bert(ids, attention, layer_time=temb.unsqueeze(1))
 
     def forward(self, ids, attention, select: torch.Tensor, t: torch.Tensor | None = None,
-                cache: "PrefixCache | None" = None) -> torch.Tensor:
+                cache: PrefixCache | None = None) -> torch.Tensor:
         """Logits (M, V) at the M positions where select (B, N) is True, in row-major order.
 
         Forbidden ids get -inf, so p(x_0 | x_t) never puts mass on special tokens. cache: a
@@ -456,45 +458,3 @@ def forward_flops(config, B: int, N: int, M: int, prefix: int = 0) -> float:
 def count_parameters(module: nn.Module) -> int:
     """Unique parameters (tied weights counted once)."""
     return sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
-
-
-class PrefixCache:
-    """Fast-dLLM's prefix cache (Wu et al. 2025) for a window whose first `length` positions are given
-    and never change: a story's continuation window, [CLS] and the story's last tokens before the
-    new block (sampling/blocks.py). The first call computes the whole window and keeps those
-    positions' keys and values in every layer; every later call computes only the positions after
-    them, attending to the kept keys and values beside their own.
-
-    An approximation, not the model's p: in the exact forward the context's states see the block
-    being written and change as it fills; here they stay as they were at the window's first call,
-    when the block was all [MASK]. Rows are kept by the content of their prefix, so a sampler may
-    call any subset of its rows, in any order (rows with one prefix share one entry)."""
-
-    def __init__(self, length: int):
-        self.length = length
-        self.rows: dict[bytes, list[tuple[torch.Tensor, torch.Tensor]]] = {}
-
-    def _keys(self, ids: torch.Tensor) -> list[bytes]:
-        return [row.tobytes() for row in ids[:, :self.length].cpu().numpy()]
-
-    def holds(self, ids: torch.Tensor) -> bool:
-        """Every row's prefix is kept: a call on ids computes only the positions after it."""
-        return ids.shape[1] > self.length and all(k in self.rows for k in self._keys(ids))
-
-    def forward(self, bert: Bert, ids: torch.Tensor) -> torch.Tensor:
-        """Bert.forward with this cache (no padding, no time input)."""
-        P, keys = self.length, self._keys(ids)
-        if self.holds(ids):
-            kept = [self.rows[k] for k in keys]
-            x = bert.embeddings(bert.embeddings.word_embeddings(ids[:, P:]), start=P)
-            for i, layer in enumerate(bert.layers):
-                past = (torch.stack([r[i][0] for r in kept]), torch.stack([r[i][1] for r in kept]))
-                x = layer(x, None, past=past)
-            return x
-        x = bert.embeddings(bert.embeddings.word_embeddings(ids))
-        got: list = []
-        for layer in bert.layers:
-            x = layer(x, None, keep=got)
-        for b, key in enumerate(keys):
-            self.rows.setdefault(key, [(k[b, :, :P].clone(), v[b, :, :P].clone()) for k, v in got])
-        return x

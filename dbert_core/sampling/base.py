@@ -36,7 +36,8 @@ from typing import Iterator, Protocol
 import torch
 
 from ..errors import DbertError
-from ..maths.model import PrefixCache, forward_flops
+from ..maths.model import forward_flops
+from ..maths.prefix_cache import PrefixCache
 from ..maths.schedule import step_grid
 from .draw import RepeatBlock
 
@@ -152,8 +153,9 @@ class Net:
         self.model, self.device = db.model, db.device
         self.end_rules = end_rules  # a story's blocks.StoryRules (where it may start and end), or None
         # prefix > 0: the window's first `prefix` columns are given and never change (a story's continuation
-        # window) and their keys and values are kept from the first call (--prefix-cache: an approximation)
-        self.cache = PrefixCache(1 + prefix) if prefix and db.model.time == "none" else None
+        # window) and their keys and values are kept from the first call (--prefix-cache: an approximation;
+        # a time-conditioned model ignores it: DiffusionBert.hidden)
+        self.cache = PrefixCache(1 + prefix) if prefix else None
         self.bf16 = dtype == "bf16" and next(self.model.parameters()).dtype == torch.float32  # autocast; fp32 logits out
         self.cls, self.sep = db.tokenizer.cls_token_id, db.tokenizer.sep_token_id
         self.nfe = 0
@@ -172,11 +174,11 @@ class Net:
         attention = torch.ones(inp.shape, dtype=torch.bool, device=self.device)
         self.nfe += 1
         self.rows += R
-        cached = self.cache.length if self.cache is not None and self.cache.holds(inp) else 0
-        self.flops += forward_flops(self.model.config, R, inp.shape[1], int(sel.sum()), prefix=cached)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             cache = {} if self.cache is None else {"cache": self.cache}  # the model's own call, unless caching
             out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device), **cache).float()
+        reused = self.cache.reused if self.cache is not None else 0  # positions this call took from the cache
+        self.flops += forward_flops(self.model.config, R, inp.shape[1], int(sel.sum()), prefix=reused)
         total = float(out.detach().sum())  # one pass: -inf marks forbidden tokens; NaN or +inf anywhere makes it NaN or +inf
         if math.isnan(total) or total == math.inf:
             raise DbertError("the model's outputs are not finite (NaN or inf in its weights?); "

@@ -2,7 +2,7 @@
 
 A long story is written window after window (sampling/blocks.py): each continuation window holds the story's
 last 128 tokens as given context and 128 new masks. The exact forward recomputes the context at every call;
-the prefix cache (maths/model.PrefixCache, Fast-dLLM's) keeps the context's keys and values from the window's
+the prefix cache (maths/prefix_cache.PrefixCache, Fast-dLLM's) keeps the context's keys and values from the window's
 first call and computes only the new block. This study samples long stories from the exact p (the texts are
 the defaults') and, at every call of a continuation window, also runs the cached forward on the same rows,
 reporting KL(p_exact || p_cached) at the positions the sampler reads (mean, 99th percentile, max, in nats)
