@@ -67,6 +67,7 @@ class TrainConfig:
     unit: str = "line"                 # an example is a line, a sentence, or a whole story (document)
     doc_sep: str = "auto"              # what separates documents: auto (per file), blank, eot, line, jsonl
     story_context: int | None = None   # --unit story: earlier tokens a continuation window carries (None: seq_len // 2)
+    hide_end_padding: bool = False     # --unit story: a visible [SEP] after a [SEP] is no key (maths/end_padding.py)
     pack: bool = False                 # join examples with [SEP] into full seq_len streams
     short_windows: float = 0.0         # with --unit sentence --pack: this fraction of windows get a shorter room
     seq_len: int = 64                  # content tokens per example (plus [CLS], [SEP])
@@ -132,6 +133,7 @@ class TrainConfig:
             _int("--story-context", self.story_context, 1, max(1, self.seq_len - 1))
             _need(self.unit == "story", "--story-context is for --unit story")
         _need(not (self.unit == "story" and self.pack), "--unit story makes whole-story windows itself: drop --pack")
+        _need(not self.hide_end_padding or self.unit == "story", "--hide-end-padding is for --unit story (its windows end in padding)")
         _float("--short-windows", self.short_windows, 0.0, 1.0)
         _need(not self.short_windows or (self.pack and self.unit == "sentence"),
               "--short-windows shortens sentence-start windows: it needs --unit sentence --pack")
@@ -249,6 +251,7 @@ class SampleConfig:
     block_repeats: bool = True         # never draw a token equal to a revealed neighbour ("there there")
     pair_quotes: bool = True           # refill quotes that pair with none, quotes excluded (quotes.py)
     fix_contractions: bool = True      # refill contractions English lacks ("you't"), apostrophes excluded
+    known_words: bool = True           # refill words of several pieces the training text never writes (lexicon.py)
     dtype: str = "auto"                # the network's precision: auto (bf16 where native), fp32, bf16
     prefix_cache: bool = False         # a long story's continuation windows keep their context's keys and
     #                                    values from the window's first call (approximate: maths.prefix_cache.PrefixCache)

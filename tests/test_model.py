@@ -469,7 +469,7 @@ def test_explicit_attention_equals_sdpa():
 def test_workspace_attention_is_the_explicit_one_in_kept_arrays():
     """CPU bf16 inference writes its scores and weights into two arrays a thread keeps: the same
     numbers as explicit_attention (with and without a padding mask), whatever the rows of the call
-    before (the arrays grow, and a smaller call uses their first rows), new arrays when N changes;
+    before (the arrays grow, and a smaller or shorter call is a view of their start);
     within a small distance of SDPA's fused kernel; training and fp32 never take it."""
     import threading
 
@@ -494,10 +494,13 @@ def test_workspace_attention_is_the_explicit_one_in_kept_arrays():
         assert M._WORKSPACE.arrays[1] is first
         q3, k3, v3 = qkv(6, 9)  # more rows: grown
         assert torch.equal(M.workspace_attention(q3, k3, v3, None), M.explicit_attention(q3, k3, v3, None, 0.0))
-        assert M._WORKSPACE.arrays[1].shape[0] == 6
-        q4, k4, v4 = qkv(2, 5)  # another length: new arrays of that length
+        grown = M._WORKSPACE.arrays[1]
+        assert grown.numel() == 6 * 3 * 9 * 9
+        q4, k4, v4 = qkv(2, 5)  # another length (a cropped end): a view of the same arrays
         assert torch.equal(M.workspace_attention(q4, k4, v4, None), M.explicit_attention(q4, k4, v4, None, 0.0))
-        assert M._WORKSPACE.arrays[1].shape == (2, 3, 5, 5)
+        q5, k5, v5 = qkv(6, 9)  # and back: the first call's numbers again, nothing left over from the short one
+        assert torch.equal(M.workspace_attention(q5, k5, v5, None), M.explicit_attention(q5, k5, v5, None, 0.0))
+        assert M._WORKSPACE.arrays[1] is grown
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
         assert (M.attention(q, k, v, mask, 0.0).float() - ref).abs().max() < 0.05  # bf16's own precision
         seen = []

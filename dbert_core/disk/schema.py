@@ -76,6 +76,7 @@ FIELDS = {
     "preset": (False, _kind(str, none=True)),
     "init": (False, _kind(str, none=True)),
     "unit": (False, _kind(str, none=True)),
+    "end_padding": (False, _one_of(("seen", "hidden"))),
     "device": (False, _kind(str, none=True)),
     "created": (False, _kind(str)),
     "saved": (False, _kind(str)),

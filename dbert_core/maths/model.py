@@ -26,6 +26,7 @@ from torch import nn
 
 from ..config import TIME_MODES
 from ..errors import DbertError
+from .end_padding import hidden_keys
 
 
 # BERT sizes: tiny for tests, mini/small after Turc et al. 2019, base = bert-base.
@@ -200,19 +201,19 @@ _WORKSPACE = threading.local()  # per thread (the TUI's and the server's workers
 
 def workspace_attention(q, k, v, mask: torch.Tensor | None) -> torch.Tensor:
     """explicit_attention without dropout or autograd, its scores and weights written into two
-    (B, h, N, N) arrays this thread keeps from call to call (grown when a call has more rows,
-    replaced when N, h, dtype or device change), so a sampler's every layer and step reuses the
-    same pages instead of faulting in fresh ones. q (B, h, N, d) and k may differ in length (N, K)."""
+    arrays this thread keeps from call to call (grown when a call needs more, replaced when the
+    dtype or device change; any shape is a view of their start), so a sampler's every layer and
+    step reuses the same pages instead of faulting in fresh ones, also when its calls change
+    length (a cropped end: maths/end_padding.py). q (B, h, N, d) and k may differ in length (N, K)."""
     B, h, N, _ = q.shape
     K = k.shape[-2]
-    key = (h, N, K, q.dtype, q.device)
+    size, key = B * h * N * K, (q.dtype, q.device)
     kept = getattr(_WORKSPACE, "arrays", None)
-    if kept is None or kept[0] != key or kept[1].shape[0] < B:
+    if kept is None or kept[0] != key or kept[1].numel() < size:
         _WORKSPACE.arrays = None  # the old arrays go before the new ones are made
-        shape = (B, h, N, K)
-        kept = _WORKSPACE.arrays = (key, torch.empty(shape, dtype=q.dtype, device=q.device),
-                                    torch.empty(shape, dtype=q.dtype, device=q.device))
-    s, w = kept[1][:B], kept[2][:B]
+        kept = _WORKSPACE.arrays = (key, torch.empty(size, dtype=q.dtype, device=q.device),
+                                    torch.empty(size, dtype=q.dtype, device=q.device))
+    s, w = kept[1][:size].view(B, h, N, K), kept[2][:size].view(B, h, N, K)
     torch.matmul(q, k.transpose(-1, -2), out=s)
     s.mul_(q.shape[-1] ** -0.5)
     if mask is not None:
@@ -267,7 +268,7 @@ class Layer(nn.Module):
                 keep: list | None = None) -> torch.Tensor:
         """x (B, N, H); mask (B, 1, 1, N) bool, True where a key may be attended, or None (all).
         past: keys and values (B, h, P, d) of P positions before x's (a PrefixCache's), attended to
-        beside x's own (mask None); keep: a list this call appends its (keys, values) to."""
+        beside x's own (mask then covers the P + N keys); keep: a list this call appends its (keys, values) to."""
         B, N, H = x.shape
         q, k, v = self.qkv(x).view(B, N, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)  # 3 x (B, h, N, d)
         if keep is not None:
@@ -343,14 +344,14 @@ class Bert(nn.Module):
 
         time_token (B, H): an extra input embedding inserted after [CLS] (N' = N + 1).
         layer_time (B, 1, H): added to the input of every layer.
-        cache: a PrefixCache (no padding, no time input): where it holds every row's prefix, only the
+        cache: a PrefixCache (no time input): where it holds every row's prefix, only the
         positions after it are computed and returned (N' = N - cache.length); else the whole forward
         runs and the cache keeps its rows' prefix keys and values.
         """
         if cache is not None:
             cache.reused = 0  # until this call takes its prefix from it
-            if time_token is None and layer_time is None and bool(attention.all()):
-                return cache.forward(self, ids)
+            if time_token is None and layer_time is None:
+                return cache.forward(self, ids, None if bool(attention.all()) else attention[:, None, None, :].bool())
         x = self.embeddings.word_embeddings(ids)  # (B, N, H)
         if time_token is not None:
             x = torch.cat([x[:, :1], time_token.unsqueeze(1).to(x.dtype), x[:, 1:]], dim=1)
@@ -393,7 +394,7 @@ class DiffusionBert(nn.Module):
     """Bert + time conditioning. forward() returns logits for selected positions."""
 
     def __init__(self, bert: Bert, time: str = "none", T: int = 2048, mask_id: int = 103,
-                 forbidden: tuple[int, ...] = ()):
+                 forbidden: tuple[int, ...] = (), hide_end_padding: bool = False, sep_id: int = 102):
         super().__init__()
         if time not in TIME_MODES:
             raise ValueError(f"unknown time conditioning {time!r}; choose one of: {', '.join(TIME_MODES)}")
@@ -402,6 +403,8 @@ class DiffusionBert(nn.Module):
         self.T = T
         self.mask_id = mask_id
         self.forbidden = list(forbidden)  # ids the model may never predict: [PAD], [CLS], [MASK]
+        self.hide_end_padding = hide_end_padding  # a visible [SEP] after a [SEP] is no key (maths/end_padding.py)
+        self.sep_id = sep_id
         self.time_embed = TimeEmbedding(bert.config.hidden_size, T) if time != "none" else None
 
     @property
@@ -420,6 +423,8 @@ class DiffusionBert(nn.Module):
                cache: PrefixCache | None = None) -> torch.Tensor:
         """Final hidden states (B, N, H) of the encoder for ids (B, N); with a cache that holds the
         rows' prefix, of the positions after it only (Bert.forward)."""
+        if self.hide_end_padding:
+            attention = attention & ~hidden_keys(ids, self.sep_id).to(attention.device)
         if self.time == "none":
             return self.bert(ids, attention, cache=cache)
         if t is None:

@@ -40,8 +40,9 @@ class PrefixCache:
         """Every row's prefix is kept: a call on ids computes only the positions after it."""
         return self._holds(ids, self._keys(ids))
 
-    def forward(self, bert: Bert, ids: torch.Tensor) -> torch.Tensor:
-        """Bert.forward with this cache (no padding, no time input); sets `reused`."""
+    def forward(self, bert: Bert, ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Bert.forward with this cache (no time input; mask (B, 1, 1, N) over all N keys, or None);
+        sets `reused`."""
         P, keys = self.length, self._keys(ids)
         self.reused = P if self._holds(ids, keys) else 0
         if self.reused:
@@ -49,12 +50,12 @@ class PrefixCache:
             x = bert.embeddings(bert.embeddings.word_embeddings(ids[:, P:]), start=P)
             for i, layer in enumerate(bert.layers):
                 past = (torch.stack([r[i][0] for r in kept]), torch.stack([r[i][1] for r in kept]))
-                x = layer(x, None, past=past)
+                x = layer(x, mask, past=past)
             return x
         x = bert.embeddings(bert.embeddings.word_embeddings(ids))
         got: list = []
         for layer in bert.layers:
-            x = layer(x, None, keep=got)
+            x = layer(x, mask, keep=got)
         for b, key in enumerate(keys):
             self.rows.setdefault(key, [(k[b, :, :P].clone(), v[b, :, :P].clone()) for k, v in got])
         return x

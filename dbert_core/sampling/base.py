@@ -36,6 +36,7 @@ from typing import Iterator, Protocol
 import torch
 
 from ..errors import DbertError
+from ..maths.end_padding import hidden_keys, length_groups, needed_lengths
 from ..maths.model import forward_flops
 from ..maths.prefix_cache import PrefixCache
 from ..maths.schedule import step_grid
@@ -162,6 +163,16 @@ class Net:
         self.rows = 0
         self.flops = 0.0  # of the BERT forward passes (model.forward_flops)
 
+    def _forward(self, inp: torch.Tensor, sel: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """One forward of the model on rows inp (with [CLS] and [SEP]): the logits at sel, fp32."""
+        attention = torch.ones(inp.shape, dtype=torch.bool, device=self.device)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            cache = {} if self.cache is None else {"cache": self.cache}  # the model's own call, unless caching
+            out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device), **cache).float()
+        reused = self.cache.reused if self.cache is not None else 0  # positions this call took from the cache
+        self.flops += forward_flops(self.model.config, inp.shape[0], inp.shape[1], int(sel.sum()), prefix=reused)
+        return out
+
     def __call__(self, x: torch.Tensor, select: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """Logits (M, V) float32 at the select (R, L) positions of rows x (R, L), row-major.
 
@@ -171,14 +182,25 @@ class Net:
         edge = torch.zeros(R, 1, dtype=torch.bool)
         inp = torch.cat([torch.full((R, 1), self.cls), x, torch.full((R, 1), self.sep)], dim=1)
         sel = torch.cat([edge, select, edge], dim=1)
-        attention = torch.ones(inp.shape, dtype=torch.bool, device=self.device)
         self.nfe += 1
         self.rows += R
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            cache = {} if self.cache is None else {"cache": self.cache}  # the model's own call, unless caching
-            out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device), **cache).float()
-        reused = self.cache.reused if self.cache is not None else 0  # positions this call took from the cache
-        self.flops += forward_flops(self.model.config, R, inp.shape[1], int(sel.sum()), prefix=reused)
+        if not getattr(self.model, "hide_end_padding", False):
+            out = self._forward(inp, sel, t)
+        else:  # a decided end and its padding stay out of the forward, exactly: rows of like length together
+            needed = needed_lengths(hidden_keys(inp, self.sep), sel).tolist()
+            groups = length_groups(needed)
+            if len(groups) == 1:
+                keep = max(needed)
+                out = self._forward(inp[:, :keep], sel[:, :keep], t)
+            else:
+                per_row: list = [None] * R
+                for rows in groups:
+                    keep = max(needed[r] for r in rows)
+                    idx = torch.tensor(rows)
+                    part = self._forward(inp[idx, :keep], sel[idx, :keep], t[idx] if t.dim() and len(t) == R else t)
+                    for r, chunk in zip(rows, part.split(sel[idx].sum(1).tolist())):
+                        per_row[r] = chunk
+                out = torch.cat(per_row)
         total = float(out.detach().sum())  # one pass: -inf marks forbidden tokens; NaN or +inf anywhere makes it NaN or +inf
         if math.isnan(total) or total == math.inf:
             raise DbertError("the model's outputs are not finite (NaN or inf in its weights?); "

@@ -107,9 +107,10 @@ def check_model(db, c: TrainConfig) -> None:
     """A resumed checkpoint must agree with the config the loss and data will use."""
     found = {"--schedule": db.schedule.name, "--T": db.schedule.T, "--time": db.model.time,
              "--seq-len": db.meta.get("seq_len", c.seq_len), "--pack": db.meta.get("pack", c.pack),
-             "--unit": db.meta.get("unit", c.unit)}
+             "--unit": db.meta.get("unit", c.unit),
+             "--hide-end-padding": db.model.hide_end_padding}
     wanted = {"--schedule": c.schedule, "--T": c.T, "--time": c.time, "--seq-len": c.seq_len, "--pack": c.pack,
-              "--unit": c.unit}
+              "--unit": c.unit, "--hide-end-padding": c.hide_end_padding}
     for flag, value in found.items():
         if value != wanted[flag]:
             raise DbertError(f"--resume: the checkpoint was trained with {flag} {value}, not {wanted[flag]}")
@@ -323,6 +324,9 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         from ..text.truecase import learn
 
         db.truecase = learn(read_lines(c.data))
+        from ..text import lexicon
+
+        db.words = lexicon.learn(read_lines(c.data), db.tokenizer)
     return Prepared(c, db, train, val, device, state=state, lock=lock, keep=keep, documents=documents)
 
 
@@ -383,7 +387,7 @@ def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) ->
     check_positions(c, bert.config.max_position_embeddings)
     meta = {"preset": None if c.init else c.preset, "init": c.init, "from_scratch": c.from_scratch,
             "seq_len": c.seq_len, "pack": c.pack,
-            "unit": c.unit, "data": [str(p) for p in c.data]}
+            "unit": c.unit, "data": [str(p) for p in c.data], "end_padding": "hidden" if c.hide_end_padding else "seen"}
     if trimmed is not None:
         meta["trim_vocab"] = trimmed
     meta.update({"train_examples": len(train), "train_tokens": sum(len(e) for e in train)},
