@@ -49,6 +49,14 @@ def main() -> int:
 
         db.meta["sampling"] = of_run(db.meta, db.tokenizer)
         print(f"sampling defaults from the training stories: {db.meta['sampling']}", file=sys.stderr)
+    if db.words is None:  # trained before runs kept their multi-piece words (text/lexicon.py)
+        from dbert_core.text import lexicon
+        from dbert_core.text.data import read_lines
+
+        files = list(db.meta.get("data") or (db.meta.get("train_config") or {}).get("data") or [])
+        if files and all(Path(f).is_file() for f in files):
+            db.words = lexicon.learn(read_lines(files), db.tokenizer)
+            print(f"{len(db.words)} multi-piece words from the training files", file=sys.stderr)
     decoding = {k: v for k, v in (("steps", args.steps), ("top_k", args.top_k), ("top_p", args.top_p))
                 if v is not None}
     if decoding:

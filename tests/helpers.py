@@ -59,11 +59,17 @@ def tiny_config(out, **overrides):
     return TrainConfig(**cfg)
 
 
-def train_tiny(out, **overrides) -> Path:
-    """Train a tiny model (tiny_config with overrides) into out; its path."""
+def train_tiny(out, words: bool = False, **overrides) -> Path:
+    """Train a tiny model (tiny_config with overrides) into out; its path. Without `words` its word
+    list (dbert_words.json) is dropped: a tiny model spells words its text never writes all the time,
+    and the tests of the samplers' own laws would otherwise run the made-up-word touch-up after
+    every sample (tests/test_lexicon.py tests that touch-up with the list learnt again)."""
+    from dbert_core.disk.layout import WORDS
     from dbert_core.training.train import Trainer
 
     Trainer(tiny_config(out, **overrides)).run()
+    if not words:
+        (Path(out) / WORDS).unlink()
     return Path(out)
 
 

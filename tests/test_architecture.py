@@ -53,7 +53,7 @@ LAYERS = {  # each package of dbert_core -> the packages it may import besides t
 }
 TEXTUAL_FREE = ("controller.py", "editing.py", "files.py", "forms.py", "render.py")  # dbert_tui's modules without widgets
 NAMES = ("dbert.json", "config.json", "model.safetensors", "dbert_tokens.safetensors", "dbert_time.safetensors",
-         "dbert_truecase.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+         "dbert_truecase.json", "dbert_words.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
          "trainer_state", "state.json", "optimizer.pt", "rng.pt", "tui.json", "bench.json", "bench.md")
 
 

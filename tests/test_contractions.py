@@ -93,7 +93,7 @@ def test_touch_up_refills_broken_contractions_inside_the_run(tiny_db):
 
 def test_nothing_to_fix_draws_nothing_more(tiny_db):
     """The tiny model writes no contraction: with the touch-up on or off, the same run."""
-    kw = {"n": 16, "length": 16, "steps": 16, "pair_quotes": False}
+    kw = {"n": 16, "length": 16, "steps": 16, "pair_quotes": False, "known_words": False}
     a = list(frames(tiny_db, generator=torch.Generator().manual_seed(2), fix_contractions=False, **kw))
     b = list(frames(tiny_db, generator=torch.Generator().manual_seed(2), **kw))
     assert not broken_positions(tiny_db, a[-1].ids, torch.ones_like(a[-1].masked)).any()

@@ -172,7 +172,7 @@ def test_a_story_sample_opens_with_the_start_and_ends_at_its_end(story_model):
     assert is_story_model(db) and default_length(db) == 23 + 12  # a window after its opening [SEP], and a continuation
     sep = db.tokenizer.sep_token_id
     last = None
-    for last in frames(db, n=6, steps=8, seed=1, pair_quotes=False, fix_contractions=False):
+    for last in frames(db, n=6, steps=8, seed=1, pair_quotes=False, fix_contractions=False, known_words=False):
         ids = last.ids
         assert (ids[:, 0] == sep).all()  # the given story start
         for row, m in zip(ids, last.masked):  # nothing but end padding after a revealed end
@@ -191,7 +191,7 @@ def test_long_stories_continue_block_by_block(story_model):
 
     db = story_model
     sep = db.tokenizer.sep_token_id
-    cfg = resolve(SampleConfig(n=4, steps=8, seed=0, length=60, pair_quotes=False, fix_contractions=False), db)
+    cfg = resolve(SampleConfig(n=4, steps=8, seed=0, length=60, pair_quotes=False, fix_contractions=False, known_words=False), db)
     seen = list(story_stream(db, cfg, torch.Generator().manual_seed(0)))
     assert all(f.ids.shape == (4, 61) for f in seen)  # one canvas: the opening [SEP] and 60 tokens
     assert [f.done for f in seen].count(True) == 1 and seen[-1].done and not seen[-1].masked.any()
@@ -305,7 +305,7 @@ def test_the_prefix_cache_writes_continuation_windows_for_fewer_flops(story_mode
     runs = {}
     for cached in (False, True):
         cfg = resolve(SampleConfig(n=4, steps=8, seed=3, length=70, min_length=60, pair_quotes=False,
-                                   fix_contractions=False, prefix_cache=cached), db)
+                                   fix_contractions=False, known_words=False, prefix_cache=cached), db)
         final = list(story_stream(db, cfg, torch.Generator().manual_seed(3)))[-1]
         runs[cached] = ([story_of(r, sep) for r in final.ids], final)
         texts, stats = generate(db, cfg)
@@ -348,7 +348,7 @@ def test_min_length_holds_the_end_back_across_windows(eager_end):
 
     def stories(least, at_sentence=False):
         cfg = resolve(SampleConfig(n=6, steps=8, seed=2, length=70, min_length=least, pair_quotes=False,
-                                   fix_contractions=False, end_at_sentence=at_sentence), db)
+                                   fix_contractions=False, known_words=False, end_at_sentence=at_sentence), db)
         final = list(story_stream(db, cfg, torch.Generator().manual_seed(2)))[-1]
         return [story_of(row, sep) for row in final.ids]
 
@@ -486,7 +486,7 @@ def test_a_story_opens_as_its_training_stories_do(story_model):
     try:
         def firsts(as_trained):
             cfg = resolve(SampleConfig(n=5, steps=8, seed=4, length=20, min_length=0, start_as_trained=as_trained,
-                                       block_repeats=False, pair_quotes=False, fix_contractions=False), db)
+                                       block_repeats=False, pair_quotes=False, fix_contractions=False, known_words=False), db)
             return list(story_stream(db, cfg, torch.Generator().manual_seed(4)))[-1].ids[:, 1].tolist()
 
         assert all(t in rec["openings"] for t in firsts(True))

@@ -24,6 +24,7 @@ TOKENS = "dbert_tokens.safetensors"          # the token counts of the training 
 TIME = "dbert_time.safetensors"              # the time-embedding weights of a time-conditioned model
 DIGEST_FILES = (WEIGHTS, TOKENS, TIME)        # the weight files whose sha256 checkpoint.save records (schema.py)
 TRUECASE = "dbert_truecase.json"             # optional: the truecasing table (truecase.py); older checkpoints lack it
+WORDS = "dbert_words.json"                   # optional: the training text's multi-piece words (lexicon.py)
 TOKENIZER = "tokenizer.json"                 # the tokenizer: tokenizer.json or, in older BERT folders, vocab.txt
 VOCAB = "vocab.txt"
 TOKENIZER_CONFIG = "tokenizer_config.json"

@@ -274,7 +274,7 @@ class Bench:
                 for sampler in samplers:
                     _, st = generate(self.db, n=batch, batch_size=batch, seed=seed, length=self.length,
                                      steps=steps, sampler=sampler, pair_quotes=False,
-                                     fix_contractions=False)  # the sampler alone
+                                     fix_contractions=False, known_words=False)  # the sampler alone
                     sec = st["seconds"]
                     row = {"sampler": sampler, "exact": st["exact"], "params": st["params"], "steps": steps,
                            "batch": batch, "seconds": sec,

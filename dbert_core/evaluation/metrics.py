@@ -295,7 +295,7 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
             top_p: float | None = None, batch_size: int = 32, seed: int = 0, unit: str = "line", sampler: str | None = None,
             block_repeats: bool = True, params: dict | None = None, temperature: float = 1.0,
             judge=None, texts: dict | None = None, on_frame=None, pair_quotes: bool = True,
-            fix_contractions: bool = True) -> dict:
+            fix_contractions: bool = True, known_words: bool = True) -> dict:
     """The paper's protocol: n samples for BLEU-4 against the data, n more for Self-BLEU-4
     (on_frame: called with every frame of both runs, for progress).
 
@@ -311,7 +311,7 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
     cfg = resolve(SampleConfig(n=n, steps=steps, length=length, top_k=top_k, top_p=top_p, batch_size=batch_size,
                                seed=seed, sampler=sampler, block_repeats=block_repeats, params=params,
                                temperature=temperature, pair_quotes=pair_quotes,
-                               fix_contractions=fix_contractions), db)
+                               fix_contractions=fix_contractions, known_words=known_words), db)
     sampler = cfg.sampler
     if unit == "story":  # whole documents: the samples are stories too
         refs = story_texts(read_documents(data))
@@ -323,7 +323,7 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
         "samples": n, "sample_steps": cfg.steps, "sample_length": length, "top_k": cfg.top_k, "top_p": cfg.top_p, "sampler": sampler,
         "sampler_exact": get(sampler).exact, "params": cfg.params, "temperature": temperature,
         "block_repeats": block_repeats, "pair_quotes": pair_quotes, "fix_contractions": fix_contractions,
-        "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second),
+        "known_words": known_words, "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second),
         "distinct1": distinct_n(first, 1), "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),
         "unigram_entropy": unigram_entropy(first), **readability(first),
         "nfe_per_sample": (st1["nfe"] + st2["nfe"]) / (2 * math.ceil(n / batch_size)),  # calls each batch made

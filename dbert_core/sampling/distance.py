@@ -57,7 +57,7 @@ def tv_table(db, strategies: list[tuple[str, dict | None]], draws: int, length: 
 
     base = resolve(SampleConfig(n=1, steps=steps, length=length, top_k=top_k, sampler=reference,
                                 block_repeats=block_repeats, pair_quotes=False,
-                                fix_contractions=False), db)  # the samplers' own laws
+                                fix_contractions=False, known_words=False), db)  # the samplers' own laws
     ref = sequence_counts(db, base, draws, seed, batch_size)
     floors = [tv(sequence_counts(db, base, draws, seed + 1000 + 2 * i, batch_size),
                  sequence_counts(db, base, draws, seed + 1001 + 2 * i, batch_size)) for i in range(floor_pairs)]

@@ -85,7 +85,7 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
         return f
 
     reverse = partial(_reverse, offset=offset, prefix=prefix if cfg.prefix_cache else 0)
-    if not (cfg.pair_quotes or cfg.fix_contractions):
+    if not (cfg.pair_quotes or cfg.fix_contractions or cfg.known_words):
         for f in reverse(db, cfg, gen, x, forbid, top):
             yield tagged(f)
         return

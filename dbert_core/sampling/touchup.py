@@ -1,11 +1,14 @@
 """The touch-up: after the reverse process, what a reader sees wrong at once is masked again and refilled.
 
-Two checks, each a heuristic on by default and off by its own flag:
+Three checks, each a heuristic on by default and off by its own flag:
 - quotes (quotes.py, `SampleConfig.pair_quotes`, `--unpaired-quotes`): a double quote that pairs
   with none; refilled with quote marks excluded;
 - contractions (contractions.py, `SampleConfig.fix_contractions`, `--raw-contractions`): a word,
   apostrophe and suffix English does not join ("you't", "friends's"), so the model writes the
-  words another way ("you can", "friends").
+  words another way ("you can", "friends");
+- made-up words (lexicon.py, `SampleConfig.known_words`, `--made-up-words`): pieces side by side that
+  spell a word the checkpoint's training text never writes ("littlewirled"); refilled with nothing
+  excluded (a checkpoint without its word list, dbert_words.json, is not checked).
 Both refills exclude the apostrophes and the suffix pieces too (contractions.join_ids): denied a
 double quote, the model wrote a single one in its place ("'The little girl"), and a lone suffix
 piece is no word.
@@ -24,7 +27,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from ..text import contractions, quotes
+from ..text import contractions, lexicon, quotes
 
 ROUNDS = 3
 
@@ -43,6 +46,8 @@ def checks(db, cfg) -> list[Check]:
         out.append(Check(quotes.unpaired, tuple(q) + joins))
     if cfg.fix_contractions and contractions.apostrophe_ids(db.tokenizer):
         out.append(Check(contractions.broken_positions, joins))
+    if cfg.known_words and getattr(db, "words", None) is not None:
+        out.append(Check(lexicon.made_up_positions, ()))
     return out
 
 

@@ -40,7 +40,7 @@ import torch
 
 from ..disk import layout, temp_folders
 from ..errors import DbertError
-from ..disk.layout import META, STATE, TIME, TOKENS, TRUECASE, inspect
+from ..disk.layout import META, STATE, TIME, TOKENS, TRUECASE, WORDS, inspect
 from ..disk.layout import read_meta  # noqa: F401 - part of this module's API (tests, TUI)
 from ..disk.modes import apply_umask
 from ..disk.temp_folders import discard, readable, recover, temp_dir
@@ -61,6 +61,7 @@ class DBert:
     meta: dict = field(default_factory=dict)
     path: Path | None = None
     truecase: dict | None = None  # {uncased word: written form}; None: sentence capitals and "I" only
+    words: frozenset | None = None  # the training text's words (lexicon.py); None: no made-up-word check
 
     @property
     def device(self) -> torch.device:
@@ -92,7 +93,8 @@ def assemble(bert, tokenizer, schedule_name: str, T: int, counts: torch.Tensor, 
     """A DBert from its parts (used by training and by load)."""
     schedule = make_schedule(schedule_name, T, counts, lam)
     model = DiffusionBert(bert, time=time, T=T, mask_id=tokenizer.mask_token_id,
-                          forbidden=special_forbidden(tokenizer))
+                          forbidden=special_forbidden(tokenizer), sep_id=tokenizer.sep_token_id,
+                          hide_end_padding=(meta or {}).get("end_padding") == "hidden")
     meta = dict(meta or {})
     meta.update(schedule.config(), time=time, schedule=schedule_name, T=T, format=FORMAT)
     meta.setdefault("lambda", lam)
@@ -164,6 +166,11 @@ def _save(db: DBert, path: Path, trainer_state, dtype, extra_files) -> Path:
 
             (new / TRUECASE).write_text(json.dumps(to_json(db.truecase), ensure_ascii=False, indent=0) + "\n",
                                         encoding="utf-8")
+        if db.words is not None:
+            from ..text.lexicon import to_json as words_json
+
+            (new / WORDS).write_text(json.dumps(words_json(db.words), ensure_ascii=False, indent=0) + "\n",
+                                     encoding="utf-8")
         tsd = db.model.time_state_dict()
         if tsd:
             digests[TIME] = pretrained.write_tensors({k: v.detach().cpu().contiguous() for k, v in tsd.items()},
@@ -308,6 +315,7 @@ def load(path, device: str | torch.device = "cpu", dtype: torch.dtype | None = N
         raise DbertError(f"checkpoint {path}: {e}") from None
     _load_time(db, source, path, dtype or torch.float32)
     db.truecase = _load_truecase(source, path)
+    db.words = _load_words(source, path)
     _check_digests(source, meta, path)  # last: what is wrong with the tensors themselves is said first
     db.path = path
     db.model.to(device).eval()
@@ -475,3 +483,18 @@ def load_trainer_state(path) -> dict | None:
     return {"state": _check_state(state, f"{sdir}/state.json"),
             "rng": _check_rng(pt(layout.RNG), f"{sdir}/rng.pt"),
             "optimizer": _check_optimizer_file(pt(layout.OPTIMIZER), f"{sdir}/optimizer.pt")}
+
+
+def _load_words(source: Path, path: Path) -> frozenset | None:
+    """The word list (lexicon.py), if the checkpoint has one: read under jsonfile's limits, only looked up."""
+    from ..disk.jsonfile import read_json
+    from ..text.lexicon import from_json
+
+    file = source / WORDS
+    if not file.exists():
+        return None
+    what = f"checkpoint {path}: {WORDS}"
+    try:
+        return from_json(read_json(file, what))
+    except ValueError as e:
+        raise DbertError(f"{what} is not valid ({str(e).splitlines()[0][:100]})") from None

@@ -43,10 +43,10 @@ _NO_S = _NEGATED | frozenset(
     "a an the and or but nor if of to in on at by for with from as than not no so very too said this these those".split())
 
 _SINGULAR_S = ("ss", "us", "is", "os")  # "boss's", "octopus's", "oasis's": a singular that ends in s
-_STEMS = _NEGATED - {"can", "won"}  # no English word without their 't ("can" and "won" are words)
+STEMS = _NEGATED - {"can", "won"}  # no English word without their 't ("can" and "won" are words)
 _APOSTROPHE, _SUFFIX = f"[{''.join(APOSTROPHES)}]", "|".join(SUFFIXES)
 _TEXT = re.compile(rf"\b([A-Za-z]+){_APOSTROPHE}({_SUFFIX})\b", re.IGNORECASE)
-_STRANDED = re.compile(rf"\b(?:{'|'.join(sorted(_STEMS))}) ?{_APOSTROPHE}(?!(?:{_SUFFIX})\b)",  # a suffix: _TEXT's
+_STRANDED = re.compile(rf"\b(?:{'|'.join(sorted(STEMS))}) ?{_APOSTROPHE}(?!(?:{_SUFFIX})\b)",  # a suffix: _TEXT's
                        re.IGNORECASE)
 
 
@@ -85,7 +85,7 @@ def broken(pieces: Sequence[str], hidden: Sequence[bool] | None = None) -> list[
         if after in SUFFIXES and not longer:
             if not valid(word, after):
                 out.append(range(start, i + 2))
-        elif word in _STEMS:
+        elif word in STEMS:
             out.append(range(start, i + 1))
     return out
 

@@ -119,7 +119,7 @@ def main() -> int:
     def run_dbert(sampler: str, seed: int) -> dict:
         texts, st = generate(db, SampleConfig(n=args.n, batch_size=args.n, length=args.length, steps=args.steps,
                                               sampler=sampler, seed=seed, pair_quotes=False, dtype=args.dtype,
-                                              fix_contractions=False))
+                                              fix_contractions=False, known_words=False))
         return {"seconds": st["seconds"], "calls": st["nfe"], "row_calls": st["rows"], "gflop": st["gflop"],
                 "text": texts[0][:200]}
 

@@ -31,6 +31,7 @@ def evaluate(
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="As in `dbert sample`.")] = SAMPLE.block_repeats,
     pair_quotes: Annotated[bool, typer.Option("--pair-quotes/--unpaired-quotes", help="As in `dbert sample`.")] = SAMPLE.pair_quotes,
     fix_contractions: Annotated[bool, typer.Option("--fix-contractions/--raw-contractions", help="As in `dbert sample`.")] = SAMPLE.fix_contractions,
+    known_words: Annotated[bool, typer.Option("--known-words/--made-up-words", help="As in `dbert sample`.")] = SAMPLE.known_words,
     sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy of the samples, as in `dbert sample`. Default: the model's fastest exact sampler.")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable).")] = None,
     temperature: Annotated[float, typer.Option(help="Softmax temperature of the samples' token choice.")] = SAMPLE.temperature,
@@ -104,7 +105,7 @@ def evaluate(
                               top_p=top_p, batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
                               sampler=sampler.value if sampler else None, params=params, temperature=temperature,
                               judge=judge, on_frame=sampling, pair_quotes=pair_quotes,
-                              fix_contractions=fix_contractions))
+                              fix_contractions=fix_contractions, known_words=known_words))
         sampling.close()
     if as_json:
         print(json.dumps(result))

@@ -42,6 +42,7 @@ def sample(
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="Never draw a token equal to an already revealed neighbour (no \"there there\"); --allow-repeats samples the model's own distribution.")] = SAMPLE.block_repeats,
     pair_quotes: Annotated[bool, typer.Option("--pair-quotes/--unpaired-quotes", help="Refill the quote marks that pair with none (quotes excluded) after sampling; --unpaired-quotes prints the model's own quotes.")] = SAMPLE.pair_quotes,
     fix_contractions: Annotated[bool, typer.Option("--fix-contractions/--raw-contractions", help="Refill the contractions English does not write (\"you't\", \"friends's\"; apostrophes excluded) after sampling; --raw-contractions prints the model's own.")] = SAMPLE.fix_contractions,
+    known_words: Annotated[bool, typer.Option("--known-words/--made-up-words", help="Refill the words of several word pieces the checkpoint's training text never writes (\"littlewirled\") after sampling; --made-up-words prints the model's own.")] = SAMPLE.known_words,
     lowercase: Annotated[bool, typer.Option("--lowercase", help="Print the model's raw lower-case words (no truecasing; a prompt's words stay as typed).")] = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps, sampler, exact, params} as JSON on stderr.")] = False,
     trajectory: Annotated[Optional[Path], typer.Option(help="Also write every frame of the run to this JSON file (one batch: --n <= --batch-size; format in dbert_core/sampling/trajectory.py).")] = None,
@@ -64,7 +65,7 @@ def sample(
                               start_as_trained=start_as_trained, sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
                               params=strategies.parse_params(sampler.value, param) if sampler else no_params(param),
                               device=device.value, prompt=None, block_repeats=block_repeats,
-                              pair_quotes=pair_quotes, fix_contractions=fix_contractions,
+                              pair_quotes=pair_quotes, fix_contractions=fix_contractions, known_words=known_words,
                               dtype=dtype.value, prefix_cache=prefix_cache).validate()
     from ...sampling.infill import has_range
 
