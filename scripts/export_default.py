@@ -56,7 +56,7 @@ def main() -> int:
         files = list(db.meta.get("data") or (db.meta.get("train_config") or {}).get("data") or [])
         if files and all(Path(f).is_file() for f in files):
             db.words = lexicon.learn(read_lines(files), db.tokenizer)
-            print(f"{len(db.words)} multi-piece words from the training files", file=sys.stderr)
+            print(f"{len(db.words)} words from the training files (dbert_words.json)", file=sys.stderr)
     decoding = {k: v for k, v in (("steps", args.steps), ("top_k", args.top_k), ("top_p", args.top_p))
                 if v is not None}
     if decoding:
