@@ -432,8 +432,8 @@ def test_mask_runs_mean_what_they_mean_in_dbert_sample(tiny_db):
 
 
 # ------------------------------------------------------------------ 5. signals
-def _stream(port: int, steps: int = 128) -> socket.socket:
-    body = json.dumps({"prompt": "", "max_tokens": 20, "n": 4, "stream": True,
+def _stream(port: int, steps: int = 128, tokens: int = 20) -> socket.socket:
+    body = json.dumps({"prompt": "", "max_tokens": tokens, "n": 4, "stream": True,
                        "dbert": {"steps": steps, "sampler": "ancestral", "stream_steps": True}}).encode()
     s = socket.create_connection(("127.0.0.1", port), timeout=60)
     s.sendall(post_bytes(body))
@@ -462,7 +462,7 @@ def test_sighup_drains_like_sigterm(tmp_path):
     server dies at once, exit 129, and the request gets no answer.)"""
     proc, port = start_cli(tmp_path / "home", tmp_path / "log", "--grace", "30")
     try:
-        s = _stream(port, steps=256)
+        s = _stream(port, steps=256, tokens=96)  # long enough to outlast the signals on a fast machine
         proc.send_signal(signal.SIGHUP)
         got = _rest(s, 60)
         assert b"data: [DONE]" in got and b'"finish_reason": "length"' in got
@@ -481,7 +481,7 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
     traceback. (Today: a CancelledError traceback per request and a stream cut without a word.)"""
     proc, port = start_cli(tmp_path / "home", tmp_path / "log", "--grace", "30")
     try:
-        s = _stream(port, steps=256)
+        s = _stream(port, steps=256, tokens=96)  # long enough to outlast the signals on a fast machine
         proc.send_signal(signal.SIGINT)
         time.sleep(0.5)
         assert proc.poll() is None  # the first one waits
