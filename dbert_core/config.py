@@ -251,7 +251,7 @@ class SampleConfig:
     block_repeats: bool = True         # never draw a token equal to a revealed neighbour ("there there")
     pair_quotes: bool = True           # refill quotes that pair with none, quotes excluded (quotes.py)
     fix_contractions: bool = True      # refill contractions English lacks ("you't"), apostrophes excluded
-    known_words: bool = True           # refill words of several pieces the training text never writes (lexicon.py)
+    known_words: bool = True           # refill words the training text never writes (lexicon.py)
     dtype: str = "auto"                # the network's precision: auto (bf16 where native), fp32, bf16
     prefix_cache: bool = False         # a long story's continuation windows keep their context's keys and
     #                                    values from the window's first call (approximate: maths.prefix_cache.PrefixCache)
