@@ -100,9 +100,9 @@ def main() -> None:
                 os.close(null)
         except (OSError, ValueError, AttributeError):
             pass
-    restore_signals()  # as they were (main() runs inside other programs' tests too)
+    if not quiet_exit():  # the process itself: late stop signals ignored, never a default handler in between
+        restore_signals()  # inside another program (tests): the handlers as they were
     saved_handlers.clear()
-    quiet_exit()
     if isinstance(sys.stdout, DataStream) and not isinstance(given, DataStream):
         sys.stdout = given
     sys.exit(code if isinstance(code, int) else 0 if code is None else 1)

@@ -43,12 +43,14 @@ def stop_signals() -> dict:
     return old
 
 
-def quiet_exit() -> None:
+def quiet_exit() -> bool:
     """When main() is the process itself (`dbert`, `python -m dbert_core.cli`), a stop signal
     after the command has ended (a second fast Ctrl-C while the interpreter shuts down) is
     ignored: the status is decided, and Python's default handler would print a
     KeyboardInterrupt traceback and end with -2 instead. Inside another program main() leaves
-    the handlers as it found them."""
+    the handlers as it found them (restore_signals) and this returns False. Called before any
+    handler is put back: restored first, Python's default handler was in place for a moment, and a
+    burst of Ctrl-C landing in it ended in a traceback (a clean-clone CI run caught it once)."""
     import signal
     import sys
     from pathlib import Path
@@ -57,7 +59,7 @@ def quiet_exit() -> None:
     spec = getattr(entry, "__spec__", None)
     if getattr(spec, "name", None) not in ("dbert_core.cli", "dbert_core.cli.__main__") \
             and Path(getattr(entry, "__file__", "") or "").name != "dbert":
-        return
+        return False
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
         if sig is not None:
@@ -65,6 +67,7 @@ def quiet_exit() -> None:
                 signal.signal(sig, signal.SIG_IGN)
             except (ValueError, OSError):
                 pass
+    return True
 
 
 def exit_code(error: BaseException) -> int:
