@@ -73,6 +73,23 @@ def train_tiny(out, words: bool = False, **overrides) -> Path:
     return Path(out)
 
 
+def train_stories(tmp: Path, **overrides):
+    """A tiny model trained for a few steps on the first 40 stories of the head file (windows of
+    24 tokens), loaded."""
+    from dbert_core.config import TrainConfig
+    from dbert_core.storage import checkpoint
+    from dbert_core.text.data import EOT, read_documents
+    from dbert_core.training.train import Trainer
+
+    stories = tmp / "stories.txt"
+    head = DATA / "tinystories" / "TinyStories-train-head.txt"
+    stories.write_text("".join("\n".join(d) + f"\n{EOT}\n" for d in read_documents([str(head)])[:40]))
+    cfg = dict(data=[str(stories)], out=str(tmp / "run"), preset="tiny", unit="story", seq_len=24,
+               batch_size=8, max_steps=2, eval_every=0, log_every=1, val_examples=4, lr=3e-3)
+    Trainer(TrainConfig(**{**cfg, **overrides})).run()
+    return checkpoint.load(tmp / "run")
+
+
 # ------------------------------------------------------------------ the CLI in this process
 def run(args, capsys, monkeypatch):
     """`dbert ARGS` in this process: (exit status, stdout, stderr)."""

@@ -8,10 +8,7 @@ import torch
 
 from dbert_core.errors import DbertError
 from dbert_core.maths.end_padding import crop_length, hidden_keys, length_groups, needed_lengths
-from dbert_core.text.data import EOT, read_documents
-from helpers import DATA, run
-
-HEAD = DATA / "tinystories" / "TinyStories-train-head.txt"
+from helpers import run, train_stories
 
 
 def test_only_padding_after_an_end_is_hidden():
@@ -43,18 +40,7 @@ def test_rows_go_in_groups_of_like_length():
 @pytest.fixture(scope="module")
 def hiding_model(tmp_path_factory):
     """A tiny story model trained with --hide-end-padding for a few steps."""
-    from dbert_core.config import TrainConfig
-    from dbert_core.storage import checkpoint
-    from dbert_core.training.train import Trainer
-
-    tmp = tmp_path_factory.mktemp("hide")
-    stories = tmp / "stories.txt"
-    stories.write_text("".join("\n".join(d) + f"\n{EOT}\n" for d in read_documents([str(HEAD)])[:40]))
-    cfg = TrainConfig(data=[str(stories)], out=str(tmp / "run"), preset="tiny", unit="story", seq_len=24,
-                      batch_size=8, max_steps=3, eval_every=0, log_every=1, val_examples=4, lr=3e-3,
-                      hide_end_padding=True)
-    Trainer(cfg).run()
-    return checkpoint.load(tmp / "run")
+    return train_stories(tmp_path_factory.mktemp("hide"), max_steps=3, hide_end_padding=True)
 
 
 def test_the_checkpoint_records_it_and_padding_changes_nothing(hiding_model):

@@ -11,7 +11,7 @@ import torch
 from dbert_core.text.data import (EOT, DocumentStats, Special, Window, collate, read_documents, scored_tokens,
                              story_windows)
 from dbert_core.errors import DbertError
-from helpers import DATA, TINYSTORIES
+from helpers import DATA, TINYSTORIES, train_stories
 
 HEAD = DATA / "tinystories" / "TinyStories-train-head.txt"
 
@@ -151,17 +151,7 @@ def test_the_end_rule_makes_the_rest_of_a_row_end_padding():
 @pytest.fixture(scope="module")
 def story_model(tmp_path_factory):
     """A tiny model trained for a few steps on whole stories (windows of 24 tokens)."""
-    from dbert_core.storage import checkpoint
-    from dbert_core.config import TrainConfig
-    from dbert_core.training.train import Trainer
-
-    tmp = tmp_path_factory.mktemp("story")
-    stories = tmp / "stories.txt"
-    stories.write_text("".join("\n".join(d) + f"\n{EOT}\n" for d in read_documents([str(HEAD)])[:40]))
-    cfg = TrainConfig(data=[str(stories)], out=str(tmp / "run"), preset="tiny", unit="story", seq_len=24,
-                      batch_size=8, max_steps=2, eval_every=0, log_every=1, val_examples=4, lr=3e-3)
-    Trainer(cfg).run()
-    return checkpoint.load(tmp / "run")
+    return train_stories(tmp_path_factory.mktemp("story"))
 
 
 def test_a_story_sample_opens_with_the_start_and_ends_at_its_end(story_model):

@@ -323,10 +323,11 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
     if rank == 0:  # learnt afresh on every start (a resumed run of an older dbert gets one too)
         from ..text.truecase import learn
 
-        db.truecase = learn(read_lines(c.data))
         from ..text import lexicon
 
-        db.words = lexicon.learn(read_lines(c.data), db.tokenizer)
+        lines = read_lines(c.data)  # read once for both tables
+        db.truecase = learn(lines)
+        db.words = lexicon.learn(lines, db.tokenizer)
     return Prepared(c, db, train, val, device, state=state, lock=lock, keep=keep, documents=documents)
 
 
