@@ -297,7 +297,11 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
     """`dbert-tui [OPTIONS]` (and `dbert tui [OPTIONS]`, which forwards here): the command line
     in the style of `dbert`'s own help (Typer), then the app."""
     from dbert_core.cli import flags_without_type
+    from dbert_core.cli.ending import is_the_process
+    from dbert_core.heap import keep_freed_memory
 
+    if is_the_process(("dbert-tui", "dbert"), ("dbert_tui", "dbert_tui.app", "dbert_core.cli")):
+        keep_freed_memory()  # the sampler's arrays reuse pages from call to call (dbert_core/heap.py)
     flags_without_type()
     d = Settings()  # the defaults: dbert sample's, with the TUI's few overrides (controller.Settings)
     command = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

@@ -22,6 +22,7 @@ from typing import Annotated
 import typer
 
 from ..errors import DbertError, Interrupted
+from ..heap import keep_freed_memory
 from ..stopping import stop_reset, stop_under_way
 from .commands.bench import bench
 from .commands.checkpoints import checkpoints_app
@@ -30,7 +31,7 @@ from .commands.sample import sample
 from .commands.serve import serve
 from .commands.train import train
 from .commands.tui import tui
-from .ending import exit_code, quiet_exit, restore_signals, saved_handlers, stop_signals
+from .ending import exit_code, is_the_process, quiet_exit, restore_signals, saved_handlers, stop_signals
 from .options import (Decay, Device, DocSep, Dtype, EvalUnit, Loss, Preset, Sampler, Schedule, Time, Unit,
                       flags_without_type)
 from .streams import DataStream, ReaderGone, std_streams
@@ -73,6 +74,8 @@ def main() -> None:
     import os
 
     given = sys.stdout
+    if is_the_process():  # the process's own malloc settings: arrays of the sampler's calls reuse pages (heap.py)
+        keep_freed_memory()
     std_streams()
     stop_reset()
     saved_handlers.update(stop_signals())

@@ -43,6 +43,17 @@ def stop_signals() -> dict:
     return old
 
 
+def is_the_process(names: tuple[str, ...] = ("dbert",), modules: tuple[str, ...] = ("dbert_core.cli", "dbert_core.cli.__main__")) -> bool:
+    """Whether the running program is one of dbert's own commands (a script of one of `names`, or
+    `python -m` one of `modules`), not another program (a test) calling main()."""
+    import sys
+    from pathlib import Path
+
+    entry = sys.modules.get("__main__")
+    spec = getattr(entry, "__spec__", None)
+    return getattr(spec, "name", None) in modules or Path(getattr(entry, "__file__", "") or "").name in names
+
+
 def quiet_exit() -> bool:
     """When main() is the process itself (`dbert`, `python -m dbert_core.cli`), a stop signal
     after the command has ended (a second fast Ctrl-C while the interpreter shuts down) is
@@ -52,13 +63,8 @@ def quiet_exit() -> bool:
     handler is put back: restored first, Python's default handler was in place for a moment, and a
     burst of Ctrl-C landing in it ended in a traceback (a clean-clone CI run caught it once)."""
     import signal
-    import sys
-    from pathlib import Path
 
-    entry = sys.modules.get("__main__")
-    spec = getattr(entry, "__spec__", None)
-    if getattr(spec, "name", None) not in ("dbert_core.cli", "dbert_core.cli.__main__") \
-            and Path(getattr(entry, "__file__", "") or "").name != "dbert":
+    if not is_the_process():
         return False
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
