@@ -26,7 +26,7 @@ DOC_SEPS = ("auto", "blank", "eot", "line", "jsonl")  # what separates documents
 LOSSES = ("hybrid", "elbo", "ce")
 DECAYS = ("cosine", "constant")
 DTYPES = ("auto", "fp32", "bf16")
-DECODING = ("steps", "top_k", "top_p")  # SampleConfig's fields a checkpoint may recommend (settings.default_decoding)
+DECODING = ("steps", "top_k", "top_p", "cache_refresh")  # SampleConfig's fields a checkpoint may recommend (settings.default_decoding)
 PRESETS = ("tiny", "mini", "small", "base")       # their sizes: model.PRESETS
 MAX_LAMBDA = 1 / math.pi                           # spindle strength that keeps a_t monotone
 MAX_SEED = 2**32 - 1
@@ -255,6 +255,9 @@ class SampleConfig:
     dtype: str = "auto"                # the network's precision: auto (bf16 where native), fp32, bf16
     prefix_cache: bool = False         # a long story's continuation windows keep their context's keys and
     #                                    values from the window's first call (approximate: maths.prefix_cache.PrefixCache)
+    cache_refresh: int | None = None   # > 0: decided positions' keys and values are kept between calls and computed
+    #                                    afresh every this many (approximate: maths.decided_cache); 0: the exact
+    #                                    forward; None: the checkpoint's recommendation, else 0
 
     def validate(self) -> "SampleConfig":
         """Checks that need no checkpoint; `sample.resolve` adds the ones that do."""
@@ -276,6 +279,8 @@ class SampleConfig:
         else:
             _need(not self.params, "--param needs --sampler (the default sampler has no parameters)")
         _int("--batch-size", self.batch_size, 1)
+        if self.cache_refresh is not None:
+            _int("--cache-refresh", self.cache_refresh, 0, MAX_T)
         if self.seed is not None:
             _int("--seed", self.seed, 0, MAX_SEED)
         _one_of("--device", self.device, DEVICES)

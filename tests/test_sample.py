@@ -96,8 +96,26 @@ def test_top_k_and_top_p_shape_the_distribution():
     assert shape_probs(logits, temperature=0.1)[0, 0] > full[0, 0]
 
 
+@pytest.mark.parametrize("scale", [0.3, 1.0, 8.0])  # wide nuclei (the whole sort) to narrow ones (the head)
+def test_the_nucleus_from_its_head_is_the_nucleus_of_the_whole_sort(scale):
+    from dbert_core.sampling.draw import NUCLEUS_HEAD, nucleus
+
+    g = torch.Generator().manual_seed(1)
+    p = torch.softmax(torch.randn(64, 3000, generator=g, dtype=torch.float64) * scale, -1)
+    p[0] = 0.0
+    p[0, :2] = torch.tensor([0.95, 0.05], dtype=torch.float64)  # one token holds the nucleus
+    sp, idx = torch.sort(p, dim=-1, descending=True)
+    keep = torch.zeros_like(p).scatter_(-1, idx, sp.masked_fill(sp.cumsum(-1) - sp >= 0.9, 0.0))
+    want = keep / keep.sum(-1, keepdim=True)
+    got = nucleus(p, 0.9)
+    assert torch.equal(got, want)
+    assert got[0, 0] == 1.0
+    wide = (torch.topk(p, NUCLEUS_HEAD).values.sum(-1) < 0.9).sum()
+    assert (wide == 63) if scale < 1 else (wide == 0) if scale > 4 else True
+
+
 @pytest.mark.parametrize("kw,msg", [
-    (dict(steps=0), "--steps"), (dict(steps=10**6), "--steps"), (dict(temperature=-1.0), "--temperature"),
+    (dict(steps=0), "--steps"), (dict(cache_refresh=-1), "--cache-refresh"), (dict(steps=10**6), "--steps"), (dict(temperature=-1.0), "--temperature"),
     (dict(top_p=0.0), "--top-p"), (dict(top_p=1.5), "--top-p"), (dict(top_k=-1), "--top-k"),
     (dict(length=10**4), "--length"), (dict(sampler="magic"), "--sampler"),
 ])

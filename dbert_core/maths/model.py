@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import partial
 
@@ -240,10 +241,11 @@ class Embeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.dropout = Dropout(c.hidden_dropout_prob)
 
-    def forward(self, words: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """words (B, N, H) word embeddings at positions start.. -> (B, N, H) layer input."""
+    def forward(self, words: torch.Tensor, start: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """words (B, N, H) word embeddings at positions start.. (or at positions (B, N)) -> (B, N, H) layer input."""
         x = words + self.token_type_embeddings.weight[0]
-        x = x + self.position_embeddings.weight[start:start + words.shape[1]]
+        x = x + (self.position_embeddings.weight[start:start + words.shape[1]] if positions is None
+                 else self.position_embeddings(positions))
         return self.dropout(self.LayerNorm(x))
 
 
@@ -265,16 +267,19 @@ class Layer(nn.Module):
         self.attn_dropout = c.attention_probs_dropout_prob
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, past: tuple | None = None,
-                keep: list | None = None) -> torch.Tensor:
+                keep: list | None = None, merge: Callable | None = None) -> torch.Tensor:
         """x (B, N, H); mask (B, 1, 1, N) bool, True where a key may be attended, or None (all).
         past: keys and values (B, h, P, d) of P positions before x's (a PrefixCache's), attended to
-        beside x's own (mask then covers the P + N keys); keep: a list this call appends its (keys, values) to."""
+        beside x's own (mask then covers the P + N keys); keep: a list this call appends its (keys, values) to;
+        merge: (k, v) -> (keys, values) the queries attend to instead of x's own (a DecidedCache's)."""
         B, N, H = x.shape
         q, k, v = self.qkv(x).view(B, N, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)  # 3 x (B, h, N, d)
         if keep is not None:
             keep.append((k, v))
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        if merge is not None:
+            k, v = merge(k, v)
         y = attention(q, k, v, mask, self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(B, N, H)
         x = self.attn_ln(x + self.dropout(self.attn_out(y)))
@@ -436,18 +441,26 @@ class DiffusionBert(nn.Module):
         return self.bert(ids, attention, layer_time=temb.unsqueeze(1))
 
     def forward(self, ids, attention, select: torch.Tensor, t: torch.Tensor | None = None,
-                cache: PrefixCache | None = None) -> torch.Tensor:
+                cache: PrefixCache | None = None, decided: DecidedCache | None = None,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (M, V) at the M positions where select (B, N) is True, in row-major order.
 
         Forbidden ids get -inf, so p(x_0 | x_t) never puts mass on special tokens. cache: a
         PrefixCache (time-agnostic models; an approximation, see there); select must then be False
-        in the prefix.
+        in the prefix. decided: a DecidedCache (time-agnostic models; an approximation, see there)
+        holding the batch's rows `rows` (B,) (None: rows 0..B-1).
         """
-        h = self.hidden(ids, attention, t, cache)
-        if h.shape[1] < ids.shape[1]:  # the prefix came from the cache: h holds the positions after it
-            select = select[:, ids.shape[1] - h.shape[1]:]
+        if decided is not None and self.time == "none":
+            if self.hide_end_padding:
+                attention = attention & ~hidden_keys(ids, self.sep_id).to(attention.device)
+            h = decided.hidden(self.bert, ids, attention, select, rows, self.mask_id)
+        else:
+            h = self.hidden(ids, attention, t, cache)
+            if h.shape[1] < ids.shape[1]:  # the prefix came from the cache: h holds the positions after it
+                select = select[:, ids.shape[1] - h.shape[1]:]
+            h = h[select]
         forbidden = torch.tensor(self.forbidden, device=h.device) if self.forbidden else None
-        return self.bert.logits(h[select], forbidden)
+        return self.bert.logits(h, forbidden)
 
 
 def forward_flops(config, B: int, N: int, M: int, prefix: int = 0) -> float:

@@ -38,7 +38,7 @@ def ancestral(x, masked, confidence, kern, net, gen, shaping, no_draw, block_rep
     def refresh(rows: torch.Tensor, t: int) -> None:
         nonlocal buf, mass
         idx = rows.nonzero().squeeze(1)
-        logits = net(x[idx], masked[idx], torch.full((len(idx),), t))
+        logits = net(x[idx], masked[idx], torch.full((len(idx),), t), rows=idx)
         where = torch.zeros_like(masked)
         where[idx] = masked[idx]
         if buf is None:

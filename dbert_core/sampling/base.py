@@ -38,6 +38,7 @@ import torch
 from ..errors import DbertError
 from ..maths.end_padding import hidden_keys, length_groups, needed_lengths
 from ..maths.model import forward_flops
+from ..maths.decided_cache import DecidedCache
 from ..maths.prefix_cache import PrefixCache
 from ..maths.schedule import step_grid
 from .draw import RepeatBlock
@@ -150,31 +151,42 @@ def kernel(schedule, steps: int) -> Kernel:
 class Net:
     """Calls the denoiser on some rows of the batch; counts calls and rows."""
 
-    def __init__(self, db, dtype: str = "fp32", end_rules=None, prefix: int = 0):
+    def __init__(self, db, dtype: str = "fp32", end_rules=None, prefix: int = 0, refresh: int = 0):
         self.model, self.device = db.model, db.device
         self.end_rules = end_rules  # a story's blocks.StoryRules (where it may start and end), or None
         # prefix > 0: the window's first `prefix` columns are given and never change (a story's continuation
         # window) and their keys and values are kept from the first call (--prefix-cache: an approximation;
         # a time-conditioned model ignores it: DiffusionBert.hidden)
         self.cache = PrefixCache(1 + prefix) if prefix else None
+        # refresh > 0: decided positions' keys and values are kept between calls and computed afresh every
+        # `refresh` calls (--cache-refresh: an approximation; time-agnostic models only, not beside a prefix cache)
+        self.decided = DecidedCache(refresh) if refresh and not prefix and db.model.time == "none" else None
         self.bf16 = dtype == "bf16" and next(self.model.parameters()).dtype == torch.float32  # autocast; fp32 logits out
         self.cls, self.sep = db.tokenizer.cls_token_id, db.tokenizer.sep_token_id
         self.nfe = 0
         self.rows = 0
         self.flops = 0.0  # of the BERT forward passes (model.forward_flops)
 
-    def _forward(self, inp: torch.Tensor, sel: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """One forward of the model on rows inp (with [CLS] and [SEP]): the logits at sel, fp32."""
+    def _forward(self, inp: torch.Tensor, sel: torch.Tensor, t: torch.Tensor,
+                 rows: torch.Tensor | None = None) -> torch.Tensor:
+        """One forward of the model on rows inp (with [CLS] and [SEP]): the logits at sel, fp32
+        (rows: their indices in the batch, for the decided-position cache)."""
         attention = torch.ones(inp.shape, dtype=torch.bool, device=self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             cache = {} if self.cache is None else {"cache": self.cache}  # the model's own call, unless caching
+            if self.decided is not None:
+                cache = {"decided": self.decided, "rows": rows}
             out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device), **cache).float()
-        reused = self.cache.reused if self.cache is not None else 0  # positions this call took from the cache
+        kept = self.cache if self.cache is not None else self.decided
+        reused = kept.reused if kept is not None else 0  # positions this call took from a cache
         self.flops += forward_flops(self.model.config, inp.shape[0], inp.shape[1], int(sel.sum()), prefix=reused)
         return out
 
-    def __call__(self, x: torch.Tensor, select: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """Logits (M, V) float32 at the select (R, L) positions of rows x (R, L), row-major.
+    def __call__(self, x: torch.Tensor, select: torch.Tensor, t: torch.Tensor,
+                 rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (M, V) float32 at the select (R, L) positions of rows x (R, L), row-major; rows
+        (R,): x's rows' indices in the sampler's batch (None: 0..R-1; the decided-position cache
+        keeps rows by them).
 
         They stay on the model's device: the sampler reduces them there (Kernel.class_mass) and
         brings to the host only the rows of positions it reveals (`draw.draw`)."""
@@ -184,8 +196,8 @@ class Net:
         sel = torch.cat([edge, select, edge], dim=1)
         self.nfe += 1
         self.rows += R
-        if not getattr(self.model, "hide_end_padding", False):
-            out = self._forward(inp, sel, t)
+        if self.decided is not None or not getattr(self.model, "hide_end_padding", False):
+            out = self._forward(inp, sel, t, rows)  # the cache hides the end padding by the keys' mask
         else:  # a decided end and its padding stay out of the forward, exactly: rows of like length together
             needed = needed_lengths(hidden_keys(inp, self.sep), sel).tolist()
             groups = length_groups(needed)

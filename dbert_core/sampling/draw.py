@@ -31,12 +31,40 @@ def shape_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, 
         z = z.masked_fill(z < kth, float("-inf"))
     p = torch.softmax(z, dim=-1)
     if top_p < 1.0:
-        sp, idx = torch.sort(p, dim=-1, descending=True)
-        before = sp.cumsum(-1) - sp  # mass strictly above each token
-        sp = sp.masked_fill(before >= top_p, 0.0)
-        p = torch.zeros_like(p).scatter_(-1, idx, sp)
-        p = p / p.sum(-1, keepdim=True)
+        p = nucleus(p, top_p)
     return p
+
+
+NUCLEUS_HEAD = 256  # the most likely tokens nucleus() sorts first; a row whose nucleus is wider is sorted whole
+
+
+def nucleus(p: torch.Tensor, top_p: float) -> torch.Tensor:
+    """p (M, V) restricted to its nucleus (the most likely tokens until their mass reaches top_p:
+    a token stays while the mass strictly above it is below top_p) and renormalised.
+
+    The nucleus almost always lies among the few hundred most likely of the vocabulary's tokens,
+    so each row's NUCLEUS_HEAD most likely are sorted (topk) and only the rows whose head holds
+    less than top_p are sorted whole: the same tokens as sorting every row (a tie at the edge may
+    be broken the other way, as sorting itself breaks it)."""
+    head = min(NUCLEUS_HEAD, p.shape[-1])
+    sp, idx = torch.topk(p, head, dim=-1)  # sorted, most likely first
+    wide = sp.sum(-1) < top_p
+    if bool(wide.any()):
+        fs, fi = torch.sort(p[wide], dim=-1, descending=True)
+        out = torch.zeros_like(p)
+        out[~wide] = _keep(sp[~wide], idx[~wide], top_p, p.shape[-1])
+        out[wide] = _keep(fs, fi, top_p, p.shape[-1])
+        return out
+    return _keep(sp, idx, top_p, p.shape[-1])
+
+
+def _keep(sp: torch.Tensor, idx: torch.Tensor, top_p: float, V: int) -> torch.Tensor:
+    """The (M, V) renormalised nucleus of rows whose most likely tokens idx (M, K) have the
+    probabilities sp (M, K), sorted: every token outside the K has mass >= top_p above it."""
+    before = sp.cumsum(-1) - sp  # mass strictly above each token
+    sp = sp.masked_fill(before >= top_p, 0.0)
+    p = torch.zeros(sp.shape[0], V, dtype=sp.dtype, device=sp.device).scatter_(-1, idx, sp)
+    return p / p.sum(-1, keepdim=True)
 
 
 def categorical(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

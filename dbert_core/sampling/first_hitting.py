@@ -92,7 +92,7 @@ def first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block
         if token_free:  # r is the same for every token: the event needs no prediction
             m, R = next_event(mk.double().unsqueeze(-1), mk, k[active], kern.r, u_time)
         else:  # time-agnostic model: p is fixed until this row's x changes
-            logits = net(x[active], mk, grid[k[active]])
+            logits = net(x[active], mk, grid[k[active]], rows=active)
             P = torch.zeros(A, L, kern.classes, dtype=torch.float64)
             P[mk] = kern.class_mass(logits)
             m, R = next_event(P, mk, k[active], kern.r, u_time)
@@ -104,7 +104,7 @@ def first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block
         more = (pos > first) & (u_more < R)
         rev = mk & ((pos == first) | more)
         if token_free:
-            logits = net(x[active], rev, grid[m])  # only the revealed positions are projected
+            logits = net(x[active], rev, grid[m], rows=active)  # only the revealed positions are projected
         else:
             logits = logits[rev[mk].to(logits.device)]
         row_of = rev.nonzero()[:, 0]

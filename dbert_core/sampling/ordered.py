@@ -84,7 +84,7 @@ def ordered(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repea
         if (need > 0).any():
             rows = (need > 0).nonzero().squeeze(1)
             mk = masked[rows]
-            logits = net(x[rows], mk, torch.full((len(rows),), kern.grid[k]))
+            logits = net(x[rows], mk, torch.full((len(rows),), kern.grid[k]), rows=rows)
             score = position_scores(logits, no_draw, by)
             if by == "entropy":
                 score = -score
@@ -120,7 +120,7 @@ def adaptive(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repe
         mk = masked[rows]
         u_token = torch.rand(x.shape, generator=gen, dtype=torch.float64)
         k = step_of(mk.sum(1), rows).clamp_max(S - 1)
-        logits = net(x[rows], mk, grid[k])
+        logits = net(x[rows], mk, grid[k], rows=rows)
         if rule == "threshold":
             full = torch.full(mk.shape, float("-inf"), dtype=torch.float64)
             full[mk] = position_scores(logits, no_draw, "confidence")

@@ -91,7 +91,7 @@ def remdm(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats
         if masked.any():
             rows = masked.any(1).nonzero().squeeze(1)
             if dirty or not time_agnostic or logits is None:
-                logits = net(x[rows], masked[rows], torch.full((len(rows),), t))
+                logits = net(x[rows], masked[rows], torch.full((len(rows),), t), rows=rows)
                 dirty = False
             if k == S - 1:
                 revealed = masked.clone()

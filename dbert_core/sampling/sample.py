@@ -108,7 +108,7 @@ def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbi
     rules = story_rules(db, x.shape[1], offset, cfg) if is_story_model(db) else None
     state = dict(
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
-        kern=kernel(db.schedule, cfg.steps), net=Net(db, cfg.dtype, rules, prefix), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
+        kern=kernel(db.schedule, cfg.steps), net=Net(db, cfg.dtype, rules, prefix, cfg.cache_refresh or 0), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id} | set(forbid)),  # never sampled
         block_repeats=repeat_block(db) if cfg.block_repeats else None,
     )
@@ -134,6 +134,12 @@ def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbi
     if is_story_model(db):  # after a story's end, the rest of its row is end padding, decided at once
         stream = with_end_rule(stream, x, state["masked"], db.tokenizer.sep_token_id)
     yield from stream
+
+
+def decided_cache(db, cfg: SampleConfig) -> bool:
+    """Whether a run keeps decided positions' keys and values between calls (cfg.cache_refresh on a
+    time-agnostic model: maths.decided_cache), so that its draws are not from the model's exact p."""
+    return bool(cfg.cache_refresh) and db.model.time == "none"
 
 
 def story_stream(db, cfg: SampleConfig, generator: torch.Generator, topk: int = 0) -> Iterator[Frame]:
@@ -172,8 +178,10 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
     strategy = strategies.get(cfg.sampler)
     stats = {"nfe": nfe, "rows": rows, "gflop": float(f"{flops / 1e9:.4g}"), "seconds": round(_time.perf_counter() - start, 3),
              "samples": cfg.n, "steps": cfg.steps, "sampler": cfg.sampler,
-             "exact": strategy.exact and not (cfg.prefix_cache and is_story_model(db)),  # the cache approximates p
-             "params": strategy.resolve(cfg.params)}
+             "exact": strategy.exact and not (cfg.prefix_cache and is_story_model(db)) and not decided_cache(db, cfg),
+             "params": strategy.resolve(cfg.params)}  # either cache approximates p
     if cfg.prefix_cache:
         stats["prefix_cache"] = True
+    if decided_cache(db, cfg):
+        stats["cache_refresh"] = cfg.cache_refresh
     return texts, stats

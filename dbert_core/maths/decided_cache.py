@@ -1,0 +1,101 @@
+"""The decided-position cache (`dbert sample --cache-refresh K`, an approximation).
+
+Used by maths/model.DiffusionBert.forward (its `decided`) and sampling/base.Net (one cache per
+reverse run).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from .model import Bert
+
+
+class DecidedCache:
+    """Keys and values of a batch's decided positions, kept from call to call: a call computes only
+    what changed.
+
+    A time-agnostic sampler calls the network once per step on the same rows, and between two calls
+    only a few positions change ([MASK] -> a token). Every `every`-th call (and the first, and any
+    call on a row the cache does not hold) is the whole forward, and the cache keeps every
+    position's keys and values in every layer. The calls between compute only the *active*
+    positions: those still [MASK], those whose token differs from the one the cache last saw (just
+    revealed, or set by the end rule) and those whose logits are asked for; their queries attend to
+    the kept keys and values of every other position and to their own fresh ones, which replace
+    the kept ones. So a call costs in proportion to what is still undecided (with every key read).
+
+    An approximation, not the model's p: in the exact forward a decided position's states see every
+    token revealed since, here they are those of the last call that computed it (at most `every` - 1
+    calls old). Fast-dLLM's dual cache (Wu et al. 2025) and dLLM-Cache keep a block's context the
+    same way; this keeps any decided position, with no blocks. Rows are kept by their index in the
+    batch (`rows`), so a sampler may call any subset of its rows, in any order."""
+
+    def __init__(self, every: int):
+        if every < 1:
+            raise ValueError("the decided-position cache refreshes every 1 or more calls")
+        self.every = every
+        self.calls = 0
+        self.ids: torch.Tensor | None = None  # (B, N) the tokens the kept states were computed from
+        self.held: torch.Tensor | None = None  # (B,) bool: rows computed whole at least once
+        self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer (B, h, N, d) keys and values
+        self.reused = 0  # positions the last call took from the cache (0: it ran the whole forward)
+
+    def _fits(self, ids: torch.Tensor, rows: torch.Tensor) -> bool:
+        return (self.ids is not None and self.ids.shape[1] == ids.shape[1] and int(rows.max()) < len(self.held)
+                and bool(self.held[rows].all()))
+
+    def hidden(self, bert: Bert, ids: torch.Tensor, attention: torch.Tensor, select: torch.Tensor,
+               rows: torch.Tensor | None, mask_id: int) -> torch.Tensor:
+        """Final hidden states (M, H) at the select (R, N) positions of ids (R, N), row-major;
+        attention (R, N) bool, False: a key no position reads; rows (R,) the rows' batch indices."""
+        R, N = ids.shape
+        rows = torch.arange(R) if rows is None else rows.cpu()
+        mask = None if bool(attention.all()) else attention[:, None, None, :].bool()
+        whole = self.calls % self.every == 0 or not self._fits(ids, rows)
+        self.calls += 1
+        if whole:
+            self.reused = 0
+            x = bert.embeddings(bert.embeddings.word_embeddings(ids))
+            got: list = []
+            for layer in bert.layers:
+                x = layer(x, mask, keep=got)
+            self._keep(ids, rows, got)
+            return x[select]
+        active = (ids == mask_id) | (ids != self.ids[rows].to(ids.device)) | select
+        A = max(1, int(active.sum(1).max()))
+        # each row's active positions first, in order; a row with fewer is padded with decided ones
+        # (computed afresh too, which only brings their kept states up to date)
+        idx = torch.sort(active.to(torch.int8), dim=1, descending=True, stable=True).indices[:, :A]
+        self.reused = N - A
+        all_rows = R == len(self.held) and bool((rows == torch.arange(R)).all())
+        x = bert.embeddings(bert.embeddings.word_embeddings(ids.gather(1, idx)), positions=idx)
+        for i, layer in enumerate(bert.layers):
+            K, V = self.kv[i]
+            keys, values = (K, V) if all_rows else (K[rows], V[rows])
+
+            def merge(k, v, keys=keys, values=values):
+                at = idx[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+                keys.scatter_(2, at, k.to(keys.dtype))
+                values.scatter_(2, at, v.to(values.dtype))
+                return keys, values
+
+            x = layer(x, mask, merge=merge)
+            if not all_rows:
+                K[rows], V[rows] = keys, values
+        self.ids[rows] = ids.to(self.ids.device)
+        return x[select.gather(1, idx)]
+
+    def _keep(self, ids: torch.Tensor, rows: torch.Tensor, got: list) -> None:
+        B = int(rows.max()) + 1
+        if self.ids is None or self.ids.shape[1] != ids.shape[1] or B > len(self.held) or got[0][0].dtype != self.kv[0][0].dtype:
+            B = max(B, 0 if self.held is None or self.ids.shape[1] != ids.shape[1] else len(self.held))
+            self.ids = torch.zeros(B, ids.shape[1], dtype=ids.dtype, device=ids.device)
+            self.held = torch.zeros(B, dtype=torch.bool)
+            self.kv = [(k.new_zeros((B, *k.shape[1:])), v.new_zeros((B, *v.shape[1:]))) for k, v in got]
+        for (K, V), (k, v) in zip(self.kv, got):
+            K[rows], V[rows] = k, v
+        self.ids[rows] = ids
+        self.held[rows] = True
