@@ -17,7 +17,7 @@ SIDES = "AB"
 # the settings dialog's field for an option named in an engine error (--top-k ...)
 OPTION_FIELDS = {"--n": "n", "--steps": "steps", "--temperature": "temperature", "--top-k": "top_k",
                  "--top-p": "top_p", "--length": "length", "--min-length": "min_length", "--sampler": "sampler", "--param": "params",
-                 "--seed": "seed"}
+                 "--seed": "seed", "--cache-refresh": "cache_refresh"}
 
 PROMPT_TITLE = ("Prompt / infill template: text with \\[MASK] slots (\\[MASK*N]: N of them, "
                 "\\[MASK*A-B]: A to B tokens, ranked by the model's ELBO per token); masks are "
@@ -56,6 +56,8 @@ def settings_form(s, side: int | None) -> tuple[str, list]:
         ("sampler", "sampler", s.sampler or "", "auto: " + " | ".join(STRATEGIES)),
         ("params", "sampler parameters", " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                                   for k, v in (s.params or {}).items()), "NAME=VALUE ...: defaults"),
+        ("cache_refresh", "cache refresh (0: exact)", "" if s.cache_refresh is None else str(s.cache_refresh),
+         "the checkpoint's: a whole forward every K calls"),
         ("pace_ms", "ms per step (0: fastest)", str(s.pace_ms), ""),
     ]
     title = "Sampling settings (Enter applies and restarts)"
@@ -69,16 +71,17 @@ def settings_fields(values: dict, old, db) -> dict:
     on their own); raises FieldError naming the first bad field."""
     fields: dict = {}
     for key, kind in (("steps", int), ("temperature", float), ("top_k", int), ("top_p", float), ("n", int),
-                      ("seed", int), ("pace_ms", int), ("length", int), ("min_length", int)):
+                      ("seed", int), ("pace_ms", int), ("length", int), ("min_length", int), ("cache_refresh", int)):
         text = values.get(key, "")
-        if key in ("length", "min_length", "steps", "top_k", "top_p") and not text.strip():
+        if key in ("length", "min_length", "steps", "top_k", "top_p", "cache_refresh") and not text.strip():
             fields[key] = None if key == "min_length" else getattr(old, key)
             continue
         try:
             fields[key] = kind(text)
         except ValueError:
             whole = "a whole number" if kind is int else "a number"
-            name = {"n": "samples", "pace_ms": "ms per step", "min_length": "shortest story"}.get(key, key.replace("_", "-"))
+            name = {"n": "samples", "pace_ms": "ms per step", "min_length": "shortest story",
+                    "cache_refresh": "cache refresh"}.get(key, key.replace("_", "-"))
             raise FieldError(key, f"{name} must be {whole}, got {text!r}") from None
     if not 1 <= fields["n"] <= MAX_N:
         raise FieldError("n", f"samples must be 1..{MAX_N}")

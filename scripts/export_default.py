@@ -6,9 +6,10 @@ The weights are stored in float16 (loaded back as float32); the model card is co
 MODEL_CARD.md. The export is atomic like every checkpoint save. A run that continued a dbert
 checkpoint (its --init) keeps that checkpoint's step, tokens and time under "parent". A story
 run trained before runs recorded their sampling defaults gets them from its training files
-(dbert_core/training/story_defaults.py). --steps / --top-k / --top-p record the decoding measured
-best for it as its defaults (dbert.json's sampling.decoding; `dbert sample` uses them unless told):
-the shipped story model's is --steps 32 --top-k 30 --top-p 1 (docs/stories.md).
+(dbert_core/training/story_defaults.py). --steps / --top-k / --top-p / --cache-refresh record the
+decoding measured best for it as its defaults (dbert.json's sampling.decoding; `dbert sample` uses them
+unless told): the shipped story model's is --steps 32 --top-k 0 --top-p 0.93 --cache-refresh 8
+(docs/stories.md, docs/performance.md).
 """
 
 import argparse
@@ -29,6 +30,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, help="the reverse steps sampling uses unless told")
     ap.add_argument("--top-k", type=int, help="the top-k sampling uses unless told (0: off)")
     ap.add_argument("--top-p", type=float, help="the nucleus mass sampling uses unless told, in (0, 1]")
+    ap.add_argument("--cache-refresh", type=int, help="the decided-position cache's refresh sampling uses unless told (0: the exact forward)")
     args = ap.parse_args()
     db = checkpoint.load(args.src)
     for key in ("train_config",):  # keep the recipe, drop machine-local paths
@@ -57,7 +59,8 @@ def main() -> int:
         if files and all(Path(f).is_file() for f in files):
             db.words = lexicon.learn(read_lines(files), db.tokenizer)
             print(f"{len(db.words)} words from the training files (dbert_words.json)", file=sys.stderr)
-    decoding = {k: v for k, v in (("steps", args.steps), ("top_k", args.top_k), ("top_p", args.top_p))
+    decoding = {k: v for k, v in (("steps", args.steps), ("top_k", args.top_k), ("top_p", args.top_p),
+                                               ("cache_refresh", args.cache_refresh))
                 if v is not None}
     if decoding:
         from dbert_core.config import SampleConfig

@@ -11,8 +11,8 @@ for a checkpoint trained before this existed):
                  so no sample opens with "And once upon a time" or "But".
 
 sampling/settings.py reads them; a checkpoint without them samples with neither rule's data.
-The export may add `decoding` ({top_k, top_p}: the token choice measured best for the checkpoint,
-not learnt from its data; scripts/export_default.py --top-k/--top-p), which settings.default_decoding
+The export may add `decoding` ({steps, top_k, top_p, cache_refresh}: the decoding measured best for the
+checkpoint, not learnt from its data; scripts/export_default.py --steps/--top-k/--top-p/--cache-refresh), which settings.default_decoding
 reads.
 """
 
