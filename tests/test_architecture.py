@@ -1,7 +1,7 @@
 """The house rules of dbert's structure, read from the code itself (ast) or from a fresh interpreter.
 
 - dbert_core is in packages by role (docs/architecture.md): a module imports only the floor
-  (errors, config, strategies, display, hardware), its own package and the packages LAYERS lets
+  (errors, config, strategies, display, hardware, heap), its own package and the packages LAYERS lets
   its package import; only the `dbert` command (cli/) imports anything. The import
   graph (lazy imports inside functions included) has no cycle. docs/architecture.md and every
   package's docstring say the same packages, modules and layers as the code;
@@ -39,7 +39,7 @@ from helpers import ROOT
 
 CORE = ROOT / "dbert_core"
 TUI = ROOT / "dbert_tui"
-FLOOR = {"__init__", "_compat", "errors", "stopping", "config", "strategies", "display", "hardware"}  # dbert_core/*.py below all
+FLOOR = {"__init__", "_compat", "errors", "stopping", "config", "strategies", "display", "hardware", "heap"}  # dbert_core/*.py below all
 CLI_MODULES = {"cli"}                      # the `dbert` command (cli/): on top, and the only engine modules on typer and rich
 LAYERS = {  # each package of dbert_core -> the packages it may import besides the floor and itself
     "disk": set(),

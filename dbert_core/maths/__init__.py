@@ -2,7 +2,8 @@
 
 schedule (a_t(v): linear and spindle, the step grid), model (the BERT denoiser, presets, FLOPs),
 diffusion (the forward process, the per-step KL, the ELBO), prefix_cache (a continuation window's
-given context kept from its first call: `--prefix-cache`, an approximation), end_padding (a story's
+given context kept from its first call: `--prefix-cache`, an approximation), decided_cache (decided
+positions' keys and values kept between a sampler's calls: `--cache-refresh`, an approximation), end_padding (a story's
 padding after its end that a model trained with `--hide-end-padding` never reads, so a sampler crops it exactly).
 
 May import: the floor.

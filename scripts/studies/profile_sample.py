@@ -1,6 +1,6 @@
 """Where `dbert sample --n 10` spends its time: torch.profiler over the sampling, at the defaults.
 
-    python scripts/studies/profile_sample.py [--checkpoint DIR] [--threads 2] [--rows 16]
+    python scripts/studies/profile_sample.py [--checkpoint DIR] [--threads 2] [--rows 16] [--cache-refresh K]
 
 Loads the checkpoint (default: the shipped one), resolves the CLI's defaults (SampleConfig, as
 `dbert sample --n 10` does), runs a short untimed warm-up generation, then one under the profiler.
@@ -24,8 +24,12 @@ def main() -> int:
     ap.add_argument("--checkpoint", help="checkpoint directory (default: the shipped one)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows", type=int, default=16, help="rows of the profiler's table")
+    ap.add_argument("--cache-refresh", type=int, default=None, help="the decided-position cache (default: the checkpoint's; 0: the exact forward)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    from dbert_core.heap import keep_freed_memory
+
+    keep_freed_memory()  # as the dbert and dbert-tui programs do (dbert_core/heap.py)
     from dbert_core.config import SampleConfig
     from dbert_core.evaluation.bench import shape_rates
     from dbert_core.hardware import cpu_name
@@ -34,7 +38,7 @@ def main() -> int:
 
     path = Path(args.checkpoint) if args.checkpoint else store.default_checkpoint()
     db = checkpoint.load(path)
-    cfg = resolve(SampleConfig(seed=0), db)
+    cfg = resolve(SampleConfig(seed=0, cache_refresh=args.cache_refresh), db)
     generate(db, dataclasses.replace(cfg, n=1, length=16, min_length=0))  # warm-up: the kernels' first calls
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         _, st = generate(db, cfg)

@@ -28,6 +28,9 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
+    from dbert_core.heap import keep_freed_memory
+
+    keep_freed_memory()  # as the dbert and dbert-tui programs do (dbert_core/heap.py)
     from pathlib import Path
 
     from dbert_core.hardware import cpu_name
