@@ -301,6 +301,8 @@ def test_bench_command(tiny_checkpoint, tmp_path):
     assert rows[("first-hitting", 64)]["gflop"] < rows[("ancestral", 64)]["gflop"]
     cli = data["cli_defaults"]  # what `dbert sample --n 10` runs, not a sampler of the bench's own
     assert cli["sampler"] == "first-hitting" and cli["length"] == checkpoint.read_meta(tiny_checkpoint)["seq_len"]
+    assert cli["steps"] == 96 and cli["cache_refresh"] == 0  # the tiny checkpoint recommends no decoding
+    assert all(r["exact"] for r in data["sampling"] if r["sampler"] in ("ancestral", "first-hitting"))  # exact forward
     assert all(0 < f["percent_of_peak"] for f in data["forward"])
     assert data["model"]["attention"] == "sdpa (sampling), explicit (training)"  # the tiny model has dropout
     # the matmul rate at the model's shapes, per dtype and thread count, and each run as a fraction of it

@@ -262,7 +262,8 @@ class Bench:
             self.save()
 
     def sampling(self, samplers, steps_list, batches, seed: int = 0) -> None:
-        """Each sampler at each step budget and batch, at the checkpoint's own decoding (top-k, top-p)."""
+        """Each sampler at each step budget and batch, at the checkpoint's own token choice (top-k, top-p), on
+        the exact forward (no decided-position cache: cli_defaults measures the checkpoint's whole decoding)."""
         from ..sampling.sample import generate
 
         for batch in batches:
@@ -273,8 +274,8 @@ class Bench:
                 base = None
                 for sampler in samplers:
                     _, st = generate(self.db, n=batch, batch_size=batch, seed=seed, length=self.length,
-                                     steps=steps, sampler=sampler, pair_quotes=False,
-                                     fix_contractions=False, known_words=False)  # the sampler alone
+                                     steps=steps, sampler=sampler, pair_quotes=False, fix_contractions=False,
+                                     known_words=False, cache_refresh=0)  # the sampler alone, on the exact forward
                     sec = st["seconds"]
                     row = {"sampler": sampler, "exact": st["exact"], "params": st["params"], "steps": steps,
                            "batch": batch, "seconds": sec,
@@ -313,7 +314,8 @@ class Bench:
         B = min(cfg.n, cfg.batch_size)
         self.rates("cli", B, cfg.length + 2, B * cfg.length, [getattr(torch, self._dtype())], [torch.get_num_threads()])
         _, st = generate(self.db, cfg)
-        self.result["cli_defaults"] = {"sampler": cfg.sampler, "length": cfg.length, "load_seconds": round(load_seconds, 2),
+        self.result["cli_defaults"] = {"sampler": cfg.sampler, "length": cfg.length, "steps": cfg.steps,
+                                       "cache_refresh": cfg.cache_refresh, "load_seconds": round(load_seconds, 2),
                                        "sample_seconds": st["seconds"], "calls": st["nfe"], **self._compute(st, "cli")}
         self.say(f"sample --n 10 defaults: load {load_seconds:.2f} s + sampling {st['seconds']:.2f} s")
         self.save()
@@ -425,7 +427,9 @@ def markdown(r: dict) -> str:
                      f"MFU {_pct(t.get('mfu'))} of the matmul rate at its shapes ({t.get('matmul_rate_gflop_per_s')}).")
     if r["cli_defaults"]:
         c = r["cli_defaults"]
-        lines.append(f"`dbert sample --n 10` defaults ({c['sampler']}, length {c['length']}): "
+        cache = f", cache refresh {c['cache_refresh']}" if c.get("cache_refresh") else ""
+        steps = f", {c['steps']} steps" if c.get("steps") else ""
+        lines.append(f"`dbert sample --n 10` defaults ({c['sampler']}{steps}, length {c['length']}{cache}): "
                      f"load {c['load_seconds']:.2f} s + sampling {c['sample_seconds']:.2f} s, {c['calls']} calls, "
                      f"{c['gflop']} GFLOP ({c.get('seconds_at_peak', '?')} s at the matmul peak), "
                      f"{c.get('gflop_per_s', '?')} GFLOP/s, {_pct(c.get('fraction_of_matmul_rate'))} of the matmul "
