@@ -78,3 +78,31 @@ def test_speed_times_both_trainings_in_one_run(tiny_checkpoint, tmp_path, capsys
     assert got["diffusion_tokens_per_s"] > 0 and got["gpt2_tokens_per_s"] > 0
     assert got["ratio_gpt2_over_diffusion"] == round(got["gpt2_tokens_per_s"] / got["diffusion_tokens_per_s"], 2)
     assert got["gpt2_params"] > 0 and got["diffusion_params"] > 0
+
+
+def test_a_micro_batched_step_is_the_whole_batchs_step(tiny_checkpoint):
+    """--micro-batch: the batch in parts, each part's mean loss weighted by its share of the targets:
+    the same loss and the same gradient as the whole batch at once (rows of unequal length too)."""
+    import copy
+
+    import torch
+
+    from dbert_core.storage import checkpoint
+
+    mod = script()
+    db = checkpoint.load(tiny_checkpoint)
+    tok = db.tokenizer
+    rows = mod.windows(db, db.meta["train_config"]["data"], db.meta["seq_len"])[:7]
+    rows[2], rows[5] = rows[2][:5], rows[5][:9]  # padding in some parts, not others
+    ids, labels = mod._batch(rows, tok.sep_token_id, tok.pad_token_id)
+    torch.manual_seed(0)
+    whole = mod.build(db, db.meta["seq_len"]).eval()  # no dropout: the two passes see the same network
+    parts = copy.deepcopy(whole)
+    grads = {}
+    for name, model, micro in (("whole", whole, 0), ("parts", parts, 3)):
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)  # a step that moves nothing: compare the gradients
+        loss = mod._step(model, opt, ids, labels, tok.pad_token_id, False, micro)
+        grads[name] = (loss, [p.grad.clone() for p in model.parameters() if p.grad is not None])
+    torch.testing.assert_close(grads["parts"][0], grads["whole"][0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads["parts"][1], grads["whole"][1]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

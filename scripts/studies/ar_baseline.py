@@ -1,6 +1,6 @@
 """The same-budget autoregressive baseline of the default model (issue 23, item 4).
 
-    python scripts/studies/ar_baseline.py train runs/stories --out runs/ar-baseline     # resumable
+    python scripts/studies/ar_baseline.py train runs/stories --out runs/ar-baseline [--micro-batch 32]    # resumable
     python scripts/studies/ar_baseline.py eval runs/ar-baseline --heldout runs/data/stories-heldout.txt
     python scripts/studies/ar_baseline.py sample runs/ar-baseline --n 200 > runs/ar-baseline-samples.json
     python scripts/studies/ar_baseline.py speed runs/stories     # both trainings' tokens/s, one run
@@ -13,7 +13,9 @@ same batch of 32 windows and the same token budget (the checkpoint's tokens_seen
 the same warm-up and cosine. Each window is read left to right after a [SEP] (a window that
 starts a document already begins with one).
 
-train saves every --save-every steps and on Ctrl-C / SIGTERM (weights, optimizer, step, the data
+--micro-batch N runs each step's batch N windows at a time (the same gradient, a quarter of the memory
+at N = batch / 4: the stories checkpoint's 128 windows of 257 tokens need about 17 GB at once on a CPU);
+it may change between a run and its resumption. train saves every --save-every steps and on Ctrl-C / SIGTERM (weights, optimizer, step, the data
 order's seed) into --out atomically and continues from there when run again. eval scores the
 held-out sentences one by one, each after a [SEP] as the diffusion model's eval sees them alone:
 the exact perplexity per WordPiece token (the diffusion model's figure is an upper bound on its
@@ -105,15 +107,26 @@ def _save(model, opt, state: dict, out: Path, tokenizer=None) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _step(model, opt, ids, labels, pad: int, bf16: bool) -> torch.Tensor:
-    """One optimizer step of the causal LM on a batch (bf16 autocast where native, clipping at 1)."""
-    with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=bf16):
-        loss = model(input_ids=ids, attention_mask=(ids != pad).long(), labels=labels).loss
+def _step(model, opt, ids, labels, pad: int, bf16: bool, micro: int = 0) -> torch.Tensor:
+    """One optimizer step of the causal LM on a batch (bf16 autocast where native, clipping at 1).
+
+    micro > 0: the batch goes through the model `micro` rows at a time, each part's mean loss
+    weighted by its share of the batch's targets, so the gradient is the whole batch's (the same
+    step, up to rounding) in a fraction of the memory: 128 windows of 257 tokens need about 17 GB
+    at once on a CPU, 32 at a time about 4 GB."""
     opt.zero_grad()
-    loss.backward()
+    targets = (labels[:, 1:] != -100).sum()
+    total = torch.zeros((), device=ids.device)
+    for lo in range(0, len(ids), micro or len(ids)):
+        part, lab = ids[lo:lo + (micro or len(ids))], labels[lo:lo + (micro or len(ids))]
+        share = (lab[:, 1:] != -100).sum() / targets.clamp_min(1)
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = model(input_ids=part, attention_mask=(part != pad).long(), labels=lab).loss
+        (loss * share).backward()
+        total += loss.detach().float() * share
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
-    return loss
+    return total
 
 
 def train(a) -> int:
@@ -169,7 +182,7 @@ def train(a) -> int:
         rate = lr * (step + 1) / warmup if step < warmup else floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
         for g in opt.param_groups:
             g["lr"] = rate
-        loss = _step(model, opt, ids, labels, tok.pad_token_id, bf16)
+        loss = _step(model, opt, ids, labels, tok.pad_token_id, bf16, a.micro_batch)
         state["step"] += 1
         state["tokens_seen"] += int((ids != tok.pad_token_id).sum())
         state["seconds"] = t0 + time.perf_counter() - start
@@ -363,6 +376,8 @@ def main(argv=None) -> int:
     t.add_argument("--heads", type=int, default=6)
     t.add_argument("--seq-len", type=int, default=0, help="window tokens [the checkpoint's]")
     t.add_argument("--batch", type=int, default=0, help="windows per step [the checkpoint's]")
+    t.add_argument("--micro-batch", type=int, default=0,
+                   help="windows per forward inside a step (the same step in less memory; 0: the whole batch at once)")
     t.add_argument("--lr", type=float, default=0.0, help="peak learning rate [the checkpoint's]")
     t.add_argument("--warmup", type=int, default=0, help="warm-up steps [the checkpoint's]")
     e = sub.add_parser("eval")
