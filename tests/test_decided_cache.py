@@ -118,3 +118,23 @@ def test_the_checkpoint_may_recommend_it_and_the_flag_is_checked(story_model, ca
         sampling.pop("decoding", None)
     code, out, err = run(["sample", "--checkpoint", str(db.path), "--n", "1", "--cache-refresh", "-1"], capsys, monkeypatch)
     assert code != 0 and out == "" and "--cache-refresh" in err and "Traceback" not in err
+
+
+def test_the_tui_settings_dialog_reads_and_checks_it(story_model):
+    from dbert_tui.controller import Settings
+    from dbert_tui.forms import FieldError, settings_fields, settings_form
+
+    old = Settings()
+    _, fields = settings_form(old, None)
+    shown = {key: value for key, _, value, _ in fields}
+    assert shown["cache_refresh"] == ""  # not set: the checkpoint's recommendation
+    values = {key: value for key, value in shown.items()}
+    values["cache_refresh"] = "4"
+    assert settings_fields(values, old, story_model)["cache_refresh"] == 4
+    values["cache_refresh"] = ""
+    assert settings_fields(values, old, story_model)["cache_refresh"] is None
+    for bad in ("often", "-1"):
+        values["cache_refresh"] = bad
+        with pytest.raises(FieldError) as e:
+            settings_fields(values, old, story_model)
+        assert e.value.key == "cache_refresh" and "cache" in e.value.message
