@@ -138,3 +138,11 @@ def test_the_tui_settings_dialog_reads_and_checks_it(story_model):
         with pytest.raises(FieldError) as e:
             settings_fields(values, old, story_model)
         assert e.value.key == "cache_refresh" and "cache" in e.value.message
+
+
+def test_the_tui_control_bar_says_when_the_cache_is_on():
+    from dbert_tui.controller import Settings
+    from dbert_tui.widgets.generate.controls import _value
+
+    assert _value(Settings(sampler="first-hitting", cache_refresh=8), "sampler") == "first-hitting cache 8"
+    assert _value(Settings(sampler="first-hitting", cache_refresh=0), "sampler") == "first-hitting"

@@ -42,7 +42,9 @@ def _value(settings, name: str) -> str:
         from dbert_core.strategies import STRATEGIES
 
         strategy = STRATEGIES.get(value)
-        return strategy.short(getattr(settings, "params", None)) if strategy is not None else str(value)
+        shown = strategy.short(getattr(settings, "params", None)) if strategy is not None else str(value)
+        refresh = getattr(settings, "cache_refresh", None)
+        return shown + (f" cache {refresh}" if refresh else "")  # the decided-position cache: an approximation
     if value is None:  # filled in when a checkpoint loads (its length, sampler, decoding)
         return "auto"
     if name == "top_k" and value == 0:
@@ -56,7 +58,7 @@ def _value(settings, name: str) -> str:
 
 class ControlBar(Widget):
     """One line (two where the terminal is narrow) that always shows steps, temperature, top-k,
-    top-p, sampler and seed with their keys. In a comparison it shows the side the keys
+    top-p, sampler (and the decided-position cache's refresh, when on) and seed with their keys. In a comparison it shows the side the keys
     change (`side`), with the fields where the two sides differ highlighted (`differs`)."""
 
     DEFAULT_CSS = """
