@@ -36,9 +36,9 @@ from typing import Iterator, Protocol
 import torch
 
 from ..errors import DbertError
+from ..maths.decided_cache import DecidedCache
 from ..maths.end_padding import hidden_keys, length_groups, needed_lengths
 from ..maths.model import forward_flops
-from ..maths.decided_cache import DecidedCache
 from ..maths.prefix_cache import PrefixCache
 from ..maths.schedule import step_grid
 from .draw import RepeatBlock
@@ -149,7 +149,9 @@ def kernel(schedule, steps: int) -> Kernel:
 
 
 class Net:
-    """Calls the denoiser on some rows of the batch; counts calls and rows."""
+    """Calls the denoiser on some rows of the batch; counts calls, rows and FLOPs. It may crop a
+    story's decided end (a `--hide-end-padding` model), keep a continuation window's context
+    (PrefixCache) or keep decided positions between calls (DecidedCache, `--cache-refresh`)."""
 
     def __init__(self, db, dtype: str = "fp32", end_rules=None, prefix: int = 0, refresh: int = 0):
         self.model, self.device = db.model, db.device

@@ -11,7 +11,9 @@ runs cfg.n samples in batches and returns their texts. A run's settings are reso
         confidence, margin, entropy, threshold, entropy-bounded   ordered.py
         remdm               remdm.py   ancestral with remasking
 The token choice (temperature, top-k, top-p, the repeat block) is draw.py's, the same for all;
-prompts are prompt.py's. After the last step the touch-up's rounds may follow (touchup.py).
+prompts are prompt.py's. After the last step the touch-up's rounds may follow (touchup.py). The
+network (base.Net) may keep decided positions' keys and values between calls (cfg.cache_refresh,
+maths/decided_cache.py: an approximation, so a run's stats then say exact: false).
 A story checkpoint (blocks.py) opens each row with [SEP], ends a row at its end mark, and goes
 on block by block past one window (story_stream).
 """
