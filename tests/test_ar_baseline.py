@@ -52,6 +52,13 @@ def test_trains_resumes_and_scores(tiny_checkpoint, tmp_path, capsys):
     assert all("[MASK]" not in t and "[CLS]" not in t and "[PAD]" not in t for t in got["texts"]["first"])
     assert 0 <= got["bleu4"] <= 1 and 0 <= got["self_bleu4"] <= 1 and 0 < got["distinct2"] <= 1
     assert got["sample_tokens_per_s"] > 0 and 0 <= got["frac_repeat"] <= 1
+    # whole stories, one a line, for stories.py: each ends where the model drew its end ([SEP]), never shown
+    lines = tmp_path / "ar-stories.txt"
+    assert mod.main(["sample", str(out), "--n", "4", "--length", "30", "--top-k", "0", "--top-p", "0.9",
+                     "--lines", str(lines), "--batch-size", "3"]) == 0
+    texts = lines.read_text().splitlines()
+    assert len(texts) == 4 and all("[SEP]" not in t and "[CLS]" not in t for t in texts)
+    assert all(len(db.tokenizer.encode(t, add_special_tokens=False)) <= 30 + 5 for t in texts)
     # the same seed draws the same windows
     assert mod.main(["sample", str(out), "--n", "3", "--length", "12", "--heldout", str(TINYSTORIES_VALID),
                      "--batch-size", "2"]) == 0

@@ -3,6 +3,7 @@
     python scripts/studies/ar_baseline.py train runs/stories --out runs/ar-baseline [--micro-batch 32]    # resumable
     python scripts/studies/ar_baseline.py eval runs/ar-baseline --heldout runs/data/stories-heldout.txt
     python scripts/studies/ar_baseline.py sample runs/ar-baseline --n 200 > runs/ar-baseline-samples.json
+    python scripts/studies/ar_baseline.py sample runs/ar-stories --n 100 --top-k 0 --top-p 0.93 --lines ar.txt   # whole stories
     python scripts/studies/ar_baseline.py speed runs/stories     # both trainings' tokens/s, one run
 
 A GPT-2-shaped causal LM (transformers' GPT2LMHeadModel: 6 layers, hidden 384, 6 heads, tied
@@ -240,19 +241,28 @@ def _keep(path: Path, result: dict) -> None:
 
 @torch.inference_mode()
 def draw(model, sep: int, n: int, length: int, temperature: float, top_k: int, seed: int,
-         batch_size: int = 32, forbidden: tuple[int, ...] = ()) -> list[list[int]]:
-    """n windows of length tokens after a [SEP], drawn left to right with the KV cache."""
+         batch_size: int = 32, forbidden: tuple[int, ...] = (), top_p: float = 1.0,
+         stop: bool = False) -> list[list[int]]:
+    """n windows of length tokens after a [SEP], drawn left to right with the KV cache (top-k, then
+    the nucleus top-p, as dbert's draw shapes p); past the model's positions each row goes on from
+    its last half window, read afresh. stop: each row ends at the first [SEP] it draws (a
+    story's end; not kept), and a batch stops once every row has ended."""
     import inspect
+
+    from dbert_core.sampling.draw import nucleus
 
     gen = torch.Generator().manual_seed(seed)
     # transformers 5.x renamed past_key_values to cache (argument and output): whichever this one has
     key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     rows: list[list[int]] = []
+    limit = model.config.n_positions  # past it, the model goes on from the last half of its window afresh
     for lo in range(0, n, batch_size):
         b = min(batch_size, n - lo)
-        ids = torch.full((b, 1), sep, dtype=torch.long)
+        ids = seqs = torch.full((b, 1), sep, dtype=torch.long)
         past, out = None, []
         for _ in range(length):
+            if seqs.shape[1] > limit:  # as it was trained: windows that start inside a story
+                past, ids = None, seqs[:, -(limit // 2):]
             res = model(input_ids=ids, use_cache=True, **{key: past})
             past = getattr(res, key)
             logits = res.logits[:, -1].float() / temperature
@@ -261,13 +271,45 @@ def draw(model, sep: int, n: int, length: int, temperature: float, top_k: int, s
             if top_k:
                 kth = logits.topk(min(top_k, logits.shape[-1]), -1).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, float("-inf"))
-            ids = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)
+            p = torch.softmax(logits.double(), -1)
+            ids = torch.multinomial(nucleus(p, top_p) if top_p < 1.0 else p, 1, generator=gen)
             out.append(ids)
-        rows.extend(torch.cat(out, 1).tolist())
+            seqs = torch.cat([seqs, ids], 1)
+            if stop and bool(torch.cat(out, 1).eq(sep).any(1).all()):
+                break
+        drawn = torch.cat(out, 1).tolist()
+        rows.extend(r[:r.index(sep)] if stop and sep in r else r for r in drawn)
     return rows
 
 
+def stories(a) -> int:
+    """--stories: a story model's samples as `dbert sample` writes them, one whole story a line
+    (from the [SEP] that opens it to the [SEP] that ends it, at most the diffusion sampler's
+    default length), into --lines for scripts/studies/stories.py."""
+    from dbert_core.sampling.settings import default_length
+
+    out = Path(a.out)
+    _, db, model = _trained(out)
+    tok = db.tokenizer
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    forbidden = tuple(i for i in (tok.pad_token_id, tok.cls_token_id, tok.mask_token_id, tok.unk_token_id)
+                      if i is not None)
+    length = a.length or default_length(db)
+    start = time.perf_counter()
+    rows = draw(model, tok.sep_token_id, a.n, length, a.temperature, a.top_k, a.seed, a.batch_size, forbidden,
+                a.top_p, stop=True)
+    seconds = time.perf_counter() - start
+    texts = [" ".join(db.decode(r).split()) for r in rows]
+    lines = Path(a.lines)
+    lines.write_text("".join(t + "\n" for t in texts))
+    say(f"{len(texts)} stories ({sum(map(len, rows))} tokens, at most {length} each) in {seconds:.1f} s -> {lines}")
+    return 0
+
+
 def sample(a) -> int:
+    if a.lines:
+        return stories(a)
     from dbert_core.evaluation.metrics import bleu, distinct_n, readability, self_bleu, unigram_entropy
 
     out = Path(a.out)
@@ -279,13 +321,13 @@ def sample(a) -> int:
     forbidden = tuple(i for i in (tok.pad_token_id, tok.cls_token_id, tok.mask_token_id, tok.unk_token_id)
                       if i is not None)
     start = time.perf_counter()
-    sets = [draw(model, tok.sep_token_id, a.n, length, a.temperature, a.top_k, a.seed + k, a.batch_size, forbidden)
-            for k in range(2)]
+    sets = [draw(model, tok.sep_token_id, a.n, length, a.temperature, a.top_k, a.seed + k, a.batch_size, forbidden,
+                 a.top_p) for k in range(2)]
     seconds = time.perf_counter() - start
     first, second = ([db.decode(r, paragraph=" ") for r in rows] for rows in sets)
     refs = read_examples([a.heldout], "sentence")
     result = {"model": str(out), "step": state["step"], "steps": state["steps"], "samples": a.n, "length": length,
-              "temperature": a.temperature, "top_k": a.top_k, "seed": a.seed,
+              "temperature": a.temperature, "top_k": a.top_k, "top_p": a.top_p, "seed": a.seed,
               "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second), "distinct1": distinct_n(first, 1),
               "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),
               "unigram_entropy": unigram_entropy(first), **readability(first),
@@ -389,7 +431,11 @@ def main(argv=None) -> int:
     s.add_argument("--n", type=int, default=200, help="samples per set (two sets, as the decoding study draws)")
     s.add_argument("--length", type=int, default=0, help="tokens per sample [the diffusion model's length]")
     s.add_argument("--temperature", type=float, default=1.0)
-    s.add_argument("--top-k", type=int, default=30)
+    s.add_argument("--top-k", type=int, default=30, help="0: off")
+    s.add_argument("--top-p", type=float, default=1.0, help="the nucleus after top-k (1: off)")
+    s.add_argument("--lines", default="", help="whole stories instead, one a line, into this file (for "
+                                               "scripts/studies/stories.py); --length then caps a story [the diffusion "
+                                               "sampler's default length]")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--batch-size", type=int, default=32)
     s.add_argument("--threads", type=int, default=0)
