@@ -68,3 +68,38 @@ def test_the_gpu_recipe_runs_end_to_end_on_the_cpu(tiny_checkpoint, tmp_path):
     evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
     scored = [e for e in evals if "ppl_token" in e]
     assert len(scored) == 2 and all(e["documents"] == 3 and e["ppl_token"] > 1 for e in scored)
+
+
+@pytest.mark.slow
+def test_the_recipes_ar_part_brings_back_a_baseline_the_cpu_samples(tiny_checkpoint, tmp_path):
+    """PARTS=ar: the same-budget GPT-2 baseline trained on the given files (not the checkpoint's own paths),
+    brought back in float16 pieces under 16 MiB, put together here, and sampled as whole stories."""
+    data, out, work = tmp_path / "data", tmp_path / "out", tmp_path / "work"
+    data.mkdir()
+    out.mkdir()
+    for name, first, count in (("head-train.txt", 0, 12), ("lowercase-stories.txt", 12, 4), ("fables.txt", 16, 4)):
+        _stories(data / name, first, count)
+    env = {**os.environ, "OUT": str(out), "WORK": str(work), "DATA_DIR": str(data), "INIT": str(tiny_checkpoint),
+           "DEVICE": "cpu", "PARTS": "ar", "AR_SECONDS": "120", "AR_TOKENS": "3000", "AR_BATCH": "4",
+           "OMP_NUM_THREADS": "1", "PY": sys.executable,
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    info = (out / "info.log").read_text()
+    assert "ar exit 0" in info, info
+    state = json.loads((out / "ar-state.json").read_text())
+    assert state["step"] == state["steps"] and state["tokens_seen"] >= 3000 * 0.8
+    parts = sorted(out.glob("ar.tar.*"))
+    assert parts and all(p.stat().st_size < 16 * 2**20 for p in parts)
+    joined = tmp_path / "ar.tar"
+    joined.write_bytes(b"".join(p.read_bytes() for p in parts))
+    with tarfile.open(joined) as tar:
+        tar.extractall(tmp_path / "back", filter="data")
+    back = tmp_path / "back" / "ar-half"
+    assert not (back / "optimizer.pt").exists()
+    lines = tmp_path / "ar.txt"
+    sampled = subprocess.run([sys.executable, str(ROOT / "scripts" / "studies" / "ar_baseline.py"), "sample", str(back),
+                              "--n", "3", "--length", "20", "--lines", str(lines)], env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert sampled.returncode == 0, sampled.stderr[-2000:]
+    assert len(lines.read_text().splitlines()) == 3

@@ -2,7 +2,10 @@
 # One lent GPU's session (the `device` tool: one command, ~10 minutes, nothing reachable from the machine), run from
 # the repository root: the stories model trained against the clock in bf16 (scripts/recipes/train_timed.py), then
 # `dbert eval --unit story` of the new and the shipped weights, `dbert sample --n 10` and `dbert bench --device cuda`
-# timed (the README's GPU table), and tests/test_cuda.py.
+# timed (the README's GPU table), tests/test_cuda.py, and (part `ar`, not in the default PARTS) the same-budget
+# autoregressive baseline of scripts/studies/ar_baseline.py trained on the same files (OUT/ar.tar.NN, ar.log,
+# ar-state.json; AR_SECONDS, AR_LR, AR_WARMUP, AR_TOKENS, AR_BATCH, AR_SEQ_LEN). Its budget, 99 M tokens, is ~25 h
+# of a 2-core CPU: PARTS="ar" AR_SECONDS=480 for a session of its own.
 #   Before: data in .devdata/ (ignored; carried): runs/data/head-{train,heldout}.txt, runs/data/lowercase-stories.txt
 #   (scripts/stories_model.sh story-data), ../shared/data/fables/fables.txt; wheels the image lacks in .whl/.
 #   After: OUT/best.tar.NN (the best held-out checkpoint, float16, split to fit the 16 MiB a file that comes back:
@@ -82,6 +85,28 @@ if has bench; then
     --out "$WORK/bench" > /dev/null 2>> "$OUT/info.log"
   echo "bench exit $?" >> "$OUT/info.log"
   cp "$WORK/bench/bench.json" "$OUT/" 2>/dev/null
+fi
+
+if has ar; then  # the same-budget autoregressive baseline (issue 38), trained here and measured on the CPU after:
+  # `cat ar.tar.* | tar -x` gives ar-half/ (float16 weights); then ar_baseline.py sample ar-half --lines ... and stories.py
+  timeout -k 60 "${AR_SECONDS:-420}" $PY scripts/studies/ar_baseline.py train "$INIT" --out "$WORK/ar" \
+    --data $D/head-train.txt $D/lowercase-stories.txt $D/fables.txt --device "$DEVICE" --lr "${AR_LR:-1e-3}" \
+    --warmup "${AR_WARMUP:-300}" --save-every 1000 ${AR_TOKENS:+--tokens "$AR_TOKENS"} ${AR_BATCH:+--batch "$AR_BATCH"} \
+    ${AR_SEQ_LEN:+--seq-len "$AR_SEQ_LEN"} > /dev/null 2> "$OUT/ar.log"
+  echo "ar exit $?" >> "$OUT/info.log"
+  if [ -s "$WORK/ar/state.json" ]; then  # what comes back: the weights in float16, no optimizer, split to 15 MiB
+    $PY - "$WORK/ar" "$WORK/ar-half" <<'PYEOF' >> "$OUT/info.log" 2>&1
+import shutil, sys
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+src, dst = map(Path, sys.argv[1:])
+shutil.copytree(src, dst, ignore=shutil.ignore_patterns("optimizer.pt"), dirs_exist_ok=True)
+weights = load_file(src / "model.safetensors")
+save_file({k: v.half().contiguous() for k, v in weights.items()}, dst / "model.safetensors", metadata={"format": "pt"})
+PYEOF
+    tar -C "$WORK" -cf "$WORK/ar.tar" ar-half && split -b 15M -d -a 2 "$WORK/ar.tar" "$OUT/ar.tar."
+    cp "$WORK/ar/state.json" "$OUT/ar-state.json"
+  fi
 fi
 
 if has tests; then  # CUDA logits against the CPU's, sampling and bf16 training on the GPU (skipped without CUDA)

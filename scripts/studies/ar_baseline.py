@@ -140,7 +140,7 @@ def train(a) -> int:
     tc = {**tc, "lr": a.lr or tc["lr"], "warmup": a.warmup or tc["warmup"]}
     budget = a.tokens or meta["tokens_seen"]
     out = Path(a.out)
-    rows = windows(db, tc["data"], seq_len)
+    rows = windows(db, a.data or tc["data"], seq_len)
     per_step = sum(len(r) for r in rows) / len(rows) * batch
     steps = max(1, round(budget / per_step))
     torch.manual_seed(0)
@@ -204,7 +204,8 @@ def _trained(out: Path):
     from transformers import GPT2LMHeadModel
 
     state = json.loads((out / "state.json").read_text())
-    return state, checkpoint.load(state["checkpoint"]), GPT2LMHeadModel.from_pretrained(out).eval()
+    # float: weights brought back from a GPU in float16 (scripts/recipes/gpu_stories.sh, part ar) run here in fp32
+    return state, checkpoint.load(state["checkpoint"]), GPT2LMHeadModel.from_pretrained(out).float().eval()
 
 
 def evaluate(a) -> int:
@@ -418,6 +419,8 @@ def main(argv=None) -> int:
     t.add_argument("--heads", type=int, default=6)
     t.add_argument("--seq-len", type=int, default=0, help="window tokens [the checkpoint's]")
     t.add_argument("--batch", type=int, default=0, help="windows per step [the checkpoint's]")
+    t.add_argument("--data", nargs="+", default=None,
+                   help="the training files, where the checkpoint's own paths (its train_config) are not on this machine")
     t.add_argument("--micro-batch", type=int, default=0,
                    help="windows per forward inside a step (the same step in less memory; 0: the whole batch at once)")
     t.add_argument("--lr", type=float, default=0.0, help="peak learning rate [the checkpoint's]")
