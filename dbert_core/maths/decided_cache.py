@@ -90,8 +90,9 @@ class DecidedCache:
 
     def _keep(self, ids: torch.Tensor, rows: torch.Tensor, got: list) -> None:
         B = int(rows.max()) + 1
-        if self.ids is None or self.ids.shape[1] != ids.shape[1] or B > len(self.held) or got[0][0].dtype != self.kv[0][0].dtype:
-            B = max(B, 0 if self.held is None or self.ids.shape[1] != ids.shape[1] else len(self.held))
+        same = self.ids is not None and self.ids.shape[1] == ids.shape[1] and got[0][0].dtype == self.kv[0][0].dtype
+        if not same or B > len(self.held):  # new arrays (rows they no longer hold are computed whole when called)
+            B = max(B, len(self.held)) if same else B
             self.ids = torch.zeros(B, ids.shape[1], dtype=ids.dtype, device=ids.device)
             self.held = torch.zeros(B, dtype=torch.bool)
             self.kv = [(k.new_zeros((B, *k.shape[1:])), v.new_zeros((B, *v.shape[1:]))) for k, v in got]

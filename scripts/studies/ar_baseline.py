@@ -118,8 +118,9 @@ def _step(model, opt, ids, labels, pad: int, bf16: bool, micro: int = 0) -> torc
     opt.zero_grad()
     targets = (labels[:, 1:] != -100).sum()
     total = torch.zeros((), device=ids.device)
-    for lo in range(0, len(ids), micro or len(ids)):
-        part, lab = ids[lo:lo + (micro or len(ids))], labels[lo:lo + (micro or len(ids))]
+    size = micro or len(ids)
+    for lo in range(0, len(ids), size):
+        part, lab = ids[lo:lo + size], labels[lo:lo + size]
         share = (lab[:, 1:] != -100).sum() / targets.clamp_min(1)
         with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=bf16):
             loss = model(input_ids=part, attention_mask=(part != pad).long(), labels=lab).loss
@@ -276,11 +277,16 @@ def draw(model, sep: int, n: int, length: int, temperature: float, top_k: int, s
             ids = torch.multinomial(nucleus(p, top_p) if top_p < 1.0 else p, 1, generator=gen)
             out.append(ids)
             seqs = torch.cat([seqs, ids], 1)
-            if stop and bool(torch.cat(out, 1).eq(sep).any(1).all()):
+            if stop and bool(seqs[:, 1:].eq(sep).any(1).all()):  # every row has drawn its end
                 break
         drawn = torch.cat(out, 1).tolist()
         rows.extend(r[:r.index(sep)] if stop and sep in r else r for r in drawn)
     return rows
+
+
+def _never_drawn(tok) -> tuple[int, ...]:
+    """The special ids a sample never holds ([PAD], [CLS], [MASK], [UNK])."""
+    return tuple(i for i in (tok.pad_token_id, tok.cls_token_id, tok.mask_token_id, tok.unk_token_id) if i is not None)
 
 
 def stories(a) -> int:
@@ -294,8 +300,7 @@ def stories(a) -> int:
     tok = db.tokenizer
     if a.threads:
         torch.set_num_threads(a.threads)
-    forbidden = tuple(i for i in (tok.pad_token_id, tok.cls_token_id, tok.mask_token_id, tok.unk_token_id)
-                      if i is not None)
+    forbidden = _never_drawn(tok)
     length = a.length or default_length(db)
     start = time.perf_counter()
     rows = draw(model, tok.sep_token_id, a.n, length, a.temperature, a.top_k, a.seed, a.batch_size, forbidden,
@@ -319,8 +324,7 @@ def sample(a) -> int:
     length = a.length or db.meta["seq_len"]
     if a.threads:
         torch.set_num_threads(a.threads)
-    forbidden = tuple(i for i in (tok.pad_token_id, tok.cls_token_id, tok.mask_token_id, tok.unk_token_id)
-                      if i is not None)
+    forbidden = _never_drawn(tok)
     start = time.perf_counter()
     sets = [draw(model, tok.sep_token_id, a.n, length, a.temperature, a.top_k, a.seed + k, a.batch_size, forbidden,
                  a.top_p) for k in range(2)]
