@@ -26,7 +26,7 @@ DOC_SEPS = ("auto", "blank", "eot", "line", "jsonl")  # what separates documents
 LOSSES = ("hybrid", "elbo", "ce")
 DECAYS = ("cosine", "constant")
 DTYPES = ("auto", "fp32", "bf16")
-DECODING = ("steps", "top_k", "top_p", "cache_refresh")  # SampleConfig's fields a checkpoint may recommend (settings.default_decoding)
+DECODING = ("steps", "top_k", "top_p", "cache_refresh", "cache_masked")  # SampleConfig's fields a checkpoint may recommend (settings.default_decoding)
 PRESETS = ("tiny", "mini", "small", "base")       # their sizes: model.PRESETS
 MAX_LAMBDA = 1 / math.pi                           # spindle strength that keeps a_t monotone
 MAX_SEED = 2**32 - 1
@@ -258,6 +258,9 @@ class SampleConfig:
     cache_refresh: int | None = None   # > 0: decided positions' keys and values are kept between calls and computed
     #                                    afresh every this many (approximate: maths.decided_cache); 0: the exact
     #                                    forward; None: the checkpoint's recommendation, else 0
+    cache_masked: bool | None = None   # with cache_refresh: [MASK] positions' states are kept too, and first-hitting
+    #                                    reuses their reveal chances of the last whole call; None: the checkpoint's
+    #                                    recommendation, else off
 
     def validate(self) -> "SampleConfig":
         """Checks that need no checkpoint; `sample.resolve` adds the ones that do."""

@@ -17,7 +17,8 @@ SIDES = "AB"
 # the settings dialog's field for an option named in an engine error (--top-k ...)
 OPTION_FIELDS = {"--n": "n", "--steps": "steps", "--temperature": "temperature", "--top-k": "top_k",
                  "--top-p": "top_p", "--length": "length", "--min-length": "min_length", "--sampler": "sampler", "--param": "params",
-                 "--seed": "seed", "--cache-refresh": "cache_refresh"}
+                 "--seed": "seed", "--cache-refresh": "cache_refresh",
+                 "--cache-masked": "cache_masked"}
 
 PROMPT_TITLE = ("Prompt / infill template: text with \\[MASK] slots (\\[MASK*N]: N of them, "
                 "\\[MASK*A-B]: A to B tokens, ranked by the model's ELBO per token); masks are "
@@ -58,6 +59,8 @@ def settings_form(s, side: int | None) -> tuple[str, list]:
                                                   for k, v in (s.params or {}).items()), "NAME=VALUE ...: defaults"),
         ("cache_refresh", "cache refresh (0: exact)", "" if s.cache_refresh is None else str(s.cache_refresh),
          "the checkpoint's: a whole forward every K calls"),
+        ("cache_masked", "cache keeps masks (yes/no)", "" if s.cache_masked is None else ("yes" if s.cache_masked else "no"),
+         "the checkpoint's: masked positions' states kept too"),
         ("pace_ms", "ms per step (0: fastest)", str(s.pace_ms), ""),
     ]
     title = "Sampling settings (Enter applies and restarts)"
@@ -83,6 +86,13 @@ def settings_fields(values: dict, old, db) -> dict:
             name = {"n": "samples", "pace_ms": "ms per step", "min_length": "shortest story",
                     "cache_refresh": "cache refresh"}.get(key, key.replace("_", "-"))
             raise FieldError(key, f"{name} must be {whole}, got {text!r}") from None
+    masks = values.get("cache_masked", "").strip().lower()
+    if not masks:
+        fields["cache_masked"] = old.cache_masked
+    elif masks in ("yes", "y", "on", "true", "1", "no", "n", "off", "false", "0"):
+        fields["cache_masked"] = masks in ("yes", "y", "on", "true", "1")
+    else:
+        raise FieldError("cache_masked", f"cache keeps masks must be yes or no, got {masks!r}")
     if not 1 <= fields["n"] <= MAX_N:
         raise FieldError("n", f"samples must be 1..{MAX_N}")
     if fields["pace_ms"] < 0:

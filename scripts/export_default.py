@@ -31,6 +31,8 @@ def main() -> int:
     ap.add_argument("--top-k", type=int, help="the top-k sampling uses unless told (0: off)")
     ap.add_argument("--top-p", type=float, help="the nucleus mass sampling uses unless told, in (0, 1]")
     ap.add_argument("--cache-refresh", type=int, help="the decided-position cache's refresh sampling uses unless told (0: the exact forward)")
+    ap.add_argument("--cache-masked", action=argparse.BooleanOptionalAction, default=None,
+                    help="with --cache-refresh: whether sampling keeps [MASK] positions' states too unless told")
     args = ap.parse_args()
     db = checkpoint.load(args.src)
     for key in ("train_config",):  # keep the recipe, drop machine-local paths
@@ -60,7 +62,7 @@ def main() -> int:
             db.words = lexicon.learn(read_lines(files), db.tokenizer)
             print(f"{len(db.words)} words from the training files (dbert_words.json)", file=sys.stderr)
     decoding = {k: v for k, v in (("steps", args.steps), ("top_k", args.top_k), ("top_p", args.top_p),
-                                               ("cache_refresh", args.cache_refresh))
+                                               ("cache_refresh", args.cache_refresh), ("cache_masked", args.cache_masked))
                 if v is not None}
     if decoding:
         from dbert_core.config import SampleConfig

@@ -3,6 +3,8 @@ a call computes only what is masked, changed or read, and every K-th call is the
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -101,6 +103,54 @@ def test_sampling_with_the_cache_is_labelled_and_cheaper(story_model):
     assert all(t.strip() for t in out[4][0])
 
 
+def test_keeping_masked_states_computes_only_what_changed_or_is_read(story_model):
+    """--cache-masked: a partial call computes the positions changed since and the ones read, not
+    every [MASK]; with nothing changed since the whole call its logits are the exact ones."""
+    db = story_model
+    ids = _batch(db, rows=3, masked=10, seed=2)
+    att = torch.ones_like(ids, dtype=torch.bool)
+    masked = ids == db.model.mask_id
+    read = torch.zeros_like(masked)
+    for r in range(3):  # two of each row's masks are read
+        read[r, masked[r].nonzero()[:2, 0]] = True
+    cache = DecidedCache(every=100, masked=True)
+    with torch.no_grad():
+        db.model(ids, att, masked, decided=cache)  # whole
+        got = db.model(ids, att, read, decided=cache)
+        assert cache.reused == ids.shape[1] - 2  # the two read positions, nothing else
+        torch.testing.assert_close(got, _exact(db, ids, read), rtol=1e-4, atol=1e-4)
+        later = ids.clone()
+        later[0, masked[0].nonzero()[-1, 0]] = db.model.config.vocab_size // 2  # one reveal in row 0
+        fresh = DecidedCache(every=100)  # the same calls with every [MASK] computed
+        db.model(ids, att, masked, decided=fresh)
+        unread = int(masked[0].nonzero()[3, 0])  # a mask of row 0 no call reads
+        before = cache.kv[-1][0][0, :, unread].clone()
+        db.model(later, att, read, decided=cache)
+        assert cache.reused == ids.shape[1] - 3  # row 0: its two read positions and the reveal
+        db.model(later, att, read, decided=fresh)
+        assert fresh.reused == ids.shape[1] - 10  # every mask left and the reveal (10 in each row)
+        assert torch.equal(cache.kv[-1][0][0, :, unread], before)  # kept: it has not seen the reveal
+        assert not torch.equal(fresh.kv[-1][0][0, :, unread], before)  # computed afresh: it has
+
+
+def test_sampling_with_masked_states_is_labelled_and_cheaper_still(story_model):
+    from dbert_core.config import SampleConfig
+    from dbert_core.sampling.sample import generate, resolve
+
+    db = story_model
+    out = {}
+    for K, m in ((0, False), (1, True), (4, False), (4, True)):
+        cfg = resolve(SampleConfig(n=4, steps=16, seed=5, length=20, min_length=0, cache_refresh=K, cache_masked=m), db)
+        out[K, m] = generate(db, cfg)
+    assert out[1, True][0] == out[0, False][0]  # every call whole: the reveal chances are current, the same samples
+    st = out[4, True][1]
+    assert st["exact"] is False and st["cache_refresh"] == 4 and st["cache_masked"] is True
+    assert "cache_masked" not in out[4, False][1]
+    assert st["nfe"] == out[4, False][1]["nfe"] or st["gflop"] < out[4, False][1]["gflop"]
+    assert st["gflop"] / st["nfe"] < out[4, False][1]["gflop"] / out[4, False][1]["nfe"]  # cheaper calls
+    assert all(t.strip() for t in out[4, True][0])
+
+
 def test_the_checkpoint_may_recommend_it_and_the_flag_is_checked(story_model, capsys, monkeypatch):
     from dbert_core.config import SampleConfig
     from dbert_core.sampling.settings import default_decoding, resolve
@@ -112,12 +162,24 @@ def test_the_checkpoint_may_recommend_it_and_the_flag_is_checked(story_model, ca
         sampling["decoding"] = {"steps": 16, "cache_refresh": 6}
         assert resolve(SampleConfig(), db).cache_refresh == 6
         assert resolve(SampleConfig(cache_refresh=0), db).cache_refresh == 0  # the user's word wins
-        sampling["decoding"] = {"cache_refresh": "often"}
-        assert resolve(SampleConfig(), db).cache_refresh == 0  # malformed: the exact forward
+        assert resolve(SampleConfig(), db).cache_masked is False
+        sampling["decoding"] = {"steps": 16, "cache_refresh": 6, "cache_masked": True}
+        assert resolve(SampleConfig(), db).cache_masked is True
+        assert resolve(SampleConfig(cache_masked=False), db).cache_masked is False
+        sampling["decoding"] = {"cache_refresh": "often", "cache_masked": True}
+        got = resolve(SampleConfig(), db)
+        assert got.cache_refresh == 0 and got.cache_masked is False  # malformed: the exact forward
+        sampling["decoding"] = {"cache_refresh": 6, "cache_masked": "yes"}
+        assert resolve(SampleConfig(), db).cache_masked is False
     finally:
         sampling.pop("decoding", None)
     code, out, err = run(["sample", "--checkpoint", str(db.path), "--n", "1", "--cache-refresh", "-1"], capsys, monkeypatch)
     assert code != 0 and out == "" and "--cache-refresh" in err and "Traceback" not in err
+    code, out, err = run(["sample", "--checkpoint", str(db.path), "--n", "2", "--steps", "8", "--length", "20",
+                          "--cache-refresh", "4", "--cache-masked", "--stats", "--seed", "1"], capsys, monkeypatch)
+    assert code == 0 and len(out.splitlines()) == 2
+    stats = json.loads(err.strip().splitlines()[-1])
+    assert stats["cache_masked"] is True and stats["cache_refresh"] == 4 and stats["exact"] is False
 
 
 def test_the_tui_settings_dialog_reads_and_checks_it(story_model):
@@ -133,6 +195,15 @@ def test_the_tui_settings_dialog_reads_and_checks_it(story_model):
     assert settings_fields(values, old, story_model)["cache_refresh"] == 4
     values["cache_refresh"] = ""
     assert settings_fields(values, old, story_model)["cache_refresh"] is None
+    values["cache_masked"] = "yes"
+    assert settings_fields(values, old, story_model)["cache_masked"] is True
+    values["cache_masked"] = ""
+    assert settings_fields(values, old, story_model)["cache_masked"] is None
+    values["cache_masked"] = "maybe"
+    with pytest.raises(FieldError) as e:
+        settings_fields(values, old, story_model)
+    assert e.value.key == "cache_masked"
+    values["cache_masked"] = ""
     for bad in ("often", "-1"):
         values["cache_refresh"] = bad
         with pytest.raises(FieldError) as e:
@@ -146,3 +217,5 @@ def test_the_tui_control_bar_says_when_the_cache_is_on():
 
     assert _value(Settings(sampler="first-hitting", cache_refresh=8), "sampler") == "first-hitting cache 8"
     assert _value(Settings(sampler="first-hitting", cache_refresh=0), "sampler") == "first-hitting"
+    shown = _value(Settings(sampler="first-hitting", cache_refresh=8, cache_masked=True), "sampler")
+    assert shown == "first-hitting cache 8+masks"

@@ -315,7 +315,8 @@ class Bench:
         self.rates("cli", B, cfg.length + 2, B * cfg.length, [getattr(torch, self._dtype())], [torch.get_num_threads()])
         _, st = generate(self.db, cfg)
         self.result["cli_defaults"] = {"sampler": cfg.sampler, "length": cfg.length, "steps": cfg.steps,
-                                       "cache_refresh": cfg.cache_refresh, "load_seconds": round(load_seconds, 2),
+                                       "cache_refresh": cfg.cache_refresh, "cache_masked": bool(cfg.cache_masked),
+                                       "load_seconds": round(load_seconds, 2),
                                        "sample_seconds": st["seconds"], "calls": st["nfe"], **self._compute(st, "cli")}
         self.say(f"sample --n 10 defaults: load {load_seconds:.2f} s + sampling {st['seconds']:.2f} s")
         self.save()
@@ -428,6 +429,7 @@ def markdown(r: dict) -> str:
     if r["cli_defaults"]:
         c = r["cli_defaults"]
         cache = f", cache refresh {c['cache_refresh']}" if c.get("cache_refresh") else ""
+        cache += ", masked states kept" if c.get("cache_refresh") and c.get("cache_masked") else ""
         steps = f", {c['steps']} steps" if c.get("steps") else ""
         lines.append(f"`dbert sample --n 10` defaults ({c['sampler']}{steps}, length {c['length']}{cache}): "
                      f"load {c['load_seconds']:.2f} s + sampling {c['sample_seconds']:.2f} s, {c['calls']} calls, "

@@ -31,17 +31,30 @@ class DecidedCache:
     token revealed since, here they are those of the last call that computed it (at most `every` - 1
     calls old). Fast-dLLM's dual cache (Wu et al. 2025) and dLLM-Cache keep a block's context the
     same way; this keeps any decided position, with no blocks. Rows are kept by their index in the
-    batch (`rows`), so a sampler may call any subset of its rows, in any order."""
+    batch (`rows`), so a sampler may call any subset of its rows, in any order.
 
-    def __init__(self, every: int):
+    masked=True (`--cache-masked`) keeps the [MASK] positions' states too: a call between refreshes
+    computes only the positions changed since and the ones read, so a sampler that reads few (first-
+    hitting, reusing the reveal chances of the last whole call) pays for a handful of positions a row;
+    a [MASK]'s states are then as stale as a decided one's (Fast-dLLM's dual cache keeps the masked
+    blocks after the current one the same way). Samplers that read every [MASK] are unaffected."""
+
+    def __init__(self, every: int, masked: bool = False):
         if every < 1:
             raise ValueError("the decided-position cache refreshes every 1 or more calls")
         self.every = every
+        self.masked = masked  # also keep [MASK] positions' states: a call computes only what changed or is read
         self.calls = 0
         self.ids: torch.Tensor | None = None  # (B, N) the tokens the kept states were computed from
         self.held: torch.Tensor | None = None  # (B,) bool: rows computed whole at least once
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer (B, h, N, d) keys and values
         self.reused = 0  # positions the last call took from the cache (0: it ran the whole forward)
+
+    def whole_next(self, rows: torch.Tensor, n: int) -> bool:
+        """Whether the next call on rows (R,) of n positions each (with [CLS] and [SEP]) runs the
+        whole forward."""
+        return self.calls % self.every == 0 or self.ids is None or self.ids.shape[1] != n or \
+            int(rows.max()) >= len(self.held) or not bool(self.held[rows.cpu()].all())
 
     def _fits(self, ids: torch.Tensor, rows: torch.Tensor) -> bool:
         return (self.ids is not None and self.ids.shape[1] == ids.shape[1] and int(rows.max()) < len(self.held)
@@ -64,7 +77,9 @@ class DecidedCache:
                 x = layer(x, mask, keep=got)
             self._keep(ids, rows, got)
             return x[select]
-        active = (ids == mask_id) | (ids != self.ids[rows].to(ids.device)) | select
+        active = (ids != self.ids[rows].to(ids.device)) | select
+        if not self.masked:
+            active |= ids == mask_id
         A = max(1, int(active.sum(1).max()))
         # each row's active positions first, in order; a row with fewer is padded with decided ones
         # (computed afresh too, which only brings their kept states up to date)

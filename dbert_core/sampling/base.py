@@ -153,7 +153,8 @@ class Net:
     story's decided end (a `--hide-end-padding` model), keep a continuation window's context
     (PrefixCache) or keep decided positions between calls (DecidedCache, `--cache-refresh`)."""
 
-    def __init__(self, db, dtype: str = "fp32", end_rules=None, prefix: int = 0, refresh: int = 0):
+    def __init__(self, db, dtype: str = "fp32", end_rules=None, prefix: int = 0, refresh: int = 0,
+                 masked: bool = False):
         self.model, self.device = db.model, db.device
         self.end_rules = end_rules  # a story's blocks.StoryRules (where it may start and end), or None
         # prefix > 0: the window's first `prefix` columns are given and never change (a story's continuation
@@ -162,7 +163,7 @@ class Net:
         self.cache = PrefixCache(1 + prefix) if prefix else None
         # refresh > 0: decided positions' keys and values are kept between calls and computed afresh every
         # `refresh` calls (--cache-refresh: an approximation; time-agnostic models only, not beside a prefix cache)
-        self.decided = DecidedCache(refresh) if refresh and not prefix and db.model.time == "none" else None
+        self.decided = DecidedCache(refresh, masked) if refresh and not prefix and db.model.time == "none" else None
         self.bf16 = dtype == "bf16" and next(self.model.parameters()).dtype == torch.float32  # autocast; fp32 logits out
         self.cls, self.sep = db.tokenizer.cls_token_id, db.tokenizer.sep_token_id
         self.nfe = 0
@@ -183,6 +184,12 @@ class Net:
         reused = kept.reused if kept is not None else 0  # positions this call took from a cache
         self.flops += forward_flops(self.model.config, inp.shape[0], inp.shape[1], int(sel.sum()), prefix=reused)
         return out
+
+    def stale_masks(self, rows: torch.Tensor, L: int) -> bool:
+        """Whether the next call on rows (R,) of L positions is a partial call of a cache that keeps
+        [MASK] positions too (--cache-masked): a sampler may then reuse what it read of those
+        positions at the last refresh and ask only for the ones it reveals."""
+        return self.decided is not None and self.decided.masked and not self.decided.whole_next(rows, L + 2)
 
     def __call__(self, x: torch.Tensor, select: torch.Tensor, t: torch.Tensor,
                  rows: torch.Tensor | None = None) -> torch.Tensor:

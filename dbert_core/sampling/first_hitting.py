@@ -15,6 +15,13 @@ to the grid; then the logits are needed only at the revealed positions, and any 
 works (the model is called at the event's t). Several positions can share a step (always at the
 last one, where r = 1), so an event may reveal more than one token; for S >> L that is rare and
 the call count approaches L.
+
+With a network that keeps [MASK] positions' states between refreshes (`--cache-refresh K
+--cache-masked`, maths/decided_cache.py) the spindle's event step is drawn from the class mass read at
+the row's last whole call, and only the positions revealed are asked for: a call between refreshes
+computes what was revealed since and what is revealed now. An approximation twice over (stale reveal
+chances, stale [MASK] states); measured, the stale chances cost nothing and the stale states some
+gen-PPL (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -81,6 +88,7 @@ def first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block
     grid = torch.tensor(kern.grid)
     k = torch.zeros(B, dtype=torch.long)  # the next step each row simulates
     pos = torch.arange(L)
+    kept = None  # (B, L, C) class mass read at each row's last whole call, when the network keeps [MASK] states
     while masked.any():
         active = masked.any(1).nonzero().squeeze(1)
         A = len(active)
@@ -91,10 +99,17 @@ def first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block
         u_token = torch.rand(A, L, generator=gen, dtype=torch.float64)
         if token_free:  # r is the same for every token: the event needs no prediction
             m, R = next_event(mk.double().unsqueeze(-1), mk, k[active], kern.r, u_time)
+        elif net.stale_masks(active, L):  # --cache-masked: the class mass of the last whole call (approximate)
+            logits = None
+            m, R = next_event(kept[active] * mk.unsqueeze(-1), mk, k[active], kern.r, u_time)
         else:  # time-agnostic model: p is fixed until this row's x changes
             logits = net(x[active], mk, grid[k[active]], rows=active)
             P = torch.zeros(A, L, kern.classes, dtype=torch.float64)
             P[mk] = kern.class_mass(logits)
+            if net.decided is not None and net.decided.masked:
+                if kept is None:
+                    kept = torch.zeros(B, L, kern.classes, dtype=torch.float64)
+                kept[active] = P
             m, R = next_event(P, mk, k[active], kern.r, u_time)
         # which positions: independent Bernoulli(R_i) given at least one; first the lowest one
         log_stay = torch.log1p(-R.clamp(0.0, 1.0))
@@ -103,7 +118,7 @@ def first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block
         first = torch.searchsorted(at_least_one, u_first.unsqueeze(1) * total, right=True).clamp_max(L - 1)
         more = (pos > first) & (u_more < R)
         rev = mk & ((pos == first) | more)
-        if token_free:
+        if token_free or logits is None:
             logits = net(x[active], rev, grid[m], rows=active)  # only the revealed positions are projected
         else:
             logits = logits[rev[mk].to(logits.device)]

@@ -110,7 +110,7 @@ def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbi
     rules = story_rules(db, x.shape[1], offset, cfg) if is_story_model(db) else None
     state = dict(
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
-        kern=kernel(db.schedule, cfg.steps), net=Net(db, cfg.dtype, rules, prefix, cfg.cache_refresh or 0), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
+        kern=kernel(db.schedule, cfg.steps), net=Net(db, cfg.dtype, rules, prefix, cfg.cache_refresh or 0, bool(cfg.cache_masked)), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id} | set(forbid)),  # never sampled
         block_repeats=repeat_block(db) if cfg.block_repeats else None,
     )
@@ -186,4 +186,6 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
         stats["prefix_cache"] = True
     if decided_cache(db, cfg):
         stats["cache_refresh"] = cfg.cache_refresh
+        if cfg.cache_masked:
+            stats["cache_masked"] = True
     return texts, stats

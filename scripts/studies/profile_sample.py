@@ -1,6 +1,6 @@
 """Where `dbert sample --n 10` spends its time: torch.profiler over the sampling, at the defaults.
 
-    python scripts/studies/profile_sample.py [--checkpoint DIR] [--threads 2] [--rows 16] [--cache-refresh K]
+    python scripts/studies/profile_sample.py [--checkpoint DIR] [--threads 2] [--rows 16] [--steps S] [--cache-refresh K] [--cache-masked | --no-cache-masked]
 
 Loads the checkpoint (default: the shipped one), resolves the CLI's defaults (SampleConfig, as
 `dbert sample --n 10` does), runs a short untimed warm-up generation, then one under the profiler.
@@ -25,6 +25,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows", type=int, default=16, help="rows of the profiler's table")
     ap.add_argument("--cache-refresh", type=int, default=None, help="the decided-position cache (default: the checkpoint's; 0: the exact forward)")
+    ap.add_argument("--steps", type=int, default=None, help="reverse steps (default: the checkpoint's)")
+    ap.add_argument("--cache-masked", action=argparse.BooleanOptionalAction, default=None,
+                    help="keep [MASK] positions' states too (default: the checkpoint's); --no-cache-masked: computed every call")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from dbert_core.heap import keep_freed_memory
@@ -38,7 +41,8 @@ def main() -> int:
 
     path = Path(args.checkpoint) if args.checkpoint else store.default_checkpoint()
     db = checkpoint.load(path)
-    cfg = resolve(SampleConfig(seed=0, cache_refresh=args.cache_refresh), db)
+    cfg = resolve(SampleConfig(seed=0, steps=args.steps, cache_refresh=args.cache_refresh,
+                                    cache_masked=args.cache_masked), db)
     generate(db, dataclasses.replace(cfg, n=1, length=16, min_length=0))  # warm-up: the kernels' first calls
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         _, st = generate(db, cfg)

@@ -3,7 +3,7 @@
     git clone https://github.com/ZHZisZZ/dllm runs/dllm && git -C runs/dllm checkout ca176752
     (or only the code used: git -C DLLM_REPO archive ca176752 dllm/core/samplers dllm/core/schedulers | tar -x -C runs/dllm)
     python scripts/studies/vs_dllm.py --dllm runs/dllm [--checkpoint DIR] [--n 8] [--length 128]
-        [--steps 128] [--threads 1] [--rounds 2] [--cache-refresh 8] > vs_dllm.json
+        [--steps 128] [--threads 1] [--rounds 2] [--cache-refresh 8] [--cache-masked] > vs_dllm.json
 
 dLLM (https://github.com/ZHZisZZ/dllm) is read from its source at a fixed commit (DLLM_COMMIT,
 checked when --dllm is a git checkout); only its samplers and schedulers are imported (they need
@@ -85,6 +85,8 @@ def main() -> int:
                     help="both sides' network precision (transformers' model cast to it, dbert's --dtype)")
     ap.add_argument("--cache-refresh", type=int, default=0,
                     help="also run dbert's samplers with this decided-position cache (0: only the exact forward)")
+    ap.add_argument("--cache-masked", action="store_true",
+                    help="with --cache-refresh: also run first-hitting with the [MASK] positions' states kept (--cache-masked)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers import AutoTokenizer, BertForMaskedLM
@@ -118,10 +120,11 @@ def main() -> int:
         gflop = hf.calls * forward_flops(config, args.n, N, args.n * N) / 1e9  # every position projected
         return {"seconds": round(sec, 3), "calls": hf.calls, "row_calls": hf.rows, "gflop": gflop, "text": text[:200]}
 
-    def run_dbert(sampler: str, seed: int, refresh: int = 0) -> dict:
+    def run_dbert(sampler: str, seed: int, refresh: int = 0, masked: bool = False) -> dict:
         texts, st = generate(db, SampleConfig(n=args.n, batch_size=args.n, length=args.length, steps=args.steps,
                                               sampler=sampler, seed=seed, pair_quotes=False, dtype=args.dtype,
-                                              fix_contractions=False, known_words=False, cache_refresh=refresh))
+                                              fix_contractions=False, known_words=False, cache_refresh=refresh,
+                                              cache_masked=masked))
         return {"seconds": st["seconds"], "calls": st["nfe"], "row_calls": st["rows"], "gflop": st["gflop"],
                 "text": texts[0][:200]}
 
@@ -131,6 +134,9 @@ def main() -> int:
     if args.cache_refresh:  # the decided-position cache (an approximation) beside the exact forward
         runs[f"dbert first-hitting, --cache-refresh {args.cache_refresh}"] = lambda s: run_dbert("first-hitting", s, args.cache_refresh)
         runs[f"dbert confidence, --cache-refresh {args.cache_refresh}"] = lambda s: run_dbert("confidence", s, args.cache_refresh)
+    if args.cache_refresh and args.cache_masked:
+        runs[f"dbert first-hitting, --cache-refresh {args.cache_refresh} --cache-masked"] = \
+            lambda s: run_dbert("first-hitting", s, args.cache_refresh, True)
     run_dbert("first-hitting", 99)  # warm-up: allocator, oneDNN primitives
     got = {name: [] for name in runs}
     names = list(runs)

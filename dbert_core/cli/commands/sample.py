@@ -50,6 +50,7 @@ def sample(
     dtype: Annotated[Dtype, typer.Option(help="The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; draws stay float64), fp32 or bf16.")] = Dtype(SAMPLE.dtype),
     prefix_cache: Annotated[bool, typer.Option("--prefix-cache", help="Approximate, faster long stories: a story's continuation windows keep their given context's keys and values from each window's first call and compute only the new block (Fast-dLLM's prefix cache; the context no longer sees the block being written). Off: the model's exact p. With the decided-position cache on (--cache-refresh) it takes that cache's place in continuation windows and is slower: use it with --cache-refresh 0.")] = SAMPLE.prefix_cache,
     cache_refresh: Annotated[Optional[int], typer.Option("--cache-refresh", metavar="K", help="Approximate, faster calls: decided positions keep their keys and values between network calls and are computed afresh every K calls; the calls between compute only what is still masked or just changed (a decided-position cache, after Fast-dLLM's dual cache). 0: the model's exact p. Default: the checkpoint's recommendation, else 0.")] = None,
+    cache_masked: Annotated[Optional[bool], typer.Option("--cache-masked/--fresh-masked", help="With --cache-refresh K: keep the still-masked positions' keys and values too, and their reveal chances from the last whole call (first-hitting), so the calls between compute only the positions just revealed and the ones being revealed (Fast-dLLM's dual cache, without blocks): approximate, several times cheaper calls. --fresh-masked computes every masked position at every call. Default: the checkpoint's recommendation, else --fresh-masked.")] = None,
     candidates: Annotated[int, typer.Option(help="Infill ([MASK*A-B] in the prompt): texts drawn for each length; all are ranked by the model's ELBO per token and the best --n printed, their scores on stderr.")] = 4,
 ):
     """Generate N samples, one per line on stdout; a story start inside a sample reads " ¶ ".
@@ -67,7 +68,8 @@ def sample(
                               params=strategies.parse_params(sampler.value, param) if sampler else no_params(param),
                               device=device.value, prompt=None, block_repeats=block_repeats,
                               pair_quotes=pair_quotes, fix_contractions=fix_contractions, known_words=known_words,
-                              dtype=dtype.value, prefix_cache=prefix_cache, cache_refresh=cache_refresh).validate()
+                              dtype=dtype.value, prefix_cache=prefix_cache, cache_refresh=cache_refresh,
+                              cache_masked=cache_masked).validate()
     from ...sampling.infill import has_range
 
     if trajectory is not None and any(has_range(p) for p in prompts):
@@ -123,7 +125,7 @@ def sample(
         records.extend({"text": t, "prompt": p, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
                         "settings": {k: getattr(resolved, k) for k in ("steps", "temperature", "top_k", "top_p", "length",
                                                                        "min_length", "end_at_sentence", "start_as_trained", "sampler", "params", "block_repeats", "dtype",
-                                                                       "prefix_cache", "cache_refresh")},
+                                                                       "prefix_cache", "cache_refresh", "cache_masked")},
                         "stats": st_p} for i, t in enumerate(got))
         st = st_p if st is None else {k: (st[k] + st_p[k] if k in ("nfe", "rows", "gflop", "seconds", "samples") else st_p[k])
                                       for k in st_p}
