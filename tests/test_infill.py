@@ -67,3 +67,19 @@ def test_cli_prints_the_top_n_with_scores(tiny_checkpoint, tmp_path, monkeypatch
     with pytest.raises(SystemExit) as e:
         main()
     assert e.value.code == 2 and "infill" in capsys.readouterr().err
+
+
+def test_a_story_model_fills_a_span_at_its_defaults(tmp_path, capsys, monkeypatch):
+    """The README's `dbert sample "Tom had a [MASK*1-6] dog."` on a story model: its shortest story (min_length)
+    is longer than the template, which is its own length, so no end falls inside it."""
+    from helpers import run, train_stories
+
+    db = train_stories(tmp_path, max_steps=2)
+    assert db.meta["sampling"]["min_length"] > 8  # more than the template holds
+    cfg = resolve(SampleConfig(prompt="tom had a [MASK*1-3] dog .", seed=2, steps=8), db)
+    got = infill(db, cfg, per_length=2, score_steps=4)
+    assert got and all(c.text.lower().startswith("tom had a") and c.text.lower().rstrip(" .").endswith("dog")
+                       for c in got)
+    code, out, err = run(["sample", "--checkpoint", str(db.path), "tom had a [MASK*1-3] dog .", "-n", "2",
+                          "--seed", "1", "--steps", "8", "--candidates", "1"], capsys, monkeypatch)
+    assert code == 0 and len(out.splitlines()) == 2, err

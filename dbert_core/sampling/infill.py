@@ -146,7 +146,9 @@ def infill(db, cfg, per_length: int = PER_LENGTH, score_steps: int = SCORE_STEPS
     out: dict[str, Candidate] = {}
     for lengths, template, L in checked_variants(db, cfg.prompt):  # every length checked before the first
         ids = parse_prompt(db, template, L)
-        run = replace(cfg, prompt=None, n=per_length, length=L)
+        # a story model's story does not end inside the template (its last token is given): no end before L
+        least = min(cfg.min_length, L) if cfg.min_length else cfg.min_length
+        run = replace(cfg, prompt=None, n=per_length, length=L, min_length=least)
         last = None
         kept = keep.setdefault(lengths, []) if keep is not None else None
         for last in frames(db, run, generator=gen, template=ids, topk=topk):
