@@ -146,6 +146,9 @@ def test_sampling_with_masked_states_is_labelled_and_cheaper_still(story_model):
     st = out[4, True][1]
     assert st["exact"] is False and st["cache_refresh"] == 4 and st["cache_masked"] is True
     assert "cache_masked" not in out[4, False][1]
+    cfg = resolve(SampleConfig(n=2, steps=8, seed=5, length=20, min_length=0, cache_refresh=4, cache_masked=True,
+                               sampler="confidence"), db)
+    assert "cache_masked" not in generate(db, cfg)[1]  # it reads every mask: nothing is kept for it
     assert st["nfe"] == out[4, False][1]["nfe"] or st["gflop"] < out[4, False][1]["gflop"]
     assert st["gflop"] / st["nfe"] < out[4, False][1]["gflop"] / out[4, False][1]["nfe"]  # cheaper calls
     assert all(t.strip() for t in out[4, True][0])
@@ -219,3 +222,5 @@ def test_the_tui_control_bar_says_when_the_cache_is_on():
     assert _value(Settings(sampler="first-hitting", cache_refresh=0), "sampler") == "first-hitting"
     shown = _value(Settings(sampler="first-hitting", cache_refresh=8, cache_masked=True), "sampler")
     assert shown == "first-hitting cache 8+masks"
+    shown = _value(Settings(sampler="confidence", cache_refresh=8, cache_masked=True), "sampler")
+    assert shown.endswith("cache 8")  # it reads every mask: keeping them changes nothing

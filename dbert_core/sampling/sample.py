@@ -186,6 +186,6 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
         stats["prefix_cache"] = True
     if decided_cache(db, cfg):
         stats["cache_refresh"] = cfg.cache_refresh
-        if cfg.cache_masked:
+        if cfg.cache_masked and cfg.sampler == "first-hitting":  # the one family that reads fewer than every mask
             stats["cache_masked"] = True
     return texts, stats

@@ -44,7 +44,7 @@ def _value(settings, name: str) -> str:
         strategy = STRATEGIES.get(value)
         shown = strategy.short(getattr(settings, "params", None)) if strategy is not None else str(value)
         refresh = getattr(settings, "cache_refresh", None)
-        masks = "+masks" if refresh and getattr(settings, "cache_masked", None) else ""
+        masks = "+masks" if refresh and getattr(settings, "cache_masked", None) and value == "first-hitting" else ""
         return shown + (f" cache {refresh}{masks}" if refresh else "")  # the decided-position cache: an approximation
     if value is None:  # filled in when a checkpoint loads (its length, sampler, decoding)
         return "auto"
