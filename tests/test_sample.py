@@ -96,9 +96,9 @@ def test_top_k_and_top_p_shape_the_distribution():
     assert shape_probs(logits, temperature=0.1)[0, 0] > full[0, 0]
 
 
-@pytest.mark.parametrize("scale", [0.3, 1.0, 8.0])  # wide nuclei (the whole sort) to narrow ones (the head)
-def test_the_nucleus_from_its_head_is_the_nucleus_of_the_whole_sort(scale):
-    from dbert_core.sampling.draw import NUCLEUS_HEAD, nucleus
+@pytest.mark.parametrize("scale,tier", [(0.3, 2), (1.0, 1), (8.0, 0)])  # wide nuclei (the whole sort) to narrow ones (the head)
+def test_the_nucleus_from_its_head_is_the_nucleus_of_the_whole_sort(scale, tier):
+    from dbert_core.sampling.draw import NUCLEUS_HEADS, nucleus
 
     g = torch.Generator().manual_seed(1)
     p = torch.softmax(torch.randn(64, 3000, generator=g, dtype=torch.float64) * scale, -1)
@@ -110,8 +110,9 @@ def test_the_nucleus_from_its_head_is_the_nucleus_of_the_whole_sort(scale):
     got = nucleus(p, 0.9)
     assert torch.equal(got, want)
     assert got[0, 0] == 1.0
-    wide = (torch.topk(p, NUCLEUS_HEAD).values.sum(-1) < 0.9).sum()
-    assert (wide == 63) if scale < 1 else (wide == 0) if scale > 4 else True
+    short = [int((torch.topk(p, h).values.sum(-1) < 0.9).sum()) for h in NUCLEUS_HEADS]
+    # every row but the first resolved by the first head (tier 0), by the second (1), or sorted whole (2)
+    assert short == {0: [0, 0], 1: [63, 0], 2: [63, 63]}[tier]
 
 
 @pytest.mark.parametrize("kw,msg", [
