@@ -53,11 +53,10 @@ class DecidedCache:
     def whole_next(self, rows: torch.Tensor, n: int) -> bool:
         """Whether the next call on rows (R,) of n positions each (with [CLS] and [SEP]) runs the
         whole forward."""
-        return self.calls % self.every == 0 or self.ids is None or self.ids.shape[1] != n or \
-            int(rows.max()) >= len(self.held) or not bool(self.held[rows.cpu()].all())
+        return self.calls % self.every == 0 or not self._fits(rows.cpu(), n)
 
-    def _fits(self, ids: torch.Tensor, rows: torch.Tensor) -> bool:
-        return (self.ids is not None and self.ids.shape[1] == ids.shape[1] and int(rows.max()) < len(self.held)
+    def _fits(self, rows: torch.Tensor, n: int) -> bool:
+        return (self.ids is not None and self.ids.shape[1] == n and int(rows.max()) < len(self.held)
                 and bool(self.held[rows].all()))
 
     def hidden(self, bert: Bert, ids: torch.Tensor, attention: torch.Tensor, select: torch.Tensor,
@@ -67,7 +66,7 @@ class DecidedCache:
         R, N = ids.shape
         rows = torch.arange(R) if rows is None else rows.cpu()
         mask = None if bool(attention.all()) else attention[:, None, None, :].bool()
-        whole = self.calls % self.every == 0 or not self._fits(ids, rows)
+        whole = self.whole_next(rows, N)
         self.calls += 1
         if whole:
             self.reused = 0
