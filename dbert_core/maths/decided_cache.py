@@ -102,6 +102,32 @@ class DecidedCache:
         self.ids[rows] = ids.to(self.ids.device)
         return x[select.gather(1, idx)]
 
+    def spread(self, src: int, rows: torch.Tensor) -> None:
+        """Row src's kept states copied to rows (R,): a whole call whose rows were one input ran
+        on src alone (sampling/base.Net.one_input)."""
+        rows = rows.cpu()
+        B = int(rows.max()) + 1
+        if B > len(self.held):
+            self._grow(B)
+        for K, V in self.kv:
+            K[rows], V[rows] = K[src].clone(), V[src].clone()
+        self.ids[rows] = self.ids[src].clone()
+        self.held[rows] = True
+
+    def _grow(self, B: int) -> None:
+        """Arrays for B rows, the rows held so far kept."""
+        n = len(self.held)
+        ids = self.ids.new_zeros((B, self.ids.shape[1]))
+        ids[:n] = self.ids
+        held = torch.zeros(B, dtype=torch.bool)
+        held[:n] = self.held
+        kv = []
+        for K, V in self.kv:
+            K2, V2 = K.new_zeros((B, *K.shape[1:])), V.new_zeros((B, *V.shape[1:]))
+            K2[:n], V2[:n] = K, V
+            kv.append((K2, V2))
+        self.ids, self.held, self.kv = ids, held, kv
+
     def _keep(self, ids: torch.Tensor, rows: torch.Tensor, got: list) -> None:
         B = int(rows.max()) + 1
         same = self.ids is not None and self.ids.shape[1] == ids.shape[1] and got[0][0].dtype == self.kv[0][0].dtype

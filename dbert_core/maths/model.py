@@ -314,6 +314,7 @@ class Bert(nn.Module):
         self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
         self.head = MLMHead(config)
         self.fresh_head = False  # the MLM head was initialised, not loaded (pretrained.load)
+        self.decoder: torch.Tensor | None = None  # the tied decoder in bf16 (maths/bf16_weights.py); None: the word embeddings
         if init:
             self.init_weights()
 
@@ -369,7 +370,7 @@ class Bert(nn.Module):
 
     def logits(self, h: torch.Tensor, forbidden: torch.Tensor | None = None) -> torch.Tensor:
         """(..., H) hidden states -> (..., V) MLM logits; -inf at the `forbidden` ids."""
-        return self.head(h, self.embeddings.word_embeddings.weight, forbidden)
+        return self.head(h, self.embeddings.word_embeddings.weight if self.decoder is None else self.decoder, forbidden)
 
 
 def sinusoid(t: torch.Tensor, dim: int, T: int) -> torch.Tensor:

@@ -36,6 +36,7 @@ from typing import Iterator, Protocol
 import torch
 
 from ..errors import DbertError
+from ..maths.bf16_weights import bf16_twin
 from ..maths.decided_cache import DecidedCache
 from ..maths.end_padding import hidden_keys, length_groups, needed_lengths
 from ..maths.model import forward_flops
@@ -165,10 +166,13 @@ class Net:
         # `refresh` calls (--cache-refresh: an approximation; time-agnostic models only, not beside a prefix cache)
         self.decided = DecidedCache(refresh, masked) if refresh and not prefix and db.model.time == "none" else None
         self.bf16 = dtype == "bf16" and next(self.model.parameters()).dtype == torch.float32  # autocast; fp32 logits out
+        if self.bf16:  # its matrices cast to bf16 once, not in every call (the same logits)
+            self.model = bf16_twin(self.model)
         self.cls, self.sep = db.tokenizer.cls_token_id, db.tokenizer.sep_token_id
         self.nfe = 0
         self.rows = 0
         self.flops = 0.0  # of the BERT forward passes (model.forward_flops)
+        self.repeats = 1  # the last call's rows were one input repeated this many times, computed once
 
     def _forward(self, inp: torch.Tensor, sel: torch.Tensor, t: torch.Tensor,
                  rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -191,15 +195,39 @@ class Net:
         positions at the last refresh and ask only for the ones it reveals."""
         return self.decided is not None and self.decided.masked and not self.decided.whole_next(rows, L + 2)
 
+    def one_input(self, x: torch.Tensor, select: torch.Tensor, t: torch.Tensor, rows: torch.Tensor) -> bool:
+        """Whether every row of a call is the same input (ids, positions read, time) and the call
+        would run the whole forward for each: a batch's first call (all [MASK], or one prompt).
+        Their outputs are then equal, so one row is computed for all (exact)."""
+        if x.shape[0] < 2 or self.cache is not None:
+            return False
+        if self.decided is not None and not self.decided.whole_next(rows[:1], x.shape[1] + 2):
+            return False  # a partial call reads each row's own kept states
+        if t.dim() and len(t) > 1 and not bool((t == t[:1]).all()):
+            return False
+        return bool((x == x[:1]).all()) and bool((select == select[:1]).all())
+
     def __call__(self, x: torch.Tensor, select: torch.Tensor, t: torch.Tensor,
-                 rows: torch.Tensor | None = None) -> torch.Tensor:
+                 rows: torch.Tensor | None = None, fold: bool = False) -> torch.Tensor:
         """Logits (M, V) float32 at the select (R, L) positions of rows x (R, L), row-major; rows
         (R,): x's rows' indices in the sampler's batch (None: 0..R-1; the decided-position cache
         keeps rows by them).
 
         They stay on the model's device: the sampler reduces them there (Kernel.class_mass) and
-        brings to the host only the rows of positions it reveals (`draw.draw`)."""
+        brings to the host only the rows of positions it reveals (`draw.draw`).
+
+        Rows that are one input (one_input) are computed once, counted as one row, and their
+        logits repeated; fold=True returns them once (M / R rows) instead, for a sampler that reads
+        `repeats` (R here, 1 after any other call)."""
         R = x.shape[0]
+        ids = torch.arange(R) if rows is None else rows
+        if self.one_input(x, select, t, ids):
+            out = self(x[:1], select[:1], t[:1] if t.dim() and len(t) == R else t, ids[:1])
+            if self.decided is not None:
+                self.decided.spread(int(ids[0]), ids)
+            self.repeats = R
+            return out if fold else out.repeat(R, 1)
+        self.repeats = 1
         edge = torch.zeros(R, 1, dtype=torch.bool)
         inp = torch.cat([torch.full((R, 1), self.cls), x, torch.full((R, 1), self.sep)], dim=1)
         sel = torch.cat([edge, select, edge], dim=1)

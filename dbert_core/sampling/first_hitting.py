@@ -60,9 +60,10 @@ def next_event(P: torch.Tensor, mk: torch.Tensor, k: torch.Tensor, r: torch.Tens
         if int(start[rows].min()) >= S:  # cannot happen with finite P (the last step reveals); never loop
             raise DbertError("the sampler found no reveal event (non-finite reveal probabilities)")
         W = max(1, min(W, S - int(start[rows].min())))
+        every = len(rows) == A  # the first round (and most events): no (a, L, C) copy of P
         j = start[rows].unsqueeze(1) + torch.arange(W)  # (a, W) steps scanned
-        R = torch.bmm(P[rows], r[j.clamp_max(S - 1)].transpose(1, 2)).clamp_(0.0, 1.0)  # (a, L, W)
-        last = (j == S - 1).unsqueeze(1) & mk[rows].unsqueeze(2)
+        R = torch.bmm(P if every else P[rows], r[j.clamp_max(S - 1)].transpose(1, 2)).clamp_(0.0, 1.0)  # (a, L, W)
+        last = (j == S - 1).unsqueeze(1) & (mk if every else mk[rows]).unsqueeze(2)
         R = torch.where(last, torch.ones_like(R), R)  # the last step reveals all (p sums to 1 - eps)
         h = -torch.log1p(-R).sum(1)  # (a, W) hazard of each step, +inf where a reveal is certain
         h = torch.where(j < S, h, torch.zeros_like(h))
@@ -88,7 +89,7 @@ def first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block
     grid = torch.tensor(kern.grid)
     k = torch.zeros(B, dtype=torch.long)  # the next step each row simulates
     pos = torch.arange(L)
-    kept = None  # (B, L, C) class mass read at each row's last whole call, when the network keeps [MASK] states
+    kept = held = None  # (B, L, C) class mass read at each row's last whole call, when the network keeps [MASK] states
     while masked.any():
         active = masked.any(1).nonzero().squeeze(1)
         A = len(active)
@@ -101,15 +102,23 @@ def first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block
             m, R = next_event(mk.double().unsqueeze(-1), mk, k[active], kern.r, u_time)
         elif net.stale_masks(active, L):  # --cache-masked: the class mass of the last whole call (approximate)
             logits = None
-            m, R = next_event(kept[active] * mk.unsqueeze(-1), mk, k[active], kern.r, u_time)
+            gone = held & ~masked  # revealed since (here, or filled by the caller's end rule)
+            if bool(gone.any()):
+                kept[gone] = 0.0
+                held &= masked
+            m, R = next_event(kept if A == B else kept[active], mk, k[active], kern.r, u_time)
         else:  # time-agnostic model: p is fixed until this row's x changes
-            logits = net(x[active], mk, grid[k[active]], rows=active)
-            P = torch.zeros(A, L, kern.classes, dtype=torch.float64)
-            P[mk] = kern.class_mass(logits)
-            if net.decided is not None and net.decided.masked:
-                if kept is None:
-                    kept = torch.zeros(B, L, kern.classes, dtype=torch.float64)
+            logits = net(x[active], mk, grid[k[active]], rows=active, fold=True)  # rows of one input: once
+            keeps = net.decided is not None and net.decided.masked
+            if keeps and kept is None:
+                kept = torch.zeros(B, L, kern.classes, dtype=torch.float64)
+                held = torch.zeros(B, L, dtype=torch.bool)  # where kept is not 0: masked at the row's last whole call
+            P = kept.zero_() if keeps and A == B else torch.zeros(A, L, kern.classes, dtype=torch.float64)
+            P[mk] = kern.class_mass(logits).repeat(net.repeats, 1)
+            if keeps and A < B:
                 kept[active] = P
+            if keeps:
+                held[active] = mk
             m, R = next_event(P, mk, k[active], kern.r, u_time)
         # which positions: independent Bernoulli(R_i) given at least one; first the lowest one
         log_stay = torch.log1p(-R.clamp(0.0, 1.0))
@@ -120,8 +129,8 @@ def first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block
         rev = mk & ((pos == first) | more)
         if token_free or logits is None:
             logits = net(x[active], rev, grid[m], rows=active)  # only the revealed positions are projected
-        else:
-            logits = logits[rev[mk].to(logits.device)]
+        else:  # (folded: the first len(logits) of rev[mk] repeat for every row)
+            logits = logits[(rev[mk].nonzero().squeeze(1) % len(logits)).to(logits.device)]
         row_of = rev.nonzero()[:, 0]
         chosen, conf = draw_tokens(x[active], mk, rev, logits, kern.r_vocab(m[row_of]), no_draw, shaping,
                                    u_token[rev], block_repeats, top)
