@@ -215,8 +215,9 @@ def workspace_attention(q, k, v, mask: torch.Tensor | None) -> torch.Tensor:
         kept = _WORKSPACE.arrays = (key, torch.empty(size, dtype=q.dtype, device=q.device),
                                     torch.empty(size, dtype=q.dtype, device=q.device))
     s, w = kept[1][:size].view(B, h, N, K), kept[2][:size].view(B, h, N, K)
-    torch.matmul(q, k.transpose(-1, -2), out=s)
-    s.mul_(q.shape[-1] ** -0.5)
+    d = q.shape[-1]  # the scale inside the product (alpha): one pass over the scores fewer than a mul_
+    torch.baddbmm(s.view(B * h, N, K), q.reshape(B * h, N, d), k.reshape(B * h, K, d).transpose(1, 2),
+                  beta=0, alpha=d ** -0.5, out=s.view(B * h, N, K))
     if mask is not None:
         s.masked_fill_(~mask, float("-inf"))
     torch.softmax(s, -1, out=w)  # accumulates in fp32 on the CPU, like Tensor.softmax

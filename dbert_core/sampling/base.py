@@ -110,14 +110,21 @@ class Kernel:
     r: torch.Tensor
     inverse: torch.Tensor | None
     _on_device: dict = field(default_factory=dict, repr=False)  # inverse on the model's device
+    _table: torch.Tensor | None = field(default=None, repr=False)  # r_vocab's (S, V)
 
     @property
     def classes(self) -> int:
         return self.r.shape[1]
 
     def r_vocab(self, k: torch.Tensor) -> torch.Tensor | None:
-        """r over the vocabulary at steps k (K,): (K, V) float64, or None if token-free."""
-        return None if self.inverse is None else self.r[k][:, self.inverse]
+        """r over the vocabulary at steps k (K,): (K, V) float64, or None if token-free. Rows of a
+        table of every step's (S, V), made once per kernel where it takes at most 128 MB; else
+        gathered from the classes at each call."""
+        if self.inverse is None:
+            return None
+        if self._table is None and self.r.shape[0] * len(self.inverse) <= 2**24:
+            self._table = self.r[:, self.inverse]
+        return self.r[k][:, self.inverse] if self._table is None else self._table[k]
 
     def class_mass(self, logits: torch.Tensor) -> torch.Tensor:
         """P (M, C) float64 on the host: the mass softmax(logits) puts on each class.
