@@ -520,15 +520,6 @@ def test_workspace_attention_keeps_its_numbers_in_kept_arrays():
         worker.start()
         worker.join()
         assert seen == [None]  # each thread its own arrays
-    def fresh(q, k, v, mask):  # workspace_attention's own arithmetic, fresh arrays
-        B, h, N, d = q.shape
-        s = torch.baddbmm(torch.empty(B * h, N, k.shape[2], dtype=q.dtype), q.reshape(B * h, N, d),
-                          k.reshape(B * h, -1, d).transpose(1, 2), beta=0, alpha=d ** -0.5).view(B, h, N, -1)
-        if mask is not None:
-            s = s.masked_fill(~mask, float("-inf"))
-        out = torch.softmax(s, -1) @ v
-        assert torch.allclose(out.float(), M.explicit_attention(q, k, v, mask, 0.0).float(), atol=0.03)
-        return out
 
     M.release_workspace()
     assert M._WORKSPACE.arrays is None
