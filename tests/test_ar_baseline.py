@@ -42,6 +42,26 @@ def test_trains_resumes_and_scores(tiny_checkpoint, tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert json.loads((out / "eval.json").read_text()) == result  # kept beside the weights for the study's doc
     assert result["sentences"] == 20 and result["tokens"] > 20 and 1 < result["ppl_token"] < 2 * len(db.tokenizer)
+    # whole stories: the tokens `dbert eval --unit story` scores (the story, its end; a window's given context not)
+    import torch
+    from dbert_core.sampling.settings import window_length
+    from dbert_core.text.data import encode_stories, read_documents, scored_tokens
+
+    assert mod.main(["eval", str(out), "--heldout", str(TINYSTORIES_VALID), "--limit", "3", "--unit", "story"]) == 0
+    story = json.loads(capsys.readouterr().out)
+    docs = read_documents([str(TINYSTORIES_VALID)])[:3]
+    windows = encode_stories(docs, db.tokenizer, window_length(db), None)
+    assert story["unit"] == "story" and story["stories"] == 3 and story["windows"] == len(windows) > 3  # long ones go on
+    assert story["tokens"] == scored_tokens(windows)
+    _, _, model = mod._trained(out)
+    w = windows[0]  # the first story's first window, token by token from its [SEP]
+    with torch.no_grad():
+        ids = torch.tensor([list(w)])
+        lp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+    first = -sum(float(lp[i - 1, w[i]]) for i in range(w.context, w.context + w.scored))
+    assert first > 0 and 1 < story["ppl_token"] < 2 * len(db.tokenizer)
+    assert story["nats_per_token"] * story["tokens"] >= first - 1e-6  # the whole includes its first window
+    assert json.loads((out / "eval_story.json").read_text()) == story
     # samples: two sets of windows of the asked length, shown as the diffusion model's are, with the figures
     assert mod.main(["sample", str(out), "--n", "3", "--length", "12", "--heldout", str(TINYSTORIES_VALID),
                      "--batch-size", "2"]) == 0

@@ -196,11 +196,16 @@ class Net:
         self.flops += forward_flops(self.model.config, inp.shape[0], inp.shape[1], int(sel.sum()), prefix=reused)
         return out
 
+    @property
+    def keeps_masks(self) -> bool:
+        """Whether the network keeps [MASK] positions' states between refreshes (--cache-masked)."""
+        return self.decided is not None and self.decided.masked
+
     def stale_masks(self, rows: torch.Tensor, L: int) -> bool:
         """Whether the next call on rows (R,) of L positions is a partial call of a cache that keeps
         [MASK] positions too (--cache-masked): a sampler may then reuse what it read of those
         positions at the last refresh and ask only for the ones it reveals."""
-        return self.decided is not None and self.decided.masked and not self.decided.whole_next(rows, L + 2)
+        return self.keeps_masks and not self.decided.whole_next(rows, L + 2)
 
     def one_input(self, x: torch.Tensor, select: torch.Tensor, t: torch.Tensor, rows: torch.Tensor) -> bool:
         """Whether every row of a call is the same input (ids, positions read, time) and the call

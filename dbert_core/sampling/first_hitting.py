@@ -109,7 +109,7 @@ def first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block
             m, R = next_event(kept if A == B else kept[active], mk, k[active], kern.r, u_time)
         else:  # time-agnostic model: p is fixed until this row's x changes
             logits = net(x[active], mk, grid[k[active]], rows=active, fold=True)  # rows of one input: once
-            keeps = net.decided is not None and net.decided.masked
+            keeps = net.keeps_masks
             if keeps and kept is None:
                 kept = torch.zeros(B, L, kern.classes, dtype=torch.float64)
                 held = torch.zeros(B, L, dtype=torch.bool)  # where kept is not 0: masked at the row's last whole call

@@ -2,6 +2,7 @@
 
     python scripts/studies/ar_baseline.py train runs/stories --out runs/ar-baseline [--micro-batch 32]    # resumable
     python scripts/studies/ar_baseline.py eval runs/ar-baseline --heldout runs/data/stories-heldout.txt
+    python scripts/studies/ar_baseline.py eval runs/ar-stories --heldout runs/data/head-heldout.txt --unit story   # whole stories
     python scripts/studies/ar_baseline.py sample runs/ar-baseline --n 200 > runs/ar-baseline-samples.json
     python scripts/studies/ar_baseline.py sample runs/ar-stories --n 100 --top-k 0 --top-p 0.93 --lines ar.txt   # whole stories
     python scripts/studies/ar_baseline.py speed runs/stories     # both trainings' tokens/s, one run
@@ -213,6 +214,8 @@ def evaluate(a) -> int:
     out = Path(a.out)
     state, db, model = _trained(out)
     tok = db.tokenizer
+    if a.unit == "story":
+        return _evaluate_stories(a, out, state, db, model)
     sentences = read_examples([a.heldout], "sentence")[: a.limit]
     nll = count = 0.0
     for i in range(0, len(sentences), 32):
@@ -230,6 +233,38 @@ def evaluate(a) -> int:
               "train_tokens_per_s": round(state["tokens_seen"] / max(1e-9, state["seconds"])),
               "heldout": str(a.heldout), "train_seconds": state["seconds"]}
     _keep(out / "eval.json", result)
+    print(json.dumps(result))
+    return 0
+
+
+@torch.inference_mode()
+def _evaluate_stories(a, out: Path, state: dict, db, model) -> int:
+    """--unit story: whole held-out stories in the diffusion checkpoint's own story windows
+    (data.encode_stories: [SEP], the story, its end [SEP]; a longer one goes on in windows that carry
+    its earlier text as given context), each scored token read left to right after everything before
+    it in its window. The same tokens `dbert eval --unit story` scores, so the exact perplexity here
+    sits beside the diffusion model's bound there."""
+    from dbert_core.sampling.settings import window_length
+    from dbert_core.text.data import encode_stories, scored_tokens
+
+    docs = read_documents([a.heldout])[: a.limit]
+    context = (db.meta.get("train_config") or {}).get("story_context")
+    windows = encode_stories(docs, db.tokenizer, window_length(db), context)
+    nll, count = 0.0, 0
+    for i in range(0, len(windows), 16):
+        part = windows[i:i + 16]
+        ids = torch.tensor([list(w) for w in part])
+        lp = torch.log_softmax(model(input_ids=ids).logits.float()[:, :-1], -1)
+        got = lp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # log p of the token at each position 1..
+        for r, w in enumerate(part):  # the window's scored tokens: after its given context
+            nll -= float(got[r, w.context - 1:w.context - 1 + w.scored].sum())
+            count += w.scored
+    assert count == scored_tokens(windows)
+    result = {"unit": "story", "ppl_token": math.exp(nll / count), "nats_per_token": nll / count, "tokens": count,
+              "stories": len(docs), "windows": len(windows), "step": state["step"], "steps": state["steps"],
+              "tokens_seen": state["tokens_seen"], "params": state["params"], "cpu": state["cpu"],
+              "heldout": str(a.heldout)}
+    _keep(out / "eval_story.json", result)
     print(json.dumps(result))
     return 0
 
@@ -432,7 +467,9 @@ def main(argv=None) -> int:
     e = sub.add_parser("eval")
     e.add_argument("out")
     e.add_argument("--heldout", default="runs/data/stories-heldout.txt")
-    e.add_argument("--limit", type=int, default=1000)
+    e.add_argument("--limit", type=int, default=1000, help="sentences (or stories) scored at most")
+    e.add_argument("--unit", choices=("sentence", "story"), default="sentence",
+                   help="story: whole held-out stories in the diffusion model's story windows (dbert eval --unit story's tokens)")
     s = sub.add_parser("sample")
     s.add_argument("out")
     s.add_argument("--n", type=int, default=200, help="samples per set (two sets, as the decoding study draws)")
