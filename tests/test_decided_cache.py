@@ -61,6 +61,25 @@ def test_a_call_on_what_the_cache_saw_is_the_exact_forward(model, request):
         torch.testing.assert_close(part, _exact(db, ids[rows], select[rows]), rtol=1e-4, atol=1e-4)
 
 
+def test_calls_on_changing_subsets_read_each_rows_own_states(story_model):
+    """The cache moves the rows a partial call reads to the front of its arrays (one slice, no copy
+    per call): whatever subsets follow one another, each row attends to its own kept states."""
+    db = story_model
+    ids = _batch(db, rows=5, seed=3)
+    select = ids == db.model.mask_id
+    att = torch.ones_like(ids, dtype=torch.bool)
+    cache = DecidedCache(every=100)
+    with torch.no_grad():
+        exact = [_exact(db, ids[r:r + 1], select[r:r + 1]) for r in range(5)]
+        db.model(ids, att, select, decided=cache)
+        for order in ([3, 1], [4, 3, 1], [0, 2], [2], [1, 0, 4, 3, 2], [4, 0]):
+            rows = torch.tensor(order)
+            part = db.model(ids[rows], att[rows], select[rows], decided=cache, rows=rows)
+            assert cache.reused > 0
+            assert torch.equal(cache.slot[rows], torch.arange(len(order)))  # the rows read are the front slice
+            torch.testing.assert_close(part, torch.cat([exact[r] for r in order]), rtol=1e-4, atol=1e-4)
+
+
 def test_a_revealed_token_is_computed_and_the_rest_is_kept_until_the_refresh(story_model):
     """A token revealed since the last call is computed afresh (its own states are new); the decided
     positions keep the states of the call that computed them (the approximation: other logits than

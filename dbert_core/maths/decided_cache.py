@@ -48,6 +48,7 @@ class DecidedCache:
         self.ids: torch.Tensor | None = None  # (B, N) the tokens the kept states were computed from
         self.held: torch.Tensor | None = None  # (B,) bool: rows computed whole at least once
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer (B, h, N, d) keys and values
+        self.slot: torch.Tensor | None = None  # (B,) where each batch row's keys and values lie in kv
         self.reused = 0  # positions the last call took from the cache (0: it ran the whole forward)
 
     def whole_next(self, rows: torch.Tensor, n: int) -> bool:
@@ -84,11 +85,12 @@ class DecidedCache:
         # (computed afresh too, which only brings their kept states up to date)
         idx = torch.sort(active.to(torch.int8), dim=1, descending=True, stable=True).indices[:, :A]
         self.reused = N - A
-        all_rows = R == len(self.held) and bool((rows == torch.arange(R)).all())
+        if not bool((self.slot[rows] == torch.arange(R)).all()):
+            self._front(rows)  # the called rows' states first, so that they are one slice (no copy per call)
         x = bert.embeddings(bert.embeddings.word_embeddings(ids.gather(1, idx)), positions=idx)
         for i, layer in enumerate(bert.layers):
             K, V = self.kv[i]
-            keys, values = (K, V) if all_rows else (K[rows], V[rows])
+            keys, values = K[:R], V[:R]  # views: the fresh states are written in place
 
             def merge(k, v, keys=keys, values=values):
                 at = idx[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
@@ -97,8 +99,6 @@ class DecidedCache:
                 return keys, values
 
             x = layer(x, mask, merge=merge)
-            if not all_rows:
-                K[rows], V[rows] = keys, values
         self.ids[rows] = ids.to(self.ids.device)
         return x[select.gather(1, idx)]
 
@@ -109,8 +109,9 @@ class DecidedCache:
         B = int(rows.max()) + 1
         if B > len(self.held):
             self._grow(B)
+        at, s = self.slot[rows], int(self.slot[src])
         for K, V in self.kv:
-            K[rows], V[rows] = K[src].clone(), V[src].clone()
+            K[at], V[at] = K[s].clone(), V[s].clone()
         self.ids[rows] = self.ids[src].clone()
         self.held[rows] = True
 
@@ -127,6 +128,22 @@ class DecidedCache:
             K2[:n], V2[:n] = K, V
             kv.append((K2, V2))
         self.ids, self.held, self.kv = ids, held, kv
+        self.slot = torch.cat([self.slot, torch.arange(n, B)])
+
+    def _front(self, rows: torch.Tensor) -> None:
+        """The kept states reordered so that rows (R,) lie in slots 0..R-1, in that order, the other
+        rows after them in their present order: one copy of the arrays when the set of rows called
+        changes (a sampler's finished rows leave it), instead of a gather and a write-back per call."""
+        B = len(self.held)
+        rest = torch.ones(B, dtype=torch.bool)
+        rest[rows] = False
+        others = rest.nonzero().squeeze(1)
+        others = others[self.slot[others].argsort()]
+        order = torch.cat([rows, others])  # the batch row in each new slot
+        perm = self.slot[order]
+        for i, (K, V) in enumerate(self.kv):
+            self.kv[i] = (K[perm], V[perm])
+        self.slot[order] = torch.arange(B)
 
     def _keep(self, ids: torch.Tensor, rows: torch.Tensor, got: list) -> None:
         B = int(rows.max()) + 1
@@ -136,7 +153,9 @@ class DecidedCache:
             self.ids = torch.zeros(B, ids.shape[1], dtype=ids.dtype, device=ids.device)
             self.held = torch.zeros(B, dtype=torch.bool)
             self.kv = [(k.new_zeros((B, *k.shape[1:])), v.new_zeros((B, *v.shape[1:]))) for k, v in got]
+            self.slot = torch.arange(B)
+        at = self.slot[rows]
         for (K, V), (k, v) in zip(self.kv, got):
-            K[rows], V[rows] = k, v
+            K[at], V[at] = k, v
         self.ids[rows] = ids
         self.held[rows] = True
