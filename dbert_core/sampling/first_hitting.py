@@ -89,11 +89,16 @@ def first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block
     grid = torch.tensor(kern.grid)
     k = torch.zeros(B, dtype=torch.long)  # the next step each row simulates
     pos = torch.arange(L)
-    kept = held = None  # (B, L, C) class mass read at each row's last whole call, when the network keeps [MASK] states
+    # (A, L, C) class mass read at each active row's last whole call, when the network keeps [MASK] states, and
+    # (A, L) where it is not 0; their rows are the active rows' (a finished row never has a mask again: dropped)
+    kept = held = kept_rows = None
     while masked.any():
         active = masked.any(1).nonzero().squeeze(1)
         A = len(active)
         mk = masked[active]  # (A, L)
+        if kept is not None and len(kept_rows) > A:  # rows finished since: one copy now, none per call
+            stay = torch.isin(kept_rows, active)
+            kept, held, kept_rows = kept[stay], held[stay], kept_rows[stay]
         u_time = 1.0 - torch.rand(A, generator=gen, dtype=torch.float64)  # (0, 1]
         u_first = torch.rand(A, generator=gen, dtype=torch.float64)
         u_more = torch.rand(A, L, generator=gen, dtype=torch.float64)
@@ -102,23 +107,21 @@ def first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block
             m, R = next_event(mk.double().unsqueeze(-1), mk, k[active], kern.r, u_time)
         elif net.stale_masks(active, L):  # --cache-masked: the class mass of the last whole call (approximate)
             logits = None
-            gone = held & ~masked  # revealed since (here, or filled by the caller's end rule)
+            gone = held & ~mk  # revealed since (here, or filled by the caller's end rule)
             if bool(gone.any()):
                 kept[gone] = 0.0
-                held &= masked
-            m, R = next_event(kept if A == B else kept[active], mk, k[active], kern.r, u_time)
+                held &= mk
+            m, R = next_event(kept, mk, k[active], kern.r, u_time)
         else:  # time-agnostic model: p is fixed until this row's x changes
             logits = net(x[active], mk, grid[k[active]], rows=active, fold=True)  # rows of one input: once
             keeps = net.keeps_masks
             if keeps and kept is None:
-                kept = torch.zeros(B, L, kern.classes, dtype=torch.float64)
-                held = torch.zeros(B, L, dtype=torch.bool)  # where kept is not 0: masked at the row's last whole call
-            P = kept.zero_() if keeps and A == B else torch.zeros(A, L, kern.classes, dtype=torch.float64)
+                kept = torch.zeros(A, L, kern.classes, dtype=torch.float64)
+                kept_rows = active
+            P = kept.zero_() if keeps else torch.zeros(A, L, kern.classes, dtype=torch.float64)
             P[mk] = kern.class_mass(logits).repeat(net.repeats, 1)
-            if keeps and A < B:
-                kept[active] = P
             if keeps:
-                held[active] = mk
+                held = mk.clone()
             m, R = next_event(P, mk, k[active], kern.r, u_time)
         # which positions: independent Bernoulli(R_i) given at least one; first the lowest one
         log_stay = torch.log1p(-R.clamp(0.0, 1.0))
