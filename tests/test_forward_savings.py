@@ -104,3 +104,24 @@ def test_the_bf16_twin_follows_the_weights(tiny_checkpoint):
     again = bf16_twin(db.model)
     assert again is not twin
     assert torch.equal(again.bert.layers[0].qkv.weight, db.model.bert.layers[0].qkv.weight.to(torch.bfloat16))
+
+
+def test_a_twin_made_in_inference_mode_serves_a_call_outside_it():
+    """The twin is cached per model: one made while sampling under torch.inference_mode must still
+    serve a later call with autograd on (the order the whole test suite ran them in)."""
+    from dbert_core.maths.bf16_weights import _TWINS
+    from dbert_core.maths.model import Bert, BertConfig, DiffusionBert
+
+    cfg = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=32)
+    model = DiffusionBert(Bert(cfg), mask_id=3)
+    ids = torch.randint(4, 64, (2, 10))
+    att = torch.ones_like(ids, dtype=torch.bool)
+    sel = torch.zeros_like(att)
+    sel[:, 3] = True
+    with torch.inference_mode():
+        twin = bf16_twin(model)
+    assert _TWINS[model][1] is twin
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = bf16_twin(model)(ids, att, sel)
+    assert bf16_twin(model) is twin and torch.isfinite(out.float()).all()

@@ -36,13 +36,16 @@ def bf16_twin(model: DiffusionBert) -> DiffusionBert:
     memo = {id(p): p for p in model.parameters()}  # deepcopy shares the parameters, then Linears get bf16 copies
     memo.update({id(b): b for b in model.buffers()})
     twin = copy.deepcopy(model, memo)
-    for m in twin.modules():
-        if isinstance(m, nn.Linear):
-            m.weight = nn.Parameter(m.weight.detach().to(torch.bfloat16), requires_grad=False)
-            if m.bias is not None:
-                m.bias = nn.Parameter(m.bias.detach().to(torch.bfloat16), requires_grad=False)
-    twin.bert.head.bias = nn.Parameter(twin.bert.head.bias.detach().to(torch.bfloat16), requires_grad=False)
-    twin.bert.decoder = model.bert.embeddings.word_embeddings.weight.detach().to(torch.bfloat16)
+    # normal tensors even when the first caller samples under torch.inference_mode: a later call outside
+    # it (autograd on, the shared float32 weights requiring grad) may not save inference tensors
+    with torch.inference_mode(False):
+        for m in twin.modules():
+            if isinstance(m, nn.Linear):
+                m.weight = nn.Parameter(m.weight.detach().to(torch.bfloat16), requires_grad=False)
+                if m.bias is not None:
+                    m.bias = nn.Parameter(m.bias.detach().to(torch.bfloat16), requires_grad=False)
+        twin.bert.head.bias = nn.Parameter(twin.bert.head.bias.detach().to(torch.bfloat16), requires_grad=False)
+        twin.bert.decoder = model.bert.embeddings.word_embeddings.weight.detach().to(torch.bfloat16)
     twin.eval()
     _TWINS[model] = (version, twin)
     return twin
