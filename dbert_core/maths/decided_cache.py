@@ -72,10 +72,10 @@ class DecidedCache:
         if whole:
             self.reused = 0
             x = bert.embeddings(bert.embeddings.word_embeddings(ids))
-            got: list = []
-            for layer in bert.layers:
-                x = layer(x, mask, keep=got)
-            self._keep(ids, rows, got)
+            for i, layer in enumerate(bert.layers):
+                x = layer(x, mask, merge=lambda k, v, i=i: self._put(i, len(bert.layers), ids, rows, k, v))
+            self.ids[rows] = ids
+            self.held[rows] = True
             return x[select]
         active = (ids != self.ids[rows].to(ids.device)) | select
         if not self.masked:
@@ -145,17 +145,30 @@ class DecidedCache:
             self.kv[i] = (K[perm], V[perm])
         self.slot[order] = torch.arange(B)
 
-    def _keep(self, ids: torch.Tensor, rows: torch.Tensor, got: list) -> None:
-        B = int(rows.max()) + 1
-        same = self.ids is not None and self.ids.shape[1] == ids.shape[1] and got[0][0].dtype == self.kv[0][0].dtype
-        if not same or B > len(self.held):  # new arrays (rows they no longer hold are computed whole when called)
-            B = max(B, len(self.held)) if same else B
-            self.ids = torch.zeros(B, ids.shape[1], dtype=ids.dtype, device=ids.device)
-            self.held = torch.zeros(B, dtype=torch.bool)
-            self.kv = [(k.new_zeros((B, *k.shape[1:])), v.new_zeros((B, *v.shape[1:]))) for k, v in got]
-            self.slot = torch.arange(B)
+    def _put(self, i: int, layers: int, ids: torch.Tensor, rows: torch.Tensor, k: torch.Tensor,
+             v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A whole call's keys and values k, v (R, h, N, d) of layer i written into the kept arrays
+        (made at layer 0 when they cannot hold the call: new length, dtype or more rows; the rows
+        they held are then computed whole when called). Where the rows' slots are one run (a
+        sampler calls its active rows, which _front put first), the queries attend to that slice
+        of the arrays, contiguous: one copy of k and v per layer, where attending to the layer's
+        own strided k, v and keeping them costs a copy for the products and a scatter for the cache."""
+        if i == 0:
+            B = int(rows.max()) + 1
+            same = self.ids is not None and self.ids.shape[1] == ids.shape[1] and self.kv[0][0].dtype == k.dtype
+            if not same or B > len(self.held):
+                B = max(B, len(self.held)) if same else B
+                self.ids = torch.zeros(B, ids.shape[1], dtype=ids.dtype, device=ids.device)
+                self.held = torch.zeros(B, dtype=torch.bool)
+                self.kv = [(k.new_zeros((B, *k.shape[1:])), v.new_zeros((B, *v.shape[1:]))) for _ in range(layers)]
+                self.slot = torch.arange(B)
+        K, V = self.kv[i]
         at = self.slot[rows]
-        for (K, V), (k, v) in zip(self.kv, got):
-            K[at], V[at] = k, v
-        self.ids[rows] = ids
-        self.held[rows] = True
+        lo = int(at[0])
+        if bool((at == torch.arange(lo, lo + len(at))).all()):
+            keys, values = K[lo:lo + len(at)], V[lo:lo + len(at)]
+            keys.copy_(k)
+            values.copy_(v)
+            return keys, values
+        K[at], V[at] = k, v
+        return k, v
