@@ -125,3 +125,21 @@ def test_a_twin_made_in_inference_mode_serves_a_call_outside_it():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = bf16_twin(model)(ids, att, sel)
     assert bf16_twin(model) is twin and torch.isfinite(out.float()).all()
+
+
+def test_class_mass_in_blocks_is_the_whole_softmax(monkeypatch):
+    """Kernel.class_mass a few rows at a time gives the class sums of the whole (M, V) softmax,
+    bit for bit, from float32 and bfloat16 logits alike."""
+    from dbert_core.sampling import base
+
+    V, C = 50, 7
+    inverse = torch.arange(V) % C
+    kern = base.Kernel([2, 1, 0], torch.rand(2, C, dtype=torch.float64), inverse)
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        logits = (3 * torch.randn(23, V, generator=g)).to(dtype)
+        whole = torch.zeros(23, C).index_add_(1, inverse, torch.softmax(logits.float(), -1)).double()
+        monkeypatch.setattr(base, "CLASS_MASS_BLOCK", 4 * V)  # blocks of 4 rows, the last of 3
+        assert torch.equal(kern.class_mass(logits), whole)
+        monkeypatch.setattr(base, "CLASS_MASS_BLOCK", 1)  # one row at a time
+        assert torch.equal(kern.class_mass(logits), whole)

@@ -42,7 +42,7 @@ def ancestral(x, masked, confidence, kern, net, gen, shaping, no_draw, block_rep
         where = torch.zeros_like(masked)
         where[idx] = masked[idx]
         if buf is None:
-            buf = torch.empty(B, L, logits.shape[-1], device=logits.device)
+            buf = torch.empty(B, L, logits.shape[-1], dtype=logits.dtype, device=logits.device)
             mass = torch.empty(B, L, kern.classes, dtype=torch.float64)
         buf[where.to(buf.device)] = logits
         if not token_free:

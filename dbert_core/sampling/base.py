@@ -97,6 +97,9 @@ class Sampler(Protocol):
                  block_repeats: RepeatBlock | None, top=None, **params) -> Iterator[Frame]: ...
 
 
+CLASS_MASS_BLOCK = 2**20  # values per block of Kernel.class_mass (4 MB of float32; measured in docs/performance.md)
+
+
 @dataclass
 class Kernel:
     """The reveal probabilities of an S-step budget, per class of tokens with equal r.
@@ -127,16 +130,29 @@ class Kernel:
         return self.r[k][:, self.inverse] if self._table is None else self._table[k]
 
     def class_mass(self, logits: torch.Tensor) -> torch.Tensor:
-        """P (M, C) float64 on the host: the mass softmax(logits) puts on each class.
+        """P (M, C) float64 on the host: the mass softmax(logits) puts on each class, the softmax
+        in float32 (logits float32 or bfloat16).
 
-        Computed where the logits are (on a GPU only the (M, C) result crosses, not (M, V))."""
+        Computed where the logits are (on a GPU only the (M, C) result crosses, not (M, V)), a
+        block of rows at a time (CLASS_MASS_BLOCK values) in two float32 arrays made once per call:
+        a whole call's (M, V) float32 copy and softmax (tens of MB each, their pages faulted in
+        fresh when a call is the largest so far) become two arrays of a few MB that stay in the
+        caches between the softmax and the class sums. The same numbers: rows are independent."""
         if self.inverse is None:
             return torch.ones(logits.shape[0], 1, dtype=torch.float64)
-        p = torch.softmax(logits.float(), dim=-1)
-        inverse = self._on_device.get(p.device)
+        inverse = self._on_device.get(logits.device)
         if inverse is None:  # copied once per device: the kernel is cached per schedule and budget
-            inverse = self._on_device[p.device] = self.inverse.to(p.device)
-        mass = torch.zeros(p.shape[0], self.classes, dtype=p.dtype, device=p.device).index_add_(1, inverse, p)
+            inverse = self._on_device[logits.device] = self.inverse.to(logits.device)
+        M, V = logits.shape
+        mass = torch.zeros(M, self.classes, dtype=torch.float32, device=logits.device)
+        n = max(1, min(M, CLASS_MASS_BLOCK // max(V, 1)))
+        z = torch.empty(n, V, dtype=torch.float32, device=logits.device)
+        p = torch.empty_like(z)
+        for a in range(0, M, n):
+            b = min(M, a + n)
+            z[: b - a].copy_(logits[a:b])
+            torch.softmax(z[: b - a], dim=-1, out=p[: b - a])
+            mass[a:b].index_add_(1, inverse, p[: b - a])
         return mass.cpu().double()
 
 
@@ -172,7 +188,7 @@ class Net:
         # refresh > 0: decided positions' keys and values are kept between calls and computed afresh every
         # `refresh` calls (--cache-refresh: an approximation; time-agnostic models only, not beside a prefix cache)
         self.decided = DecidedCache(refresh, masked) if refresh and not prefix and db.model.time == "none" else None
-        self.bf16 = dtype == "bf16" and next(self.model.parameters()).dtype == torch.float32  # autocast; fp32 logits out
+        self.bf16 = dtype == "bf16" and next(self.model.parameters()).dtype == torch.float32  # autocast; bf16 logits out
         if self.bf16:  # its matrices cast to bf16 once, not in every call (the same logits)
             self.model = bf16_twin(self.model)
         self.cls, self.sep = db.tokenizer.cls_token_id, db.tokenizer.sep_token_id
@@ -183,14 +199,14 @@ class Net:
 
     def _forward(self, inp: torch.Tensor, sel: torch.Tensor, t: torch.Tensor,
                  rows: torch.Tensor | None = None) -> torch.Tensor:
-        """One forward of the model on rows inp (with [CLS] and [SEP]): the logits at sel, fp32
-        (rows: their indices in the batch, for the decided-position cache)."""
+        """One forward of the model on rows inp (with [CLS] and [SEP]): the logits at sel, in the
+        network's output dtype (rows: their indices in the batch, for the decided-position cache)."""
         attention = torch.ones(inp.shape, dtype=torch.bool, device=self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             cache = {} if self.cache is None else {"cache": self.cache}  # the model's own call, unless caching
             if self.decided is not None:
                 cache = {"decided": self.decided, "rows": rows}
-            out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device), **cache).float()
+            out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device), **cache)
         kept = self.cache if self.cache is not None else self.decided
         reused = kept.reused if kept is not None else 0  # positions this call took from a cache
         self.flops += forward_flops(self.model.config, inp.shape[0], inp.shape[1], int(sel.sum()), prefix=reused)
@@ -221,7 +237,9 @@ class Net:
 
     def __call__(self, x: torch.Tensor, select: torch.Tensor, t: torch.Tensor,
                  rows: torch.Tensor | None = None, fold: bool = False) -> torch.Tensor:
-        """Logits (M, V) float32 at the select (R, L) positions of rows x (R, L), row-major; rows
+        """Logits (M, V) at the select (R, L) positions of rows x (R, L), row-major, float32, or
+        bfloat16 where the network computes in bf16 (its output, not widened: a whole call's
+        logits are tens of MB; Kernel.class_mass and draw widen the rows they read); rows
         (R,): x's rows' indices in the sampler's batch (None: 0..R-1; the decided-position cache
         keeps rows by them).
 
