@@ -1,6 +1,6 @@
 """Where `dbert sample --n 10` spends its time: torch.profiler over the sampling, at the defaults.
 
-    python scripts/studies/profile_sample.py [--checkpoint DIR] [--threads 2] [--rows 16] [--repeats 3] [--steps S] [--cache-refresh K] [--cache-masked | --no-cache-masked]
+    python scripts/studies/profile_sample.py [--checkpoint DIR] [--threads 2] [--rows 16] [--repeats 3] [--steps S] [--cache-refresh K] [--cache-masked | --no-cache-masked] [--shapes]
 
 Loads the checkpoint (default: the shipped one), resolves the CLI's defaults (SampleConfig, as
 `dbert sample --n 10` does), runs a short untimed warm-up generation, then `--repeats` timed
@@ -27,6 +27,7 @@ def main() -> int:
     ap.add_argument("--checkpoint", help="checkpoint directory (default: the shipped one)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows", type=int, default=16, help="rows of the profiler's table")
+    ap.add_argument("--shapes", action="store_true", help="the table by operation and input shapes")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs without the profiler (the best is reported)")
     ap.add_argument("--cache-refresh", type=int, default=None, help="the decided-position cache (default: the checkpoint's; 0: the exact forward)")
     ap.add_argument("--steps", type=int, default=None, help="reverse steps (default: the checkpoint's)")
@@ -52,7 +53,7 @@ def main() -> int:
     dtype = torch.bfloat16 if cfg.dtype == "bf16" else torch.float32  # what the network computed in (bf16: autocast)
     B = min(cfg.n, cfg.batch_size)
     rate = shape_rates(db.model.config, B, cfg.length + 2, B * cfg.length, dtype, torch.device("cpu"), reps=3)["model"]
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=args.shapes) as prof:
         _, st = generate(db, cfg)
     best = min(timed, key=lambda s: s["seconds"]) if timed else st
     print(f"CPU: {cpu_name()}, {args.threads} threads, torch {torch.__version__}, load average {os.getloadavg()[0]:.2f}")
@@ -64,7 +65,7 @@ def main() -> int:
         runs = " / ".join(f"{t['seconds']:.2f}" for t in timed) if label == "timed" else f"{s['seconds']:.2f}"
         print(f"  {label:8s} {runs} s: {achieved:.1f} GFLOP/s = {100 * achieved / rate:.0f}% of the rate"
               + (" (the best run)" if label == "timed" and len(timed) > 1 else ""))
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=40))
+    print(prof.key_averages(group_by_input_shape=args.shapes).table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=40))
     return 0
 
 
