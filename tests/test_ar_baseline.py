@@ -133,3 +133,57 @@ def test_a_micro_batched_step_is_the_whole_batchs_step(tiny_checkpoint):
     torch.testing.assert_close(grads["parts"][0], grads["whole"][0], rtol=1e-5, atol=1e-6)
     for a, b in zip(grads["parts"][1], grads["whole"][1]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_the_fast_training_path_computes_transformers_loss_and_gradient(tiny_checkpoint, monkeypatch):
+    """for_training (attention written out, dbert's dropout, the fused tanh GELU) and causal_loss
+    (the head and loss a block of rows at a time, the gradient made in the forward) give
+    GPT2LMHeadModel's own loss and gradient: padded rows, a block boundary inside the batch, fp32."""
+    import copy
+
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    from dbert_core.storage import checkpoint
+
+    mod = script()
+    monkeypatch.setattr(mod, "CE_ROWS", 7)  # several blocks, the last one short
+    db = checkpoint.load(tiny_checkpoint)
+    tok = db.tokenizer
+    rows = mod.windows(db, db.meta["train_config"]["data"], db.meta["seq_len"])[:4]
+    rows[1] = rows[1][:6]
+    ids, labels = mod._batch(rows, tok.sep_token_id, tok.pad_token_id)
+    torch.manual_seed(0)
+    fast = mod.build(db, db.meta["seq_len"]).eval()
+    assert fast.config._attn_implementation == "dbert_cpu"
+    config = copy.deepcopy(fast.config)
+    config._attn_implementation = "eager"  # transformers' own attention, GELU and dropout
+    ref = GPT2LMHeadModel(config).eval()
+    ref.load_state_dict(fast.state_dict())
+    loss = mod.causal_loss(fast, ids, labels, tok.pad_token_id, False)
+    loss.backward()
+    expected = ref(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=labels).loss
+    expected.backward()
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+    for (name, a), b in zip(fast.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_fast_path_keeps_dropout_in_training(tiny_checkpoint):
+    """In train mode the attention weights and activations are dropped (two calls differ), and
+    every dropout is dbert's with GPT-2's p."""
+    import torch
+
+    from dbert_core.maths.model import Dropout
+    from dbert_core.storage import checkpoint
+
+    mod = script()
+    db = checkpoint.load(tiny_checkpoint)
+    model = mod.build(db, db.meta["seq_len"]).train()
+    drops = [m for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    assert drops and all(type(m) is Dropout and m.p == model.config.resid_pdrop for m in drops)
+    ids = torch.tensor([mod.windows(db, db.meta["train_config"]["data"], db.meta["seq_len"])[0]])
+    labels = ids.clone()
+    a = mod.causal_loss(model, ids, labels, db.tokenizer.pad_token_id, False)
+    b = mod.causal_loss(model, ids, labels, db.tokenizer.pad_token_id, False)
+    assert not torch.equal(a, b)
