@@ -187,3 +187,24 @@ def test_the_fast_path_keeps_dropout_in_training(tiny_checkpoint):
     a = mod.causal_loss(model, ids, labels, db.tokenizer.pad_token_id, False)
     b = mod.causal_loss(model, ids, labels, db.tokenizer.pad_token_id, False)
     assert not torch.equal(a, b)
+
+
+def test_speed_takes_other_data_and_batch(tiny_checkpoint, tmp_path, capsys):
+    """speed --data --batch: a checkpoint whose training files lie elsewhere (another machine's
+    paths) is timed on files given here, at a batch given here."""
+    from dbert_core.storage import checkpoint
+
+    import shutil
+
+    mod = script()
+    moved = tmp_path / "moved"
+    shutil.copytree(tiny_checkpoint, moved)
+    meta = json.loads((moved / "dbert.json").read_text())
+    meta["train_config"]["data"] = [str(tmp_path / "elsewhere" / "train.txt")]
+    (moved / "dbert.json").write_text(json.dumps(meta))
+    db = checkpoint.load(moved)
+    assert mod.main(["speed", str(moved), "--out", "", "--steps", "1", "--rounds", "1",
+                     "--data", str(TINYSTORIES_VALID), "--batch", "3"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["batch_size"] == 3 != db.meta["train_config"]["batch_size"]
+    assert got["diffusion_tokens_per_s"] > 0 and got["gpt2_tokens_per_s"] > 0

@@ -503,12 +503,12 @@ def speed(a) -> int:
     tc, tok = db.meta["train_config"], db.tokenizer
     if a.threads:
         torch.set_num_threads(a.threads)
-    rows = windows(db, tc["data"], db.meta["seq_len"])
+    rows = windows(db, a.data or tc["data"], db.meta["seq_len"])
     random.Random(0).shuffle(rows)
-    batch = tc["batch_size"]
+    batch = a.batch or tc["batch_size"]
     n = a.steps * a.rounds + 2
     pool = rows[: n * batch]
-    cfg = TrainConfig(**{**tc, "data": ["(speed)"], "out": "(speed)", "val_data": None, "resume": False,
+    cfg = TrainConfig(**{**tc, "batch_size": batch, "data": ["(speed)"], "out": "(speed)", "val_data": None, "resume": False,
                          "max_steps": n + 1, "warmup": 0, "device": "cpu"})
     diff = copy.copy(db)
     diff.model = copy.deepcopy(db.model).float()
@@ -519,7 +519,8 @@ def speed(a) -> int:
 
     def gpt_step(k: int) -> int:
         pick = pool[(k * batch) % len(pool):][:batch]
-        _step(gpt, opt, *_batch(pick, tok.sep_token_id, tok.pad_token_id), tok.pad_token_id, bf16)
+        story = db.meta.get("unit") == "story"
+        _step(gpt, opt, *_batch(pick, tok.sep_token_id, tok.pad_token_id, story), tok.pad_token_id, bf16)
         return sum(len(r) for r in pick)
 
     per_window = sum(len(r) for r in pool) / len(pool)
@@ -600,6 +601,8 @@ def main(argv=None) -> int:
     v.add_argument("--steps", type=int, default=5, help="optimizer steps of each model per round")
     v.add_argument("--rounds", type=int, default=4)
     v.add_argument("--threads", type=int, default=0)
+    v.add_argument("--data", nargs="+", help="training files (default: the checkpoint's, which may name another machine's paths)")
+    v.add_argument("--batch", type=int, default=0, help="windows a step (default: the checkpoint's)")
     a = ap.parse_args(argv)
     return {"train": train, "eval": evaluate, "sample": sample, "speed": speed}[a.cmd](a)
 
