@@ -114,23 +114,22 @@ def for_training(model):
 
 
 def causal_attention(module, q, k, v, mask, scaling=None, dropout=0.0, **kwargs):
-    """softmax(q k^T * scaling) v, causal, with dropout on the weights; q, k, v (B, h, N, d); mask
-    (B, 1, N, K) bool, True where a query may read a key, or None (causal). transformers' eager
-    GPT-2 attention in effect, with no float32 detour under bf16 autocast: its additive float32 mask
-    widened the (B, h, N, N) scores and weights to float32 and back, four copies of 50 MB a layer at
-    32 windows of 257 tokens (torch's CPU softmax accumulates in float32 either way). Returns
-    (B, N, h, d) and no weights."""
-    from dbert_core.maths.model import dropout as drop
+    """dbert's explicit_attention (dbert_core.maths.model: two matmuls, a softmax and dbert's
+    dropout) as a transformers attention function: q, k, v (B, h, N, d); mask (B, 1, N, K) bool,
+    True where a query may read a key, or None (causal). transformers' eager GPT-2 attention in
+    effect, with no float32 detour under bf16 autocast (its additive float32 mask widened the
+    (B, h, N, N) scores and weights to float32 and back). Returns (B, N, h, d) and no weights."""
+    from dbert_core.maths.model import explicit_attention
 
-    N, K = q.shape[-2], k.shape[-2]
+    if scaling is not None and scaling != q.shape[-1] ** -0.5:
+        raise ValueError("causal_attention scales by 1/sqrt(head size) only")
     if mask is None:
+        N, K = q.shape[-2], k.shape[-2]
         mask = torch.ones(N, K, dtype=torch.bool, device=q.device).tril(K - N)
-    s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scaling is None else scaling)
-    w = drop(s.masked_fill(~mask, float("-inf")).softmax(-1), dropout)
-    return (w @ v).transpose(1, 2), None
+    return explicit_attention(q, k, v, mask, dropout).transpose(1, 2), None
 
 
-CE_ROWS = 256  # rows of logits per block of linear_cross_entropy: (256, V) float32 stays a few MB
+CE_ROWS = 256  # rows of logits per block of LinearCrossEntropy: (256, V) float32 stays a few MB
 
 
 class LinearCrossEntropy(torch.autograd.Function):
@@ -517,9 +516,10 @@ def speed(a) -> int:
     opt = torch.optim.AdamW(gpt.parameters(), lr=tc["lr"], weight_decay=0.01)
     bf16 = native_bf16("cpu") and tc.get("dtype", "auto") != "fp32"
 
+    story = db.meta.get("unit") == "story"
+
     def gpt_step(k: int) -> int:
         pick = pool[(k * batch) % len(pool):][:batch]
-        story = db.meta.get("unit") == "story"
         _step(gpt, opt, *_batch(pick, tok.sep_token_id, tok.pad_token_id, story), tok.pad_token_id, bf16)
         return sum(len(r) for r in pick)
 
