@@ -244,7 +244,9 @@ class SampleConfig:
     start_as_trained: bool = True      # a story model's first token opens some of its training stories
     sampler: str | None = None         # None: the fastest exact sampler the checkpoint allows
     params: dict | None = None         # the strategy's parameters (strategies.py); None: its defaults
-    batch_size: int = 32               # samples per network call
+    batch_size: int = 32               # samples per network call, at most
+    workers: int | None = None         # batches sampled side by side, each on its share of the threads
+    #                                    (sampling/parallel.py); None: the CPU's threads (at most 4), 1 on a GPU
     seed: int | None = None            # None: a fresh random seed
     device: str = "auto"
     prompt: str | None = None          # a template with [MASK] slots
@@ -282,6 +284,8 @@ class SampleConfig:
         else:
             _need(not self.params, "--param needs --sampler (the default sampler has no parameters)")
         _int("--batch-size", self.batch_size, 1)
+        if self.workers is not None:
+            _int("--workers", self.workers, 1, 256)
         if self.cache_refresh is not None:
             _int("--cache-refresh", self.cache_refresh, 0, MAX_T)
         if self.seed is not None:

@@ -39,6 +39,8 @@ from ..hardware import auto_dtype, compute_dtype, cpu_name, native_bf16
 from ..disk.atomic import atomic_write_text
 from ..errors import DbertError
 from ..maths.model import attention_path, forward_flops
+from .rates import (_sig, _sync, best_time, fraction, linear_rate, matmul_peak, model_shapes,  # noqa: F401 - bench.X as before
+                    shape_rates, side_by_side_rate)
 
 
 def machine(device: torch.device) -> dict:
@@ -53,83 +55,6 @@ def machine(device: torch.device) -> dict:
     except OSError:
         pass
     return info
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def best_time(fn, device, reps: int, warmup: int = 1) -> float:
-    """Fastest of `reps` timed calls (after `warmup` untimed ones), in seconds."""
-    for _ in range(warmup):
-        fn()
-    _sync(device)
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: int = 5) -> float:
-    """GFLOP/s of the best n x n x n matrix product, through F.linear (the kernels nn.Linear uses:
-    for bf16 on a CPU torch.mm takes a much slower path than linear's oneDNN one)."""
-    g = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=g).to(device, dtype)
-    w = torch.randn(n, n, generator=g).to(device, dtype)
-    with torch.inference_mode():
-        sec = best_time(lambda: torch.nn.functional.linear(a, w), device, reps)
-    return 2 * n**3 / sec / 1e9
-
-
-def model_shapes(config, B: int, N: int, M: int) -> dict[str, tuple[int, int, int]]:
-    """The matrix products of a forward on (B, N) tokens projecting M positions, as F.linear's
-    (rows, in, out): the fused QKV, the attention output, the FFN up and down (every layer), the
-    head's transform and its vocabulary projection (M rows)."""
-    H, I, V = config.hidden_size, config.intermediate_size, config.vocab_size
-    return {"qkv": (B * N, H, 3 * H), "attn out": (B * N, H, H), "ffn up": (B * N, H, I),
-            "ffn down": (B * N, I, H), "head": (M, H, H), "vocab": (M, H, V)}
-
-
-def linear_rate(rows: int, k: int, n: int, dtype: torch.dtype, device: torch.device, reps: int) -> float:
-    """GFLOP/s of the best of `reps` F.linear calls (rows, k) x (n, k)^T + bias, the product and
-    kernel nn.Linear runs."""
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(rows, k, generator=g).to(device, dtype)
-    w = torch.randn(n, k, generator=g).to(device, dtype)
-    b = torch.randn(n, generator=g).to(device, dtype)
-    with torch.inference_mode():
-        sec = best_time(lambda: torch.nn.functional.linear(x, w, b), device, reps)
-    return 2 * rows * k * n / sec / 1e9
-
-
-def _sig(x: float) -> float:
-    """x to 4 significant digits: a tiny model's step of 4 ms keeps its precision (round(x, 3) lost 10%)."""
-    return float(f"{x:.4g}")
-
-
-def shape_rates(config, B: int, N: int, M: int, dtype: torch.dtype, device: torch.device, reps: int) -> dict:
-    """F.linear's rate at each of the model's shapes (model_shapes) and the rate of the forward's
-    matrix products together: their FLOPs over the sum of their times at those rates (each layer's
-    products counted `layers` times). That combined rate is the limit a forward at (B, N, M) can
-    reach on this machine in `dtype` with the current threads (attention's batched products and
-    the elementwise work are not in it: they can only make a forward slower)."""
-    shapes = model_shapes(config, B, N, M)
-    rates = {name: linear_rate(*shape, dtype, device, reps) for name, shape in shapes.items()}
-    flops = {name: 2 * r * k * n * (1 if name in ("head", "vocab") else config.num_hidden_layers)
-             for name, (r, k, n) in shapes.items()}
-    seconds = sum(flops[name] / (rates[name] * 1e9) for name in shapes)
-    out = {name: _sig(rate) for name, rate in rates.items()}
-    out["model"] = _sig(sum(flops.values()) / seconds / 1e9)
-    return out
-
-
-def fraction(achieved_gflop_per_s: float, rate: float | None) -> float | None:
-    """achieved / rate, both measured (None where the rate was not measured)."""
-    return _sig(achieved_gflop_per_s / rate) if rate else None
 
 
 def _inputs(db, B: int, L: int, device):
@@ -189,10 +114,12 @@ class Bench:
             self.say(f"matmul peak {name}: {self.result['peak'][name]:.1f} GFLOP/s")
         self.save()
 
-    def rates(self, name: str, B: int, N: int, M: int, dtypes, threads) -> None:
+    def rates(self, name: str, B: int, N: int, M: int, dtypes, threads, workers: int = 1) -> None:
         """F.linear's rate at the model's shapes for a forward on (B, N) projecting M positions, per
         dtype and thread count (shape_rates): the limit the runs measured at those shapes are put
-        against. Kept in result["rates"][name]."""
+        against. workers > 1: also the rate of those products as that many batches side by side
+        (side_by_side_rate, "side_by_side"), and the limit is the higher of the two. Kept in
+        result["rates"][name]."""
         cfg, base_threads = self.db.model.config, torch.get_num_threads()
         entry = {"batch": B, "tokens": N, "projected": M, "rows": []}
         self.result["rates"][name] = entry
@@ -202,6 +129,9 @@ class Bench:
                 try:
                     row = {"dtype": str(dtype).removeprefix("torch."), "threads": n,
                            **shape_rates(cfg, B, N, M, dtype, self.device, self.reps)}
+                    if workers > 1 and n > 1:
+                        row["side_by_side"] = side_by_side_rate(cfg, B, N, M, dtype, self.device, workers, self.reps)
+                        row["workers"] = min(workers, B)
                 except Exception as e:  # noqa: BLE001 - a dtype this machine cannot run is reported
                     row = {"dtype": str(dtype).removeprefix("torch."), "threads": n,
                            "error": str(e).splitlines()[0][:200]}
@@ -209,14 +139,16 @@ class Bench:
                     torch.set_num_threads(base_threads)
                 entry["rows"].append(row)
                 self.say(f"matmul rate {name} ({B} x {N}, {M} projected) {row['dtype']} {n} threads: " +
-                         (f"{row['model']:.1f} GFLOP/s at the model's shapes" if "model" in row else row["error"]))
+                         (f"{row['model']:.1f} GFLOP/s at the model's shapes" if "model" in row else row["error"]) +
+                         (f", {row['side_by_side']:.1f} as {row['workers']} batches side by side" if "side_by_side" in row else ""))
                 self.save()
 
     def rate(self, name: str, dtype: str, threads: int) -> float | None:
-        """The measured rate at the model's shapes (`rates`) for dtype and threads, or None."""
+        """The measured rate at the model's shapes (`rates`) for dtype and threads (the higher of one
+        batch's and the batches' side by side where both were measured), or None."""
         for row in self.result["rates"].get(name, {}).get("rows", []):
             if row["dtype"] == dtype and row["threads"] == threads and "model" in row:
-                return row["model"]
+                return max(row["model"], row.get("side_by_side", 0.0))
         return None
 
     def _dtype(self) -> str:
@@ -273,7 +205,7 @@ class Bench:
                     continue
                 base = None
                 for sampler in samplers:
-                    _, st = generate(self.db, n=batch, batch_size=batch, seed=seed, length=self.length,
+                    _, st = generate(self.db, n=batch, batch_size=batch, workers=1, seed=seed, length=self.length,
                                      steps=steps, sampler=sampler, pair_quotes=False, fix_contractions=False,
                                      known_words=False, cache_refresh=0)  # the sampler alone, on the exact forward
                     sec = st["seconds"]
@@ -312,12 +244,14 @@ class Bench:
 
         cfg = resolve(SampleConfig(seed=0), self.db)
         B = min(cfg.n, cfg.batch_size)
-        self.rates("cli", B, cfg.length + 2, B * cfg.length, [getattr(torch, self._dtype())], [torch.get_num_threads()])
+        self.rates("cli", B, cfg.length + 2, B * cfg.length, [getattr(torch, self._dtype())], [torch.get_num_threads()],
+                   workers=cfg.workers)
         _, st = generate(self.db, cfg)
         self.result["cli_defaults"] = {"sampler": cfg.sampler, "length": cfg.length, "steps": cfg.steps,
                                        "cache_refresh": cfg.cache_refresh, "cache_masked": bool(cfg.cache_masked),
                                        "load_seconds": round(load_seconds, 2),
-                                       "sample_seconds": st["seconds"], "calls": st["nfe"], **self._compute(st, "cli")}
+                                       "sample_seconds": st["seconds"], "calls": st["nfe"], "batches": st["batches"],
+                                       "workers": st["workers"], **self._compute(st, "cli")}
         self.say(f"sample --n 10 defaults: load {load_seconds:.2f} s + sampling {st['seconds']:.2f} s")
         self.save()
 

@@ -326,7 +326,7 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
         "known_words": known_words, "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second),
         "distinct1": distinct_n(first, 1), "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),
         "unigram_entropy": unigram_entropy(first), **readability(first),
-        "nfe_per_sample": (st1["nfe"] + st2["nfe"]) / (2 * math.ceil(n / batch_size)),  # calls each batch made
+        "nfe_per_sample": (st1["nfe"] + st2["nfe"]) / (st1["batches"] + st2["batches"]),  # calls each batch made
         "rows_per_sample": (st1["rows"] + st2["rows"]) / (2 * n),  # calls that evaluated each sample's row
         "seconds_per_sample": (st1["seconds"] + st2["seconds"]) / (2 * n),
     }

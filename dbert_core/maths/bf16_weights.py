@@ -14,6 +14,7 @@ Used by sampling/base.Net; one twin per loaded model, made again when the model'
 from __future__ import annotations
 
 import copy
+import threading
 import weakref
 
 import torch
@@ -22,12 +23,18 @@ from torch import nn
 from .model import DiffusionBert
 
 _TWINS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (its weights' versions, twin)
+_LOCK = threading.Lock()  # batches side by side (sampling/parallel.py) ask at once: one twin is made
 
 
 def bf16_twin(model: DiffusionBert) -> DiffusionBert:
     """The model with bf16 Linear weights and biases and a bf16 copy of the tied decoder (the
     word embeddings stay float32 for the input), kept on the model and made again when any of its
     weights changed since (their version counters)."""
+    with _LOCK:
+        return _twin(model)
+
+
+def _twin(model: DiffusionBert) -> DiffusionBert:
     version = tuple(p._version for p in model.parameters())
     kept = _TWINS.get(model)
     if kept is not None and kept[0] == version:

@@ -1,6 +1,7 @@
 """sampling: the reverse process, from settings to text.
 
-A run: sample (frames, generate: the frames generator and its batches), settings (resolve: a
+A run: sample (frames, generate: the frames generator and its batches), parallel (a run's batches
+side by side on a CPU's cores, their frames handed on in order), settings (resolve: a
 SampleConfig made concrete for a checkpoint, once per run), prompt (templates -> ids), blocks (whole
 stories: the story's start, the end rule, block continuation past one window).
 The samplers: base (what a sampler family is: Frame, the Kernel of reveal probabilities, the Net

@@ -1,7 +1,7 @@
 """Reverse diffusion: fill [MASK]s in, one frame per reverse step (or per reveal event).
 
 frames() runs the reverse process of one batch and yields a Frame after each step; generate()
-runs cfg.n samples in batches and returns their texts. A run's settings are resolved once
+runs cfg.n samples in batches, side by side on a CPU's cores (parallel.py), and returns their texts. A run's settings are resolved once
 (settings.py); the sampler family of cfg.sampler does the steps (base.py says what a family is):
 
     exact, drawing from the reverse process's own law (docs/method.md section 2):
@@ -30,7 +30,7 @@ import torch
 from .. import strategies
 from ..config import SampleConfig
 from ..errors import DbertError
-from . import settings
+from . import parallel, settings
 from .ancestral import ancestral
 from .blocks import is_story_model, story_frames, story_of, story_rules, story_template, with_end_rule
 from .base import Frame, Kernel, Net, Sampler, kernel, masked_curve
@@ -153,33 +153,39 @@ def story_stream(db, cfg: SampleConfig, generator: torch.Generator, topk: int = 
 
 def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool = True, paragraph: str | None = None,
              topk: int = 0, **overrides) -> tuple[list[str], dict]:
-    """cfg.n texts, cfg.batch_size per network call (keeps each batch's last frame), and stats
-    {nfe, rows, gflop, seconds, samples, steps, sampler, exact, params}. Same settings, same
-    seed: same texts. Texts as DBert.decode writes them (cased, paragraph: its options); a
+    """cfg.n texts and stats {nfe, rows, gflop, seconds, samples, batches, workers, steps, sampler,
+    exact, params}. The samples run in batches of at most cfg.batch_size, cfg.workers of them side
+    by side (parallel.py: their frames reach on_frame one batch after another; nfe counts every
+    batch's calls). Same settings (workers included: they set the split), same seed: same texts. Texts as DBert.decode writes them (cased, paragraph: its options); a
     prompt's words are printed as typed. topk: the frames handed to on_frame carry the
     candidates at each reveal (frames' topk)."""
     cfg = settings.config(db, cfg, overrides)
     verbatim = prompt_words(db, cfg.prompt) if cfg.prompt else None
-    gen = torch.Generator().manual_seed(cfg.seed if cfg.seed is not None else torch.seed() % 2**63)
-    texts: list[str] = []
-    nfe = rows = 0
-    flops = 0.0
+    seed = cfg.seed if cfg.seed is not None else torch.seed() % 2**63
+    sizes = parallel.plan(cfg.n, cfg.batch_size, cfg.workers)
+    batches = [settings.mark(replace(cfg, n=size), db) for size in sizes]  # fewer samples: still resolved
+
+    def job(k: int):
+        def run(emit) -> Frame:
+            gen = torch.Generator().manual_seed(parallel.batch_seed(seed, k))
+            stream = story_stream(db, batches[k], gen, topk) if is_story_model(db) else \
+                frames(db, batches[k], generator=gen, topk=topk)
+            last = None
+            for last in stream:
+                emit(last)
+            return last
+        return run
+
     start = _time.perf_counter()
-    for lo in range(0, cfg.n, cfg.batch_size):
-        last = None
-        batch = settings.mark(replace(cfg, n=min(cfg.batch_size, cfg.n - lo)), db)  # fewer samples: still resolved
-        stream = story_stream(db, batch, gen, topk) if is_story_model(db) else frames(db, batch, generator=gen, topk=topk)
-        for last in stream:
-            if on_frame is not None:
-                on_frame(last)
-        nfe += last.nfe
-        rows += last.rows
-        flops += last.flops
+    lasts = parallel.run([job(k) for k in range(len(batches))], cfg.workers, on_frame)
+    texts: list[str] = []
+    for last in lasts:
         rows_out = [story_of(row, db.tokenizer.sep_token_id) for row in last.ids] if is_story_model(db) else last.ids
         texts.extend(db.decode(row, cased=cased, paragraph=paragraph, verbatim=verbatim) for row in rows_out)
+    nfe, rows, flops = sum(f.nfe for f in lasts), sum(f.rows for f in lasts), sum(f.flops for f in lasts)
     strategy = strategies.get(cfg.sampler)
     stats = {"nfe": nfe, "rows": rows, "gflop": float(f"{flops / 1e9:.4g}"), "seconds": round(_time.perf_counter() - start, 3),
-             "samples": cfg.n, "steps": cfg.steps, "sampler": cfg.sampler,
+             "samples": cfg.n, "batches": len(sizes), "workers": min(cfg.workers, len(sizes)), "steps": cfg.steps, "sampler": cfg.sampler,
              "exact": strategy.exact and not (cfg.prefix_cache and is_story_model(db)) and not decided_cache(db, cfg),
              "params": strategy.resolve(cfg.params)}  # either cache approximates p
     if cfg.prefix_cache:

@@ -15,6 +15,7 @@ from ..config import DECODING, SampleConfig
 from ..errors import DbertError
 from ..hardware import compute_dtype
 from .blocks import context, is_story_model, window
+from .parallel import auto_workers
 
 MAX_STORY = 8192  # tokens a story model may be asked for (--length), in windows one after another
 
@@ -94,8 +95,8 @@ def default_decoding(db) -> dict:
 
 def resolve(cfg: SampleConfig, db) -> SampleConfig:
     """cfg made concrete for this checkpoint, once per run and handed down: SampleConfig.validate's
-    checks, then length, shortest story, steps, top-k and top-p (default_decoding), sampler, precision ("auto": hardware.compute_dtype) and the strategy's
-    parameters filled in, then the checks that need the checkpoint (validate). The copy keeps
+    checks, then length, shortest story, steps, top-k and top-p (default_decoding), sampler, precision ("auto": hardware.compute_dtype),
+    batches side by side (parallel.auto_workers) and the strategy's parameters filled in, then the checks that need the checkpoint (validate). The copy keeps
     cfg's class (the TUI's Settings stay Settings); frames and generate take it as it is."""
     cfg.validate()
     sampler = cfg.sampler if cfg.sampler is not None else default_sampler(db)
@@ -103,7 +104,8 @@ def resolve(cfg: SampleConfig, db) -> SampleConfig:
     least = cfg.min_length if cfg.min_length is not None else min(default_min_length(db), length)
     recommended = default_decoding(db)
     decoding = {f: recommended[f] if getattr(cfg, f) is None else getattr(cfg, f) for f in DECODING}
-    out = replace(cfg, length=length, min_length=least, sampler=sampler, **decoding,
+    workers = cfg.workers if cfg.workers is not None else auto_workers(db.device)
+    out = replace(cfg, length=length, min_length=least, sampler=sampler, **decoding, workers=workers,
                   dtype=compute_dtype(cfg.dtype, db.device), params=strategies.get(sampler).resolve(cfg.params))
     validate(db, out.steps, out.length, out.sampler, out.params, out.min_length)
     return mark(out, db)

@@ -32,7 +32,8 @@ def sample(
     min_length: Annotated[Optional[int], typer.Option(help="A story model's shortest story, in tokens: before it the story may not end (the model's p given \"not the end\"). Default: what the checkpoint recommends (dbert.json's sampling.min_length: the 1st percentile of its training stories' lengths; 0 where it says nothing).")] = SAMPLE.min_length,
     end_at_sentence: Annotated[bool, typer.Option("--end-at-sentence/--end-anywhere", help="A story model ends a story only after a sentence end (. ! ? or a closing quote; never after \"And\"): p given that rule; --end-anywhere lets the model end where it likes.")] = SAMPLE.end_at_sentence,
     start_as_trained: Annotated[bool, typer.Option("--start-as-trained/--start-anyhow", help="A story model opens a story with a token that opens its training stories (dbert.json's sampling.openings; no \"But\" or \"And once\"): p given that rule; --start-anyhow lets the model open with any token.")] = SAMPLE.start_as_trained,
-    batch_size: Annotated[int, typer.Option(help="Samples per network call.")] = SAMPLE.batch_size,
+    batch_size: Annotated[int, typer.Option(help="Samples per network call, at most.")] = SAMPLE.batch_size,
+    workers: Annotated[Optional[int], typer.Option(help="Batches sampled side by side on a CPU, each on its share of the threads (the --n samples split into a multiple of this many). The split sets the texts: give the same --workers elsewhere for the same texts. Default: the CPU's threads (at most 4; 1 with --trajectory), 1 on a GPU.", show_default=False)] = SAMPLE.workers,
     seed: Annotated[Optional[int], typer.Option(help="Random seed: the same seed gives the same output (default: a fresh one, written to --output).")] = SAMPLE.seed,
     prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Template with [MASK] slots ([MASK*N]: N of them; [MASK*A-B]: A to B tokens, see --candidates); masks are appended up to --length.")] = SAMPLE.prompt,
     prompt_file: Annotated[Optional[Path], typer.Option("--prompt-file", help="Prompts from a file, one per line (- : stdin); --n samples each.")] = None,
@@ -44,7 +45,7 @@ def sample(
     fix_contractions: Annotated[bool, typer.Option("--fix-contractions/--raw-contractions", help="Refill the contractions English does not write (\"you't\", \"friends's\"; apostrophes excluded) after sampling; --raw-contractions prints the model's own.")] = SAMPLE.fix_contractions,
     known_words: Annotated[bool, typer.Option("--known-words/--made-up-words", help="Refill the words the checkpoint's training text never writes (\"littlewirled\": word pieces no text joins) after sampling; --made-up-words prints the model's own.")] = SAMPLE.known_words,
     lowercase: Annotated[bool, typer.Option("--lowercase", help="Print the model's raw lower-case words (no truecasing; a prompt's words stay as typed).")] = False,
-    stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, steps, sampler, exact, params} as JSON on stderr.")] = False,
+    stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, batches, workers, steps, sampler, exact, params} as JSON on stderr (nfe: every batch's network calls).")] = False,
     trajectory: Annotated[Optional[Path], typer.Option(help="Also write every frame of the run to this JSON file (one batch: --n <= --batch-size; format in dbert_core/sampling/trajectory.py).")] = None,
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
     dtype: Annotated[Dtype, typer.Option(help="The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; draws stay float64), fp32 or bf16.")] = Dtype(SAMPLE.dtype),
@@ -65,6 +66,7 @@ def sample(
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
                               min_length=min_length, end_at_sentence=end_at_sentence,
                               start_as_trained=start_as_trained, sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
+                              workers=1 if trajectory is not None and workers is None else workers,
                               params=strategies.parse_params(sampler.value, param) if sampler else no_params(param),
                               device=device.value, prompt=None, block_repeats=block_repeats,
                               pair_quotes=pair_quotes, fix_contractions=fix_contractions, known_words=known_words,
@@ -75,8 +77,10 @@ def sample(
     if trajectory is not None and any(has_range(p) for p in prompts):
         raise DbertError("--trajectory records one batch; an infill prompt ([MASK*A-B]) runs one per length")
     if trajectory is not None:
-        if cfg.n > cfg.batch_size or len(prompts) > 1:
-            raise DbertError("--trajectory records one batch: give --n <= --batch-size and one prompt")
+        from ...sampling.parallel import plan
+
+        if len(plan(cfg.n, cfg.batch_size, cfg.workers or 1)) > 1 or len(prompts) > 1:
+            raise DbertError("--trajectory records one batch: give --n <= --batch-size, --workers 1 and one prompt")
         from ...disk.output import check_output
 
         check_output(trajectory, "--trajectory")  # before the run, not after it
@@ -125,9 +129,9 @@ def sample(
         records.extend({"text": t, "prompt": p, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
                         "settings": {k: getattr(resolved, k) for k in ("steps", "temperature", "top_k", "top_p", "length",
                                                                        "min_length", "end_at_sentence", "start_as_trained", "sampler", "params", "block_repeats", "dtype",
-                                                                       "prefix_cache", "cache_refresh", "cache_masked")},
+                                                                       "prefix_cache", "cache_refresh", "cache_masked", "batch_size", "workers")},
                         "stats": st_p} for i, t in enumerate(got))
-        st = st_p if st is None else {k: (st[k] + st_p[k] if k in ("nfe", "rows", "gflop", "seconds", "samples") else st_p[k])
+        st = st_p if st is None else {k: (st[k] + st_p[k] if k in ("nfe", "rows", "gflop", "seconds", "samples", "batches") else st_p[k])
                                       for k in st_p}
     progress.close()
     if trajectory is not None:

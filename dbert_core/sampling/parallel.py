@@ -1,0 +1,132 @@
+"""A run's batches side by side, each on its own share of the CPU's threads.
+
+One batch on every thread leaves cores idle in the sampler's own work between the matrix products:
+thin attention heads, the softmax, class sums, indexing and sorting of a few microseconds each,
+which run on one thread or wait on each other. Two batches, each on one thread, fill each other's
+gaps, and the products keep their rate: F.linear at the model's shapes runs 396-402 GFLOP/s as two
+one-thread products of half the rows side by side against 398-420 as one two-thread product (2-core
+AMD EPYC, Zen 4, bf16; docs/performance.md). Each batch also stops when its own rows are done.
+
+plan() splits n samples into batches; batch_seed() seeds batch k (batch 0 takes the run's seed, so
+a run of one batch draws what it always drew); run() runs the batches and hands on_frame their
+frames in the order one batch after another would: batch 0's as they come, each later batch's
+when the one before it is done. The texts depend on the split, never on which batch ran first or
+on how many threads each had (a one-thread and a two-thread product give the same bits here).
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from ..config import MAX_SEED
+
+AUTO_MOST = 4  # batches side by side unless told: measured on 2 cores only; more would share the GIL further
+
+
+def auto_workers(device: torch.device) -> int:
+    """Batches side by side unless told: the CPU's threads (torch.get_num_threads, at most
+    AUTO_MOST); 1 on a GPU, whose one big batch keeps it busy."""
+    if device.type != "cpu":
+        return 1
+    return max(1, min(AUTO_MOST, torch.get_num_threads()))
+
+
+def plan(n: int, batch_size: int, workers: int) -> list[int]:
+    """The rows of each batch: as few batches of at most batch_size as hold n samples, made a
+    multiple of workers (so that none waits on a last one alone) while each keeps a row, sizes
+    as equal as they can be (the first ones one row larger)."""
+    count = math.ceil(n / batch_size)
+    if workers > 1:
+        count = min(n, math.ceil(count / workers) * workers)
+    each, extra = divmod(n, count)
+    return [each + (k < extra) for k in range(count)]
+
+
+def batch_seed(seed: int, k: int) -> int:
+    """The seed of batch k of a run seeded seed: seed itself for batch 0, for each later batch
+    another seed `--seed` takes (a batch can be drawn again alone: `--n <its rows> --seed <this>`)."""
+    return seed if k == 0 else (seed * 6364136223846793005 + k * 1442695040888963407) % (MAX_SEED + 1)
+
+
+class _Cancelled(Exception):
+    """Raised inside a batch when the run stops (another batch failed, on_frame raised, Ctrl-C)."""
+
+
+class _Finished:
+    """A batch's end: its result."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def run(jobs: list[Callable], workers: int, on_frame: Callable | None = None) -> list:
+    """jobs[k](emit) runs batch k, calls emit(frame) after each of its steps and returns its
+    result; returns the results in order. workers > 1 runs that many at once in threads, each
+    with torch's threads shared out among them (restored after); on_frame sees every frame, from
+    this thread, in the order of jobs run one after another. An exception in a job or in on_frame
+    stops the others at their next frame and is raised here."""
+    emit_all = on_frame or (lambda frame: None)
+    if workers <= 1 or len(jobs) <= 1:
+        return [job(emit_all) for job in jobs]
+    workers = min(workers, len(jobs))
+    threads = torch.get_num_threads()
+    each = max(1, threads // workers)
+    events: queue.Queue = queue.Queue()
+    stop = threading.Event()
+
+    def batch(k: int) -> None:
+        torch.set_num_threads(each)  # in this thread too: OpenMP keeps the count per thread
+
+        def emit(frame) -> None:
+            if stop.is_set():
+                raise _Cancelled
+            events.put((k, frame))
+
+        try:
+            events.put((k, _Finished(jobs[k](emit))))
+        except _Cancelled:
+            events.put((k, _Finished(None)))
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            events.put((k, e))
+
+    results: list = [None] * len(jobs)
+    waiting: list[list] = [[] for _ in jobs]
+    current = finished = 0
+    failure: BaseException | None = None
+    torch.set_num_threads(each)
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dbert-batch")
+    try:
+        for k in range(len(jobs)):
+            pool.submit(batch, k)
+        while finished < len(jobs):
+            try:
+                k, item = events.get(timeout=0.2)  # a timeout, so that Ctrl-C reaches this thread
+            except queue.Empty:
+                continue
+            if isinstance(item, BaseException):
+                finished += 1
+                failure = failure or item
+                stop.set()
+                continue
+            finished += isinstance(item, _Finished)
+            waiting[k].append(item)
+            while failure is None and current < len(jobs) and waiting[current]:
+                got = waiting[current].pop(0)
+                if isinstance(got, _Finished):
+                    results[current] = got.value
+                    current += 1
+                else:
+                    emit_all(got)
+    finally:
+        stop.set()  # a no-op after a clean run; else the batches still going stop at their next frame
+        pool.shutdown(wait=True)
+        torch.set_num_threads(threads)
+    if failure is not None:
+        raise failure
+    return results

@@ -1,0 +1,215 @@
+"""Batches side by side (sampling/parallel.py): the split, the order frames arrive in, failures, and
+that the texts depend on the split alone."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+from dbert_core.config import MAX_SEED
+from dbert_core.errors import DbertError
+from dbert_core.sampling import parallel
+from dbert_core.sampling.sample import generate
+
+
+@pytest.mark.parametrize("n,batch_size,workers", [(10, 32, 1), (10, 32, 2), (100, 32, 2), (100, 32, 4), (3, 32, 4),
+                                                  (1, 32, 2), (65, 32, 1), (65, 32, 3), (7, 2, 2)])
+def test_plan_holds_every_sample_in_a_multiple_of_the_workers(n, batch_size, workers):
+    sizes = parallel.plan(n, batch_size, workers)
+    assert sum(sizes) == n and all(1 <= s <= batch_size for s in sizes)
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+    assert len(sizes) % workers == 0 or len(sizes) == n  # fewer samples than workers: one batch each
+    if workers == 1:
+        assert len(sizes) == -(-n // batch_size)
+
+
+def test_plan_of_the_cli_default():
+    assert parallel.plan(10, 32, 2) == [5, 5] and parallel.plan(10, 32, 1) == [10]
+    assert parallel.plan(100, 32, 2) == [25, 25, 25, 25]
+
+
+def test_batch_seeds_are_distinct_and_batch_zero_keeps_the_seed():
+    assert parallel.batch_seed(7, 0) == 7
+    seeds = {parallel.batch_seed(s, k) for s in range(50) for k in range(8)}
+    assert len(seeds) == 400 and all(0 <= x <= MAX_SEED for x in seeds)
+
+
+def _job(k, frames, pause, log):
+    def run(emit):
+        for i in range(frames):
+            time.sleep(pause)
+            log.append((k, i))
+            emit((k, i))
+        return f"batch {k}"
+    return run
+
+
+def test_frames_arrive_one_batch_after_another_from_the_callers_thread():
+    log, seen, where = [], [], set()
+    # batch 0 is slow, batch 1 fast: batch 1 finishes first, but its frames wait for batch 0's
+    jobs = [_job(0, 4, 0.05, log), _job(1, 3, 0.0, log), _job(2, 2, 0.0, log)]
+
+    def on_frame(f):
+        seen.append(f)
+        where.add(threading.current_thread() is threading.main_thread())
+
+    threads = torch.get_num_threads()
+    got = parallel.run(jobs, 2, on_frame)
+    assert got == ["batch 0", "batch 1", "batch 2"]
+    assert seen == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1)]
+    assert log.index((1, 2)) < log.index((0, 3))  # they did run side by side
+    assert where == {True} and torch.get_num_threads() == threads
+
+
+def test_one_worker_runs_the_batches_in_turn_in_this_thread():
+    order = []
+    jobs = [lambda emit, k=k: (emit(k), order.append(threading.current_thread().name), k)[2] for k in range(3)]
+    assert parallel.run(jobs, 1, lambda f: None) == [0, 1, 2]
+    assert set(order) == {threading.current_thread().name}
+
+
+def test_a_failing_batch_stops_the_others_and_is_raised_here():
+    progress = []
+
+    def slow(emit):
+        for i in range(200):
+            time.sleep(0.01)
+            progress.append(i)
+            emit(i)
+        return "done"
+
+    def bad(emit):
+        time.sleep(0.05)
+        raise DbertError("batch 1 broke")
+
+    threads = torch.get_num_threads()
+    with pytest.raises(DbertError, match="batch 1 broke"):
+        parallel.run([slow, bad], 2, lambda f: None)
+    assert len(progress) < 100  # stopped at its next frame, not run to its end
+    assert torch.get_num_threads() == threads
+
+
+def test_an_exception_in_on_frame_stops_every_batch():
+    progress = []
+
+    def slow(emit):
+        for i in range(200):
+            time.sleep(0.01)
+            progress.append(i)
+            emit(i)
+
+    def on_frame(f):
+        if f == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        parallel.run([slow, slow], 2, on_frame)
+    assert len(progress) < 100
+
+
+def test_workers_set_the_split_and_nothing_else(tiny_db):
+    """Two batches side by side draw what each batch draws alone with its own seed: the texts depend
+    on the split (n, batch size, workers), not on the threads or which batch finished first."""
+    kw = dict(length=12, steps=16, sampler="ancestral", pair_quotes=False)
+    both, st = generate(tiny_db, n=6, seed=3, workers=2, **kw)
+    first, _ = generate(tiny_db, n=3, seed=parallel.batch_seed(3, 0), workers=1, **kw)
+    second, _ = generate(tiny_db, n=3, seed=parallel.batch_seed(3, 1), workers=1, **kw)
+    assert both == first + second
+    assert st["batches"] == 2 and st["workers"] == 2 and st["samples"] == 6
+    again, _ = generate(tiny_db, n=6, seed=3, workers=2, **kw)
+    assert again == both
+    one, st1 = generate(tiny_db, n=6, seed=3, workers=1, **kw)
+    assert one[:3] != both[3:] and st1["batches"] == 1  # one batch of 6 is another draw
+
+
+def test_a_run_of_one_batch_draws_what_it_always_drew(tiny_db):
+    kw = dict(n=4, length=12, steps=16, seed=5, pair_quotes=False)
+    one, _ = generate(tiny_db, workers=1, **kw)
+    wide, st = generate(tiny_db, workers=4, batch_size=32, **{**kw, "n": 1})
+    assert st["batches"] == 1 and st["workers"] == 1
+    assert wide == generate(tiny_db, workers=1, **{**kw, "n": 1})[0]
+    assert one[0] != "" and len(one) == 4
+
+
+def test_every_frame_reaches_on_frame_in_order(tiny_db):
+    seen = []
+    generate(tiny_db, n=4, seed=1, workers=2, length=12, steps=8, sampler="ancestral", on_frame=seen.append)
+    rows = [f.ids.shape[0] for f in seen]
+    done = [i for i, f in enumerate(seen) if f.done]
+    assert rows == [2] * len(seen) and len(done) == 2 and done[-1] == len(seen) - 1
+    steps = [f.step for f in seen[: done[0] + 1]]
+    assert steps == sorted(steps)  # batch 0's frames, all of them, before batch 1's first
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1000, True])
+def test_bad_workers(tiny_db, bad):
+    with pytest.raises(DbertError, match="--workers"):
+        generate(tiny_db, n=2, workers=bad, length=8, steps=4)
+
+
+def test_auto_workers_follow_the_cpu_threads(monkeypatch):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert parallel.auto_workers(torch.device("cpu")) == 2
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 64)
+    assert parallel.auto_workers(torch.device("cpu")) == parallel.AUTO_MOST
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert parallel.auto_workers(torch.device("cpu")) == 1
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 16)
+    assert parallel.auto_workers(torch.device("cuda")) == 1
+
+
+def _cli(monkeypatch, capsys, *args):
+    import sys
+
+    from dbert_core.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["dbert", "sample", *args])
+    with pytest.raises(SystemExit) as e:
+        main()
+    out = capsys.readouterr()
+    return e.value.code or 0, out.out, out.err
+
+
+def test_cli_workers(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    import json
+
+    common = ["--checkpoint", str(tiny_checkpoint), "--n", "4", "--seed", "2", "--length", "12", "--steps", "8"]
+    code, two, err = _cli(monkeypatch, capsys, *common, "--workers", "2", "--stats", "-o", str(tmp_path / "s.jsonl"))
+    assert code == 0 and len(two.splitlines()) == 4
+    stats = json.loads(err.strip().splitlines()[-1])
+    assert stats["batches"] == 2 and stats["workers"] == 2 and stats["samples"] == 4
+    records = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert {r["settings"]["workers"] for r in records} == {2}
+    code, again, _ = _cli(monkeypatch, capsys, *common, "--workers", "2")
+    assert code == 0 and again == two
+    code, one, _ = _cli(monkeypatch, capsys, *common, "--workers", "1")
+    assert code == 0 and one != two
+    code, _, err = _cli(monkeypatch, capsys, *common, "--workers", "0")
+    assert code != 0 and "--workers" in err and "Traceback" not in err
+    # --trajectory records one batch: unless told, it samples as one
+    code, _, err = _cli(monkeypatch, capsys, *common, "--trajectory", str(tmp_path / "t.json"))
+    assert code == 0 and json.loads((tmp_path / "t.json").read_text())["settings"]["n"] == 4
+    code, _, err = _cli(monkeypatch, capsys, *common, "--workers", "2", "--trajectory", str(tmp_path / "u.json"))
+    assert code == 2 and "one batch" in err and not (tmp_path / "u.json").exists()
+
+
+def test_side_by_side_rate_runs_every_batchs_products(monkeypatch):
+    """The limit of batches side by side: each worker's products (its share of the rows) in its own
+    thread, their FLOPs over the round's wall time; the threads are given back."""
+    from dbert_core.evaluation import rates
+    from dbert_core.maths.model import BertConfig
+
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=16)
+    calls = []
+    real = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda x, w, b=None: (calls.append((x.shape[0], threading.get_ident())), real(x, w, b))[1])
+    threads = torch.get_num_threads()
+    r = rates.side_by_side_rate(cfg, 5, 6, 5 * 4, torch.float32, torch.device("cpu"), workers=2, reps=1)
+    assert r > 0 and torch.get_num_threads() == threads
+    rows = {n for n, _ in calls}
+    assert rows == {18, 12, 8}  # 3 and 2 rows of 6 tokens, 12 and 8 positions projected: the split of 5 rows
+    per_round = 2 * (4 * 2 + 2)  # two workers, 4 layer products x 2 layers + head and vocabulary
+    assert len(calls) == 2 * per_round  # one warm-up round and one timed
+    assert len({t for _, t in calls}) >= 2  # in threads of their own
