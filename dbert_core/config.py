@@ -245,8 +245,8 @@ class SampleConfig:
     sampler: str | None = None         # None: the fastest exact sampler the checkpoint allows
     params: dict | None = None         # the strategy's parameters (strategies.py); None: its defaults
     batch_size: int = 32               # samples per network call, at most
-    workers: int | None = None         # batches sampled side by side, each on its share of the threads
-    #                                    (sampling/parallel.py); None: the CPU's threads (at most 4), 1 on a GPU
+    workers: int | None = None         # the samples split into a multiple of this many batches, run side by side,
+    #                                    each on its share of the threads (sampling/parallel.py); None: 2 on a CPU, 1 on a GPU
     seed: int | None = None            # None: a fresh random seed
     device: str = "auto"
     prompt: str | None = None          # a template with [MASK] slots

@@ -116,7 +116,7 @@ def test_workers_set_the_split_and_nothing_else(tiny_db):
     first, _ = generate(tiny_db, n=3, seed=parallel.batch_seed(3, 0), workers=1, **kw)
     second, _ = generate(tiny_db, n=3, seed=parallel.batch_seed(3, 1), workers=1, **kw)
     assert both == first + second
-    assert st["batches"] == 2 and st["workers"] == 2 and st["samples"] == 6
+    assert st["batches"] == 2 and st["workers"] == 2 and st["samples"] == 6 and st["at_once"] == 1  # one thread here
     again, _ = generate(tiny_db, n=6, seed=3, workers=2, **kw)
     assert again == both
     one, st1 = generate(tiny_db, n=6, seed=3, workers=1, **kw)
@@ -127,7 +127,7 @@ def test_a_run_of_one_batch_draws_what_it_always_drew(tiny_db):
     kw = dict(n=4, length=12, steps=16, seed=5, pair_quotes=False)
     one, _ = generate(tiny_db, workers=1, **kw)
     wide, st = generate(tiny_db, workers=4, batch_size=32, **{**kw, "n": 1})
-    assert st["batches"] == 1 and st["workers"] == 1
+    assert st["batches"] == 1 and st["at_once"] == 1
     assert wide == generate(tiny_db, workers=1, **{**kw, "n": 1})[0]
     assert one[0] != "" and len(one) == 4
 
@@ -148,15 +148,32 @@ def test_bad_workers(tiny_db, bad):
         generate(tiny_db, n=2, workers=bad, length=8, steps=4)
 
 
-def test_auto_workers_follow_the_cpu_threads(monkeypatch):
+def test_auto_workers_are_the_same_on_every_cpu_and_run_as_the_threads_allow(monkeypatch):
+    """The split (which sets the texts) is 2 on any CPU and 1 on a GPU; how many run at once is
+    the threads'."""
+    for threads in (1, 2, 64):
+        monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+        assert parallel.auto_workers(torch.device("cpu")) == 2
+        assert parallel.auto_workers(torch.device("cuda")) == 1
+        assert parallel.concurrency(2) == min(2, threads) and parallel.concurrency(1) == 1
+
+
+def test_one_thread_runs_the_split_in_turn_and_draws_the_same(tiny_db, monkeypatch):
+    kw = dict(n=4, seed=9, workers=2, length=12, steps=8, sampler="ancestral", pair_quotes=False)
+    calls = []
+    original = parallel.run
+
+    def spy(jobs, at_once, on_frame=None):
+        calls.append(at_once)
+        return original(jobs, at_once, on_frame)
+
+    monkeypatch.setattr(parallel, "run", spy)
+    texts, st = generate(tiny_db, **kw)  # the suite runs on one torch thread
+    assert calls == [1] and st["batches"] == 2 and st["at_once"] == 1
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert parallel.auto_workers(torch.device("cpu")) == 2
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 64)
-    assert parallel.auto_workers(torch.device("cpu")) == parallel.AUTO_MOST
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    assert parallel.auto_workers(torch.device("cpu")) == 1
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 16)
-    assert parallel.auto_workers(torch.device("cuda")) == 1
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    again, st2 = generate(tiny_db, **kw)
+    assert calls == [1, 2] and st2["at_once"] == 2 and again == texts
 
 
 def _cli(monkeypatch, capsys, *args):
@@ -178,7 +195,7 @@ def test_cli_workers(tiny_checkpoint, tmp_path, monkeypatch, capsys):
     code, two, err = _cli(monkeypatch, capsys, *common, "--workers", "2", "--stats", "-o", str(tmp_path / "s.jsonl"))
     assert code == 0 and len(two.splitlines()) == 4
     stats = json.loads(err.strip().splitlines()[-1])
-    assert stats["batches"] == 2 and stats["workers"] == 2 and stats["samples"] == 4
+    assert stats["batches"] == 2 and stats["workers"] == 2 and stats["samples"] == 4 and stats["at_once"] == 1
     records = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert {r["settings"]["workers"] for r in records} == {2}
     code, again, _ = _cli(monkeypatch, capsys, *common, "--workers", "2")

@@ -181,7 +181,8 @@ def test_long_stories_continue_block_by_block(story_model):
 
     db = story_model
     sep = db.tokenizer.sep_token_id
-    cfg = resolve(SampleConfig(n=4, steps=8, seed=0, length=60, pair_quotes=False, fix_contractions=False, known_words=False), db)
+    cfg = resolve(SampleConfig(n=4, steps=8, seed=0, length=60, pair_quotes=False, fix_contractions=False, known_words=False,
+                               workers=1), db)  # one batch, as story_stream runs it
     seen = list(story_stream(db, cfg, torch.Generator().manual_seed(0)))
     assert all(f.ids.shape == (4, 61) for f in seen)  # one canvas: the opening [SEP] and 60 tokens
     assert [f.done for f in seen].count(True) == 1 and seen[-1].done and not seen[-1].masked.any()

@@ -251,7 +251,7 @@ class Bench:
                                        "cache_refresh": cfg.cache_refresh, "cache_masked": bool(cfg.cache_masked),
                                        "load_seconds": round(load_seconds, 2),
                                        "sample_seconds": st["seconds"], "calls": st["nfe"], "batches": st["batches"],
-                                       "workers": st["workers"], **self._compute(st, "cli")}
+                                       "workers": st["workers"], "at_once": st["at_once"], **self._compute(st, "cli")}
         self.say(f"sample --n 10 defaults: load {load_seconds:.2f} s + sampling {st['seconds']:.2f} s")
         self.save()
 

@@ -26,15 +26,20 @@ import torch
 
 from ..config import MAX_SEED
 
-AUTO_MOST = 4  # batches side by side unless told: measured on 2 cores only; more would share the GIL further
+ON_CPU = 2  # batches unless told on a CPU: the split sets the texts, so it is the same on every CPU (measured on 2 cores)
 
 
 def auto_workers(device: torch.device) -> int:
-    """Batches side by side unless told: the CPU's threads (torch.get_num_threads, at most
-    AUTO_MOST); 1 on a GPU, whose one big batch keeps it busy."""
-    if device.type != "cpu":
-        return 1
-    return max(1, min(AUTO_MOST, torch.get_num_threads()))
+    """Batches side by side unless told: ON_CPU on a CPU, whatever its cores (so `--seed` gives the
+    same texts on every CPU of one precision; one thread runs them in turn); 1 on a GPU, whose one
+    big batch keeps it busy."""
+    return ON_CPU if device.type == "cpu" else 1
+
+
+def concurrency(workers: int) -> int:
+    """How many of a run's batches run at once: workers, at most torch's threads (each batch gets
+    one thread or more)."""
+    return max(1, min(workers, torch.get_num_threads()))
 
 
 def plan(n: int, batch_size: int, workers: int) -> list[int]:

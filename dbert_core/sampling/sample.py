@@ -153,8 +153,8 @@ def story_stream(db, cfg: SampleConfig, generator: torch.Generator, topk: int = 
 
 def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool = True, paragraph: str | None = None,
              topk: int = 0, **overrides) -> tuple[list[str], dict]:
-    """cfg.n texts and stats {nfe, rows, gflop, seconds, samples, batches, workers, steps, sampler,
-    exact, params}. The samples run in batches of at most cfg.batch_size, cfg.workers of them side
+    """cfg.n texts and stats {nfe, rows, gflop, seconds, samples, batches, workers, at_once, steps,
+    sampler, exact, params} (at_once: the batches that ran side by side). The samples run in batches of at most cfg.batch_size, cfg.workers of them side
     by side (parallel.py: their frames reach on_frame one batch after another; nfe counts every
     batch's calls). Same settings (workers included: they set the split), same seed: same texts. Texts as DBert.decode writes them (cased, paragraph: its options); a
     prompt's words are printed as typed. topk: the frames handed to on_frame carry the
@@ -177,7 +177,7 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
         return run
 
     start = _time.perf_counter()
-    lasts = parallel.run([job(k) for k in range(len(batches))], cfg.workers, on_frame)
+    lasts = parallel.run([job(k) for k in range(len(batches))], parallel.concurrency(cfg.workers), on_frame)
     texts: list[str] = []
     for last in lasts:
         rows_out = [story_of(row, db.tokenizer.sep_token_id) for row in last.ids] if is_story_model(db) else last.ids
@@ -185,7 +185,8 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
     nfe, rows, flops = sum(f.nfe for f in lasts), sum(f.rows for f in lasts), sum(f.flops for f in lasts)
     strategy = strategies.get(cfg.sampler)
     stats = {"nfe": nfe, "rows": rows, "gflop": float(f"{flops / 1e9:.4g}"), "seconds": round(_time.perf_counter() - start, 3),
-             "samples": cfg.n, "batches": len(sizes), "workers": min(cfg.workers, len(sizes)), "steps": cfg.steps, "sampler": cfg.sampler,
+             "samples": cfg.n, "batches": len(sizes),
+             "workers": cfg.workers, "at_once": min(parallel.concurrency(cfg.workers), len(sizes)), "steps": cfg.steps, "sampler": cfg.sampler,
              "exact": strategy.exact and not (cfg.prefix_cache and is_story_model(db)) and not decided_cache(db, cfg),
              "params": strategy.resolve(cfg.params)}  # either cache approximates p
     if cfg.prefix_cache:

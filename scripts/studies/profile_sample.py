@@ -56,14 +56,14 @@ def main() -> int:
     B = min(cfg.n, cfg.batch_size)
     one = shape_rates(db.model.config, B, cfg.length + 2, B * cfg.length, dtype, torch.device("cpu"), reps=3)["model"]
     apart = side_by_side_rate(db.model.config, B, cfg.length + 2, B * cfg.length, dtype, torch.device("cpu"),
-                              cfg.workers, reps=3) if cfg.workers > 1 else 0.0
+                              cfg.workers, reps=3) if cfg.workers > 1 and args.threads > 1 else 0.0
     rate = max(one, apart)  # the limit: the products as one batch on every thread, or as the batches side by side
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=args.shapes) as prof:
         _, st = generate(db, cfg)
     best = min(timed, key=lambda s: s["seconds"]) if timed else st
     print(f"CPU: {cpu_name()}, {args.threads} threads, torch {torch.__version__}, load average {os.getloadavg()[0]:.2f}")
     print(f"{path.name}: {cfg.sampler}, n {cfg.n}, length {cfg.length}, {str(dtype).removeprefix('torch.')}: "
-          f"{st['nfe']} calls in {st['batches']} batches ({st['workers']} side by side), {st['gflop']} GFLOP; "
+          f"{st['nfe']} calls in {st['batches']} batches ({st['at_once']} side by side), {st['gflop']} GFLOP; "
           f"F.linear's rate at the model's shapes ({B} x {cfg.length + 2}) {one:.1f} GFLOP/s"
           + (f", as {cfg.workers} batches side by side {apart:.1f}" if apart else "") + f": the limit {rate:.1f}")
     for label, s in (("timed", best), ("profiled", st)):
