@@ -48,7 +48,7 @@ def _job(k, frames, pause, log):
 def test_frames_arrive_one_batch_after_another_from_the_callers_thread():
     log, seen, where = [], [], set()
     # batch 0 is slow, batch 1 fast: batch 1 finishes first, but its frames wait for batch 0's
-    jobs = [_job(0, 4, 0.05, log), _job(1, 3, 0.0, log), _job(2, 2, 0.0, log)]
+    jobs = [_job(0, 4, 0.1, log), _job(1, 3, 0.0, log), _job(2, 2, 0.0, log)]
 
     def on_frame(f):
         seen.append(f)
@@ -221,7 +221,7 @@ def test_side_by_side_rate_runs_every_batchs_products(monkeypatch):
                      intermediate_size=32, max_position_embeddings=16)
     calls = []
     real = torch.nn.functional.linear
-    monkeypatch.setattr(torch.nn.functional, "linear", lambda x, w, b=None: (calls.append((x.shape[0], threading.get_ident())), real(x, w, b))[1])
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda x, w, b=None: (calls.append((x.shape[0], threading.current_thread().name)), real(x, w, b))[1])
     threads = torch.get_num_threads()
     r = rates.side_by_side_rate(cfg, 5, 6, 5 * 4, torch.float32, torch.device("cpu"), workers=2, reps=1)
     assert r > 0 and torch.get_num_threads() == threads
@@ -229,4 +229,22 @@ def test_side_by_side_rate_runs_every_batchs_products(monkeypatch):
     assert rows == {18, 12, 8}  # 3 and 2 rows of 6 tokens, 12 and 8 positions projected: the split of 5 rows
     per_round = 2 * (4 * 2 + 2)  # two workers, 4 layer products x 2 layers + head and vocabulary
     assert len(calls) == 2 * per_round  # one warm-up round and one timed
-    assert len({t for _, t in calls}) >= 2  # in threads of their own
+    assert len({t for _, t in calls}) == 4 and threading.current_thread().name not in {t for _, t in calls}  # threads of their own, per round
+
+
+def test_bench_puts_the_cli_run_against_the_higher_limit(tiny_db, tmp_path, monkeypatch):
+    """dbert bench measures the CLI's shapes both as one batch and as its batches side by side, and
+    the CLI row's fraction is of the higher rate."""
+    from dbert_core.evaluation import bench
+
+    b = bench.Bench(tiny_db, tmp_path / "b", length=8, quick=True, reps=1)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    monkeypatch.setattr(bench, "shape_rates", lambda *a, **k: {"model": 100.0})
+    monkeypatch.setattr(bench, "side_by_side_rate", lambda *a, **k: 125.0)
+    b.rates("cli", 10, 10, 80, [torch.float32], [2], workers=2)
+    row = b.result["rates"]["cli"]["rows"][0]
+    assert row["model"] == 100.0 and row["side_by_side"] == 125.0 and row["workers"] == 2
+    assert b.rate("cli", "float32", 2) == 125.0
+    b.rates("one", 10, 10, 80, [torch.float32], [2], workers=1)
+    assert "side_by_side" not in b.result["rates"]["one"]["rows"][0] and b.rate("one", "float32", 2) == 100.0
