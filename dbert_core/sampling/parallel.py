@@ -3,9 +3,10 @@
 One batch on every thread leaves cores idle in the sampler's own work between the matrix products:
 thin attention heads, the softmax, class sums, indexing and sorting of a few microseconds each,
 which run on one thread or wait on each other. Two batches, each on one thread, fill each other's
-gaps, and the products keep their rate: F.linear at the model's shapes runs 396-402 GFLOP/s as two
-one-thread products of half the rows side by side against 398-420 as one two-thread product (2-core
-AMD EPYC, Zen 4, bf16; docs/performance.md). Each batch also stops when its own rows are done.
+gaps, and the products keep their rate: F.linear at the model's shapes ran 399-412 GFLOP/s as two
+one-thread products of half the rows side by side against 326-399 as one two-thread product (six
+rounds, 2-core AMD EPYC, Zen 4, bf16; docs/performance.md). Each batch also stops when its own rows
+are done. Ten stories: 3.79 s against 4.77 s as one batch (medians of six interleaved runs).
 
 plan() splits n samples into batches; batch_seed() seeds batch k (batch 0 takes the run's seed, so
 a run of one batch draws what it always drew); run() runs the batches and hands on_frame their
@@ -55,7 +56,7 @@ def plan(n: int, batch_size: int, workers: int) -> list[int]:
 
 def batch_seed(seed: int, k: int) -> int:
     """The seed of batch k of a run seeded seed: seed itself for batch 0, for each later batch
-    another seed `--seed` takes (a batch can be drawn again alone: `--n <its rows> --seed <this>`)."""
+    another seed `--seed` takes (a batch can be drawn again alone: `--n <its rows> --seed <this> --workers 1`)."""
     return seed if k == 0 else (seed * 6364136223846793005 + k * 1442695040888963407) % (MAX_SEED + 1)
 
 
