@@ -1,8 +1,8 @@
 """Reverse diffusion: fill [MASK]s in, one frame per reverse step (or per reveal event).
 
 frames() runs the reverse process of one batch and yields a Frame after each step; generate()
-runs cfg.n samples in batches, side by side on a CPU's cores (parallel.py), and returns their texts. A run's settings are resolved once
-(settings.py); the sampler family of cfg.sampler does the steps (base.py says what a family is):
+runs cfg.n samples in batches, side by side on a CPU's cores (parallel.py), and returns their
+texts. A run's settings are resolved once (settings.py); the sampler family of cfg.sampler does the steps (base.py says what a family is):
 
     exact, drawing from the reverse process's own law (docs/method.md section 2):
         ancestral, cached   ancestral.py   one step at a time: the reverse step
@@ -154,11 +154,12 @@ def story_stream(db, cfg: SampleConfig, generator: torch.Generator, topk: int = 
 def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool = True, paragraph: str | None = None,
              topk: int = 0, **overrides) -> tuple[list[str], dict]:
     """cfg.n texts and stats {nfe, rows, gflop, seconds, samples, batches, workers, at_once, steps,
-    sampler, exact, params} (at_once: the batches that ran side by side). The samples run in batches of at most cfg.batch_size, cfg.workers of them side
-    by side (parallel.py: their frames reach on_frame one batch after another; nfe counts every
-    batch's calls). Same settings (workers included: they set the split), same seed: same texts. Texts as DBert.decode writes them (cased, paragraph: its options); a
-    prompt's words are printed as typed. topk: the frames handed to on_frame carry the
-    candidates at each reveal (frames' topk)."""
+    sampler, exact, params}. The samples run in batches of at most cfg.batch_size, their number a
+    multiple of cfg.workers, side by side as the threads allow (parallel.py; at_once: how many ran
+    together). Their frames reach on_frame one batch after another; nfe counts every batch's calls.
+    Same settings (workers included: they set the split), same seed: same texts. Texts as
+    DBert.decode writes them (cased, paragraph: its options); a prompt's words are printed as
+    typed. topk: the frames handed to on_frame carry the candidates at each reveal (frames' topk)."""
     cfg = settings.config(db, cfg, overrides)
     verbatim = prompt_words(db, cfg.prompt) if cfg.prompt else None
     seed = cfg.seed if cfg.seed is not None else torch.seed() % 2**63
