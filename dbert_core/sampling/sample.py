@@ -2,7 +2,8 @@
 
 frames() runs the reverse process of one batch and yields a Frame after each step; generate()
 runs cfg.n samples in batches, side by side on a CPU's cores (parallel.py), and returns their
-texts. A run's settings are resolved once (settings.py); the sampler family of cfg.sampler does the steps (base.py says what a family is):
+texts. A run's settings are resolved once (settings.py); the sampler family of cfg.sampler does
+the steps (base.py says what a family is):
 
     exact, drawing from the reverse process's own law (docs/method.md section 2):
         ancestral, cached   ancestral.py   one step at a time: the reverse step
