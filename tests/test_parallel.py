@@ -238,7 +238,7 @@ def test_bench_puts_the_cli_run_against_the_higher_limit(tiny_db, tmp_path, monk
     b = bench.Bench(tiny_db, tmp_path / "b", length=8, quick=True, reps=1)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
-    monkeypatch.setattr(bench, "shape_rates", lambda *a, **k: {"model": 100.0})
+    monkeypatch.setattr(bench, "shape_rates", lambda *a, **k: {"qkv": 90.0, "model": 100.0})
     monkeypatch.setattr(bench, "side_by_side_rate", lambda *a, **k: 125.0)
     b.rates("cli", 10, 10, 80, [torch.float32], [2], workers=2)
     row = b.result["rates"]["cli"]["rows"][0]
@@ -246,3 +246,6 @@ def test_bench_puts_the_cli_run_against_the_higher_limit(tiny_db, tmp_path, monk
     assert b.rate("cli", "float32", 2) == 125.0
     b.rates("one", 10, 10, 80, [torch.float32], [2], workers=1)
     assert "side_by_side" not in b.result["rates"]["one"]["rows"][0] and b.rate("one", "float32", 2) == 100.0
+    md = bench.markdown(b.result)
+    assert "| dtype | threads | qkv | model | side by side |\n|---|---:|---:|---:|---:|\n| float32 | 2 | 90.0 | 100.0 | 125.0 |" in md
+    assert "| dtype | threads | qkv | model |\n|---|---:|---:|---:|\n| float32 | 2 | 90.0 | 100.0 |\n" in md

@@ -318,18 +318,23 @@ def markdown(r: dict) -> str:
              f"{mod['schedule']} T={mod['T']}, time {mod['time']}, attention {mod['attention']}, {mod['dtype']}); "
              f"length {r['length']}.", ""]
     for name, e in r.get("rates", {}).items():
-        shapes = [k for k in e["rows"][0] if k not in ("dtype", "threads", "model", "error")] if e["rows"] else []
+        shapes = [k for k in e["rows"][0] if k not in ("dtype", "threads", "model", "error", "side_by_side", "workers")] \
+            if e["rows"] else []
+        apart = any("side_by_side" in row for row in e["rows"])  # the CLI's batches side by side (rates.side_by_side_rate)
         lines += [f"Matmul rate (F.linear GFLOP/s, best of runs) at the model's {name} shapes: batch {e['batch']} x "
                   f"{e['tokens']} tokens, {e['projected']} positions projected to the vocabulary; `model` is the "
-                  f"forward's products together (its limit), on {m['cpu']}.", "",
-                  "| dtype | threads | " + " | ".join(shapes) + " | model |",
-                  "|---|---:|" + "---:|" * (len(shapes) + 1)]
+                  f"forward's products together (its limit), on {m['cpu']}" +
+                  ("; `side by side`: the same products as the run's batches side by side, each on its share of "
+                   "the threads (the limit is the higher of the two)." if apart else "."), "",
+                  "| dtype | threads | " + " | ".join(shapes) + " | model |" + (" side by side |" if apart else ""),
+                  "|---|---:|" + "---:|" * (len(shapes) + 1 + apart)]
         for row in e["rows"]:
             if "error" in row:
                 lines.append(f"| {row['dtype']} | {row['threads']} | failed: {row['error']} |")
             else:
                 lines.append(f"| {row['dtype']} | {row['threads']} | " +
-                             " | ".join(f"{row[k]:.1f}" for k in shapes) + f" | {row['model']:.1f} |")
+                             " | ".join(f"{row[k]:.1f}" for k in shapes) + f" | {row['model']:.1f} |" +
+                             (f" {row['side_by_side']:.1f} |" if "side_by_side" in row else " |" if apart else ""))
         lines.append("")
     if r["sampling"]:
         lines += ["| sampler | steps | batch | seconds | samples/s | calls/batch | rows/sample | vs ancestral "
