@@ -249,3 +249,57 @@ def test_bench_puts_the_cli_run_against_the_higher_limit(tiny_db, tmp_path, monk
     md = bench.markdown(b.result)
     assert "| dtype | threads | qkv | model | side by side |\n|---|---:|---:|---:|---:|\n| float32 | 2 | 90.0 | 100.0 | 125.0 |" in md
     assert "| dtype | threads | qkv | model |\n|---|---:|---:|---:|\n| float32 | 2 | 90.0 | 100.0 |\n" in md
+
+
+def test_overlapping_runs_give_the_first_ones_threads_back(monkeypatch):
+    """Where torch's thread count is one for the whole process (a build without OpenMP's per-thread
+    count): run A shares 2 threads out, run B starts inside it and ends after it, and the process
+    ends with its 2 threads, not the 1 that B found when it started."""
+    count = {"n": 2}  # the process's one count
+    monkeypatch.setattr(torch, "get_num_threads", lambda: count["n"])
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: count.update(n=n))
+    a_inside, b_started, a_done = threading.Event(), threading.Event(), threading.Event()
+    shares = {}
+
+    def job_a(emit):
+        shares["a"] = torch.get_num_threads()
+        a_inside.set()
+        b_started.wait(5)
+        return "a"
+
+    def job_b(emit):
+        shares["b"] = torch.get_num_threads()
+        b_started.set()
+        a_done.wait(5)
+        return "b"
+
+    ta = threading.Thread(target=lambda: (parallel.run([job_a, lambda e: "a2"], 2), a_done.set()))
+    ta.start()
+    assert a_inside.wait(5)
+    assert parallel.concurrency(2) == 2  # the process's threads, not run A's share
+    tb = threading.Thread(target=lambda: parallel.run([job_b, lambda e: "b2"], 2))
+    tb.start()
+    ta.join(10)
+    tb.join(10)
+    assert shares == {"a": 1, "b": 1} and count["n"] == 2
+
+
+def test_runs_from_several_threads_draw_what_they_draw_alone(tiny_db):
+    """A library calling generate from two threads at once: each prints what it prints alone."""
+    kw = dict(n=4, workers=2, length=12, steps=8, sampler="ancestral", pair_quotes=False)
+    alone = [generate(tiny_db, seed=s, **kw)[0] for s in (1, 2)]
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = [None, None]
+
+        def go(i):
+            got[i] = generate(tiny_db, seed=i + 1, **kw)[0]
+
+        for _ in range(3):
+            ts = [threading.Thread(target=go, args=(i,)) for i in (0, 1)]
+            [t.start() for t in ts]
+            [t.join() for t in ts]
+            assert got == alone
+    finally:
+        torch.set_num_threads(before)

@@ -20,8 +20,9 @@ from __future__ import annotations
 import math
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import torch
 
@@ -37,10 +38,44 @@ def auto_workers(device: torch.device) -> int:
     return ON_CPU if device.type == "cpu" else 1
 
 
+# OpenMP keeps torch's thread count per thread, but a build on another thread pool keeps one count for
+# the process: there, runs side by side in several threads (a library calling generate from its own
+# threads) must give back the count the process had, not the share one of them found
+_SHARING = threading.Lock()  # guards the two below
+_RUNS = 0  # runs with their batches side by side now
+_THREADS = 0  # torch's threads before the first of them shared them out, given back when the last ends
+
+
+def _threads() -> int:
+    """torch's threads as the process has them, not as a run going on now has shared them out."""
+    with _SHARING:
+        return _THREADS if _RUNS else torch.get_num_threads()
+
+
+@contextmanager
+def _shared(workers: int) -> Iterator[int]:
+    """torch's threads shared out among a run's batches (yields each one's share); the count the
+    process had before is given back when the last such run ends, whichever thread ends last."""
+    global _RUNS, _THREADS
+    with _SHARING:
+        if _RUNS == 0:
+            _THREADS = torch.get_num_threads()
+        _RUNS += 1
+        each = max(1, _THREADS // workers)
+        torch.set_num_threads(each)
+    try:
+        yield each
+    finally:
+        with _SHARING:
+            _RUNS -= 1
+            if _RUNS == 0:
+                torch.set_num_threads(_THREADS)
+
+
 def concurrency(workers: int) -> int:
     """How many of a run's batches run at once: workers, at most torch's threads (each batch gets
     one thread or more)."""
-    return max(1, min(workers, torch.get_num_threads()))
+    return max(1, min(workers, _threads()))
 
 
 def plan(n: int, batch_size: int, workers: int) -> list[int]:
@@ -81,8 +116,12 @@ def run(jobs: list[Callable], workers: int, on_frame: Callable | None = None) ->
     if workers <= 1 or len(jobs) <= 1:
         return [job(emit_all) for job in jobs]
     workers = min(workers, len(jobs))
-    threads = torch.get_num_threads()
-    each = max(1, threads // workers)
+    with _shared(workers) as each:
+        return _side_by_side(jobs, workers, each, emit_all)
+
+
+def _side_by_side(jobs: list[Callable], workers: int, each: int, emit_all: Callable) -> list:
+    """run()'s work with the threads shared out: `workers` threads of `each` torch threads."""
     events: queue.Queue = queue.Queue()
     stop = threading.Event()
 
@@ -105,7 +144,6 @@ def run(jobs: list[Callable], workers: int, on_frame: Callable | None = None) ->
     waiting: list[list] = [[] for _ in jobs]
     current = finished = 0
     failure: BaseException | None = None
-    torch.set_num_threads(each)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dbert-batch")
     try:
         for k in range(len(jobs)):
@@ -132,7 +170,6 @@ def run(jobs: list[Callable], workers: int, on_frame: Callable | None = None) ->
     finally:
         stop.set()  # a no-op after a clean run; else the batches still going stop at their next frame
         pool.shutdown(wait=True)
-        torch.set_num_threads(threads)
     if failure is not None:
         raise failure
     return results
