@@ -252,9 +252,9 @@ def test_bench_puts_the_cli_run_against_the_higher_limit(tiny_db, tmp_path, monk
 
 
 def test_overlapping_runs_give_the_first_ones_threads_back(monkeypatch):
-    """Where torch's thread count is one for the whole process (a build without OpenMP's per-thread
-    count): run A shares 2 threads out, run B starts inside it and ends after it, and the process
-    ends with its 2 threads, not the 1 that B found when it started."""
+    """torch's thread count is the process's: run A shares 2 threads out, run B starts inside it
+    and ends after it, and the process ends with its 2 threads, not the 1 that B found when it
+    started (a fake count, so that the threads' interleaving is the test's own)."""
     count = {"n": 2}  # the process's one count
     monkeypatch.setattr(torch, "get_num_threads", lambda: count["n"])
     monkeypatch.setattr(torch, "set_num_threads", lambda n: count.update(n=n))

@@ -38,9 +38,9 @@ def auto_workers(device: torch.device) -> int:
     return ON_CPU if device.type == "cpu" else 1
 
 
-# OpenMP keeps torch's thread count per thread, but a build on another thread pool keeps one count for
-# the process: there, runs side by side in several threads (a library calling generate from its own
-# threads) must give back the count the process had, not the share one of them found
+# torch's thread count is the process's (this build: set in one thread, every other reads it), so runs
+# side by side in several threads (a library calling generate from its own threads) must give back the
+# count the process had when the first began, not the share a later one found
 _SHARING = threading.Lock()  # guards the two below
 _RUNS = 0  # runs with their batches side by side now
 _THREADS = 0  # torch's threads before the first of them shared them out, given back when the last ends
@@ -126,7 +126,7 @@ def _side_by_side(jobs: list[Callable], workers: int, each: int, emit_all: Calla
     stop = threading.Event()
 
     def batch(k: int) -> None:
-        torch.set_num_threads(each)  # in this thread too: OpenMP keeps the count per thread
+        torch.set_num_threads(each)  # again in this thread, for a runtime that keeps the count per thread
 
         def emit(frame) -> None:
             if stop.is_set():
