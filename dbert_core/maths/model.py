@@ -142,7 +142,8 @@ def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     n = x.numel()
     lanes = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-2 ** 63, 2 ** 63 - 1).view(torch.int16)[:n]
     keep = (lanes >= drop - 32768).view(x.shape)  # int16 lanes are uniform on [-32768, 32767]
-    return x * (keep.to(x.dtype) * (65536 / (65536 - drop)))
+    scale = torch.tensor(65536 / (65536 - drop), dtype=x.dtype)
+    return x * torch.where(keep, scale, scale.new_zeros(()))  # the scaled mask in one pass, not a cast and a multiply
 
 
 class Dropout(nn.Dropout):
@@ -190,8 +191,13 @@ def attention_path(device: str, grad: bool, dtype: torch.dtype, N: int, p: float
 
 
 def explicit_attention(q, k, v, mask: torch.Tensor | None, p: float) -> torch.Tensor:
-    """`attention` written out: the path CPU training takes."""
-    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    """`attention` written out: the path CPU training takes. The 1/sqrt(d) scale is the product's
+    own (baddbmm's alpha, as in workspace_attention): applied to the fp32 sums before the one
+    rounding, and one pass over the (N, K) scores fewer in the forward and in the backward."""
+    B, h, N, d = q.shape
+    K = k.shape[-2]
+    s = torch.baddbmm(q.new_zeros(1, 1, 1), q.reshape(B * h, N, d), k.reshape(B * h, K, d).transpose(1, 2),
+                      beta=0, alpha=d ** -0.5).view(B, h, N, K)
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
     return dropout(s.softmax(-1), p) @ v  # in bf16 too: torch's CPU softmax accumulates in fp32
