@@ -6,7 +6,8 @@ which run on one thread or wait on each other. Two batches, each on one thread, 
 gaps, and the products keep their rate: F.linear at the model's shapes ran 399-412 GFLOP/s as two
 one-thread products of half the rows side by side against 326-399 as one two-thread product (six
 rounds, 2-core AMD EPYC, Zen 4, bf16; docs/performance.md). Each batch also stops when its own rows
-are done. Ten stories: 3.79 s against 4.77 s as one batch (medians of six interleaved runs).
+are done. Ten stories: 3.79 s against 4.77 s as one batch, 3.97 against 4.26 s an hour later
+(medians of six interleaved runs each).
 
 plan() splits n samples into batches; batch_seed() seeds batch k (batch 0 takes the run's seed, so
 a run of one batch draws what it always drew); run() runs the batches and hands on_frame their
