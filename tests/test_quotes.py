@@ -103,3 +103,19 @@ def test_progress_counts_a_batch_once_when_the_touch_up_follows(tiny_db):
         bar(f)
     assert bar.done == 48 and bar.nfe == fs[-1].nfe
     assert stream.getvalue().count("\n") == 1
+
+
+def test_a_prompts_quote_keeps_its_typed_role():
+    """A prompt's opening quote stays an opening quote whatever the model writes after it: `she
+    said, "` then a comma drawn by the model still prints `she said, "` (the neighbours alone
+    would read a quote before a comma as closing)."""
+    from dbert_core.text.detok import detokenize
+
+    pieces = ["she", "said", ",", '"', ",", "##ing", "sam", "ran", "."]
+    typed = {0: "she", 1: "said", 2: ",", 3: '"'}
+    assert detokenize(pieces, verbatim=typed).startswith('she said, "')
+    assert detokenize(pieces).startswith('she said,",')  # without the prompt: the neighbours decide
+    # a prompt's closing quote closes, and a model's quote after it opens again
+    pieces = ['"', "hi", '"', "she", "said", ".", '"', "run", "!", '"']
+    typed = {0: '"', 1: "hi", 2: '"'}
+    assert detokenize(pieces, verbatim=typed) == '"hi" she said. "run!"'

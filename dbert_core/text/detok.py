@@ -23,7 +23,8 @@ out here:
   STORY_BREAK on a one-line output); [CLS], [PAD] and [UNK] vanish;
 - cased=True writes words as the training text did (truecase.py: "Lily", "I", a capital at
   every sentence start, after [SEP] and inside an opening quote); `verbatim` gives positions
-  whose text is the user's own (a prompt's words, case and accents as typed).
+  whose text is the user's own (a prompt's words, case and accents as typed; a prompt's quote
+  opens or closes as it did in the prompt).
 - a masked position is a placeholder of fixed width (`░░░`), whatever token will land there.
 
 `spans` says where each token goes, so a view can colour every token on its own;
@@ -92,9 +93,11 @@ def _word(pieces: Sequence[str], i: int, step: int) -> str:
     return "".join(p[2:] if p.startswith("##") else p for p in pieces[i:j + 1])
 
 
-def _quote_roles(pieces: Sequence[str], hidden: Sequence[bool], sep: str, drop: Sequence[str]) -> dict[int, bool]:
+def _quote_roles(pieces: Sequence[str], hidden: Sequence[bool], sep: str, drop: Sequence[str],
+                 fixed: Mapping[int, bool] | None = None) -> dict[int, bool]:
     """{position of each visible double quote: True if it opens}. Decided by its neighbours where
-    they tell (see the module docstring), else as the other of the quote before it."""
+    they tell (see the module docstring), else as the other of the quote before it; fixed: roles
+    already decided (a prompt's own quotes, by the prompt's text)."""
     n = len(pieces)
 
     def neighbour(i: int, step: int) -> str | None:
@@ -132,7 +135,7 @@ def _quote_roles(pieces: Sequence[str], hidden: Sequence[bool], sep: str, drop: 
             role = False if after in _SPEECH_TAGS else None   # "hi," she said / "stop!" he cried
         elif _ends_word(before) and after.startswith("##"):
             role = False
-        clear[i] = role
+        clear[i] = fixed[i] if fixed is not None and i in fixed else role
     roles: dict[int, bool] = {}
     paragraph_start = {i: neighbour(i, -1) is None for i in quotes}
     state: bool | None = None  # is a quotation open?
@@ -169,7 +172,11 @@ def spans(pieces: Sequence[str], masked: Sequence[bool] | None = None, *, sep: s
     n = len(pieces)
     hidden = [bool(masked[i]) if masked is not None else False for i in range(n)]
     hidden = [hidden[i] or pieces[i] == mask for i in range(n)]
-    roles = _quote_roles(pieces, hidden, sep, drop)
+    given = None
+    if verbatim:  # a prompt's own quote opens or closes as it did in the prompt, whatever the model wrote next to it
+        typed = _quote_roles(pieces, [hidden[i] or i not in verbatim for i in range(n)], sep, drop)
+        given = {i: role for i, role in typed.items() if i in verbatim}
+    roles = _quote_roles(pieces, hidden, sep, drop, given)
 
     def visible(i: int) -> str | None:
         """Piece i as text when it is a revealed, ordinary token (None: masked, special or past the end)."""
