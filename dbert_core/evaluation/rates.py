@@ -98,9 +98,10 @@ def side_by_side_rate(config, B: int, N: int, M: int, dtype: torch.dtype, device
     sampling.parallel does): each thread runs its batch's products once per round (each layer's
     `layers` times), all threads at once; their FLOPs over the best round's wall time. With one
     worker this is shape_rates' "model" rate measured as one forward's products in a row."""
-    workers = max(1, min(workers, B))
-    shapes = [model_shapes(config, B // workers + (k < B % workers), N, M * (B // workers + (k < B % workers)) // B)
-              for k in range(workers)]
+    from ..sampling.parallel import plan
+
+    sizes = plan(B, B, workers)  # the rows of each batch, as sampling splits them
+    shapes = [model_shapes(config, rows, N, M * rows // B) for rows in sizes]
     g = torch.Generator().manual_seed(0)
     work = []  # per worker: [(x, w, b, times)]
     for sh in shapes:
@@ -108,8 +109,9 @@ def side_by_side_rate(config, B: int, N: int, M: int, dtype: torch.dtype, device
                       torch.randn(n, generator=g).to(device, dtype), 1 if name in ("head", "vocab") else config.num_hidden_layers)
                      for name, (r, k, n) in sh.items()])
     flops = sum(2 * x.shape[0] * x.shape[1] * w.shape[0] * times for part in work for x, w, _, times in part)
+
     threads = torch.get_num_threads()
-    each = max(1, threads // workers)
+    each = max(1, threads // len(work))
 
     def products(part) -> None:
         with torch.inference_mode():
@@ -118,9 +120,10 @@ def side_by_side_rate(config, B: int, N: int, M: int, dtype: torch.dtype, device
                     torch.nn.functional.linear(x, w, b)
 
     def one_round() -> None:
-        if workers == 1:
+        if len(work) == 1:
             products(work[0])
             return
+
         def go(part):
             torch.set_num_threads(each)
             products(part)
