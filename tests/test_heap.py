@@ -71,3 +71,38 @@ def test_freed_heap_pages_go_back_when_asked():
     assert gave == "True"
     assert held - after > 200  # MB: the 256 MiB block's pages went back
     assert after > 0
+
+
+def test_the_ceiling_trims_once_memory_outgrows_the_working_set(monkeypatch):
+    """Resident memory one step after the start (or a trim) is the working set; past it by half (at
+    least slack_mb) the heap is trimmed, and the step after measures the working set afresh."""
+    import dbert_core.heap as heap
+
+    rss = iter([2000, 2400, 2900, 3001, 2100, 2500, 3100, 3200])
+    trims = []
+    monkeypatch.setattr(heap, "resident_mb", lambda: next(rss))
+    monkeypatch.setattr(heap, "give_back_freed_memory", lambda: trims.append(1) or True)
+    ceiling = heap.HeapCeiling(growth=0.5, slack_mb=512)
+    did = [ceiling.after_step() for _ in range(8)]
+    # working set 2000: trims above 3000; then 2100: above 3150
+    assert did == [False, False, False, True, False, False, False, True]
+    assert ceiling.trims == len(trims) == 2
+
+
+def test_small_working_sets_get_the_slack(monkeypatch):
+    import dbert_core.heap as heap
+
+    rss = iter([100, 500, 611, 613])
+    monkeypatch.setattr(heap, "resident_mb", lambda: next(rss))
+    monkeypatch.setattr(heap, "give_back_freed_memory", lambda: True)
+    ceiling = heap.HeapCeiling(growth=0.5, slack_mb=512)
+    assert [ceiling.after_step() for _ in range(4)] == [False, False, False, True]
+
+
+def test_no_proc_no_trim(monkeypatch):
+    import dbert_core.heap as heap
+
+    monkeypatch.setattr(heap, "resident_mb", lambda: 0.0)
+    monkeypatch.setattr(heap, "give_back_freed_memory", lambda: pytest.fail("trimmed blind"))
+    ceiling = heap.HeapCeiling()
+    assert not any(ceiling.after_step() for _ in range(5))

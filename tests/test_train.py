@@ -1,5 +1,6 @@
 """Training: the loss falls, resume is exact, time conditioning round-trips, DDP ranks agree."""
 
+import itertools
 import json
 import os
 import socket
@@ -225,3 +226,22 @@ def test_options_of_the_shipped_recipes(tmp_path):
     assert saved["hidden_dropout_prob"] == saved["attention_probs_dropout_prob"] == 0.0
     db = checkpoint.load(tmp_path / "run")
     assert all(m.p == 0.0 for m in db.model.modules() if isinstance(m, torch.nn.Dropout))
+
+
+def test_each_step_checks_the_heap_and_a_trim_changes_nothing(tmp_path, monkeypatch):
+    """After every optimizer step the loop asks its HeapCeiling (dbert_core/heap.py) whether to hand
+    freed heap pages back; trimming at every step trains the same weights as never trimming."""
+    import dbert_core.heap as heap
+
+    calls = []
+    real = heap.HeapCeiling.after_step
+    monkeypatch.setattr(heap.HeapCeiling, "after_step", lambda self: calls.append(1) or real(self))
+    plain = Trainer(tiny_config(tmp_path / "a", max_steps=12))
+    plain.run()
+    assert len(calls) == 12 and plain.heap.trims == 0
+    monkeypatch.setattr(heap, "resident_mb", itertools.cycle([1e3, 1e6]).__next__)  # 1 TB a step after each trim
+    trimmed = Trainer(tiny_config(tmp_path / "b", max_steps=12))
+    trimmed.run()
+    assert trimmed.heap.trims == 6  # every other step: measured, then past the ceiling
+    a, b = weights(plain.model), weights(trimmed.model)
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -29,6 +29,7 @@ from ..maths.diffusion import Workspace, draw_steps, elbo, masked_kl
 from ..errors import DbertError
 from ..stopping import stop, stop_reset, stop_under_way
 from ..hardware import compute_dtype
+from ..heap import HeapCeiling
 from .prepare import Prepared, prepare, processes
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -103,6 +104,7 @@ class Trainer:
         self.tokens_seen = 0
         self.elapsed = 0.0
         self.history: list[dict] = []
+        self.heap = HeapCeiling()  # a batch's arrays change size from step to step: freed heap pages go back
         self.db = None
         self.prepared: Prepared | None = None
         if prepared is not None:
@@ -386,6 +388,7 @@ class Trainer:
                 cb.on_start(self)
             while self.step < c.max_steps and not self._stop:
                 metrics = self._distributed_step() if self.world > 1 else self.train_step()
+                self.heap.after_step()
                 if self.step % c.log_every == 0 or self.step == 1:
                     self.history.append({k: metrics[k] for k in ("step", "loss_elbo", "loss_ce", "tokens_per_s")})
                 for cb in self.callbacks:

@@ -59,7 +59,7 @@ from dbert_core.storage import checkpoint
 from dbert_core.text.data import (document_sentences, document_windows, encode, read_documents, read_examples,
                                   story_texts)
 from dbert_core.hardware import cpu_name, native_bf16
-from dbert_core.heap import give_back_freed_memory, resident_mb
+from dbert_core.heap import HeapCeiling, resident_mb
 from dbert_core.evaluation.judge import causal_batch
 
 
@@ -283,6 +283,7 @@ def train(a) -> int:
     tok = db.tokenizer
     model.train()
     start, seen0, t0 = time.perf_counter(), state["tokens_seen"], state["seconds"]
+    heap = HeapCeiling()
     while state["step"] < steps and not stop["now"]:
         step = state["step"]
         epoch, k = divmod(step * batch, len(rows))
@@ -299,8 +300,7 @@ def train(a) -> int:
         state["step"] += 1
         state["tokens_seen"] += int((ids != tok.pad_token_id).sum())
         state["seconds"] = t0 + time.perf_counter() - start
-        if a.trim_every and state["step"] % a.trim_every == 0:
-            give_back_freed_memory()  # the windows' sizes change from step to step: see dbert_core/heap.py
+        heap.after_step()  # the windows' sizes change from step to step: see dbert_core/heap.py
         if state["step"] % a.log_every == 0 or state["step"] == steps:
             tps = (state["tokens_seen"] - seen0) / max(1e-9, time.perf_counter() - start)
             state["history"].append({"step": state["step"], "loss": round(loss.item(), 4), "tokens_per_s": round(tps)})
@@ -566,8 +566,6 @@ def main(argv=None) -> int:
     t.add_argument("--tokens", type=int, default=0, help="token budget (default: the checkpoint's tokens_seen)")
     t.add_argument("--save-every", type=int, default=100)
     t.add_argument("--log-every", type=int, default=10)
-    t.add_argument("--trim-every", type=int, default=10,
-                   help="hand glibc's free heap pages back every N steps (0: never; without it a run grew ~48 MB a step)")
     t.add_argument("--fp32", action="store_true", help="no bf16 autocast even where the CPU has it")
     t.add_argument("--device", default="cpu", help="cpu or cuda (a lent GPU trains the stories baseline in minutes)")
     t.add_argument("--layers", type=int, default=6, help="GPT-2 layers (6 x 384: the diffusion model's size)")
