@@ -135,6 +135,32 @@ def test_a_micro_batched_step_is_the_whole_batchs_step(tiny_checkpoint):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_a_steps_parts_are_cut_to_their_longest_row(tiny_checkpoint, monkeypatch):
+    """The parts take the rows longest first, each no wider than its longest row: no part runs the
+    network over padding that a narrower cut would drop."""
+    import torch
+
+    from dbert_core.storage import checkpoint
+
+    mod = script()
+    db = checkpoint.load(tiny_checkpoint)
+    tok = db.tokenizer
+    rows = mod.windows(db, db.meta["train_config"]["data"], db.meta["seq_len"])[:7]
+    rows[0], rows[3], rows[6] = rows[0][:4], rows[3][:6], rows[6][:5]
+    ids, labels = mod._batch(rows, tok.sep_token_id, tok.pad_token_id)
+    seen = []
+    real = mod.causal_loss
+    monkeypatch.setattr(mod, "causal_loss", lambda model, part, lab, *a: seen.append((part, lab)) or real(model, part, lab, *a))
+    model = mod.build(db, db.meta["seq_len"])
+    mod._step(model, torch.optim.SGD(model.parameters(), lr=0.0), ids, labels, tok.pad_token_id, False, 3)
+    widths = [p.shape[1] for p, _ in seen]
+    lengths = sorted(((r != -100).sum().item() for _, lab in seen for r in lab), reverse=True)
+    assert [len(p) for p, _ in seen] == [3, 3, 1]
+    assert widths == [lengths[0], lengths[3], lengths[6]]  # each part's longest row
+    assert widths[-1] < 10 < ids.shape[1]  # the short rows went through narrower than the batch
+    assert lengths == sorted((int(n) for n in (labels != -100).sum(1)), reverse=True)  # every row, whole
+
+
 def test_the_fast_training_path_computes_transformers_loss_and_gradient(tiny_checkpoint, monkeypatch):
     """for_training (attention written out, dbert's dropout, the fused tanh GELU) and causal_loss
     (the head and loss a block of rows at a time, the gradient made in the forward) give
