@@ -7,8 +7,9 @@ out here:
 - no space before closing punctuation (`. , ! ? ; : ) ] } %`) or after an opening bracket;
 - contractions close up: `it ' s` -> `it's`, `didn ' t` -> `didn't`; a plural possessive
   keeps its apostrophe (`dogs ' bone` -> `dogs' bone`);
-- curly double quotes (a few TinyStories files have them, so a model can write one) are read and
-  printed as `"`, so one story does not mix `"` and `”` and the quote pairing sees them all;
+- curly quotes (a few TinyStories files have them, so a model can write one) are read and
+  printed as `"` and `'`, so one story does not mix `"` and `”`, the quote pairing sees them all and
+  `couldn ’ t` closes up as `couldn't`;
 - a double quote opens or closes by where it stands (`_quote_roles`): at a paragraph's start
   or after an opening bracket it opens, at its end or before . , ! ? it closes, after a comma
   or a sentence end and before a speech tag (`, " she said`) it closes; where its neighbours do
@@ -56,7 +57,9 @@ _NOT_NAMES = frozenset({"a", "an", "the", "his", "her", "my", "your", "our", "th
                         "him", "me", "us", "them", "it", "and", "or", "but", "so", "to", "of", "in", "on",
                         "at", "for", "with", "by", "as", "was", "is", "be", "after", "because", "he", "she",
                         "they", "we", "you", "i", "not", "no", "very", "too", "one", "two", "all"})
-_PLAIN_QUOTES = {"\u201c": '"', "\u201d": '"'}  # curly double quotes read as the straight one
+# curly quotes read as the straight ones: the model writes "couldn ’ t" where TinyStories had a curly
+# apostrophe, and it prints "couldn't" as the straight one does
+_PLAIN_QUOTES = {"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"}
 
 
 def _plain(pieces: Sequence[str]) -> list[str]:
