@@ -44,6 +44,18 @@ def test_broken_pieces_cover_the_whole_word():
     assert broken(["you", "'", "[MASK]"], [False, False, True]) == []  # not written yet
 
 
+def test_a_suffix_after_no_word_is_broken():
+    """Two of 300 default stories opened a quotation with `"'M just glad`: an apostrophe after the
+    quote and a suffix no English writes alone. A single quote before a word stays."""
+    assert broken(['"', "'", "m", "just"]) == [range(1, 3)]
+    assert broken(["[SEP]", "'", "ll", "go"]) == [range(1, 3)]
+    assert broken(['"', "'", "t", "##is"]) == []                 # 'tis: a word
+    assert broken(['"', "'", "hello", "'"]) == []                # a quotation in single quotes
+    assert broken([",", "'", "s"]) == []                         # 's alone may be the letter
+    assert broken(['"', "'", "m", "[MASK]"], [False] * 3 + [True]) == []  # its word not written yet
+    assert broken_in_text('The man smiled. "\'M just glad," he said. "I\'m glad." \'Tis so.') == ["'M"]
+
+
 def test_the_rule_accepts_what_the_training_text_writes():
     """On TinyStories' train.txt every contraction and possessive but one ("James's") is valid."""
     path = DATA / "tinystories" / "train.txt"

@@ -46,6 +46,8 @@ _SINGULAR_S = ("ss", "us", "is", "os")  # "boss's", "octopus's", "oasis's": a si
 STEMS = _NEGATED - {"can", "won"}  # no English word without their 't ("can" and "won" are words)
 _APOSTROPHE, _SUFFIX = f"[{''.join(APOSTROPHES)}]", "|".join(SUFFIXES)
 _TEXT = re.compile(rf"\b([A-Za-z]+){_APOSTROPHE}({_SUFFIX})\b", re.IGNORECASE)
+_CLOSED = tuple(x for x in SUFFIXES if x != "s")  # never a word alone: "'m" after a quote is no English
+_ORPHAN = re.compile(rf"(?<![A-Za-z]){_APOSTROPHE}(?:{'|'.join(_CLOSED)})\b", re.IGNORECASE)
 _STRANDED = re.compile(rf"\b(?:{'|'.join(sorted(STEMS))}) ?{_APOSTROPHE}(?!(?:{_SUFFIX})\b)",  # a suffix: _TEXT's
                        re.IGNORECASE)
 
@@ -59,15 +61,17 @@ def valid(word: str, suffix: str) -> bool:
 
 
 def broken_in_text(text: str) -> list[str]:
-    """The contractions in printed text that English does not write ("you't", "friends's", "don 'that")."""
+    """The contractions in printed text that English does not write ("you't", "friends's", "don 'that",
+    `"'M just glad`: a suffix with no word before its apostrophe)."""
     return ([m.group(0) for m in _TEXT.finditer(text) if not valid(m.group(1), m.group(2))]
-            + [m.group(0) for m in _STRANDED.finditer(text)])
+            + [m.group(0) for m in _STRANDED.finditer(text)] + [m.group(0) for m in _ORPHAN.finditer(text)])
 
 
 def broken(pieces: Sequence[str], hidden: Sequence[bool] | None = None) -> list[range]:
     """Each broken contraction in a row of WordPiece pieces, as the range of its positions: the
     word's pieces (a word is a piece and the `##` pieces after it), the apostrophe and the suffix
-    ("you ' t"); or a negated stem and its apostrophe with no "t" after them ("don ' that"). A piece
+    ("you ' t"); or a negated stem and its apostrophe with no "t" after them ("don ' that"); or an
+    apostrophe after no word and the suffix after it, one of those never written alone (`" ' m just`). A piece
     still hidden ([MASK], hidden[i]) is never read: only contractions fully written count."""
     hidden = hidden or [False] * len(pieces)
     out: list[range] = []
@@ -78,10 +82,14 @@ def broken(pieces: Sequence[str], hidden: Sequence[bool] | None = None) -> list[
         while start > 0 and pieces[start].startswith("##"):
             start -= 1
         word = "".join(p[2:] if p.startswith("##") else p for p in pieces[start:i]).lower()
-        if any(hidden[start:i]) or not word.isalpha():
-            continue
         after = pieces[i + 1].lower()
         longer = i + 2 < len(pieces) and pieces[i + 2].startswith("##")  # a longer word after the apostrophe
+        if any(hidden[start:i]):
+            continue
+        if not word.isalpha():  # no word before it: only a suffix that is never a word alone is broken
+            if after in _CLOSED and not longer and not (i + 2 < len(pieces) and hidden[i + 2]):
+                out.append(range(i, i + 2))  # `" ' m just glad`: the apostrophe and its suffix
+            continue
         if after in SUFFIXES and not longer:
             if not valid(word, after):
                 out.append(range(start, i + 2))
