@@ -525,3 +525,35 @@ def test_a_story_judge_trains_on_whole_stories_and_scores_sample_files(story_mod
     got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [g["file"] for g in got] == ["held-out stories", str(samples)]
     assert all(1 < g["gen_ppl"] < 2 * len(db.tokenizer) and g["judge_entropy"] > 0 for g in got)
+
+
+def test_the_ar_baseline_keeps_its_best_held_out_weights(story_model, tmp_path, capsys):
+    """--heldout --eval-every: the held-out stories scored every few steps (eval --unit story's exact
+    perplexity) into the run's history, and the weights of the lowest kept in <out>.best, which eval
+    scores to the same figure; the run itself goes on to its budget."""
+    import importlib.util
+    import math
+
+    from helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("ar_baseline", ROOT / "scripts" / "studies" / "ar_baseline.py")
+    ar = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ar)
+    held = tmp_path / "held.txt"
+    held.write_text("".join("\n".join(d) + f"\n{EOT}\n" for d in read_documents([str(HEAD)])[-3:]))
+    out = tmp_path / "ar"
+    assert ar.main(["train", str(story_model.path), "--out", str(out), "--tokens", "1200", "--layers", "1",
+                    "--hidden", "32", "--heads", "2", "--seq-len", "32", "--batch", "4", "--lr", "3e-3",
+                    "--warmup", "2", "--heldout", str(held), "--eval-every", "2"]) == 0
+    state = json.loads((out / "state.json").read_text())
+    scored = [h for h in state["history"] if "heldout_ppl" in h]
+    assert [h["step"] for h in scored] == list(range(2, state["steps"] + 1, 2)) and len(scored) >= 3
+    best = min(scored, key=lambda h: h["heldout_ppl"])
+    assert state["best"]["step"] == best["step"] and state["step"] == state["steps"]
+    kept = out.with_name("ar.best")
+    assert (kept / "state.json").is_file() and not (kept / "optimizer.pt").exists()
+    assert json.loads((kept / "state.json").read_text())["step"] == best["step"]
+    capsys.readouterr()
+    assert ar.main(["eval", str(kept), "--heldout", str(held), "--unit", "story"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert math.isclose(again["ppl_token"], best["heldout_ppl"], rel_tol=1e-3)

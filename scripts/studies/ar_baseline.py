@@ -210,7 +210,8 @@ def _save(model, opt, state: dict, out: Path, tokenizer=None) -> None:
         for name in ("tokenizer_config.json", "special_tokens_map.json"):  # every window is read after a
             meta = json.loads((tmp / name).read_text())                   # [SEP]: a judge starts there
             (tmp / name).write_text(json.dumps({**meta, "bos_token": tokenizer.sep_token}, indent=2) + "\n")
-    torch.save(opt.state_dict(), tmp / "optimizer.pt")
+    if opt is not None:  # the best weights (<out>.best) are for eval and sample only
+        torch.save(opt.state_dict(), tmp / "optimizer.pt")
     (tmp / "state.json").write_text(json.dumps(state, indent=1))
     old = out.with_name(out.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
@@ -315,6 +316,8 @@ def train(a) -> int:
             state["history"].append({"step": state["step"], "loss": round(loss.item(), 4), "tokens_per_s": round(tps)})
             say(f"step {state['step']}/{steps} loss {loss.item():.3f} lr {rate:.2e} {tps:.0f} tok/s "
                 f"{resident_mb() / 1024:.1f} GB resident")
+        if a.heldout and a.eval_every and state["step"] % a.eval_every == 0:
+            _heldout(a, db, model, opt, state, out)
         if state["step"] % a.save_every == 0:
             _save(model, opt, state, out, tok)
     _save(model, opt, state, out, tok)
@@ -366,22 +369,7 @@ def _evaluate_stories(a, out: Path, state: dict, db, model) -> int:
     its earlier text as given context), each scored token read left to right after everything before
     it in its window. The same tokens `dbert eval --unit story` scores, so the exact perplexity here
     sits beside the diffusion model's bound there."""
-    from dbert_core.sampling.settings import window_length
-    from dbert_core.text.data import encode_stories, scored_tokens
-
-    docs = read_documents([a.heldout])[: a.limit]
-    context = (db.meta.get("train_config") or {}).get("story_context")
-    windows = encode_stories(docs, db.tokenizer, window_length(db), context)
-    nll, count = 0.0, 0
-    for i in range(0, len(windows), 16):
-        part = windows[i:i + 16]
-        ids = torch.tensor([list(w) for w in part])
-        lp = torch.log_softmax(model(input_ids=ids).logits.float()[:, :-1], -1)
-        got = lp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # log p of the token at each position 1..
-        for r, w in enumerate(part):  # the window's scored tokens: after its given context
-            nll -= float(got[r, w.context - 1:w.context - 1 + w.scored].sum())
-            count += w.scored
-    assert count == scored_tokens(windows)
+    nll, count, docs, windows = story_nats(db, model, a.heldout, a.limit)
     result = {"unit": "story", "ppl_token": math.exp(nll / count), "nats_per_token": nll / count, "tokens": count,
               "stories": len(docs), "windows": len(windows), "step": state["step"], "steps": state["steps"],
               "tokens_seen": state["tokens_seen"], "params": state["params"], "cpu": state["cpu"],
@@ -389,6 +377,45 @@ def _evaluate_stories(a, out: Path, state: dict, db, model) -> int:
     _keep(out / "eval_story.json", result)
     print(json.dumps(result))
     return 0
+
+
+def _heldout(a, db, model, opt, state: dict, out: Path) -> None:
+    """--eval-every: the held-out stories' exact perplexity now, in the run's history; the weights with
+    the lowest so far kept in <out>.best (what the diffusion model's GPU stage did with its bound:
+    on 6,207 stories a GPT-2 overfits long before the same-budget 4,182 steps, 64 passes)."""
+    model.eval()
+    nll, count, _, _ = story_nats(db, model, a.heldout)
+    model.train()
+    ppl = math.exp(nll / count)
+    state["history"].append({"step": state["step"], "heldout_ppl": round(ppl, 3)})
+    say(f"step {state['step']}: held-out stories {ppl:.2f} per token")
+    best = state.get("best")
+    if best is None or ppl < best["heldout_ppl"]:
+        state["best"] = {"step": state["step"], "heldout_ppl": round(ppl, 3), "tokens_seen": state["tokens_seen"]}
+        _save(model, None, {**state, "best_of": str(out)}, out.with_name(out.name + ".best"), db.tokenizer)
+
+
+@torch.inference_mode()
+def story_nats(db, model, heldout: str, limit: int = 1000) -> tuple[float, int, list, list]:
+    """The summed -log p and the count of the held-out stories' scored tokens (eval --unit story's),
+    the stories and their windows. model is read as it is (train()'s caller switches it to eval)."""
+    from dbert_core.sampling.settings import window_length
+    from dbert_core.text.data import encode_stories, scored_tokens
+
+    docs = read_documents([heldout])[:limit]
+    context = (db.meta.get("train_config") or {}).get("story_context")
+    windows = encode_stories(docs, db.tokenizer, window_length(db), context)
+    nll, count = 0.0, 0
+    for i in range(0, len(windows), 16):
+        part = windows[i:i + 16]
+        ids = torch.tensor([list(w) for w in part], device=next(model.parameters()).device)
+        lp = torch.log_softmax(model(input_ids=ids).logits.float()[:, :-1], -1)
+        got = lp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # log p of the token at each position 1..
+        for r, w in enumerate(part):  # the window's scored tokens: after its given context
+            nll -= float(got[r, w.context - 1:w.context - 1 + w.scored].sum())
+            count += w.scored
+    assert count == scored_tokens(windows)
+    return nll, count, docs, windows
 
 
 def _keep(path: Path, result: dict) -> None:
@@ -575,6 +602,9 @@ def main(argv=None) -> int:
     t.add_argument("--tokens", type=int, default=0, help="token budget (default: the checkpoint's tokens_seen)")
     t.add_argument("--save-every", type=int, default=100)
     t.add_argument("--log-every", type=int, default=10)
+    t.add_argument("--heldout", default="", help="whole held-out stories (eval --unit story's) to score every --eval-every "
+                                                 "steps; the best weights go to <out>.best")
+    t.add_argument("--eval-every", type=int, default=100)
     t.add_argument("--fp32", action="store_true", help="no bf16 autocast even where the CPU has it")
     t.add_argument("--device", default="cpu", help="cpu or cuda (a lent GPU trains the stories baseline in minutes)")
     t.add_argument("--layers", type=int, default=6, help="GPT-2 layers (6 x 384: the diffusion model's size)")
