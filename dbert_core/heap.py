@@ -19,28 +19,37 @@ memory has outgrown the loop's working set by half, so a days-long run stays wit
 working set, for one trim every few dozen steps (the same trainer: 3.3-3.4 GB back to 2.1-2.3 GB).
 The sampler needs none: 14 runs of 1-10 stories in one process levelled at 1.1 GB.
 
-Only the entry points call it (cli.main, the TUI's main): a program that imports dbert_core keeps
-its own malloc settings. Elsewhere than Linux with glibc it does nothing. No torch import here.
+Only the entry points call keep_freed_memory (cli.main, the TUI's main): a program that imports
+dbert_core keeps its own malloc settings (a trim only hands back what is free). Elsewhere than Linux with glibc it does nothing. No torch import here.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
 KEEP = 2**31 - 1  # mallopt takes an int: bytes freed at the heap's top before any goes back (2 GiB)
 
 
+@functools.lru_cache(maxsize=None)
+def _glibc(name: str):
+    """glibc's function `name`, looked up once (find_library runs ldconfig); None off Linux or
+    where the C library has no such function (musl has no mallopt)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+
+
 def keep_freed_memory() -> bool:
     """Ask glibc's malloc for no mmapped arrays and no trimming; True if it agreed."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl and other C libraries have no mallopt
+    mallopt = _glibc("mallopt")
+    if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, KEEP))
@@ -48,11 +57,8 @@ def keep_freed_memory() -> bool:
 
 def give_back_freed_memory() -> bool:
     """Hand every whole free page of glibc's heap back to the kernel (malloc_trim(0)); True if any went."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
+    trim = _glibc("malloc_trim")
+    if trim is None:
         return False
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     return bool(trim(0))
