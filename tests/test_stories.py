@@ -557,3 +557,36 @@ def test_the_ar_baseline_keeps_its_best_held_out_weights(story_model, tmp_path, 
     assert ar.main(["eval", str(kept), "--heldout", str(held), "--unit", "story"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert math.isclose(again["ppl_token"], best["heldout_ppl"], rel_tol=1e-3)
+
+
+def test_the_ar_baseline_stops_early_once_held_out_stops_improving(story_model, tmp_path, monkeypatch, capsys):
+    """--patience N: the run stops, saved, after N held-out evaluations in a row no better than its
+    best (here the held-out figure falls to step 4, then rises), with the best weights kept; without
+    it the same run trains to its budget."""
+    import importlib.util
+
+    from helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("ar_baseline", ROOT / "scripts" / "studies" / "ar_baseline.py")
+    ar = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ar)
+    held = tmp_path / "held.txt"
+    held.write_text("".join("\n".join(d) + f"\n{EOT}\n" for d in read_documents([str(HEAD)])[-2:]))
+    per_token = iter([3.0, 2.0, 2.2, 2.1, 2.4, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    monkeypatch.setattr(ar, "story_nats", lambda db, model, heldout, limit=1000: (next(per_token) * 100, 100, [], []))
+    args = ["train", str(story_model.path), "--tokens", "2400", "--layers", "1", "--hidden", "32", "--heads", "2",
+            "--seq-len", "32", "--batch", "4", "--lr", "3e-3", "--warmup", "2", "--heldout", str(held),
+            "--eval-every", "2"]
+    out = tmp_path / "ar"
+    assert ar.main([*args, "--out", str(out), "--patience", "3"]) == 0
+    state = json.loads((out / "state.json").read_text())
+    assert state["steps"] > 10  # the budget goes well past the stop
+    assert state["step"] == 10 and state["best"]["step"] == 4
+    assert [h["step"] for h in state["history"] if "heldout_ppl" in h] == [2, 4, 6, 8, 10]
+    assert json.loads((out.with_name("ar.best") / "state.json").read_text())["step"] == 4
+    assert "no better than step 4's" in capsys.readouterr().err
+    per_token = iter([3.0, 2.0, 2.2, 2.1, 2.4] + [2.5] * 40)
+    whole = tmp_path / "whole"
+    assert ar.main([*args, "--out", str(whole)]) == 0
+    state = json.loads((whole / "state.json").read_text())
+    assert state["step"] == state["steps"] and state["best"]["step"] == 4

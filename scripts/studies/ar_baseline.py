@@ -318,6 +318,11 @@ def train(a) -> int:
                 f"{resident_mb() / 1024:.1f} GB resident")
         if a.heldout and a.eval_every and state["step"] % a.eval_every == 0:
             _heldout(a, db, model, opt, state, out)
+            if a.patience and _evaluations_since_best(state) >= a.patience:
+                best = state["best"]
+                say(f"held-out stories no better than step {best['step']}'s {best['heldout_ppl']:.2f} for "
+                    f"{a.patience} evaluations: stopping (its weights are in {out.name}.best)")
+                stop["now"] = True
         if state["step"] % a.save_every == 0:
             _save(model, opt, state, out, tok)
     _save(model, opt, state, out, tok)
@@ -393,6 +398,12 @@ def _heldout(a, db, model, opt, state: dict, out: Path) -> None:
     if best is None or ppl < best["heldout_ppl"]:
         state["best"] = {"step": state["step"], "heldout_ppl": round(ppl, 3), "tokens_seen": state["tokens_seen"]}
         _save(model, None, {**state, "best_of": str(out)}, out.with_name(out.name + ".best"), db.tokenizer)
+
+
+def _evaluations_since_best(state: dict) -> int:
+    """How many held-out evaluations have come after the best one (--patience counts them)."""
+    best = state.get("best")
+    return 0 if best is None else sum(1 for h in state["history"] if "heldout_ppl" in h and h["step"] > best["step"])
 
 
 @torch.inference_mode()
@@ -605,6 +616,9 @@ def main(argv=None) -> int:
     t.add_argument("--heldout", default="", help="whole held-out stories (eval --unit story's) to score every --eval-every "
                                                  "steps; the best weights go to <out>.best")
     t.add_argument("--eval-every", type=int, default=100)
+    t.add_argument("--patience", type=int, default=0,
+                   help="stop, saved, once this many held-out evaluations in a row are no better than the "
+                        "best (early stopping; 0: train to the budget, the same-budget baseline)")
     t.add_argument("--fp32", action="store_true", help="no bf16 autocast even where the CPU has it")
     t.add_argument("--device", default="cpu", help="cpu or cuda (a lent GPU trains the stories baseline in minutes)")
     t.add_argument("--layers", type=int, default=6, help="GPT-2 layers (6 x 384: the diffusion model's size)")
