@@ -559,6 +559,35 @@ def test_the_ar_baseline_keeps_its_best_held_out_weights(story_model, tmp_path, 
     assert math.isclose(again["ppl_token"], best["heldout_ppl"], rel_tol=1e-3)
 
 
+def test_the_ar_baseline_draws_past_its_window_from_the_cache(story_model):
+    """A GPT-2 story longer than its window goes on from its last half window, read once, and then
+    from the cache: a handful of re-reads, not one per token past the first window (which cost a
+    half-window forward per token), and no position past the model's."""
+    import importlib.util
+
+    from helpers import ROOT
+
+    from dbert_core import checkpoint
+
+    spec = importlib.util.spec_from_file_location("ar_baseline", ROOT / "scripts" / "studies" / "ar_baseline.py")
+    ar = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ar)
+    db = checkpoint.load(story_model.path)
+    model = ar.build(db, 8, layers=1, hidden=32, heads=2).eval()  # 9 positions
+    reads = []
+    forward = model.forward
+
+    def counted(*args, **kwargs):
+        reads.append(kwargs["input_ids"].shape[1])
+        return forward(*args, **kwargs)
+
+    model.forward = counted
+    rows = ar.draw(model, db.tokenizer.sep_token_id, 3, 40, 1.0, 0, 0, forbidden=ar._never_drawn(db.tokenizer))
+    assert [len(r) for r in rows] == [40, 40, 40] and len(reads) == 40
+    # 9 calls fill the 9 positions; then each re-read of the last 4 tokens is followed by 5 tokens from the cache
+    assert reads.count(4) == 6 and set(reads) == {1, 4}
+
+
 def test_the_ar_baseline_stops_early_once_held_out_stops_improving(story_model, tmp_path, monkeypatch, capsys):
     """--patience N: the run stops, saved, after N held-out evaluations in a row no better than its
     best (here the held-out figure falls to step 4, then rises), with the best weights kept; without

@@ -441,8 +441,10 @@ def draw(model, sep: int, n: int, length: int, temperature: float, top_k: int, s
          batch_size: int = 32, forbidden: tuple[int, ...] = (), top_p: float = 1.0,
          stop: bool = False) -> list[list[int]]:
     """n windows of length tokens after a [SEP], drawn left to right with the KV cache (top-k, then
-    the nucleus top-p, as dbert's draw shapes p); past the model's positions each row goes on from
-    its last half window, read afresh. stop: each row ends at the first [SEP] it draws (a
+    the nucleus top-p, as dbert's draw shapes p); once a row's window is full it goes on from its
+    last half window, read afresh, and fills the window again from the cache (until 2026-12-06 it
+    re-read the last half window at every token past the first window: less context, and each of
+    those calls cost a 128-token forward). stop: each row ends at the first [SEP] it draws (a
     story's end; not kept), and a batch stops once every row has ended."""
     import inspect
 
@@ -456,12 +458,12 @@ def draw(model, sep: int, n: int, length: int, temperature: float, top_k: int, s
     for lo in range(0, n, batch_size):
         b = min(batch_size, n - lo)
         ids = seqs = torch.full((b, 1), sep, dtype=torch.long)
-        past, out = None, []
+        past, cached, out = None, 0, []
         for _ in range(length):
-            if seqs.shape[1] > limit:  # as it was trained: windows that start inside a story
-                past, ids = None, seqs[:, -(limit // 2):]
+            if cached + ids.shape[1] > limit:  # as it was trained: windows that start inside a story
+                past, cached, ids = None, 0, seqs[:, -(limit // 2):]
             res = model(input_ids=ids, use_cache=True, **{key: past})
-            past = getattr(res, key)
+            past, cached = getattr(res, key), cached + ids.shape[1]
             logits = res.logits[:, -1].float() / temperature
             if forbidden:
                 logits[:, list(forbidden)] = float("-inf")
