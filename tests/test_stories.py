@@ -567,7 +567,7 @@ def test_the_ar_baseline_draws_past_its_window_from_the_cache(story_model):
 
     from helpers import ROOT
 
-    from dbert_core import checkpoint
+    from dbert_core.storage import checkpoint
 
     spec = importlib.util.spec_from_file_location("ar_baseline", ROOT / "scripts" / "studies" / "ar_baseline.py")
     ar = importlib.util.module_from_spec(spec)
