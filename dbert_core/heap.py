@@ -20,7 +20,8 @@ working set, for one trim every few dozen steps (the same trainer: 3.3-3.4 GB ba
 The sampler needs none: 14 runs of 1-10 stories in one process levelled at 1.1 GB.
 
 Only the entry points call keep_freed_memory (cli.main, the TUI's main): a program that imports
-dbert_core keeps its own malloc settings (a trim only hands back what is free). Elsewhere than Linux with glibc it does nothing. No torch import here.
+dbert_core keeps its own malloc settings (a trim only hands back what is free). Elsewhere than
+Linux with glibc it does nothing. No torch import here.
 """
 
 from __future__ import annotations

@@ -35,6 +35,16 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def study_script(name: str):
+    """scripts/studies/<name>.py loaded as a module (the studies are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "studies" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _data_dir() -> Path:
     """The shared corpora: $DBERT_DATA, ../shared/data beside the checkout, or /work/shared/data."""
     for candidate in (os.environ.get("DBERT_DATA"), ROOT.parent / "shared" / "data", "/work/shared/data"):

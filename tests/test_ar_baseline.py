@@ -6,14 +6,11 @@ from __future__ import annotations
 import importlib.util
 import json
 
-from helpers import ROOT, TINYSTORIES_VALID
+from helpers import ROOT, TINYSTORIES_VALID, study_script
 
 
 def script():
-    spec = importlib.util.spec_from_file_location("ar_baseline", ROOT / "scripts" / "studies" / "ar_baseline.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return study_script("ar_baseline")
 
 
 def test_trains_resumes_and_scores(tiny_checkpoint, tmp_path, capsys):

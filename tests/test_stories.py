@@ -490,18 +490,11 @@ def test_a_story_judge_trains_on_whole_stories_and_scores_sample_files(story_mod
     """scripts/studies/ar_baseline.py on a story checkpoint reads its training files as whole stories,
     `[SEP] story [SEP]` cut into windows, trains a GPT-2 of the size asked for (the small story judge),
     and scripts/studies/stories.py --judge scores the held-out stories and sample files under it."""
-    import importlib.util
     import sys
 
     from dbert_core.evaluation.judge import Judge
     from dbert_core.text.data import encode, story_texts
-    from helpers import ROOT
-
-    def script(name):
-        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "studies" / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
+    from helpers import study_script as script
 
     ar, db = script("ar_baseline"), story_model
     sep, files = db.tokenizer.sep_token_id, db.meta["train_config"]["data"]
@@ -531,14 +524,11 @@ def test_the_ar_baseline_keeps_its_best_held_out_weights(story_model, tmp_path, 
     """--heldout --eval-every: the held-out stories scored every few steps (eval --unit story's exact
     perplexity) into the run's history, and the weights of the lowest kept in <out>.best, which eval
     scores to the same figure; the run itself goes on to its budget."""
-    import importlib.util
     import math
 
-    from helpers import ROOT
+    from helpers import study_script
 
-    spec = importlib.util.spec_from_file_location("ar_baseline", ROOT / "scripts" / "studies" / "ar_baseline.py")
-    ar = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ar)
+    ar = study_script("ar_baseline")
     held = tmp_path / "held.txt"
     held.write_text("".join("\n".join(d) + f"\n{EOT}\n" for d in read_documents([str(HEAD)])[-3:]))
     out = tmp_path / "ar"
@@ -563,15 +553,11 @@ def test_the_ar_baseline_draws_past_its_window_from_the_cache(story_model):
     """A GPT-2 story longer than its window goes on from its last half window, read once, and then
     from the cache: a handful of re-reads, not one per token past the first window (which cost a
     half-window forward per token), and no position past the model's."""
-    import importlib.util
-
-    from helpers import ROOT
+    from helpers import study_script
 
     from dbert_core.storage import checkpoint
 
-    spec = importlib.util.spec_from_file_location("ar_baseline", ROOT / "scripts" / "studies" / "ar_baseline.py")
-    ar = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ar)
+    ar = study_script("ar_baseline")
     db = checkpoint.load(story_model.path)
     model = ar.build(db, 8, layers=1, hidden=32, heads=2).eval()  # 9 positions
     reads = []
@@ -592,13 +578,9 @@ def test_the_ar_baseline_stops_early_once_held_out_stops_improving(story_model, 
     """--patience N: the run stops, saved, after N held-out evaluations in a row no better than its
     best (here the held-out figure falls to step 4, then rises), with the best weights kept; without
     it the same run trains to its budget."""
-    import importlib.util
+    from helpers import study_script
 
-    from helpers import ROOT
-
-    spec = importlib.util.spec_from_file_location("ar_baseline", ROOT / "scripts" / "studies" / "ar_baseline.py")
-    ar = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ar)
+    ar = study_script("ar_baseline")
     held = tmp_path / "held.txt"
     held.write_text("".join("\n".join(d) + f"\n{EOT}\n" for d in read_documents([str(HEAD)])[-2:]))
     per_token = iter([3.0, 2.0, 2.2, 2.1, 2.4, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])

@@ -317,7 +317,7 @@ def train(a) -> int:
             say(f"step {state['step']}/{steps} loss {loss.item():.3f} lr {rate:.2e} {tps:.0f} tok/s "
                 f"{resident_mb() / 1024:.1f} GB resident")
         if a.heldout and a.eval_every and state["step"] % a.eval_every == 0:
-            _heldout(a, db, model, opt, state, out)
+            _heldout(a, db, model, state, out)
             if a.patience and _evaluations_since_best(state) >= a.patience:
                 best = state["best"]
                 say(f"held-out stories no better than step {best['step']}'s {best['heldout_ppl']:.2f} for "
@@ -384,7 +384,7 @@ def _evaluate_stories(a, out: Path, state: dict, db, model) -> int:
     return 0
 
 
-def _heldout(a, db, model, opt, state: dict, out: Path) -> None:
+def _heldout(a, db, model, state: dict, out: Path) -> None:
     """--eval-every: the held-out stories' exact perplexity now, in the run's history; the weights with
     the lowest so far kept in <out>.best (what the diffusion model's GPU stage did with its bound:
     on 6,207 stories a GPT-2 overfits long before the same-budget 4,182 steps, 64 passes)."""
