@@ -1,15 +1,19 @@
 """How a stop signal (SIGINT, SIGTERM, SIGHUP) becomes errors.Interrupted, safely.
 
 The CLI's handlers (cli/ending.py) and a training run's (training/train.py) call stop(): it raises
-Interrupted unless a stop is already under way, puts off a signal that lands inside an import,
-and takes no lock, since a handler can run again inside itself when a second signal comes.
+Interrupted unless a stop is already under way, puts off a signal that lands inside an import or
+a put_off_stops() block (taking an output folder's lock into a variable), and takes no lock,
+since a handler can run again inside itself when a second signal comes.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 from .errors import Interrupted
 
 _under_way = False  # a stop is under way (stop_under_way): stop signals change nothing
+_holding = 0  # put_off_stops() blocks open: a stop signal waits until the last one ends
 
 
 def stop(signum: int, frame=None) -> None:
@@ -24,7 +28,7 @@ def stop(signum: int, frame=None) -> None:
 
     if _under_way:
         return
-    if _importing(frame) and hasattr(signal, "setitimer"):
+    if (_holding or _importing(frame)) and hasattr(signal, "setitimer"):
         _put_off(signum)
         return
     raise Interrupted(signal.Signals(signum).name)
@@ -56,7 +60,7 @@ def _again(_alarm: int, frame) -> None:
     signum = _pending
     if signum is None:
         return
-    if _importing(frame):
+    if _holding or _importing(frame):
         signal.setitimer(signal.ITIMER_REAL, 0.05)
         return
     _no_put_off()
@@ -91,6 +95,20 @@ def _importing(frame) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+@contextlib.contextmanager
+def put_off_stops():
+    """A block a stop signal must not break into: one landing inside it is delivered once it
+    ends (within 50 ms). For a step whose result must reach a variable before anything can fail,
+    so that the caller's clean-up sees it: `with put_off_stops(): lock = OutLock(out)` (an
+    Interrupted raised between the lock file's creation and the assignment left the file behind)."""
+    global _holding
+    _holding += 1
+    try:
+        yield
+    finally:
+        _holding -= 1
 
 
 def stop_under_way() -> None:

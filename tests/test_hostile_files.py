@@ -212,6 +212,42 @@ def test_a_checkpoint_nobody_trains_into_is_removed(capsys, monkeypatch):
     assert code == 0 and "removed" in err and not (store.store_dir() / "x").exists()
 
 
+@pytest.mark.parametrize("where", ["flock", "pwrite"])
+def test_a_ctrl_c_while_the_lock_is_taken_leaves_no_lock_file(tmp_path, monkeypatch, where):
+    """CI once saw `dbert train` stopped by SIGTERM at start-up leave its .dbert-lock behind: the
+    signal landed between the lock file's creation and OutLock's return, so nothing released it.
+    Interrupted there now removes the file the taking made (before the lock: `flock`; holding it,
+    while recording its pid: `pwrite`), and a lock another process holds is never removed."""
+    import fcntl
+
+    from dbert_core.disk import lock as lockmod
+    from dbert_core.errors import Interrupted
+
+    out = tmp_path / "run"
+    file = tmp_path / ".run.dbert-lock"
+    real = {"flock": fcntl.flock, "pwrite": os.pwrite}[where]
+    calls = []
+
+    def interrupted_once(*args):
+        calls.append(args)
+        if len(calls) == 1:
+            raise Interrupted("SIGINT")
+        return real(*args)
+
+    monkeypatch.setattr(fcntl if where == "flock" else lockmod.os, where, interrupted_once)
+    with pytest.raises(Interrupted):
+        lockmod.OutLock(out)
+    assert calls and not file.exists()
+    monkeypatch.undo()
+    held = lockmod.OutLock(out)  # the folder is free again
+    assert lockmod.holder(out) == f"pid {os.getpid()}"
+    with pytest.raises(DbertError, match="being written by another dbert run"):
+        lockmod.OutLock(out)  # refused: and the holder's file stays
+    assert file.exists() and lockmod.holder(out) == f"pid {os.getpid()}"
+    held.release()
+    assert not file.exists()
+
+
 # ------------------------------------------------------------------ 2. a full disk never touches the last checkpoint
 FULL_DISK = r"""
 import contextlib, hashlib, io, json, os, shutil, subprocess, sys

@@ -172,6 +172,28 @@ def test_a_ctrl_c_inside_an_import_that_swallows_it_is_not_lost(tmp_path, monkey
         sys.modules.pop("swallower", None)
 
 
+def test_a_ctrl_c_inside_put_off_stops_comes_right_after_it():
+    """`with put_off_stops(): lock = OutLock(out)`: a stop signal landing inside the block is
+    delivered once it ends, so the variable holds the lock when the Interrupted comes and the
+    caller's clean-up releases it."""
+    from dbert_core import errors, stopping
+
+    old = signal.signal(signal.SIGINT, lambda signum, frame: stopping.stop(signum, frame))
+    try:
+        stopping.stop_reset()
+        with stopping.put_off_stops():
+            with stopping.put_off_stops():  # nested: the outer block still holds it off
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)
+            time.sleep(0.2)
+            done = True
+        assert done
+        with pytest.raises(errors.Interrupted):
+            time.sleep(2)  # the put-off signal arrives within 50 ms
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 class _Stalling:
     """A TCP server on 127.0.0.1 that accepts and then sends nothing (`stall`), or an HTTP head
     and then one byte every 0.2 s, forever (`drip`)."""

@@ -81,26 +81,52 @@ class OutLock:
                                  "(remove it if it is not yours)") from None
             f = os.fdopen(fd, "r+b", buffering=0)
             try:
-                holder = self._check(f)
-            except DbertError:
-                f.close()
+                if self._take(f, out):
+                    self.file = f
+                    return
+            except BaseException:  # refused, busy, or interrupted (Ctrl-C) part way: no file left behind
+                self._drop(f)
                 raise
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.close()
-                raise Busy(f"{out} is being written by another dbert run ({holder or 'another process'}); "
-                           "wait for it or choose another --out", holder or "another process") from None
-            try:
-                same = os.fstat(f.fileno()).st_ino == os.stat(self.path, follow_symlinks=False).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                os.pwrite(f.fileno(), f"pid {os.getpid()}".ljust(self.RECORD - 1).encode() + b"\n", 0)
-                self.file = f
-                return
             f.close()  # the previous holder removed the file after we opened it: try again
         raise DbertError(f"cannot lock {out}")
+
+    def _take(self, f, out: Path) -> bool:
+        """Lock the open file f and record this process in it; False when its name no longer
+        leads to it (the holder before removed it: open again). Busy when another run holds it."""
+        import fcntl
+
+        holder = self._check(f)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Busy(f"{out} is being written by another dbert run ({holder or 'another process'}); "
+                       "wait for it or choose another --out", holder or "another process") from None
+        if not self._named(f):
+            return False
+        os.pwrite(f.fileno(), f"pid {os.getpid()}".ljust(self.RECORD - 1).encode() + b"\n", 0)
+        return True
+
+    def _named(self, f) -> bool:
+        """Whether the lock file's name still leads to the open file f."""
+        try:
+            return os.fstat(f.fileno()).st_ino == os.stat(self.path, follow_symlinks=False).st_ino
+        except FileNotFoundError:
+            return False
+
+    def _drop(self, f) -> None:
+        """Close f after a failed _take, removing the lock file if no process holds it and it is
+        dbert's (the one this process may have just made): as release() would, had it finished."""
+        import fcntl
+
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # already ours, or nobody's: ours now
+            self._check(f)
+            if self._named(f):
+                self.path.unlink()
+        except (OSError, DbertError):
+            pass  # another run holds it, or it is not a dbert lock file: left as it is
+        finally:
+            f.close()
 
     def _check(self, f) -> str:
         """The holder recorded in an open lock file ("" when empty); DbertError unless it is a

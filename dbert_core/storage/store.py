@@ -23,6 +23,7 @@ from ..disk import layout, temp_folders, tree
 from ..display import is_safe, safe_text
 from ..errors import DbertError
 from ..disk.lock import Busy, OutLock, holder
+from ..stopping import put_off_stops
 from ..disk.modes import apply_umask
 from ..disk.trust import PICKLE_SUFFIXES, is_code, pickled
 
@@ -343,7 +344,8 @@ def commit(ckpt_dir: Path, dest: Path) -> Path:
     given the user's umask, renamed into place; every way into the store ends here."""
     validate(ckpt_dir)
     apply_umask(ckpt_dir)
-    lock = hold(dest, "import into")  # a run training into dest (started meanwhile) keeps it
+    with put_off_stops():  # a Ctrl-C waits until `lock` holds it, so `finally` releases it
+        lock = hold(dest, "import into")  # a run training into dest (started meanwhile) keeps it
     try:
         if temp_folders.exists(dest):
             raise DbertError(f"a checkpoint named {dest.name!r} appeared in the store meanwhile")
@@ -391,7 +393,8 @@ def remove(name: str) -> Path:
     path = store_dir() / name
     if not path.is_dir():
         raise DbertError(f"no checkpoint named {name!r} in {store_dir()}")
-    lock = hold(path, "remove")  # a run training into it is named; none can start meanwhile
+    with put_off_stops():  # a Ctrl-C waits until `lock` holds it, so `finally` releases it
+        lock = hold(path, "remove")  # a run training into it is named; none can start meanwhile
     try:
         # rename first, so the entry disappears at once even if deleting takes a while (or is killed)
         gone = temp_folders.temp_dir(path, "remove")

@@ -26,6 +26,7 @@ from ..text.data import (DocumentStats, Special, document_sentences, document_wi
 from ..errors import DbertError
 from ..hardware import pick_device
 from ..disk.lock import OutLock
+from ..stopping import put_off_stops
 from ..disk.output import check_writable, make_folders, remove_empty
 
 
@@ -251,7 +252,8 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
         if rank == 0:
             made = make_folders(out.parent)
             check_writable(out.parent)  # fail now, not at the first save after an hour of training
-            lock = OutLock(out)  # before anything touches out; released when the run ends
+            with put_off_stops():  # a Ctrl-C waits until `lock` holds it, so the clean-up below sees it
+                lock = OutLock(out)  # before anything touches out; released when the run ends
             ckpt.recover(out)
         return _prepare(cfg, out, lock, rank, world, local_rank)
     except BaseException:
