@@ -225,7 +225,8 @@ class Trainer:
         rngs = [self._rng_state()]
         if self.world > 1:
             gathered = [None] * self.world
-            torch.distributed.all_gather_object(gathered, rngs[0])
+            with self._collective():
+                torch.distributed.all_gather_object(gathered, rngs[0])
             rngs = gathered
         if not all(torch.isfinite(p).all() for p in self.model.parameters()):
             raise DbertError(f"training diverged by step {self.step}: the weights are not finite (try a lower --lr); "
@@ -252,7 +253,8 @@ class Trainer:
             for cb in self.callbacks:
                 cb.on_checkpoint(self, path)
         if self.world > 1:
-            torch.distributed.barrier()
+            with self._collective():  # a rank killed while rank 0 saved: the checkpoint just written stays
+                torch.distributed.barrier()
         return path
 
     # ----------------------------------------------------------------- loop
@@ -342,13 +344,20 @@ class Trainer:
                 "elapsed": self.elapsed, "epoch": self.epoch}
 
     def _distributed_step(self) -> dict:
-        """train_step in a torchrun launch, where a collective that fails means another rank has
-        gone (killed, out of memory, its machine lost): one line saying so, not a backend error.
-        Nothing is saved (this step's gradients never arrived whole); the last checkpoint stays."""
-        try:
+        """train_step in a torchrun launch. Nothing is saved when a peer has gone (this step's
+        gradients never arrived whole); the last checkpoint stays."""
+        with self._collective():
             return self.train_step()
+
+    @contextlib.contextmanager
+    def _collective(self):
+        """Around the collectives of a torchrun launch (a step's gradients, a save's gather and
+        barrier), where one that fails means another rank has gone (killed, out of memory, its
+        machine lost): one line saying so, not a backend error reported as a bug."""
+        try:
+            yield
         except RuntimeError as e:
-            if not _peer_failure(e):
+            if self.world == 1 or not _peer_failure(e):
                 raise
             raise DbertError(f"rank {self.rank}: another process of this {self.world}-process run stopped "
                              f"({' '.join(str(e).split())[:120]}); the last checkpoint in {self.cfg.out} stays "
