@@ -69,6 +69,20 @@ def test_perplexity_word_and_token(tiny_db):
     assert "example_nats" not in r
 
 
+def test_a_bound_does_not_depend_on_the_batch_size(tiny_db):
+    """Each example draws its own steps and masks: batches of 3 (less padding, other neighbours)
+    and of 32 give every example the same bound, as --exact and as Monte-Carlo draws."""
+    for kw in (dict(mc=2), dict(exact=True)):
+        small = perplexity(tiny_db, [str(TINYSTORIES_VALID)], steps=16, limit=20, unit="sentence", batch_size=3,
+                           examples=True, **kw)
+        large = perplexity(tiny_db, [str(TINYSTORIES_VALID)], steps=16, limit=20, unit="sentence", batch_size=32,
+                           examples=True, **kw)
+        assert small["example_nats"] == pytest.approx(large["example_nats"], abs=2e-3), kw
+        other = perplexity(tiny_db, [str(TINYSTORIES_VALID)], steps=16, limit=20, unit="sentence", batch_size=3,
+                           examples=True, seed=1, **kw)
+        assert other["example_nats"] != pytest.approx(small["example_nats"], abs=2e-3)  # the seed still counts
+
+
 def test_readability_counts_what_a_reader_checks_first():
     from dbert_core.evaluation.metrics import readability
 

@@ -44,6 +44,20 @@ def test_loss_finite_and_falling(tmp_path):
     assert len(vals) == 3 and vals[-1] < vals[0]
 
 
+def test_the_validation_bound_does_not_depend_on_the_batch_size(tmp_path):
+    """Two runs that differ only in --batch-size score the same weights alike (each held-out example
+    draws its own steps and masks), so their validation curves compare."""
+    def score(batch_size):
+        t = Trainer(tiny_config(tmp_path / str(batch_size), batch_size=batch_size))
+        t.prepare()
+        try:
+            return t.evaluate()["val_nats_per_token"]
+        finally:
+            t.release()
+
+    assert score(4) == pytest.approx(score(32), abs=1e-4)
+
+
 def test_resume_is_exact(tmp_path):
     straight = Trainer(tiny_config(tmp_path / "a", max_steps=30, save_every=0))
     straight.run()

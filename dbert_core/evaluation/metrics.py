@@ -23,7 +23,7 @@ from ..text.contractions import broken_in_text
 from ..sampling.blocks import is_story_model
 from ..text.data import (DocumentStats, Special, collate, count_words, document_sentences, document_windows,
                          encode_stories, iter_encode, read_documents, read_examples, scored_tokens, story_texts)
-from ..maths.diffusion import elbo
+from ..maths.diffusion import RowDraws, elbo
 from .story_metrics import story_report
 from ..errors import DbertError
 
@@ -262,13 +262,14 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     if not kept:
         raise DbertError("no example of the data file fits the model's length")
     special = Special.of(db.tokenizer)
-    gen = torch.Generator().manual_seed(seed)
     model = db.model
     model.eval()
     per_example = []
     for i in range(0, len(kept), batch_size):
-        ids, att, noisable = collate(kept[i:i + batch_size], special, db.device)
-        per_example.append(elbo(model, ids, att, noisable, db.schedule, steps, gen, exact=exact, mc=mc).cpu())
+        batch = kept[i:i + batch_size]
+        ids, att, noisable = collate(batch, special, db.device)
+        draws = RowDraws(seed, range(i, i + len(batch)))  # each example's draws its own: --batch-size changes nothing
+        per_example.append(elbo(model, ids, att, noisable, db.schedule, steps, draws, exact=exact, mc=mc).cpu())
         if progress is not None:
             progress(min(i + batch_size, len(kept)), len(kept))
     nats = torch.cat(per_example)

@@ -25,7 +25,7 @@ from ..storage import checkpoint as ckpt
 from ..disk import layout
 from ..config import TrainConfig
 from ..text.data import collate, epoch_batches, scored_tokens
-from ..maths.diffusion import Workspace, draw_steps, elbo, masked_kl
+from ..maths.diffusion import RowDraws, Workspace, draw_steps, elbo, masked_kl
 from ..errors import DbertError
 from ..stopping import stop, stop_reset, stop_under_way
 from ..hardware import compute_dtype
@@ -292,15 +292,16 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict:
-        """Validation ELBO (nats per token, perplexity) with the eval step budget; fixed seed."""
+        """Validation ELBO (nats per token, perplexity) with the eval step budget; each example's draws fixed."""
         c = self.cfg
         self.model.eval()
-        g = torch.Generator().manual_seed(1234)
         nats, toks = 0.0, 0
         for i in range(0, len(self.val_examples), c.batch_size):
-            ids, att, noisable = collate(self.val_examples[i:i + c.batch_size], self.special, self.device)
+            batch = self.val_examples[i:i + c.batch_size]
+            ids, att, noisable = collate(batch, self.special, self.device)
+            draws = RowDraws(1234, range(i, i + len(batch)))  # the same draws whatever --batch-size: runs compare
             with self._autocast():
-                nats += elbo(self.model, ids, att, noisable, self.db.schedule, c.eval_budget, g).sum().item()
+                nats += elbo(self.model, ids, att, noisable, self.db.schedule, c.eval_budget, draws).sum().item()
             toks += scored_tokens(self.val_examples[i:i + c.batch_size])  # a story's padding is not text
         self.model.train()
         return {"step": self.step, "val_nats_per_token": nats / toks, "val_ppl_token": math.exp(nats / toks),
