@@ -302,7 +302,7 @@ class Trainer:
             draws = RowDraws(1234, range(i, i + len(batch)))  # the same draws whatever --batch-size: runs compare
             with self._autocast():
                 nats += elbo(self.model, ids, att, noisable, self.db.schedule, c.eval_budget, draws).sum().item()
-            toks += scored_tokens(self.val_examples[i:i + c.batch_size])  # a story's padding is not text
+            toks += scored_tokens(batch)  # a story's padding is not text
         self.model.train()
         return {"step": self.step, "val_nats_per_token": nats / toks, "val_ppl_token": math.exp(nats / toks),
                 "eval_steps": c.eval_budget}
