@@ -26,7 +26,7 @@ DOC_SEPS = ("auto", "blank", "eot", "line", "jsonl")  # what separates documents
 LOSSES = ("hybrid", "elbo", "ce")
 DECAYS = ("cosine", "constant")
 DTYPES = ("auto", "fp32", "bf16")
-DECODING = ("steps", "top_k", "top_p", "cache_refresh", "cache_masked")  # SampleConfig's fields a checkpoint may recommend (settings.default_decoding)
+DECODING = ("steps", "temperature", "top_k", "top_p", "cache_refresh", "cache_masked")  # SampleConfig's fields a checkpoint may recommend (settings.default_decoding)
 PRESETS = ("tiny", "mini", "small", "base")       # their sizes: model.PRESETS
 MAX_LAMBDA = 1 / math.pi                           # spindle strength that keeps a_t monotone
 MAX_SEED = 2**32 - 1
@@ -235,7 +235,8 @@ class SampleConfig:
 
     n: int = 10                        # samples
     steps: int | None = None           # reverse steps S (1..T); None: the checkpoint's recommendation, else 96
-    temperature: float = 1.0           # 0: greedy, the most likely token (ties broken by the seeded draw)
+    temperature: float | None = None   # 0: greedy, the most likely token (ties broken by the seeded draw); None: the
+    #                                    checkpoint's recommendation, else 1
     top_k: int | None = None           # 0: off; None: the checkpoint's recommendation, else 30 (the paper's)
     top_p: float | None = None         # 1: off; None: the checkpoint's recommendation, else 1
     length: int | None = None          # None: the length the checkpoint was trained on
@@ -269,7 +270,8 @@ class SampleConfig:
         _int("--n", self.n, 1)
         if self.steps is not None:
             _int("--steps", self.steps, 1, MAX_T)
-        _float("--temperature", self.temperature, 0.0, 1e6)  # 0: greedy (the most likely token)
+        if self.temperature is not None:
+            _float("--temperature", self.temperature, 0.0, 1e6)  # 0: greedy (the most likely token)
         if self.top_k is not None:
             _int("--top-k", self.top_k, 0)
         if self.top_p is not None:

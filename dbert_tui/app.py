@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
     def tui(
         checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="Store name or checkpoint directory to start with (default: the last one used, else the shipped model).")] = None,
         steps: Annotated[Optional[int], typer.Option(help="Reverse steps of the first run (default: the checkpoint's recommendation, else 96).", show_default=False)] = d.steps,
-        temperature: Annotated[float, typer.Option(help="Softmax temperature (0: greedy).")] = d.temperature,
+        temperature: Annotated[Optional[float], typer.Option(help="Softmax temperature (0: greedy). Default: what the checkpoint recommends, else 1.", show_default=False)] = d.temperature,
         top_k: Annotated[Optional[int], typer.Option(help="Keep the k most likely tokens (0: off). Default: the checkpoint's recommendation, else 30.", show_default=False)] = d.top_k,
         top_p: Annotated[Optional[float], typer.Option(help="Nucleus mass in (0, 1] (1: off). Default: the checkpoint's recommendation, else 1.", show_default=False)] = d.top_p,
         length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length).")] = d.length,

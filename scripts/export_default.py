@@ -28,6 +28,7 @@ def main() -> int:
     ap.add_argument("dst")
     ap.add_argument("--card", help="Markdown model card to ship as MODEL_CARD.md")
     ap.add_argument("--steps", type=int, help="the reverse steps sampling uses unless told")
+    ap.add_argument("--temperature", type=float, help="the softmax temperature sampling uses unless told (0: greedy)")
     ap.add_argument("--top-k", type=int, help="the top-k sampling uses unless told (0: off)")
     ap.add_argument("--top-p", type=float, help="the nucleus mass sampling uses unless told, in (0, 1]")
     ap.add_argument("--cache-refresh", type=int, help="the decided-position cache's refresh sampling uses unless told (0: the exact forward)")
@@ -61,7 +62,7 @@ def main() -> int:
         if files and all(Path(f).is_file() for f in files):
             db.words = lexicon.learn(read_lines(files), db.tokenizer)
             print(f"{len(db.words)} words from the training files (dbert_words.json)", file=sys.stderr)
-    decoding = {k: v for k, v in (("steps", args.steps), ("top_k", args.top_k), ("top_p", args.top_p),
+    decoding = {k: v for k, v in (("steps", args.steps), ("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
                                                ("cache_refresh", args.cache_refresh), ("cache_masked", args.cache_masked))
                 if v is not None}
     if decoding:

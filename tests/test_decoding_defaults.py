@@ -115,3 +115,41 @@ def test_the_tui_follows_each_checkpoints_decoding_until_the_user_sets_it(recomm
     given.fit(nucleus)
     assert (given.settings.top_k, given.settings.top_p) == (5, 0.9)
     assert replace(given.settings).validate()
+
+
+def test_a_checkpoints_temperature_is_the_default_everywhere_unless_told(recommending, tiny_checkpoint, capsys,
+                                                                         monkeypatch):
+    """sampling.decoding.temperature (the shipped model's, chosen by blind readers): what sample, eval, the
+    server and the TUI use unless told; a malformed one, or none, is 1."""
+    from dbert_core.config import SampleConfig
+    from dbert_core.sampling.sample import resolve
+    from dbert_core.serving.options import Limits
+    from dbert_core.serving.request import parse
+    from dbert_core.storage import checkpoint
+    from dbert_tui.controller import Session, Settings
+
+    meta = json.loads((recommending / "dbert.json").read_text())
+    meta["sampling"]["decoding"]["temperature"] = 0.5
+    (recommending / "dbert.json").write_text(json.dumps(meta))
+    db = checkpoint.load(recommending)
+    assert resolve(SampleConfig(), db).temperature == 0.5
+    assert resolve(SampleConfig(temperature=1.0), db).temperature == 1.0
+    assert resolve(SampleConfig(temperature=0), db).temperature == 0  # greedy is a value, not "unset"
+    assert resolve(SampleConfig(), checkpoint.load(tiny_checkpoint)).temperature == 1.0
+    for bad in (-1, "0.5", True, None):
+        db.meta["sampling"]["decoding"]["temperature"] = bad
+        assert resolve(SampleConfig(), db).temperature == 1.0, bad
+    db.meta["sampling"]["decoding"]["temperature"] = 0.5
+    assert parse({"prompt": "Once", "max_tokens": 8}, db, "m", Limits()).prompts[0].cfg.temperature == 0.5
+    assert parse({"prompt": "Once", "max_tokens": 8, "temperature": 1}, db, "m", Limits()).prompts[0].cfg.temperature == 1
+    s = Session(Settings())
+    s.fit(db)
+    assert s.settings.temperature == 0.5
+    s.temperature(db, +1)  # `+`: the user's from now on
+    assert s.settings.temperature > 0.5
+    common = ["--n", "3", "--seed", "3", "--length", "16"]
+    code, own, _ = run(["sample", "-c", str(recommending), *common], capsys, monkeypatch)
+    code2, asked, _ = run(["sample", "-c", str(tiny_checkpoint), *common, "--steps", "12", "--top-k", "0", "--top-p", "0.9",
+                           "--temperature", "0.5"], capsys, monkeypatch)
+    code3, hot, _ = run(["sample", "-c", str(recommending), *common, "--temperature", "1"], capsys, monkeypatch)
+    assert code == code2 == code3 == 0 and own == asked and hot != own

@@ -294,13 +294,13 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
 
 def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 64, top_k: int | None = None,
             top_p: float | None = None, batch_size: int = 32, seed: int = 0, unit: str = "line", sampler: str | None = None,
-            block_repeats: bool = True, params: dict | None = None, temperature: float = 1.0,
+            block_repeats: bool = True, params: dict | None = None, temperature: float | None = None,
             judge=None, texts: dict | None = None, on_frame=None, pair_quotes: bool = True,
             fix_contractions: bool = True, known_words: bool = True) -> dict:
     """The paper's protocol: n samples for BLEU-4 against the data, n more for Self-BLEU-4
     (on_frame: called with every frame of both runs, for progress).
 
-    steps, top_k, top_p: None: the checkpoint's recommendation (settings.default_decoding), as `dbert sample`.
+    steps, temperature, top_k, top_p: None: the checkpoint's recommendation (settings.default_decoding), as `dbert sample`.
     sampler and params: the decoding strategy (strategies.py). judge (a judge.Judge or the name
     of a causal LM): also the first n samples' gen-PPL and entropy under it, and the same for n
     pieces of the data of the samples' mean length in words ("human_"). texts: a dict that
@@ -322,7 +322,7 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
     second, st2 = generate(db, cfg, on_frame, seed=seed + 1, paragraph=" ")
     out = {
         "samples": n, "sample_steps": cfg.steps, "sample_length": length, "top_k": cfg.top_k, "top_p": cfg.top_p, "sampler": sampler,
-        "sampler_exact": get(sampler).exact, "params": cfg.params, "temperature": temperature,
+        "sampler_exact": get(sampler).exact, "params": cfg.params, "temperature": cfg.temperature,
         "block_repeats": block_repeats, "pair_quotes": pair_quotes, "fix_contractions": fix_contractions,
         "known_words": known_words, "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second),
         "distinct1": distinct_n(first, 1), "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),

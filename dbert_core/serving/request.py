@@ -90,7 +90,7 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
     min_tokens = _optional(body, "min_tokens", int, "a whole number")  # vLLM's name: no end before this many
     if min_tokens is not None and not 0 <= min_tokens <= limits.max_tokens:
         raise ApiError(400, f"min_tokens must be in [0, {limits.max_tokens}] (got {min_tokens})", param="min_tokens")
-    temperature = _optional(body, "temperature", (int, float), "a number", 1.0)
+    temperature = _optional(body, "temperature", (int, float), "a number")  # None: the checkpoint's recommendation
     top_p = _optional(body, "top_p", (int, float), "a number")  # None: the checkpoint's recommendation
     n = _optional(body, "n", int, "a whole number", 1)
     if n < 1:

@@ -34,7 +34,7 @@ def evaluate(
     known_words: Annotated[bool, typer.Option("--known-words/--made-up-words", help="As in `dbert sample`.")] = SAMPLE.known_words,
     sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy of the samples, as in `dbert sample`. Default: the model's fastest exact sampler.")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable).")] = None,
-    temperature: Annotated[float, typer.Option(help="Softmax temperature of the samples' token choice.")] = SAMPLE.temperature,
+    temperature: Annotated[Optional[float], typer.Option(help="Softmax temperature of the samples' token choice (default: as `dbert sample`).", show_default=False)] = SAMPLE.temperature,
     judge: Annotated[Optional[str], typer.Option(metavar="MODEL", help="Also score the samples and as much held-out --data text under this Hugging Face causal LM (a local folder or a hub id such as gpt2-large; safetensors only, no remote code): gen-PPL and unigram entropy.")] = None,
     batch_size: Annotated[int, typer.Option(help="Examples per batch.")] = 32,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
