@@ -601,3 +601,46 @@ def test_the_ar_baseline_stops_early_once_held_out_stops_improving(story_model, 
     assert ar.main([*args, "--out", str(whole)]) == 0
     state = json.loads((whole / "state.json").read_text())
     assert state["step"] == state["steps"] and state["best"]["step"] == 4
+
+
+def test_the_shaping_changes_the_words_not_the_storys_length(story_model):
+    """natural_length (the default): a story's end keeps the model's own chance, whatever the temperature,
+    top-k or top-p; the other tokens share the rest as shaped. With the end the model's most likely token
+    (a third of the mass), greedy decoding ends every story at once unless the end keeps its own chance."""
+    from dbert_core.config import SampleConfig
+    from dbert_core.sampling.blocks import story_of
+    from dbert_core.sampling.draw import shape_probs
+    from dbert_core.sampling.sample import resolve, shaping, story_stream
+
+    logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]])
+    raw = torch.softmax(logits.double(), -1)
+    for t, k, p in ((0.3, 0, 1.0), (0.0, 0, 1.0), (1.0, 2, 1.0), (0.7, 0, 0.5), (1.0, 0, 1.0)):
+        kept = shape_probs(logits, t, k, p, keep=0)
+        assert kept[0, 0] == pytest.approx(raw[0, 0]) and kept.sum() == pytest.approx(1.0)
+        others = shape_probs(logits[:, 1:], t, k, p)[0]  # the rest: the shaping of the other ids alone
+        assert torch.allclose(kept[0, 1:] / (1 - raw[0, 0]), others)
+    assert shape_probs(torch.tensor([[0.0, float("-inf")]]), 0.5, keep=0)[0].tolist() == [1.0, 0.0]  # only the end
+    sep = story_model.tokenizer.sep_token_id
+    assert shaping(story_model, resolve(SampleConfig(), story_model))[3] == sep
+    assert shaping(story_model, resolve(SampleConfig(natural_length=False), story_model))[3] == -1
+
+    def lengths(natural):
+        def push(module, args, out):
+            out = out.clone()
+            top = out.max(-1, keepdim=True).values
+            out[..., sep] = top[..., 0] + 0.5  # the end: the likeliest token everywhere, not the only one
+            return out
+
+        handle = story_model.model.register_forward_hook(push)
+        try:
+            cfg = resolve(SampleConfig(n=8, steps=8, seed=4, length=40, min_length=0, temperature=0.0,
+                                       natural_length=natural, pair_quotes=False, fix_contractions=False,
+                                       known_words=False, end_at_sentence=False), story_model)
+            final = list(story_stream(story_model, cfg, torch.Generator().manual_seed(4)))[-1]
+        finally:
+            handle.remove()
+        return [len(story_of(row, sep)) for row in final.ids]
+
+    shaped, natural = lengths(False), lengths(True)
+    assert max(shaped) <= 2, (shaped, natural)  # greedy on a shaped end: every story ends at its first chance
+    assert sum(natural) > 4 * len(natural), (shaped, natural)  # its own chance: stories go on

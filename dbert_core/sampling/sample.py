@@ -101,6 +101,13 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
         yield tagged(f)
 
 
+def shaping(db, cfg: SampleConfig) -> tuple[float, int, float, int]:
+    """The token shaping every family hands to draw.shape_probs: temperature, top-k, top-p, and the id
+    whose unshaped chance is kept (a story model's end mark with cfg.natural_length; -1: none)."""
+    end = db.tokenizer.sep_token_id if is_story_model(db) and cfg.natural_length else -1
+    return (cfg.temperature, cfg.top_k, cfg.top_p, end)
+
+
 def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbid=(), top=None,
              offset: int = 0, prefix: int = 0) -> Iterator[Frame]:
     """The reverse process of cfg.sampler from x (B, L), [MASK] where it fills in (x is written
@@ -111,7 +118,7 @@ def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbi
     rules = story_rules(db, x.shape[1], offset, cfg) if is_story_model(db) else None
     state = dict(
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
-        kern=kernel(db.schedule, cfg.steps), net=Net(db, cfg.dtype, rules, prefix, cfg.cache_refresh or 0, bool(cfg.cache_masked)), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
+        kern=kernel(db.schedule, cfg.steps), net=Net(db, cfg.dtype, rules, prefix, cfg.cache_refresh or 0, bool(cfg.cache_masked)), gen=gen, shaping=shaping(db, cfg),
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id} | set(forbid)),  # never sampled
         block_repeats=repeat_block(db) if cfg.block_repeats else None,
     )

@@ -31,6 +31,7 @@ def sample(
     length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length). A story model (the shipped one) writes one story of at most this many tokens and chooses where it ends (default 383: a 255-token window and one continuation window, room for nearly every story); a story that has not ended when a window is full continues block by block, up to 8,192.")] = SAMPLE.length,
     min_length: Annotated[Optional[int], typer.Option(help="A story model's shortest story, in tokens: before it the story may not end (the model's p given \"not the end\"). Default: what the checkpoint recommends (dbert.json's sampling.min_length: the 1st percentile of its training stories' lengths; 0 where it says nothing).")] = SAMPLE.min_length,
     end_at_sentence: Annotated[bool, typer.Option("--end-at-sentence/--end-anywhere", help="A story model ends a story only after a sentence end (. ! ? or a closing quote; never after \"And\"): p given that rule; --end-anywhere lets the model end where it likes.")] = SAMPLE.end_at_sentence,
+    natural_length: Annotated[bool, typer.Option("--natural-length/--shaped-length", help="A story model's end keeps the model's own chance (temperature 1, no top-k or top-p), so a cooler temperature changes the words, not the story's length; --shaped-length shapes the end like any token (cool stories end early).")] = SAMPLE.natural_length,
     start_as_trained: Annotated[bool, typer.Option("--start-as-trained/--start-anyhow", help="A story model opens a story with a token that opens its training stories (dbert.json's sampling.openings; no \"But\" or \"And once\"): p given that rule; --start-anyhow lets the model open with any token.")] = SAMPLE.start_as_trained,
     batch_size: Annotated[int, typer.Option(help="Samples per network call, at most.")] = SAMPLE.batch_size,
     workers: Annotated[Optional[int], typer.Option(help="The --n samples split into a multiple of this many batches, run side by side, each on its share of the CPU's threads (one thread: in turn). The split sets the texts. Default: 2 on a CPU (1 with --trajectory), 1 on a GPU.", show_default=False)] = SAMPLE.workers,
@@ -64,7 +65,7 @@ def sample(
 
     prompts = _prompts(prompt_arg, prompt, prompt_file)
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
-                              min_length=min_length, end_at_sentence=end_at_sentence,
+                              min_length=min_length, end_at_sentence=end_at_sentence, natural_length=natural_length,
                               start_as_trained=start_as_trained, sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
                               workers=1 if trajectory is not None and workers is None else workers,
                               params=strategies.parse_params(sampler.value, param) if sampler else no_params(param),
@@ -128,7 +129,7 @@ def sample(
         texts.extend(got)
         records.extend({"text": t, "prompt": p, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
                         "settings": {k: getattr(resolved, k) for k in ("steps", "temperature", "top_k", "top_p", "length",
-                                                                       "min_length", "end_at_sentence", "start_as_trained", "sampler", "params", "block_repeats", "dtype",
+                                                                       "min_length", "end_at_sentence", "natural_length", "start_as_trained", "sampler", "params", "block_repeats", "dtype",
                                                                        "prefix_cache", "cache_refresh", "cache_masked", "batch_size", "workers")},
                         "stats": st_p} for i, t in enumerate(got))
         st = st_p if st is None else {k: (st[k] + st_p[k] if k in ("nfe", "rows", "gflop", "seconds", "samples", "batches") else st_p[k])
