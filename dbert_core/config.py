@@ -242,8 +242,9 @@ class SampleConfig:
     length: int | None = None          # None: the length the checkpoint was trained on
     min_length: int | None = None      # a story model's shortest story in tokens; None: the checkpoint's own
     end_at_sentence: bool = True       # a story model ends only after a sentence end (never after "And")
-    natural_length: bool = True        # a story model's end keeps the model's own chance (temperature 1, no top-k/p):
-    #                                    the shaping changes the words, not the story's length (draw.shape_probs keep)
+    natural_length: bool = False       # a story model's end keeps the model's own chance (temperature 1, no top-k/p):
+    #                                    the shaping changes the words, not the story's length (draw.shape_probs keep);
+    #                                    off: the end is shaped like any token (blind readers grade those shorter stories higher)
     start_as_trained: bool = True      # a story model's first token opens some of its training stories
     sampler: str | None = None         # None: the fastest exact sampler the checkpoint allows
     params: dict | None = None         # the strategy's parameters (strategies.py); None: its defaults

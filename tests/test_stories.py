@@ -604,7 +604,7 @@ def test_the_ar_baseline_stops_early_once_held_out_stops_improving(story_model, 
 
 
 def test_the_shaping_changes_the_words_not_the_storys_length(story_model):
-    """natural_length (the default): a story's end keeps the model's own chance, whatever the temperature,
+    """natural_length (--natural-length): a story's end keeps the model's own chance, whatever the temperature,
     top-k or top-p; the other tokens share the rest as shaped. With the end the model's most likely token
     (a third of the mass), greedy decoding ends every story at once unless the end keeps its own chance."""
     from dbert_core.config import SampleConfig
@@ -621,8 +621,8 @@ def test_the_shaping_changes_the_words_not_the_storys_length(story_model):
         assert torch.allclose(kept[0, 1:] / (1 - raw[0, 0]), others)
     assert shape_probs(torch.tensor([[0.0, float("-inf")]]), 0.5, keep=0)[0].tolist() == [1.0, 0.0]  # only the end
     sep = story_model.tokenizer.sep_token_id
-    assert shaping(story_model, resolve(SampleConfig(), story_model))[3] == sep
-    assert shaping(story_model, resolve(SampleConfig(natural_length=False), story_model))[3] == -1
+    assert shaping(story_model, resolve(SampleConfig(natural_length=True), story_model))[3] == sep
+    assert shaping(story_model, resolve(SampleConfig(), story_model))[3] == -1  # the default: the end shaped too
 
     def lengths(natural):
         def push(module, args, out):
