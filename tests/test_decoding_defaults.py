@@ -153,3 +153,34 @@ def test_a_checkpoints_temperature_is_the_default_everywhere_unless_told(recomme
                            "--temperature", "0.5"], capsys, monkeypatch)
     code3, hot, _ = run(["sample", "-c", str(recommending), *common, "--temperature", "1"], capsys, monkeypatch)
     assert code == code2 == code3 == 0 and own == asked and hot != own
+
+
+def test_set_decoding_changes_the_recommendation_and_nothing_else(tiny_checkpoint, tmp_path, capsys):
+    """scripts/recipes/set_decoding.py: how the shipped model's decoding is set (blind readers chose it)."""
+    import importlib.util
+
+    from helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("set_decoding", ROOT / "scripts" / "recipes" / "set_decoding.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    ck = tmp_path / "ck"
+    shutil.copytree(tiny_checkpoint, ck)
+    before = {p.name: p.read_bytes() for p in ck.iterdir() if p.is_file()}
+    meta = json.loads(before["dbert.json"])
+    assert tool.main([str(ck), "--steps", "64", "--temperature", "0.5", "--top-p", "0.93", "--cache-masked"]) == 0
+    after = json.loads((ck / "dbert.json").read_text())
+    assert after["sampling"]["decoding"] == {"steps": 64, "temperature": 0.5, "top_p": 0.93, "cache_masked": True}
+    after["sampling"].pop("decoding")
+    if "sampling" not in meta and not after["sampling"]:
+        del after["sampling"]  # the tiny checkpoint had no sampling field: the tool made it for the decoding alone
+    meta.get("sampling", {}).pop("decoding", None)
+    assert after == meta  # nothing else in dbert.json changed
+    assert all((ck / name).read_bytes() == data for name, data in before.items() if name != "dbert.json")
+    capsys.readouterr()
+    for bad, said in ((["--top-p", "5"], "--top-p"), (["--temperature", "-1"], "--temperature"), ([], "at least one")):
+        assert tool.main([str(ck), *bad]) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1
+    assert tool.main([str(tmp_path / "nowhere")]) == 2
+    assert json.loads((ck / "dbert.json").read_text())["sampling"]["decoding"]["steps"] == 64  # refused: unchanged
