@@ -163,18 +163,19 @@ def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Reco
     run reached its last frame, False when cancelled first."""
     import torch
 
+    from dbert_core.sampling.refill import refill_stream
     from dbert_core.sampling.sample import frames, is_story_model, story_stream
 
-    s = run.settings
+    s, order = run.settings, None
     gen = torch.Generator().manual_seed(s.seed)
-    order = None
     if run.source is not None:  # a replay: the recorded frames, through the same gate
-        order = run.source_order
-        stream = iter(run.source)
+        order, stream = run.source_order, iter(run.source)
     elif run.template is None and is_story_model(db):  # a story, window after window on one canvas
         stream = story_stream(db, s, gen, TOPK)
+    elif run.template is not None:  # a refill: in windows the model's positions hold when the text is longer
+        stream = refill_stream(db, s, gen, run.template, TOPK)
     else:
-        stream = frames(db, s, generator=gen, template=run.template, topk=TOPK)
+        stream = frames(db, s, generator=gen, topk=TOPK)
     spent, started = 0.0, time.monotonic()
     while True:
         if is_cancelled():

@@ -47,3 +47,44 @@ async def test_a_story_prompt_is_drawn_where_its_tokens_are(story_db, prompt):
         g._draw()
         assert g.shown_text().split()[:len(words)] == words  # mid-run too: the prompt is given from the start
         assert mid.frame.ids.shape[1] == 31
+
+
+def test_a_long_refill_goes_in_windows_around_its_masks():
+    from dbert_core.sampling.refill import windows
+
+    assert windows([3, 180], 201, 24) == [0, 169]          # each mask centred in its own window
+    assert windows([100, 105, 111], 201, 24) == [94]        # a run of at most half a window: one window
+    assert windows([100, 112], 201, 24) == [89, 101]        # longer: two
+    assert windows([199, 200], 201, 24) == [177]            # the canvas's end: the window stays inside
+    assert windows([], 201, 24) == []
+
+
+async def test_refill_of_a_story_longer_than_the_models_positions(story_db):
+    """A 200-token story on a 158-position model: remask a token near each end and refill; the
+    sampler gets windows the model holds, the text comes back filled, the rest kept."""
+    mask = story_db.model.mask_id
+    assert story_db.model.max_length < 201
+    app = make_app(story_db, length=200, min_length=190, steps=4)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app), what="the long story")
+        g = app.generate_screen
+        original = [int(i) for i in g.run.frames[-1].frame.ids[0]]
+        await pilot.press("i")
+        p = g.canvas.positions
+        assert p[-1] > story_db.model.max_length
+        for at in (p[2], p[-3]):
+            g.draft.cursor = at
+            await pilot.press("backspace")
+        template = list(g.draft.ids)
+        assert template.count(mask) == 2
+        await pilot.press("f")
+        await wait_for(pilot, finished(app), timeout=60, what="the refill")
+        await pilot.pause()
+        new = [int(i) for i in g.run.frames[-1].frame.ids[0]]
+        assert len(new) == len(original) and mask not in new
+        assert all(new[i] == t for i, t in enumerate(template) if t != mask)  # the rest is kept
+        assert g.run.frames[-1].frame.steps == 2 * 4  # two windows of 4 steps
+        assert "version 2/2" in str(g.query_one("#gen-status").render())
+        assert g.shown_text().strip()
+        await pilot.press("u")
+        assert [int(i) for i in g.run.frames[-1].frame.ids[0]] == original
