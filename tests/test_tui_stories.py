@@ -88,3 +88,44 @@ async def test_refill_of_a_story_longer_than_the_models_positions(story_db):
         assert g.shown_text().strip()
         await pilot.press("u")
         assert [int(i) for i in g.run.frames[-1].frame.ids[0]] == original
+
+
+async def test_a_long_story_at_80x24_follows_the_writing_and_pages(story_db):
+    from dbert_tui.screens.help import HelpScreen
+
+    app = make_app(story_db, length=400, min_length=390, steps=2)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app), timeout=120, what="the long story")
+        await pilot.pause(0.2)
+        g = app.generate_screen
+        c = g.canvas
+        assert c.max_scroll_y > 8, "the story is far taller than the box"
+        assert c.scroll_y >= c.max_scroll_y - 1 and c.follow  # the end of the writing is in view
+        await pilot.press("home")  # the first step writes at the top
+        await pilot.pause(0.2)
+        assert c.scroll_y == 0
+        g.action_scrub_to(len(g.run.frames) // 2)  # half way: its window is in view, away from both ends
+        await pilot.pause(0.2)
+        rec = g.shown()
+        row = rec.frame.masked[0].tolist()
+        assert 0 < c.scroll_y < c.max_scroll_y and True in row
+        y = c.scroll_y
+        await pilot.press("pageup")
+        await pilot.pause(0.2)
+        assert not c.follow and c.scroll_y < y
+        y = c.scroll_y
+        await pilot.press("right")  # a redraw does not take the box back while scrolled by hand
+        await pilot.pause(0.2)
+        assert c.scroll_y == y
+        await pilot.press("pagedown")
+        await pilot.pause(0.2)
+        assert c.scroll_y > y
+        await pilot.press("end")  # live, following again: the end of the story
+        await pilot.pause(0.2)
+        assert c.follow and c.scroll_y >= c.max_scroll_y - 1
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, HelpScreen)
+        rows = dict(app.screen.rows)
+        assert "PgUp" in rows and "PgDn" in rows and "follows the writing" in rows["end"]
+        assert "follows the writing" in g.HELP and "PgDn" in g.HELP

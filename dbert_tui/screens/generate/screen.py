@@ -54,7 +54,9 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
     """Live reverse diffusion. Changing a control restarts the run with the new settings."""
 
     HELP = ("Watch the reverse process fill in the [MASK]s, step by step. The control bar shows each "
-            "sampling setting beside its key; a change restarts the run at once with the same seed.")
+            "sampling setting beside its key; a change restarts the run at once with the same seed. "
+            "A text taller than the screen follows the writing as later windows fill in; PgUp and PgDn "
+            "(or the mouse wheel) scroll it, End follows the writing again.")
 
     BINDINGS = BINDINGS  # screens/generate/keys.py: every key, in the order of the key help
 
@@ -238,6 +240,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         self._show_curve()
         self._show_controls()
         self.canvas.say(Text("starting…", style="dim"))
+        self.canvas.top()
         self.player.start(playbacks, self.db)
         self._status()
 
