@@ -112,3 +112,32 @@ async def test_a_training_worker_that_raises_is_readable_and_the_form_starts_aga
         messages = [n.message for n in app._notifications if "RuntimeError" in n.message]
         assert len(messages) == 1 and readable(messages[0])
         assert not tr.query_one("#tr-start").disabled and tr.trainer is None
+
+
+def test_the_error_log_is_a_regular_file_never_a_link_or_a_fifo(tmp_path, monkeypatch):
+    import os
+
+    from dbert_core.storage.store import home
+    from dbert_tui import files
+
+    def logged(message: str):
+        try:
+            raise RuntimeError(message)
+        except RuntimeError as e:
+            return files.log_error("test", e)
+
+    log = home() / "tui-errors.log"
+    assert logged("first") == log and logged("second") == log
+    text = log.read_text()
+    assert "RuntimeError: first" in text and "RuntimeError: second" in text and "Traceback" in text
+    monkeypatch.setattr(files, "LOG_MOST", 10)
+    logged("third")  # past its limit: started anew
+    assert "first" not in log.read_text() and "RuntimeError: third" in log.read_text()
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("a user's file\n")
+    log.unlink()
+    log.symlink_to(target)
+    assert logged("through a link") is None and target.read_text() == "a user's file\n"
+    log.unlink()
+    os.mkfifo(log)
+    assert logged("into a fifo") is None  # at once: nobody reads it, nothing waits
