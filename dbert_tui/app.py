@@ -188,7 +188,10 @@ class DbertApp(App):
         """Every worker failure ends here: one line in a notification, never a crash."""
         if state != WorkerState.ERROR or worker.error is None:
             return
-        message = one_line(worker.error)
+        from .files import log_error
+
+        expected = isinstance(worker.error, (DbertError, OSError, MemoryError))
+        message = one_line(worker.error, None if expected else log_error(f"worker {worker.name!r}", worker.error))
         self.log.error(f"worker {worker.name!r} failed: {worker.error!r}")
         self.notify(message, title=f"{worker.name} failed", severity="error", timeout=10)
         if worker.group == "load":

@@ -125,6 +125,40 @@ def state_file() -> Path:
     return home() / TUI_STATE
 
 
+LOG_MOST = 1 << 20  # bytes the error log may reach before it starts anew
+
+
+def log_error(where: str, error: BaseException) -> Path | None:
+    """An unexpected error's traceback appended to $DBERT_HOME/tui-errors.log (started anew past
+    LOG_MOST), for a bug report; its path, or None when it could not be written (never an error).
+    Only a regular file is written, never through a link nor into a FIFO (which would block)."""
+    import os
+    import stat
+    import time
+    import traceback
+
+    from dbert_core.disk.layout import TUI_ERRORS
+    from dbert_core.storage.store import home
+
+    path = home() / TUI_ERRORS
+    entry = (f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {where}\n"
+             + "".join(traceback.format_exception(type(error), error, error.__traceback__)))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, flags, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            if info.st_size > LOG_MOST:
+                f.truncate(0)
+            f.write(entry)
+    except OSError:
+        return None
+    return path
+
+
 def read_state() -> dict:
     """tui.json, or {} when it is missing or unusable: a FIFO, /dev/zero, a huge or deeply
     nested file is never read through (dbert_core.disk.jsonfile), it is simply a fresh start."""

@@ -36,6 +36,7 @@ RNG = "rng.pt"                               #   every rank's random-number stat
 REQUIRED = (CONFIG, WEIGHTS, META, TOKENS)
 UNCHECKED = (TOKENIZER,)                     # big (the vocabulary), and no loader reads code keys from it
 TUI_STATE = "tui.json"                       # in $DBERT_HOME: the checkpoint the TUI last used
+TUI_ERRORS = "tui-errors.log"                # in $DBERT_HOME: the tracebacks of the TUI's unexpected worker errors
 BENCH_JSON, BENCH_MD = "bench.json", "bench.md"  # `dbert bench --out DIR`'s report
 MARK = ".dbert-temp"                         # in a temp folder: the marker that makes it dbert's own
 LOCK = ".{name}.dbert-lock"                  # beside an output folder NAME: a training run's lock (OutLock)

@@ -147,6 +147,15 @@ def no_end_columns(width: int, offset: int, min_length: int | None) -> torch.Ten
     return (cols >= 1) & (cols <= min_length)
 
 
+START = 1  # the canvas column of a story's first token: column 0 is the [SEP] that opens it
+
+
+def canvas_words(words: dict[int, str] | None) -> dict[int, str] | None:
+    """A story prompt's own words (prompt.prompt_words: by the prompt's token positions) by
+    their columns on the story's canvas, where the prompt starts at START (story_template)."""
+    return None if words is None else {START + i: w for i, w in words.items()}
+
+
 def story_template(db, prompt_ids: torch.Tensor | None, length: int) -> torch.Tensor:
     """The first window of a story: the given [SEP] that opens it, then the prompt's tokens (if
     any) and masks, min(length, window - 1) tokens in all."""
@@ -155,7 +164,7 @@ def story_template(db, prompt_ids: torch.Tensor | None, length: int) -> torch.Te
     body = torch.full((room,), tok.mask_token_id, dtype=torch.long)
     if prompt_ids is not None:
         body[:min(room, len(prompt_ids))] = prompt_ids[:room]
-    return torch.cat([torch.tensor([tok.sep_token_id]), body])
+    return torch.cat([torch.tensor([tok.sep_token_id] * START), body])
 
 
 def story_of(row: torch.Tensor, end_id: int, start: int = 1) -> list[int]:

@@ -79,6 +79,8 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
         template = parse_prompt(db, cfg.prompt, cfg.length) if cfg.prompt else \
             torch.full((cfg.length,), mask_id, dtype=torch.long)
     x = template.unsqueeze(0).repeat(cfg.n, 1) if template.dim() == 1 else template.clone()  # (B, L)
+    if x.shape[1] > db.model.max_length:  # the network has no position for the rest (refill.py goes in windows)
+        raise DbertError(f"a template of {x.shape[1]} tokens is longer than the model's {db.model.max_length} positions")
     free = x == mask_id  # the positions the sampler fills (a prompt's own tokens are not among them)
     top = TopK(x.shape, topk) if topk > 0 else None
 

@@ -56,8 +56,10 @@ BINDINGS = [  # the order of the key help (`?`); the key bar shows KEYS, the con
     Binding("down", "select(1)", "Next sample", key_display="↓"),
     Binding("enter", "zoom", "Selected sample large"),
     Binding("escape", "unzoom", "All samples"),
-    Binding("home", "scrub_to(0)", "First step"),
-    Binding("end", "live", "Live"),
+    Binding("home", "scrub_to(0)", "First step (a long text from its top)"),
+    Binding("end", "live", "Live; a long text follows the writing again"),
+    Binding("pageup", "page(-1)", "Page up a long text (stops following; End follows)", key_display="PgUp"),
+    Binding("pagedown", "page(1)", "Page down a long text (or the grid)", key_display="PgDn"),
     Binding("i", "inspect", "Inspect and edit tokens (a click on a token too); Esc leaves"),
     Binding("shift+left", "extend(-1)", "Inspect: extend the selection left", key_display="⇧←"),
     Binding("shift+right", "extend(1)", "Inspect: extend the selection right", key_display="⇧→"),
@@ -109,11 +111,20 @@ class KeyActions:
 
     def action_scrub_to(self, index: int) -> None:
         self.player.scrub_to(index)
+        self.canvas.follow_writing()  # Home: the first step, where it writes (a long text's top)
         self._draw()
 
     def action_live(self) -> None:
         self.player.live()
+        self.canvas.follow_writing()
         self._draw()
+
+    def action_page(self, direction: int) -> None:
+        """PgUp / PgDn: the long text (or the grid) a page up or down."""
+        if self.view_mode() == "grid":
+            (self.grid.scroll_page_down if direction > 0 else self.grid.scroll_page_up)(animate=False)
+        elif self.view_mode() == "single":
+            self.canvas.page(direction)
 
     def action_restart(self) -> None:
         self.restart()

@@ -33,7 +33,7 @@ from textual.widgets import Header
 from dbert_core.errors import DbertError
 
 from ...controller import Playback, Run, Session
-from ...messages import InfillChosen, RunAdvanced, SampleChosen, TokenPointed
+from ...messages import InfillChosen, RunAdvanced, RunFailed, SampleChosen, TokenPointed
 from ...render import prompt_words_of
 from ...widgets.generate.canvas import Canvas, final_of
 from ...widgets.generate.compare import CompareView
@@ -54,7 +54,9 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
     """Live reverse diffusion. Changing a control restarts the run with the new settings."""
 
     HELP = ("Watch the reverse process fill in the [MASK]s, step by step. The control bar shows each "
-            "sampling setting beside its key; a change restarts the run at once with the same seed.")
+            "sampling setting beside its key; a change restarts the run at once with the same seed. "
+            "A text taller than the screen follows the writing as later windows fill in; PgUp and PgDn "
+            "(or the mouse wheel) scroll it, End follows the writing again.")
 
     BINDINGS = BINDINGS  # screens/generate/keys.py: every key, in the order of the key help
 
@@ -238,6 +240,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         self._show_curve()
         self._show_controls()
         self.canvas.say(Text("starting…", style="dim"))
+        self.canvas.top()
         self.player.start(playbacks, self.db)
         self._status()
 
@@ -248,6 +251,34 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
             if pb is not None:
                 self.editor.run_finished(pb.run)  # a refill: a new version
         self._draw_soon()
+
+    @on(RunFailed)
+    def _run_failed(self, message: RunFailed) -> None:
+        """A sampling worker raised (the app has notified): the screen goes back to a usable
+        state. A failed infill says so in place of the sample; a failed refill brings back the
+        version it started from; any other run ends as it stands, Space or r runs it again."""
+        if message.run_id == 0:
+            if self.player.infilling:
+                self.player.infilling = 0
+                self.canvas.say(Text(f"the infill failed: {message.text} · p: change the prompt", style="red"))
+                self._status()
+            return
+        pb = self.session.playback_of(message.run_id)
+        if pb is None:  # a run already replaced
+            return
+        run = pb.run
+        run.failed, run.finished = message.text, True
+        run.set_playing(False)
+        version = self.editor.versions.current()
+        if run.template is not None and version is not None and version.run is not run:
+            self.editor.branch_run = None
+            self._show_version(version)  # the text before the refill, as it was
+            return
+        self._arrange()
+        self._draw()
+        if not run.frames:
+            self.canvas.say(Text(f"the run failed: {message.text} · Space or r: again", style="red"))
+        self._status()
 
     # ------------------------------------------------------------------ drawing
     def _draw_soon(self) -> None:

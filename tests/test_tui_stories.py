@@ -1,0 +1,131 @@
+"""dbert-tui on a story checkpoint, driven with Pilot: a prompt drawn where its tokens are on the
+story's canvas (which opens with [SEP]), refill of a story longer than the model's positions,
+and a long story followed and scrolled at 80x24."""
+
+from __future__ import annotations
+
+import pytest
+
+from dbert_core.sampling.blocks import story_of
+from dbert_core.sampling.sample import prompt_words
+from helpers import SIZE, fill_dialog, finished, make_app, train_stories, wait_for
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def story_db(tmp_path_factory):
+    """A tiny story model (24-token windows, 158 positions), trained for two steps."""
+    return train_stories(tmp_path_factory.mktemp("tui-stories"), max_steps=2)
+
+
+def story_text(db, rec, prompt: str) -> str:
+    """What `dbert sample` prints for the frame's first story: the prompt's words as typed."""
+    ids = story_of(rec.frame.ids[0], db.tokenizer.sep_token_id)
+    return db.decode(ids, paragraph="\n", verbatim=prompt_words(db, prompt))
+
+
+@pytest.mark.parametrize("prompt", ["Tom had a red kite.", "Tom had a [MASK*3] dog. He [MASK*8]"])
+async def test_a_story_prompt_is_drawn_where_its_tokens_are(story_db, prompt):
+    app = make_app(story_db, length=30, min_length=0)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app), what="the first run")
+        await pilot.press("p")
+        await fill_dialog(pilot, {"prompt": prompt})
+        g = app.generate_screen
+        await wait_for(pilot, lambda: g.run.settings.prompt == prompt and finished(app)(), what="the prompted run")
+        await pilot.pause()
+        words = prompt.split("[MASK")[0].split()
+        expected = story_text(story_db, g.run.frames[-1], prompt)
+        assert expected.split()[:len(words)] == words
+        assert g.shown_text().split() == expected.split()  # the live canvas reads what is saved
+        await pilot.press("w")  # the other layout (stable / free) draws the same words
+        await pilot.pause()
+        assert g.shown_text().split() == expected.split()
+        mid = g.run.frames[len(g.run.frames) // 2]
+        g.player.scrub_to(len(g.run.frames) // 2)
+        g._draw()
+        assert g.shown_text().split()[:len(words)] == words  # mid-run too: the prompt is given from the start
+        assert mid.frame.ids.shape[1] == 31
+
+
+def test_a_long_refill_goes_in_windows_around_its_masks():
+    from dbert_core.sampling.refill import windows
+
+    assert windows([3, 180], 201, 24) == [0, 169]          # each mask centred in its own window
+    assert windows([100, 105, 111], 201, 24) == [94]        # a run of at most half a window: one window
+    assert windows([100, 112], 201, 24) == [89, 101]        # longer: two
+    assert windows([199, 200], 201, 24) == [177]            # the canvas's end: the window stays inside
+    assert windows([], 201, 24) == []
+
+
+async def test_refill_of_a_story_longer_than_the_models_positions(story_db):
+    """A 200-token story on a 158-position model: remask a token near each end and refill; the
+    sampler gets windows the model holds, the text comes back filled, the rest kept."""
+    mask = story_db.model.mask_id
+    assert story_db.model.max_length < 201
+    app = make_app(story_db, length=200, min_length=190, steps=4)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app), what="the long story")
+        g = app.generate_screen
+        original = [int(i) for i in g.run.frames[-1].frame.ids[0]]
+        await pilot.press("i")
+        p = g.canvas.positions
+        assert p[-1] > story_db.model.max_length
+        for at in (p[2], p[-3]):
+            g.draft.cursor = at
+            await pilot.press("backspace")
+        template = list(g.draft.ids)
+        assert template.count(mask) == 2
+        await pilot.press("f")
+        await wait_for(pilot, finished(app), timeout=60, what="the refill")
+        await pilot.pause()
+        new = [int(i) for i in g.run.frames[-1].frame.ids[0]]
+        assert len(new) == len(original) and mask not in new
+        assert all(new[i] == t for i, t in enumerate(template) if t != mask)  # the rest is kept
+        assert g.run.frames[-1].frame.steps == 2 * 4  # two windows of 4 steps
+        assert "version 2/2" in str(g.query_one("#gen-status").render())
+        assert g.shown_text().strip()
+        await pilot.press("u")
+        assert [int(i) for i in g.run.frames[-1].frame.ids[0]] == original
+
+
+async def test_a_long_story_at_80x24_follows_the_writing_and_pages(story_db):
+    from dbert_tui.screens.help import HelpScreen
+
+    app = make_app(story_db, length=400, min_length=390, steps=2)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app), timeout=120, what="the long story")
+        await pilot.pause(0.2)
+        g = app.generate_screen
+        c = g.canvas
+        assert c.max_scroll_y > 8, "the story is far taller than the box"
+        assert c.scroll_y >= c.max_scroll_y - 1 and c.follow  # the end of the writing is in view
+        await pilot.press("home")  # the first step writes at the top
+        await pilot.pause(0.2)
+        assert c.scroll_y == 0
+        g.action_scrub_to(len(g.run.frames) // 2)  # half way: its window is in view, away from both ends
+        await pilot.pause(0.2)
+        rec = g.shown()
+        row = rec.frame.masked[0].tolist()
+        assert 0 < c.scroll_y < c.max_scroll_y and True in row
+        y = c.scroll_y
+        await pilot.press("pageup")
+        await pilot.pause(0.2)
+        assert not c.follow and c.scroll_y < y
+        y = c.scroll_y
+        await pilot.press("right")  # a redraw does not take the box back while scrolled by hand
+        await pilot.pause(0.2)
+        assert c.scroll_y == y
+        await pilot.press("pagedown")
+        await pilot.pause(0.2)
+        assert c.scroll_y > y
+        await pilot.press("end")  # live, following again: the end of the story
+        await pilot.pause(0.2)
+        assert c.follow and c.scroll_y >= c.max_scroll_y - 1
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, HelpScreen)
+        rows = dict(app.screen.rows)
+        assert "PgUp" in rows and "PgDn" in rows and "follows the writing" in rows["end"]
+        assert "follows the writing" in g.HELP and "PgDn" in g.HELP
