@@ -727,3 +727,77 @@ def test_eval_takes_dash_c_like_sample(capsys, monkeypatch):
                          capsys, monkeypatch)
     assert code == 0, err
     assert json.loads(out)["checkpoint"] == str(TINY.resolve()) or json.loads(out)["checkpoint"].endswith("tiny")
+
+
+# ================================================================== damaged fields of dbert.json, refused where it loads
+def _damaged(tmp_path: Path, story: bool, **fields) -> Path:
+    """The committed tiny checkpoint with dbert.json's fields changed ("a.b": the field b of the object a);
+    story: made a story model (unit story), which reads train_config.story_context."""
+    ck = tmp_path / "damaged"
+    shutil.copytree(TINY, ck)
+    meta = json.loads((ck / "dbert.json").read_text())
+    if story:
+        meta["unit"] = "story"
+    for name, value in fields.items():
+        where = meta
+        *parents, last = name.split(".")
+        for p in parents:
+            where = where.setdefault(p, {})
+        where[last] = value
+    (ck / "dbert.json").write_text(json.dumps(meta))
+    return ck
+
+
+DAMAGED_FIELDS = [
+    ("sampling-text", False, {"sampling": "x"}, "'sampling'"),
+    ("sampling-list", True, {"sampling": [1]}, "'sampling'"),
+    ("min-length-text", True, {"sampling.min_length": "5"}, "'sampling.min_length'"),
+    ("openings-text", True, {"sampling.openings": "abc"}, "'sampling.openings'"),
+    ("openings-past-vocab", True, {"sampling.openings": [5, 10**9]}, "'sampling.openings'"),
+    ("decoding-text", False, {"sampling.decoding": "fast"}, "'sampling.decoding'"),
+    ("decoding-steps-zero", False, {"sampling.decoding": {"steps": 0}}, "'sampling.decoding.steps'"),
+    ("decoding-steps-past-T", False, {"sampling.decoding": {"steps": 100000}}, "'sampling.decoding.steps'"),
+    ("decoding-top-p", False, {"sampling.decoding": {"top_p": 2}}, "'sampling.decoding.top_p'"),
+    ("decoding-cache-masked", False, {"sampling.decoding": {"cache_masked": "yes"}}, "'sampling.decoding.cache_masked'"),
+    ("story-context-text", True, {"train_config.story_context": "x"}, "'train_config.story_context'"),
+    ("story-context-zero", True, {"train_config.story_context": 0}, "'train_config.story_context'"),
+    ("story-context-window", True, {"train_config.story_context": 24}, "'train_config.story_context'"),
+    ("story-context-negative", True, {"train_config.story_context": -3}, "'train_config.story_context'"),
+    ("doc-sep-unknown", True, {"train_config.doc_sep": 7}, "'train_config.doc_sep'"),
+    ("unit-unknown", False, {"unit": "chapter"}, "'unit'"),
+]
+
+
+@pytest.mark.parametrize("story,fields,field", [c[1:] for c in DAMAGED_FIELDS], ids=[c[0] for c in DAMAGED_FIELDS])
+def test_a_damaged_newer_field_of_dbert_json_is_one_line_naming_it(tmp_path, story, fields, field, capsys, monkeypatch):
+    """sample and eval: one line naming the file and the field, before any work (they were
+    AttributeError, ValueError, ZeroDivisionError, RuntimeError, TypeError)."""
+    ck = _damaged(tmp_path, story, **fields)
+    data = tmp_path / "stories.txt"
+    data.write_text("Tom ran home. The cat sat.\n\nLily had a ball.\n")
+    for args in (["sample", "-c", str(ck), "--n", "1", "--length", "40", "--steps", "4", "--device", "cpu"],
+                 ["eval", "-c", str(ck), "--data", str(data), "--unit", "story" if story else "line", "--steps", "4",
+                  "--device", "cpu"]):
+        refused(args, capsys, monkeypatch, "dbert.json", field, str(ck))
+
+
+def test_a_damaged_field_stops_serve_at_start_not_every_request(tmp_path):
+    """dbert serve loads the checkpoint before listening: one line and exit 2, not a server that
+    answers every request with a 500 and a traceback in its log."""
+    ck = _damaged(tmp_path, True, **{"train_config.story_context": 0})
+    with socket.socket() as s:  # a free port on loopback (serve listens there only if the load passes)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = cli("serve", "--checkpoint", str(ck), "--port", str(port), "--device", "cpu", timeout=90)
+    assert r.returncode == 2 and "'train_config.story_context'" in one_line(r.stderr), r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("fields", [{"train_config.story_context": 12, "sampling": {"min_length": 3, "openings": [5],
+                                                                                  "decoding": {"steps": 4, "top_p": 0.9}}},
+                                    {"train_config.story_context": None, "train_config.doc_sep": None}],
+                         ids=["in-range", "nulls"])
+def test_sound_newer_fields_still_sample(tmp_path, fields, capsys, monkeypatch):
+    ck = _damaged(tmp_path, True, **fields)
+    code, out, err = run(["sample", "-c", str(ck), "--n", "1", "--length", "40", "--steps", "4", "--device", "cpu"],
+                         capsys, monkeypatch)
+    assert code == 0 and len(out.splitlines()) == 1, err

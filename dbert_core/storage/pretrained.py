@@ -195,6 +195,36 @@ def write_tensors(tensors: dict, file: Path) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+class _Recording:
+    """A file for torch.save that keeps the OSError of a failed write: torch reports a full
+    disk only as "unexpected pos" (a RuntimeError)."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def write_torch(obj, file: Path) -> None:
+    """torch.save into a file, a full disk an OSError (ENOSPC), not torch's "unexpected pos"."""
+    with open(file, "wb") as f:
+        out = _Recording(f)
+        try:
+            torch.save(obj, out)
+        except RuntimeError:
+            if out.error is not None:
+                raise out.error from None
+            raise
+
+
 def local_dir(init: str) -> Path:
     """A directory holding the pretrained BERT named by --init: the path itself or a hub snapshot."""
     path = Path(init).expanduser()
