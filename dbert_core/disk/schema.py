@@ -90,7 +90,7 @@ FIELDS = {
 # the fields inside those objects that sampling and eval read (name -> (accepts, what it must be));
 # T: the field's upper bound is the checkpoint's T (a step budget, a cache interval)
 SAMPLING = {
-    "min_length": _whole(0, MAX_SEQ_LEN),
+    "min_length": _whole(0),  # tokens of the shortest story: any length
     "openings": ((lambda v: isinstance(v, list) and all(_whole(0)[0](x) for x in v)), "a list of token ids (whole numbers >= 0)"),
     "from_stories": _whole(0),
     "openings_cover": _number(0.0, 1.0),
