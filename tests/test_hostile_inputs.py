@@ -801,3 +801,102 @@ def test_sound_newer_fields_still_sample(tmp_path, fields, capsys, monkeypatch):
     code, out, err = run(["sample", "-c", str(ck), "--n", "1", "--length", "40", "--steps", "4", "--device", "cpu"],
                          capsys, monkeypatch)
     assert code == 0 and len(out.splitlines()) == 1, err
+
+
+# ================================================================== a fetch's whole deadline and its stall rule
+class _Trickling:
+    """An HTTP server on 127.0.0.1 that answers every request with a head and then `burst` bytes
+    every `every` seconds (faster than the default stall rule), for at most `until` seconds."""
+
+    def __init__(self, burst: int = 200, every: float = 0.1, until: float = 20.0):
+        self.burst, self.every, self.until = burst, every, until
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._serve, daemon=True)]
+        self.threads[0].start()
+
+    def _serve(self):
+        end = time.monotonic() + self.until
+        while not self.stop.is_set() and time.monotonic() < end:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            t = threading.Thread(target=self._trickle, args=(conn, end), daemon=True)
+            self.threads.append(t)
+            t.start()
+
+    def _trickle(self, conn, end):
+        with conn:
+            try:
+                conn.settimeout(5)
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n"
+                             b"Content-Type: application/octet-stream\r\n\r\n")
+                while not self.stop.is_set() and time.monotonic() < end:
+                    conn.sendall(b"x" * self.burst)
+                    time.sleep(self.every)
+            except OSError:
+                pass
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+        for t in self.threads:
+            t.join(5)
+
+
+@pytest.mark.parametrize("where", ["url", "hub"])
+@pytest.mark.parametrize("rule,env,needle", [
+    ("deadline", {"DBERT_FETCH_DEADLINE": "2"}, "did not finish within 2 s (set DBERT_FETCH_DEADLINE"),
+    ("stall", {"DBERT_FETCH_MIN_BYTES": "100000"}, "DBERT_FETCH_MIN_BYTES"),
+])
+def test_a_server_that_trickles_just_fast_enough_meets_the_whole_deadline(monkeypatch, where, rule, env, needle,
+                                                                          capsys):
+    """2,000 bytes a second pass the default stall rule (1 KiB per DBERT_FETCH_TIMEOUT window) for
+    ever; the whole fetch's deadline (DBERT_FETCH_DEADLINE) ends it, and so does a stricter stall
+    rule (DBERT_FETCH_MIN_BYTES): one line naming the setting, exit 2, nothing left in the store."""
+    from dbert_core.storage import store
+
+    monkeypatch.setenv("DBERT_FETCH_TIMEOUT", "1")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    server = _Trickling()
+    try:
+        if where == "hub":
+            online(monkeypatch, server)
+        source = "someone/model" if where == "hub" else server.url + "/ck.tar.gz"
+        start = time.monotonic()
+        code, out, err = run(["checkpoints", "fetch", source, "--name", "x"], capsys, monkeypatch)
+        took = time.monotonic() - start
+    finally:
+        server.close()
+    line = one_line("\n".join(ln for ln in err.splitlines() if not ln.startswith("dbert: warning: ")))  # plain http
+    assert code == 2 and out == "" and needle in line, line
+    assert took < 10, took
+    root = store.store_dir()
+    assert not root.exists() or list(root.iterdir()) == []
+
+
+def test_the_fetch_settings_are_checked_and_a_sound_fetch_passes_them(monkeypatch, capsys, tmp_path):
+    from helpers import tar_bytes
+    from dbert_core.storage import store
+
+    monkeypatch.setenv("DBERT_FETCH_MIN_BYTES", "lots")
+    code, out, err = run(["checkpoints", "fetch", "https://127.0.0.1:9/ck.tar.gz", "--name", "x"], capsys, monkeypatch)
+    assert code == 2 and "DBERT_FETCH_MIN_BYTES" in one_line(err)
+    monkeypatch.setenv("DBERT_FETCH_MIN_BYTES", "1")
+    monkeypatch.setenv("DBERT_FETCH_DEADLINE", "0")
+    code, out, err = run(["checkpoints", "fetch", "https://127.0.0.1:9/ck.tar.gz", "--name", "x"], capsys, monkeypatch)
+    assert code == 2 and "DBERT_FETCH_DEADLINE" in one_line(err)
+    monkeypatch.setenv("DBERT_FETCH_DEADLINE", "60")
+    with HubServer() as server:
+        server.files["ck.tar.gz"] = tar_bytes(TINY)
+        code, out, err = run(["checkpoints", "fetch", server.url + "/files/ck.tar.gz", "--name", "x"], capsys,
+                             monkeypatch)
+    assert code == 0, err
+    assert (store.store_dir() / "x" / "dbert.json").is_file()

@@ -234,13 +234,14 @@ def local_dir(init: str) -> Path:
         raise DbertError(f"no such directory: {init}")
     from huggingface_hub import snapshot_download
 
-    from .net import configure_hub
+    from .net import configure_hub, deadline
 
     configure_hub()
     try:
-        got = Path(snapshot_download(init, allow_patterns=HUB_FILES))
-        if not list(got.glob("*.safetensors")):  # an older repo: pickled weights, read with weights_only
-            got = Path(snapshot_download(init, allow_patterns=HUB_FILES + ["pytorch_model.bin"]))
+        with deadline():  # within DBERT_FETCH_DEADLINE seconds in all
+            got = Path(snapshot_download(init, allow_patterns=HUB_FILES))
+            if not list(got.glob("*.safetensors")):  # an older repo: pickled weights, read with weights_only
+                got = Path(snapshot_download(init, allow_patterns=HUB_FILES + ["pytorch_model.bin"]))
     except Exception as e:  # noqa: BLE001 - offline, no such repo, network errors: one line for the user
         raise DbertError(_hub_failure(init, e)) from None
     return got
