@@ -900,3 +900,29 @@ def test_the_fetch_settings_are_checked_and_a_sound_fetch_passes_them(monkeypatc
                              monkeypatch)
     assert code == 0, err
     assert (store.store_dir() / "x" / "dbert.json").is_file()
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_dbert_train_with_a_peer_that_never_starts_says_so_and_ends_in_time(tmp_path, rank):
+    """`dbert train` as one process of WORLD_SIZE=2 (the other never starts): a line saying whom it
+    waits for and how long (DBERT_DIST_START_TIMEOUT), then one error line and exit 2 within the
+    limit (here 4 s), and nothing left: no output folder, no lock file."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port), "DBERT_DIST_START_TIMEOUT": "4"}
+    start = time.monotonic()
+    r = cli("train", "--data", str(TINYSTORIES), "--preset", "tiny", "--max-steps", "2", "--seq-len", "16",
+            "--batch-size", "8", "--T", "32", "--eval-every", "0", "--out", str(tmp_path / "run"), "--device", "cpu",
+            env=env, timeout=120)
+    took = time.monotonic() - start
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr[-2000:]
+    waiting = [ln for ln in lines if "waiting for" in ln]
+    assert len(waiting) == 1 and "at most 4 s" in waiting[0] and "DBERT_DIST_START_TIMEOUT" in waiting[0], lines
+    assert ("rank 1 to start" if rank == 0 else "rank 0 at 127.0.0.1") in waiting[0], waiting
+    errors = [ln for ln in lines if ln.startswith("dbert: error:")]
+    assert len(errors) == 1 and "DBERT_DIST_START_TIMEOUT" in errors[0], lines
+    assert took < 60, took  # the start (imports, the data) and 4 s of waiting
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], list(tmp_path.iterdir())
