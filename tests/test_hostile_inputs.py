@@ -926,3 +926,40 @@ def test_dbert_train_with_a_peer_that_never_starts_says_so_and_ends_in_time(tmp_
     assert len(errors) == 1 and "DBERT_DIST_START_TIMEOUT" in errors[0], lines
     assert took < 60, took  # the start (imports, the data) and 4 s of waiting
     assert sorted(p.name for p in tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
+def test_ctrl_q_typed_before_the_app_has_the_terminal_quits_it(tmp_path):
+    """A real pseudo-terminal: Ctrl-Q typed at once, while dbert-tui still imports (the screen
+    blank). The terminal's flow control used to take it (IXON), and the app ran on past 60 s; now
+    it ends with 0 within 30 s, and the terminal's settings are as they were."""
+    import pty  # noqa: F401 - os.openpty needs a pty-capable system
+    import termios
+
+    master, slave = os.openpty()
+    before = termios.tcgetattr(slave)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", TERM="xterm-256color",
+               DBERT_HOME=str(tmp_path / "home"))
+    p = subprocess.Popen([sys.executable, "-m", "dbert_tui.app", "--checkpoint", str(TINY), "--steps", "8"],
+                         stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    start, screen, sent = time.monotonic(), b"", False
+    try:
+        while p.poll() is None and time.monotonic() - start < 30:
+            import select
+
+            iflag, lflag = termios.tcgetattr(slave)[0], termios.tcgetattr(slave)[3]
+            held = not iflag & termios.IXON and lflag & termios.ISIG  # the program's first act; Textual clears ISIG
+            if not sent and (held or time.monotonic() - start > 15):
+                os.write(master, b"\x11")  # as soon as the program runs (its imports not done), or at 15 s
+                sent, drawn = time.monotonic() - start, b"Quit" in screen  # the footer: the app is up
+            if select.select([master], [], [], 0.05)[0]:
+                screen += os.read(master, 65536)  # keep the terminal drained, as a terminal would
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait(10)
+        after = termios.tcgetattr(slave)
+        os.close(master)
+        os.close(slave)
+    assert p.returncode == 0, (p.returncode, sent, screen[-300:])
+    assert sent < 15 and not drawn  # typed before the app had drawn anything
+    assert after[0] & termios.IXON == before[0] & termios.IXON and after[3] == before[3]
