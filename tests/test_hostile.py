@@ -990,3 +990,17 @@ def test_a_10_mb_story_trains_in_2_gb_of_address_space_and_leaves_no_lock(tmp_pa
     assert r.returncode == 0, r.stderr[-2000:]
     checkpoint.load(tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.txt", "out"]  # no lock file, no temp folder
+
+
+def test_a_full_disk_while_taking_the_lock_is_one_line_naming_it_and_leaves_no_file(tmp_path, monkeypatch):
+    """A disk with no byte free: the lock's "pid N" record cannot be written (found with a full
+    4 MB tmpfs: the line was a bare "No space left on device")."""
+    from dbert_core.disk import lock as lockmod
+
+    def full(*a):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(lockmod.os, "pwrite", full)
+    with pytest.raises(DbertError, match=r"cannot lock .*run: writing .*\.run\.dbert-lock failed: No space left"):
+        OutLock(tmp_path / "run")
+    assert list(tmp_path.iterdir()) == []
