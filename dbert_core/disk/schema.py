@@ -105,9 +105,7 @@ DECODING = {
 }
 TRAIN_CONFIG = {
     "story_context": _whole(1),  # and below the story window: checked with the model (checkpoint.load)
-    "doc_sep": _one_of(DOC_SEPS),
-    "hide_end_padding": _kind(bool),
-    "seq_len": _whole(1, MAX_SEQ_LEN),
+    "doc_sep": _one_of(DOC_SEPS),  # the rest is read only by --resume, which checks every field's type
 }
 
 
