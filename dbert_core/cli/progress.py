@@ -105,6 +105,10 @@ class TrainProgress(Callback):
                    f"ppl {m['val_ppl_token']:.2f} ({m['eval_steps']}-step bound)")
 
     @_quiet
+    def on_notice(self, trainer, line):
+        self._line(line)
+
+    @_quiet
     def on_checkpoint(self, trainer, path):
         self._line(f"checkpoint step {trainer.step}: {path}")
 

@@ -103,7 +103,10 @@ class OutLock:
                        "wait for it or choose another --out", holder or "another process") from None
         if not self._named(f):
             return False
-        os.pwrite(f.fileno(), f"pid {os.getpid()}".ljust(self.RECORD - 1).encode() + b"\n", 0)
+        try:
+            os.pwrite(f.fileno(), f"pid {os.getpid()}".ljust(self.RECORD - 1).encode() + b"\n", 0)
+        except OSError as e:  # a full disk: one line naming the lock, not a bare "No space left on device"
+            raise DbertError(f"cannot lock {out}: writing {self.path} failed: {e.strerror or e}") from None
         return True
 
     def _named(self, f) -> bool:

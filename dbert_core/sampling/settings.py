@@ -79,7 +79,7 @@ STEPS, TEMPERATURE, TOP_K, TOP_P = 96, 1.0, 30, 1.0
 def default_decoding(db) -> dict:
     """{steps, temperature, top_k, top_p, cache_refresh, cache_masked} a sample uses unless told: what the checkpoint's dbert.json recommends
     (`sampling.decoding`, measured for it: the shipped story model's, 32 steps at top-k 30, in docs/stories.md), each
-    value that is missing or malformed replaced by the general default (96 steps, temperature 1, top-k 30, top-p off, the exact
+    value that is missing (or malformed in a meta not loaded from disk: load refuses it, schema.py) replaced by the general default (96 steps, temperature 1, top-k 30, top-p off, the exact
     forward: no decided-position cache, and so no [MASK] states kept)."""
     given = (db.meta.get("sampling") or {}).get("decoding") or {}
     given = given if isinstance(given, dict) else {}

@@ -254,13 +254,15 @@ def iter_encode(texts: list[str], tokenizer, chunk: int = 4096) -> Iterator[list
         backend = Tokenizer.from_str(backend.to_str())  # a copy without tokenizer.json's padding/truncation
         backend.no_padding()
         backend.no_truncation()
-    for i in range(0, len(texts), chunk):
-        if backend is not None:
-            enc = [e.ids for e in backend.encode_batch(texts[i:i + chunk], add_special_tokens=False)]
-        else:
-            enc = tokenizer(texts[i:i + chunk], add_special_tokens=False, truncation=False)["input_ids"]
-        for ids in enc:
-            yield [unk if x in bad else x for x in ids] if bad.intersection(ids) else ids
+    if backend is not None:  # a long text in bounded pieces (pieces.py): never one allocation of gigabytes
+        from .pieces import encoded
+
+        every = encoded(backend, texts, "ids", chunk)
+    else:
+        every = (ids for i in range(0, len(texts), chunk)
+                 for ids in tokenizer(texts[i:i + chunk], add_special_tokens=False, truncation=False)["input_ids"])
+    for ids in every:
+        yield [unk if x in bad else x for x in ids] if bad.intersection(ids) else ids
 
 
 def encode(texts: list[str], tokenizer, chunk: int = 4096) -> list[list[int]]:
@@ -475,8 +477,10 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     wp = BertWordPieceTokenizer(lowercase=True, strip_accents=True, clean_text=True)
-    wp.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, show_progress=False,
-                           special_tokens=specials)
+    from .pieces import pieces
+
+    wp.train_from_iterator((p for t in texts for p in pieces(t)), vocab_size=vocab_size, min_frequency=2,
+                           show_progress=False, special_tokens=specials)  # a long text in pieces (pieces.py)
     rest = sorted(set(wp.get_vocab()) - set(specials))
     vocab = {tok: i for i, tok in enumerate(specials + rest)}
     return WordPieceTokenizer.from_vocab(vocab, do_lower_case=True, strip_accents=True)

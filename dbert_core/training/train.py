@@ -81,6 +81,7 @@ def check_optimizer_state(saved: dict, optimizer, where: str) -> None:
 class Callback:
     """Hooks a trainer calls; override what you need. Metrics are plain dicts."""
 
+    def on_notice(self, trainer, line: str): ...  # a line about the start for a person (before on_start)
     def on_start(self, trainer): ...
     def on_step(self, trainer, metrics: dict): ...
     def on_eval(self, trainer, metrics: dict): ...
@@ -122,7 +123,13 @@ class Trainer:
 
     def prepare(self) -> None:
         """Prepare the run (prepare.prepare: data, tokenizer, model, the resume rule) and take it on."""
-        self._adopt(prepare(self.cfg, self.rank, self.world, self.local_rank))
+        self._adopt(prepare(self.cfg, self.rank, self.world, self.local_rank, notice=self._notice))
+
+    def _notice(self, line: str) -> None:
+        """A line about the start for a person (a rank waiting for the others): the callbacks' on_notice."""
+        for cb in self.callbacks:
+            if hasattr(cb, "on_notice"):  # a callback need not derive from Callback
+                cb.on_notice(self, line)
 
     def _adopt(self, prepared: Prepared) -> None:
         """Take on a prepared run: its config, model, examples and device; the model goes to the

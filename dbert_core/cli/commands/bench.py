@@ -3,6 +3,7 @@ bench.json and bench.md in --out, the Markdown on stdout."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -60,6 +61,11 @@ def bench(
     from ...disk.output import check_output
 
     check_output(out, "--out", folder=True)  # before the hour of measuring, not after it
+    from ...disk import layout
+
+    for report in (layout.BENCH_JSON, layout.BENCH_MD):  # a link or folder at a report's name, too
+        if os.path.lexists(Path(out) / report):
+            check_output(Path(out) / report, "--out")
     chosen = [s.strip() for s in samplers.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in config.STRATEGIES]
     if unknown or not chosen:
