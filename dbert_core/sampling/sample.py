@@ -33,7 +33,8 @@ from ..config import SampleConfig
 from ..errors import DbertError
 from . import parallel, settings
 from .ancestral import ancestral
-from .blocks import is_story_model, story_frames, story_of, story_rules, story_template, with_end_rule
+from .blocks import (is_story_model, prompt_end, story_canvas, story_frames, story_of, story_rules, story_template,
+                     with_end_rule)
 from .base import Frame, Kernel, Net, Sampler, kernel, masked_curve
 from .draw import RepeatBlock, categorical, neighbours, repeat_block, shape_probs
 from .first_hitting import first_hitting
@@ -147,9 +148,14 @@ def decided_cache(db, cfg: SampleConfig) -> bool:
 
 def story_stream(db, cfg: SampleConfig, generator: torch.Generator, topk: int = 0) -> Iterator[Frame]:
     """A story model's cfg.n stories as frames of one canvas, block by block (blocks.story_frames):
-    what generate() and the TUI run for a story checkpoint."""
-    first = story_template(db, prompt_ids(db, cfg.prompt) if cfg.prompt else None, cfg.length)
-    return story_frames(db, cfg, frames, generator, first, topk)
+    what generate() and the TUI run for a story checkpoint. A prompt is given text in every window
+    it reaches (one longer than --length is a DbertError), and the story may not end before its
+    last given word (a [MASK] slot inside the prompt is never its end)."""
+    canvas = story_canvas(db, prompt_ids(db, cfg.prompt) if cfg.prompt else None, cfg.length)
+    least = prompt_end(canvas, db.model.mask_id)  # the story goes on past its prompt's last word
+    if least > (cfg.min_length or 0):
+        cfg = settings.mark(replace(cfg, min_length=least), db)
+    return story_frames(db, cfg, frames, generator, canvas, topk)
 
 
 def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool = True, paragraph: str | None = None,
