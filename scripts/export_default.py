@@ -55,11 +55,12 @@ def main() -> int:
         print(f"sampling defaults from the training stories: {db.meta['sampling']}", file=sys.stderr)
     if db.words is None:  # trained before runs kept their multi-piece words (text/lexicon.py)
         from dbert_core.text import lexicon
-        from dbert_core.text.data import read_lines
+        from dbert_core.text.data import text_lines
 
         files = list(db.meta.get("data") or (db.meta.get("train_config") or {}).get("data") or [])
-        if files and all(Path(f).is_file() for f in files):
-            db.words = lexicon.learn(read_lines(files), db.tokenizer)
+        if files and all(Path(f).is_file() for f in files):  # the documents' text, as the run read it
+            db.words = lexicon.learn(text_lines(files, (db.meta.get("train_config") or {}).get("doc_sep", "auto")),
+                                     db.tokenizer)
             print(f"{len(db.words)} words from the training files (dbert_words.json)", file=sys.stderr)
     decoding = {k: v for k, v in (("steps", args.steps), ("top_k", args.top_k), ("top_p", args.top_p),
                                                ("cache_refresh", args.cache_refresh), ("cache_masked", args.cache_masked))
