@@ -83,6 +83,39 @@ def test_a_jsonl_file_with_a_byte_order_mark_is_read(tmp_path, stories, capsys, 
     assert json.loads(out)["documents"] == 3
 
 
+def test_eval_warns_about_a_document_of_110000_words(tmp_path, capsys, monkeypatch):
+    """`dbert train` warns that a 110,000-word document is probably a file read as one; `dbert eval
+    --unit story` said nothing."""
+    data = tmp_path / "one.txt"
+    data.write_text(f"Tom had a red kite.\n{EOT}\n" + "word " * 110_000 + f"\n{EOT}\n", encoding="utf-8")
+    code, out, err = run(["eval", "-c", str(TINY), "--data", str(data), "--unit", "story", "--steps", "2",
+                          "--limit", "1"], capsys, monkeypatch)
+    assert code == 0, err
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and "110,000 words" in warnings[0] and "--doc-sep auto" in warnings[0], err
+    assert "Traceback" not in err
+
+
+def test_eval_reads_documents_as_doc_sep_says(tmp_path, capsys, monkeypatch):
+    data = tmp_path / "lines.txt"
+    data.write_text("Tom had a red kite.\nLily had a blue ball.\nThe dog ran.\n", encoding="utf-8")
+    code, out, err = run(["eval", "-c", str(TINY), "--data", str(data), "--unit", "story", "--steps", "2",
+                          "--doc-sep", "line", "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    assert json.loads(out)["documents"] == 3  # read as blank-line documents (auto) it is one
+
+
+@pytest.mark.parametrize("seq_len", ["1"])
+def test_a_story_window_of_one_token_names_seq_len(tmp_path, capsys, monkeypatch, seq_len):
+    """It failed with 'story context must be in [1, 0] tokens', naming an option never given."""
+    code, out, err = run(["train", "--data", str(HEAD), "--out", str(tmp_path / "run"), "--unit", "story",
+                          "--seq-len", seq_len, "--preset", "tiny", "--max-steps", "1"], capsys, monkeypatch)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and out == "" and len(lines) == 1, (code, err)
+    assert lines[0].startswith("dbert: error: --unit story needs --seq-len 2 or more") and "context" not in lines[0]
+    assert not (tmp_path / "run").exists()
+
+
 def test_relearn_tables_cleans_a_checkpoints_tables_from_its_own_files(tmp_path, stories):
     """scripts/recipes/relearn_tables.py: the shipped model's list held "endoftext"; the script
     learns both tables again from the recorded training files (sha256-checked), weights untouched."""
