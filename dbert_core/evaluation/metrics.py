@@ -302,7 +302,7 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
             judge=None, texts: dict | None = None, on_frame=None, pair_quotes: bool = True,
             fix_contractions: bool = True, known_words: bool = True, doc_sep: str = "auto") -> dict:
     """The paper's protocol: n samples for BLEU-4 against the data, n more for Self-BLEU-4
-    (on_frame: called with every frame of both runs, for progress).
+    (on_frame: called with the frames of both runs a progress line needs: generate(every_frame=False)).
 
     steps, top_k, top_p: None: the checkpoint's recommendation (settings.default_decoding), as `dbert sample`.
     sampler and params: the decoding strategy (strategies.py). judge (a judge.Judge or the name
@@ -322,8 +322,8 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
         refs = story_texts(read_documents(data, doc_sep))
     else:
         refs = read_examples(data, "sentence" if unit == "window" else unit, doc_sep)  # windows: their sentences
-    first, st1 = generate(db, cfg, on_frame, paragraph=" ")
-    second, st2 = generate(db, cfg, on_frame, seed=seed + 1, paragraph=" ")
+    first, st1 = generate(db, cfg, on_frame, paragraph=" ", every_frame=False)  # on_frame: a progress line
+    second, st2 = generate(db, cfg, on_frame, seed=seed + 1, paragraph=" ", every_frame=False)
     out = {
         "samples": n, "sample_steps": cfg.steps, "sample_length": length, "top_k": cfg.top_k, "top_p": cfg.top_p, "sampler": sampler,
         "sampler_exact": get(sampler).exact, "params": cfg.params, "temperature": temperature,

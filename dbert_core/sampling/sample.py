@@ -158,12 +158,20 @@ def story_stream(db, cfg: SampleConfig, generator: torch.Generator, topk: int = 
     return story_frames(db, cfg, frames, generator, canvas, topk)
 
 
+def _is_done(frame: Frame) -> bool:
+    return frame.done
+
+
 def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool = True, paragraph: str | None = None,
-             topk: int = 0, **overrides) -> tuple[list[str], dict]:
+             topk: int = 0, every_frame: bool = True, **overrides) -> tuple[list[str], dict]:
     """cfg.n texts and stats {nfe, rows, gflop, seconds, samples, batches, workers, at_once, steps,
     sampler, exact, params}. The samples run in batches of at most cfg.batch_size, their number a
     multiple of cfg.workers, side by side as the threads allow (parallel.py; at_once: how many ran
     together). Their frames reach on_frame one batch after another; nfe counts every batch's calls.
+    every_frame=False: of a batch that runs side by side with an earlier one, on_frame sees the
+    frames it makes once the earlier ones have ended, and its last (done) frame, not the ones it
+    made while waiting (a progress line's needs; each waiting frame is a whole canvas, so a long
+    story's later batch held them all: memory that grows with the length squared).
     Same settings (workers included: they set the split), same seed: same texts. Texts as
     DBert.decode writes them (cased, paragraph: its options); a prompt's words are printed as
     typed. topk: the frames handed to on_frame carry the candidates at each reveal (frames' topk)."""
@@ -185,7 +193,8 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
         return run
 
     start = _time.perf_counter()
-    lasts = parallel.run([job(k) for k in range(len(batches))], parallel.concurrency(cfg.workers), on_frame)
+    lasts = parallel.run([job(k) for k in range(len(batches))], parallel.concurrency(cfg.workers), on_frame,
+                         None if every_frame else _is_done)
     texts: list[str] = []
     for last in lasts:
         rows_out = [story_of(row, db.tokenizer.sep_token_id) for row in last.ids] if is_story_model(db) else last.ids
