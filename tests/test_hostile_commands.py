@@ -135,3 +135,18 @@ def test_the_stories_study_on_a_missing_file_is_one_line(tmp_path, which):
     assert done.returncode == 2 and done.stdout == "", done.stderr
     line = one_line(done.stderr)
     assert line.startswith("stories: error: ") and "missing.txt" in line, line
+
+
+def test_bench_on_a_full_stdout_is_one_line_saying_where_the_report_is(tmp_path):
+    """It said 'No space left on device' and nothing of stdout or of the report it had kept."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "dbert_core.cli", "bench", "--checkpoint", str(TINY), "--quick",
+                            "--steps", "4", "--batch", "1", "--samplers", "ancestral", "--length", "8", "--no-train",
+                            "--no-bf16", "--out", str(tmp_path / "b")],
+                           stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    errors = [ln for ln in r.stderr.splitlines() if "error" in ln]
+    assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert errors[0] == (f"dbert: error: cannot write the report to stdout: No space left on device; it is in "
+                         f"{tmp_path / 'b' / 'bench.md'} (and bench.json)")
+    assert (tmp_path / "b" / "bench.md").read_text().startswith("#")

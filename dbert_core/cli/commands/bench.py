@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from ... import config
+from ...disk import layout
 from ...errors import DbertError
 from .. import options
 from ..options import Device
@@ -88,5 +89,13 @@ def bench(
     say(f"bench: {db.path}, steps {step_list}, batch {batches}, samplers {chosen}; results in {out}/")
     result = run(db, Path(out), load_seconds, chosen, step_list, batches, length=length, quick=quick, train=measure_train,
                  bf16=bf16, threads=range(1, (os.cpu_count() or 1) + 1), report=say)
-    sys.stdout.write(markdown(result))
-    sys.stdout.flush()
+    import errno
+
+    try:
+        sys.stdout.write(markdown(result))
+        sys.stdout.flush()
+    except OSError as e:  # a full disk or device behind stdout: the report is kept in --out all the same
+        if e.errno == errno.EPIPE:
+            raise
+        raise DbertError(f"cannot write the report to stdout: {e.strerror or e}; it is in "
+                         f"{Path(out) / layout.BENCH_MD} (and {layout.BENCH_JSON})") from None
