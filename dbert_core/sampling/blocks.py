@@ -185,9 +185,10 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
     """cfg.n stories as frames of one canvas (n, 1 + cfg.length): the opening [SEP], then each
     story's tokens as they are written, window after window. `first` is the first window ((L,) or
     (n, L), story_template) or the whole canvas (story_canvas): a prompt longer than a window is
-    given text in every window it reaches, each window's new columns taken from it. A row that has not ended when its window is full continues in a next
-    window holding its last `context` tokens (given) and new masks, placed on the canvas right after
-    the story so far; columns no window has reached yet are [MASK], columns after an end are end
+    given text in every window it reaches, each window's new columns taken from it. A row that
+    has not ended when its window is full continues in a next window holding its last `context`
+    tokens (given), then the canvas's next columns (the prompt's tokens, or masks), placed on the
+    canvas right after the story so far; columns no window has reached yet are [MASK], columns after an end are end
     padding. Every frame has the canvas's shape; `step` counts on across windows (steps = the step
     budget times the most windows the length can take), so only the very last frame is `done`.
     frames_fn is sample.frames (each window runs cfg's sampler and touch-ups)."""
