@@ -128,6 +128,8 @@ class TrainConfig:
             _int("--vocab-size", self.vocab_size, 16, 1_000_000)
         _one_of("--unit", self.unit, UNITS)
         _int("--seq-len", self.seq_len, 1, 100_000)
+        _need(self.unit != "story" or self.seq_len >= 2, "--unit story needs --seq-len 2 or more (a window holds "
+              f"the [SEP] that opens a story, then at least one token), got {self.seq_len}")
         _one_of("--doc-sep", self.doc_sep, DOC_SEPS)
         if self.story_context is not None:
             _int("--story-context", self.story_context, 1, max(1, self.seq_len - 1))

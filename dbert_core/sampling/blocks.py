@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import DbertError
+
 
 def is_story_model(db) -> bool:
     """Trained on whole stories (`dbert train --unit story`)."""
@@ -152,19 +154,33 @@ START = 1  # the canvas column of a story's first token: column 0 is the [SEP] t
 
 def canvas_words(words: dict[int, str] | None) -> dict[int, str] | None:
     """A story prompt's own words (prompt.prompt_words: by the prompt's token positions) by
-    their columns on the story's canvas, where the prompt starts at START (story_template)."""
+    their columns on the story's canvas, where the prompt starts at START (story_canvas)."""
     return None if words is None else {START + i: w for i, w in words.items()}
 
 
-def story_template(db, prompt_ids: torch.Tensor | None, length: int) -> torch.Tensor:
-    """The first window of a story: the given [SEP] that opens it, then the prompt's tokens (if
-    any) and masks, min(length, window - 1) tokens in all."""
+def story_canvas(db, prompt_ids: torch.Tensor | None, length: int) -> torch.Tensor:
+    """A story's whole canvas (1 + length,): the given [SEP] that opens it, then the prompt's
+    tokens (if any) and masks. A prompt longer than `length` is one DbertError (never cut)."""
     tok = db.tokenizer
-    room = min(length, window(db) - 1)
-    body = torch.full((room,), tok.mask_token_id, dtype=torch.long)
+    if prompt_ids is not None and len(prompt_ids) > length:
+        raise DbertError(f"the prompt is {len(prompt_ids)} tokens, longer than --length {length}")
+    body = torch.full((length,), tok.mask_token_id, dtype=torch.long)
     if prompt_ids is not None:
-        body[:min(room, len(prompt_ids))] = prompt_ids[:room]
+        body[:len(prompt_ids)] = prompt_ids
     return torch.cat([torch.tensor([tok.sep_token_id] * START), body])
+
+
+def story_template(db, prompt_ids: torch.Tensor | None, length: int) -> torch.Tensor:
+    """The first window of a story: story_canvas's first min(length, window - 1) tokens after
+    the [SEP] (a prompt longer than a window goes on in the windows after it: story_frames)."""
+    return story_canvas(db, prompt_ids, length)[:min(length, window(db) - 1) + 1]
+
+
+def prompt_end(canvas: torch.Tensor, mask: int) -> int:
+    """The canvas column of a story canvas's last given prompt token (0: no prompt): the story
+    may not end before it, or the prompt's words after a [MASK] slot would fall after its end."""
+    given = (canvas[1:] != mask).nonzero()
+    return int(given[-1, 0]) + 1 if len(given) else 0
 
 
 def story_of(row: torch.Tensor, end_id: int, start: int = 1) -> list[int]:
@@ -177,9 +193,11 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
                  topk: int = 0) -> Iterator:
     """cfg.n stories as frames of one canvas (n, 1 + cfg.length): the opening [SEP], then each
     story's tokens as they are written, window after window. `first` is the first window ((L,) or
-    (n, L), story_template). A row that has not ended when its window is full continues in a next
-    window holding its last `context` tokens (given) and new masks, placed on the canvas right after
-    the story so far; columns no window has reached yet are [MASK], columns after an end are end
+    (n, L), story_template) or the whole canvas (story_canvas): a prompt longer than a window is
+    given text in every window it reaches, each window's new columns taken from it. A row that
+    has not ended when its window is full continues in a next window holding its last `context`
+    tokens (given), then the canvas's next columns (the prompt's tokens, or masks), placed on the
+    canvas right after the story so far; columns no window has reached yet are [MASK], columns after an end are end
     padding. Every frame has the canvas's shape; `step` counts on across windows (steps = the step
     budget times the most windows the length can take), so only the very last frame is `done`.
     frames_fn is sample.frames (each window runs cfg's sampler and touch-ups)."""
@@ -189,9 +207,10 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
     n, width = cfg.n, 1 + cfg.length
     template = first if first.dim() == 2 else first.unsqueeze(0).repeat(n, 1)
     ctx = context(db)
-    most = 1 + max(0, -(-(cfg.length - (template.shape[1] - 1)) // (window(db) - ctx)))  # windows at most
     canvas = torch.full((n, width), mask, dtype=torch.long)
-    canvas[:, :template.shape[1]] = template
+    canvas[:, :template.shape[1]] = template  # the prompt's tokens where it reaches, masks after
+    template = template[:, :window(db)]
+    most = 1 + max(0, -(-(cfg.length - (template.shape[1] - 1)) // (window(db) - ctx)))  # windows at most
     confidence = torch.full((n, width), float("nan"), dtype=torch.float64)
     top_ids = top_probs = None
     rows, col, start = list(range(n)), 0, 1  # col: the canvas column of the window's column 0
@@ -247,8 +266,7 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
         if not rows or written >= width:
             break
         room = min(window(db) - ctx, width - written)
-        template = torch.full((len(rows), ctx + room), mask, dtype=torch.long)
-        template[:, :ctx] = canvas[rows, written - ctx:written]
+        template = canvas[rows, written - ctx:written + room].clone()  # the context, then the prompt's tokens or masks
         col, start = written - ctx, ctx
     yield replace(last, ids=canvas.clone(), masked=canvas == mask, revealed=torch.zeros(n, width, dtype=torch.bool),
                    confidence=confidence.clone(), top_ids=None if top_ids is None else top_ids.clone(),

@@ -126,7 +126,7 @@ def _fetch_url(url: str, tmp: Path, progress: Progress, max_bytes: int, cancel: 
     dest.mkdir()
     if progress is not None:
         progress(done, total, "unpack")
-    unpack(archive, dest)
+    unpack(archive, dest, url)
     archive.unlink()
     return _checkpoint_root(dest, url)
 

@@ -73,9 +73,10 @@ def fingerprints(patterns: list[str]) -> list[dict]:
 
 
 def _file_lines(path: str) -> list[str]:
-    """A UTF-8 text file's stripped lines, blank ones included; one clear error if it has no text."""
+    """A UTF-8 text file's stripped lines, blank ones included (a byte-order mark at its start is
+    not text: Windows editors and some exporters write one); one clear error if it has no text."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             got = [ln.strip() for ln in f]
     except UnicodeDecodeError as e:
         raise DbertError(f"data file is not UTF-8 text: {path} (byte {e.start})") from None
@@ -229,8 +230,17 @@ def document_sentences(docs: list[list[str]]) -> list[list[str]]:
     return [[s for para in doc for s in join_open_quotes(split_sentences(para))] for doc in docs]
 
 
-def read_examples(patterns: list[str], unit: str = "line") -> list[str]:
-    lines = read_lines(patterns)
+def text_lines(patterns: list[str], sep: str = "auto") -> list[str]:
+    """The text of the files' documents as training reads it (read_documents with --doc-sep
+    `sep`), a paragraph an item: a JSONL line's "text" (never its JSON), no <|endoftext|> mark.
+    What `--unit line` trains on, and what the truecase table and the word list are learnt from."""
+    return [p for doc in read_documents(patterns, sep) for p in doc]
+
+
+def read_examples(patterns: list[str], unit: str = "line", sep: str = "auto") -> list[str]:
+    """The examples of `--unit line` (each line of text_lines: a JSONL file's "text" field, whatever
+    the unit) or `--unit sentence` (each sentence of those lines)."""
+    lines = text_lines(patterns, sep)
     if unit == "line":
         return lines
     if unit == "sentence":

@@ -21,8 +21,8 @@ from ..disk import layout
 from ..config import TrainConfig
 from . import story_defaults
 from ..text.data import (DocumentStats, Special, document_sentences, document_windows, encode, encode_stories,
-                         fingerprints, pack, read_documents, read_examples, read_lines, story_texts, token_counts, tokenize,
-                         train_tokenizer)
+                         fingerprints, pack, read_documents, read_examples, story_texts, text_lines, token_counts,
+                         tokenize, train_tokenizer)
 from ..errors import DbertError
 from ..hardware import pick_device
 from ..disk.lock import OutLock
@@ -304,8 +304,8 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         val_docs = document_sentences(val_raw) if val_raw is not None else None
         texts = train_texts = [s for d in train_docs for s in d]
     else:
-        texts = read_examples(c.data, c.unit)
-        train_texts, val_texts = _hold_out(c, texts, read_examples(c.val_data, c.unit) if c.val_data else None)
+        texts = read_examples(c.data, c.unit, c.doc_sep)
+        train_texts, val_texts = _hold_out(c, texts, read_examples(c.val_data, c.unit, c.doc_sep) if c.val_data else None)
     db, init, trimmed, keep = None, named(c.init), None, None  # a store name: its folder
     if state is not None:
         db = ckpt.load(out, device="cpu")
@@ -342,7 +342,7 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
 
         from ..text import lexicon
 
-        lines = read_lines(c.data)  # read once for both tables
+        lines = text_lines(c.data, c.doc_sep)  # the documents' text as training reads it, once for both tables
         db.truecase = learn(lines)
         db.words = lexicon.learn(lines, db.tokenizer)
     return Prepared(c, db, train, val, device, state=state, lock=lock, keep=keep, documents=documents)

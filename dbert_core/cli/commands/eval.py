@@ -11,7 +11,7 @@ import typer
 from ... import config, strategies
 from ...errors import DbertError
 from .. import options
-from ..options import SAMPLE, Device, EvalUnit, Sampler, no_params
+from ..options import SAMPLE, Device, DocSep, EvalUnit, Sampler, no_params
 from ..streams import say
 
 
@@ -23,6 +23,7 @@ def evaluate(
     exact: Annotated[bool, typer.Option("--exact", help="Sum all S terms per example (slow).")] = False,
     mc_samples: Annotated[int, typer.Option(help="Monte-Carlo draws per example (without --exact).")] = 1,
     unit: Annotated[EvalUnit, typer.Option(help="An example is a line, a sentence, a story (a whole document, in the windows `dbert train --unit story` builds: the bound per token of text and end mark) or a window: the sentence-start windows of the checkpoint's length that `dbert train --unit sentence --pack` builds from the documents, its validation bound. Documents: <|endoftext|> lines, JSONL or blank lines, read from each file.")] = EvalUnit.line,
+    doc_sep: Annotated[DocSep, typer.Option(help="What separates documents, as in `dbert train`: auto (each file's own: <|endoftext|> lines, JSONL, else blank lines), blank, eot, line (one per line) or jsonl ({\"text\": ...} per line; a line's text whatever the --unit).")] = DocSep("auto"),
     samples: Annotated[int, typer.Option(help="Also draw N samples for BLEU-4 / Self-BLEU-4 / distinct-n.")] = 0,
     sample_steps: Annotated[Optional[int], typer.Option(help="Reverse steps for those samples (default: as `dbert sample`, the checkpoint's recommendation, else 96).", show_default=False)] = SAMPLE.steps,
     sample_length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length, as `dbert sample`; the paper: 64).")] = None,
@@ -83,7 +84,7 @@ def evaluate(
 
     try:
         scored = perplexity(db, data, steps=steps, limit=limit, exact=exact, mc=mc_samples, batch_size=batch_size,
-                            seed=seed, unit=unit.value, progress=counted)
+                            seed=seed, unit=unit.value, progress=counted, doc_sep=doc_sep.value)
     except OverflowError:  # math.exp of a bound past ~709 nats per token
         scored = {"nats_per_token": math.inf}
     finally:
@@ -91,6 +92,8 @@ def evaluate(
     if "documents" in scored:
         say(f"{scored['documents']:,} documents, median {scored['document_words_median']:,} words, "
             f"longest {scored['document_words_longest']:,}")
+    if "documents_warning" in scored:
+        say(scored["documents_warning"])
     bad = [k for k, v in scored.items() if isinstance(v, float) and not math.isfinite(v)]
     if bad:  # a score of inf or NaN is no answer: the weights' outputs overflow
         raise DbertError(f"the checkpoint's scores are not finite ({', '.join(bad)}): its outputs overflow "
@@ -105,7 +108,7 @@ def evaluate(
                               top_p=top_p, batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
                               sampler=sampler.value if sampler else None, params=params, temperature=temperature,
                               judge=judge, on_frame=sampling, pair_quotes=pair_quotes,
-                              fix_contractions=fix_contractions, known_words=known_words))
+                              fix_contractions=fix_contractions, known_words=known_words, doc_sep=doc_sep.value))
         sampling.close()
     if as_json:
         print(json.dumps(result))

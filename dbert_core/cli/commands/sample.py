@@ -125,7 +125,8 @@ def sample(
             continue
         resolved = resolve(run, db)
         got, st_p = generate(db, resolved, on_frame=on_frame, cased=not lowercase, paragraph=paragraph,
-                             topk=TOPK if trajectory is not None else 0)
+                             topk=TOPK if trajectory is not None else 0,
+                             every_frame=trajectory is not None)  # the progress line needs the done frames only
         texts.extend(got)
         records.extend({"text": t, "prompt": p, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
                         "settings": {k: getattr(resolved, k) for k in ("steps", "temperature", "top_k", "top_p", "length",
