@@ -740,7 +740,8 @@ async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
         tr.query_one("#tr-out").value = "quitter"
         tr.query_one("#tr-steps").value = "100000"
         await pilot.press("f5")
-        await wait_for(pilot, lambda: len(tr.losses) >= 3, what="the second run")
+        # the new run's own steps (tr.losses may still hold the last run's until its first progress message)
+        await wait_for(pilot, lambda: tr.trainer is not None and tr.trainer.step > 3, what="the second run")
         trainer = tr.trainer
         await pilot.press("f1")  # the data field has the focus: digits would go there
         await wait_for(pilot, lambda: app.current_mode == "generate", timeout=10)
