@@ -85,6 +85,7 @@ FIELDS = {
     "train_config": (False, _kind(dict)),
     "sha256": (False, _digests()),
     "sampling": (False, _kind(dict)),
+    "quality": (False, _kind(dict)),  # the checkpoint's one quality figure (quality_line), measured after training
 }
 
 # the fields inside those objects that sampling and eval read (name -> (accepts, what it must be));
@@ -103,6 +104,11 @@ DECODING = {
     "top_p": lambda T: ((lambda v: _number(0.0, 1.0)[0](v) and v > 0), "a number in (0, 1]"),
     "cache_refresh": lambda T: _whole(0, T),
     "cache_masked": lambda T: _kind(bool),
+}
+QUALITY = {
+    "ppl_token": _number(1.0),  # a perplexity per token: at least 1
+    "what": _kind(str),
+    "measured": _kind(str),
 }
 TRAIN_CONFIG = {
     "story_context": _whole(1),  # and below the story window: checked with the model (checkpoint.load)
@@ -130,6 +136,7 @@ def check(meta, where) -> dict:
     sampling = meta.get("sampling") or {}
     _inner(sampling, SAMPLING, "sampling", where)
     _inner(sampling.get("decoding") or {}, {k: f(meta["T"]) for k, f in DECODING.items()}, "sampling.decoding", where)
+    _inner(meta.get("quality") or {}, QUALITY, "quality", where)
     train = meta.get("train_config") or {}
     _inner(train, TRAIN_CONFIG, "train_config", where, none=True)
     return meta
