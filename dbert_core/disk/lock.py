@@ -67,7 +67,7 @@ class OutLock:
         self.path = Path(out).with_name(LOCK.format(name=Path(out).name))
         self.file = None
         try:
-            import fcntl
+            import fcntl  # noqa: F401 - only whether it exists: flock below goes through it
         except ImportError:  # Windows: no flock; runs are not protected from each other there
             return
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | \

@@ -357,7 +357,7 @@ class Bert(nn.Module):
                 m.attn_dropout = p
 
     def forward(self, ids: torch.Tensor, attention: torch.Tensor, time_token: torch.Tensor | None = None,
-                layer_time: torch.Tensor | None = None, cache: PrefixCache | None = None) -> torch.Tensor:
+                layer_time: torch.Tensor | None = None, cache: PrefixCache | None = None) -> torch.Tensor:  # noqa: F821 - maths.prefix_cache / decided_cache import this module: named, not imported
         """Hidden states (B, N', H) for ids (B, N) with attention (B, N) bool (False: padding).
 
         time_token (B, H): an extra input embedding inserted after [CLS] (N' = N + 1).
@@ -438,7 +438,7 @@ class DiffusionBert(nn.Module):
         return {} if self.time_embed is None else {f"time_embed.{k}": v for k, v in self.time_embed.state_dict().items()}
 
     def hidden(self, ids: torch.Tensor, attention: torch.Tensor, t: torch.Tensor | None = None,
-               cache: PrefixCache | None = None) -> torch.Tensor:
+               cache: PrefixCache | None = None) -> torch.Tensor:  # noqa: F821 - maths.prefix_cache / decided_cache import this module: named, not imported
         """Final hidden states (B, N, H) of the encoder for ids (B, N); with a cache that holds the
         rows' prefix, of the positions after it only (Bert.forward)."""
         if self.hide_end_padding:
@@ -454,7 +454,7 @@ class DiffusionBert(nn.Module):
         return self.bert(ids, attention, layer_time=temb.unsqueeze(1))
 
     def forward(self, ids, attention, select: torch.Tensor, t: torch.Tensor | None = None,
-                cache: PrefixCache | None = None, decided: DecidedCache | None = None,
+                cache: PrefixCache | None = None, decided: DecidedCache | None = None,  # noqa: F821 - maths.prefix_cache / decided_cache import this module: named, not imported
                 rows: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (M, V) at the M positions where select (B, N) is True, in row-major order.
 

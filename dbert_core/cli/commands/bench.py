@@ -3,7 +3,6 @@ bench.json and bench.md in --out, the Markdown on stdout."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -11,7 +10,6 @@ from typing import Annotated, Optional
 import typer
 
 from ... import config
-from ...disk import layout
 from ...errors import DbertError
 from .. import options
 from ..options import Device
