@@ -601,3 +601,33 @@ def test_the_ar_baseline_stops_early_once_held_out_stops_improving(story_model, 
     assert ar.main([*args, "--out", str(whole)]) == 0
     state = json.loads((whole / "state.json").read_text())
     assert state["step"] == state["steps"] and state["best"]["step"] == 4
+
+
+def test_eval_scores_a_story_model_by_story_unless_told(story_model, tmp_path, capsys, monkeypatch):
+    """Without --unit, dbert eval scores text the way the checkpoint trained on it (its dbert.json's unit),
+    and says so on stderr; --unit still chooses."""
+    from helpers import run
+
+    held = tmp_path / "held.txt"
+    docs = read_documents([str(HEAD)])[-4:]
+    held.write_text("".join("\n".join(d) + f"\n{EOT}\n" for d in docs))
+    args = ["eval", "--checkpoint", str(story_model.path), "--data", str(held), "--steps", "4", "--json"]
+    code, out, err = run(args, capsys, monkeypatch)
+    assert code == 0, err
+    assert "scoring by story: the checkpoint trained with --unit story (--unit chooses)" in err
+    default = json.loads(out)
+    code, out, err = run(args + ["--unit", "story"], capsys, monkeypatch)
+    assert code == 0 and "scoring by" not in err
+    assert json.loads(out) == default  # the same examples, the same figures
+    code, out, _ = run(args + ["--unit", "line"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["examples"] != default["examples"]
+
+
+def test_the_unit_a_checkpoint_trained_on():
+    from dbert_core.evaluation.metrics import trained_unit
+
+    assert trained_unit({"unit": "story", "pack": False})[0] == "story"
+    assert trained_unit({"unit": "sentence", "pack": True})[0] == "window"
+    assert trained_unit({"unit": "sentence", "pack": False})[0] == "sentence"
+    assert trained_unit({"unit": "line"})[0] == "line"
+    assert trained_unit({}) == ("line", "the checkpoint records no training unit")
