@@ -52,10 +52,10 @@ def serve(
     application = create_app(db, name, api_key=api_key, limits=limits, batching=batch, max_rows=batch_rows,
                              device=device.value, dtype=dtype.value)
     say(f"dbert serve: {name} ({db.path}) on http://{host}:{port}/v1 ; stop with Ctrl+C")
-    restore_signals()  # serving.server handles SIGINT, SIGTERM and SIGHUP itself (a grace period), then re-raises them
+    restore_signals()  # serving.server handles SIGINT, SIGTERM and SIGHUP itself: each drains, then run() returns
     try:
-        run(application, host, port, grace=grace)  # SIGTERM: ends by the signal once shut down, as uvicorn does
-    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on
+        run(application, host, port, grace=grace)
+    except KeyboardInterrupt:  # a Ctrl-C before uvicorn took the signals
         pass
     except SystemExit as e:  # uvicorn's exit when it cannot start (its ERROR line says why)
         if e.code:
