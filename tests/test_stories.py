@@ -418,9 +418,10 @@ def test_serve_continues_a_story_to_its_end(story_model):
         code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom", "min_tokens": 10,
                                                     "max_tokens": 20, "seed": 1, "dbert": {"steps": 6}})
         assert code == 200, body
-        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom", "min_tokens": 30,
+        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom had a kite.", "min_tokens": 30,
                                                     "max_tokens": 20})
-        assert code == 400 and "min_tokens" in body["error"]["message"]
+        assert code == 400 and body["error"]["param"] == "min_tokens"  # the client's own numbers, not the story's
+        assert body["error"]["message"] == "min_tokens (30) is more than max_tokens (20): no story could end"
 
 
 def test_cli_min_length_needs_a_story_model(tiny_checkpoint, capsys, monkeypatch):

@@ -152,6 +152,11 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
             raise ApiError(400, f"prompt + max_tokens + suffix is {length} tokens; this model takes at most {limit}",
                            param="max_tokens")
         least = None if min_tokens is None else h + min_tokens  # a story's tokens: the prompt's count too
+        if least is not None and is_story_model(db) and least > length - s:  # the client's numbers, not the story's
+            room = f"max_tokens ({max_tokens})" if max_tokens is not None else \
+                f"the {length - s - h} tokens the span has (max_tokens left out)"
+            raise ApiError(400, f"min_tokens ({min_tokens}) is more than {room}: no story could end",
+                           param="min_tokens")
         if s and is_story_model(db):  # the suffix is the story's last words: it ends there, not before
             if length > window(db) - 1:
                 raise ApiError(400, f"prompt + max_tokens + suffix is {length} tokens; a story with a suffix fits in "
