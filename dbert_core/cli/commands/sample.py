@@ -15,9 +15,12 @@ from ... import config, strategies
 from ...errors import DbertError
 from .. import options
 from ..options import SAMPLE, Device, Dtype, Sampler, no_params
+from ..short_help import show_all
 from ..streams import say
 
 TOPK = 5  # candidates recorded per reveal in a --trajectory file (the token inspector shows them)
+COMMON = ("prompt_arg", "checkpoint", "n", "steps", "temperature", "top_k", "top_p", "length", "seed", "prompt",
+          "prompt_file", "output", "stats", "candidates", "help_all")  # `dbert sample --help`; --help-all: every option
 
 
 def sample(
@@ -53,6 +56,7 @@ def sample(
     cache_refresh: Annotated[Optional[int], typer.Option("--cache-refresh", metavar="K", help="Approximate, faster calls: decided positions keep their keys and values between network calls and are computed afresh every K calls; the calls between compute only what is still masked or just changed (a decided-position cache, after Fast-dLLM's dual cache). 0: the model's exact p. Default: the checkpoint's recommendation, else 0.")] = None,
     cache_masked: Annotated[Optional[bool], typer.Option("--cache-masked/--fresh-masked", help="With --cache-refresh K: keep the still-masked positions' keys and values too, and their reveal chances from the last whole call (first-hitting), so the calls between compute only the positions just revealed and the ones being revealed (Fast-dLLM's dual cache, without blocks): approximate, several times cheaper calls. --fresh-masked computes every masked position at every call. Default: the checkpoint's recommendation, else --fresh-masked.")] = None,
     candidates: Annotated[int, typer.Option(help="Infill ([MASK*A-B] in the prompt): texts drawn for each length; all are ranked by the model's ELBO per token and the best --n printed, their scores on stderr.")] = 4,
+    help_all: Annotated[bool, typer.Option("--help-all", is_eager=True, callback=show_all, help="Every option (precision, caches, touch-ups, story rules, workers), each name whole, and exit.")] = False,
 ):
     """Generate N samples, one per line on stdout; a story start inside a sample reads " ¶ ".
 
