@@ -142,9 +142,14 @@ def test_quick_start_is_what_ci_runs():
 
 @cache
 def _help(prefix: tuple[str, ...]) -> str:
+    """The command's --help, and its --help-all where --help lists only the common options."""
     r = subprocess.run([*prefix, "--help"], env=_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"{' '.join(prefix)} --help: {r.stderr[-2000:]}"
-    return r.stdout
+    if "--help-all" not in r.stdout:
+        return r.stdout
+    every = subprocess.run([*prefix, "--help-all"], env=_env(), capture_output=True, text=True, timeout=300)
+    assert every.returncode == 0, f"{' '.join(prefix)} --help-all: {every.stderr[-2000:]}"
+    return r.stdout + every.stdout
 
 
 SUBCOMMANDS = {"sample", "train", "eval", "bench", "serve", "tui", "checkpoints", "list", "fetch", "import",

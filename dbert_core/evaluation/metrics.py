@@ -216,6 +216,18 @@ def readability(samples: list[str], min_words: int = 8) -> dict:
 
 
 @torch.no_grad()
+def trained_unit(meta: dict) -> tuple[str, str]:
+    """The --unit that scores text the way a checkpoint trained on it, and why: its dbert.json's
+    `unit` (a story model: whole stories; `--unit sentence --pack`: its windows), "line" where
+    it records none (a checkpoint made elsewhere)."""
+    unit, pack = meta.get("unit"), bool(meta.get("pack"))
+    if unit == "sentence" and pack:
+        return "window", "the checkpoint trained on --unit sentence --pack windows"
+    if unit in ("line", "sentence", "story"):
+        return unit, f"the checkpoint trained with --unit {unit}"
+    return "line", "the checkpoint records no training unit"
+
+
 def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, exact: bool = False,
                mc: int = 1, batch_size: int = 32, seed: int = 0, unit: str = "line", examples: bool = False,
                progress=None, doc_sep: str = "auto") -> dict:

@@ -214,6 +214,7 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
     confidence = torch.full((n, width), float("nan"), dtype=torch.float64)
     top_ids = top_probs = None
     rows, col, start = list(range(n)), 0, 1  # col: the canvas column of the window's column 0
+    settled = torch.zeros(n, dtype=torch.long)  # columns no later window changes: finished windows' text
     nfe = calls = 0
     flops = 0.0
     for block in range(most):
@@ -249,7 +250,7 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
             yield replace(f, ids=ids, masked=masked, revealed=revealed, confidence=conf, top_ids=t_ids,
                           top_probs=t_probs, remasked=remasked, row_steps=row_steps, steps=S * most,
                           step=block * S + f.step, nfe=nfe + f.nfe, rows=calls + f.rows, flops=flops + f.flops,
-                          touch_up=True)  # more follows: the canvas's last frame, below, is the one done
+                          touch_up=True, settled=settled.clone())  # more follows: the last frame, below, is done
         W = last.ids.shape[1]
         canvas[rows, col:col + W] = last.ids
         confidence[rows, col + start:col + W] = last.confidence[:, start:]
@@ -263,6 +264,8 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
             canvas[r, first_end:] = end
         rows = [r for r in rows if r not in ended]
         written = col + W  # the canvas columns written so far (the same for every row still going)
+        settled[ended] = width  # an ended story is final; a going one up to the window just finished
+        settled[rows] = written
         if not rows or written >= width:
             break
         room = min(window(db) - ctx, width - written)
@@ -272,4 +275,4 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
                    confidence=confidence.clone(), top_ids=None if top_ids is None else top_ids.clone(),
                    top_probs=None if top_probs is None else top_probs.clone(), remasked=None,
                    row_steps=torch.full((n,), S * most, dtype=torch.long), steps=S * most, step=S * most,
-                   nfe=nfe, rows=calls, flops=flops, touch_up=False)
+                   nfe=nfe, rows=calls, flops=flops, touch_up=False, settled=torch.full((n,), width, dtype=torch.long))

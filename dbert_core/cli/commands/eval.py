@@ -22,7 +22,7 @@ def evaluate(
     limit: Annotated[Optional[int], typer.Option(help="Score only the first N examples.")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Sum all S terms per example (slow).")] = False,
     mc_samples: Annotated[int, typer.Option(help="Monte-Carlo draws per example (without --exact).")] = 1,
-    unit: Annotated[EvalUnit, typer.Option(help="An example is a line, a sentence, a story (a whole document, in the windows `dbert train --unit story` builds: the bound per token of text and end mark) or a window: the sentence-start windows of the checkpoint's length that `dbert train --unit sentence --pack` builds from the documents, its validation bound. Documents: <|endoftext|> lines, JSONL or blank lines, read from each file.")] = EvalUnit.line,
+    unit: Annotated[Optional[EvalUnit], typer.Option(help="An example is a line, a sentence, a story (a whole document, in the windows `dbert train --unit story` builds: the bound per token of text and end mark) or a window: the sentence-start windows of the checkpoint's length that `dbert train --unit sentence --pack` builds from the documents, its validation bound. Documents: <|endoftext|> lines, JSONL or blank lines, read from each file. Default: the unit the checkpoint trained on (dbert.json's unit; line where it records none), said on stderr.", show_default=False)] = None,
     doc_sep: Annotated[DocSep, typer.Option(help="What separates documents, as in `dbert train`: auto (each file's own: <|endoftext|> lines, JSONL, else blank lines), blank, eot, line (one per line) or jsonl ({\"text\": ...} per line; a line's text whatever the --unit).")] = DocSep("auto"),
     samples: Annotated[int, typer.Option(help="Also draw N samples for BLEU-4 / Self-BLEU-4 / distinct-n.")] = 0,
     sample_steps: Annotated[Optional[int], typer.Option(help="Reverse steps for those samples (default: as `dbert sample`, the checkpoint's recommendation, else 96).", show_default=False)] = SAMPLE.steps,
@@ -46,7 +46,7 @@ def evaluate(
 
     Example: dbert eval --data held-out.txt --unit sentence --limit 200 --samples 20 --json
     """
-    from ...evaluation.metrics import perplexity, quality
+    from ...evaluation.metrics import perplexity, quality, trained_unit
 
     if limit is not None and limit < 1:
         raise DbertError("--limit must be >= 1")
@@ -76,6 +76,10 @@ def evaluate(
     from ..progress import CountProgress, SampleProgress
 
     db = options.load(checkpoint, device.value)
+    if unit is None:
+        chosen, why = trained_unit(db.meta)
+        unit = EvalUnit(chosen)
+        say(f"dbert: note: scoring by {chosen}: {why} (--unit chooses)")
     scoring = CountProgress(1, batch_size, label="scoring")
 
     def counted(done: int, total: int) -> None:

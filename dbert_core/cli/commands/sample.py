@@ -15,9 +15,12 @@ from ... import config, strategies
 from ...errors import DbertError
 from .. import options
 from ..options import SAMPLE, Device, Dtype, Sampler, no_params
+from ..short_help import show_all
 from ..streams import say
 
 TOPK = 5  # candidates recorded per reveal in a --trajectory file (the token inspector shows them)
+COMMON = ("prompt_arg", "checkpoint", "n", "steps", "temperature", "top_k", "top_p", "length", "seed", "prompt",
+          "prompt_file", "output", "stats", "candidates", "help_all")  # `dbert sample --help`; --help-all: every option
 
 
 def sample(
@@ -54,6 +57,7 @@ def sample(
     cache_refresh: Annotated[Optional[int], typer.Option("--cache-refresh", metavar="K", help="Approximate, faster calls: decided positions keep their keys and values between network calls and are computed afresh every K calls; the calls between compute only what is still masked or just changed (a decided-position cache, after Fast-dLLM's dual cache). 0: the model's exact p. Default: the checkpoint's recommendation, else 0.")] = None,
     cache_masked: Annotated[Optional[bool], typer.Option("--cache-masked/--fresh-masked", help="With --cache-refresh K: keep the still-masked positions' keys and values too, and their reveal chances from the last whole call (first-hitting), so the calls between compute only the positions just revealed and the ones being revealed (Fast-dLLM's dual cache, without blocks): approximate, several times cheaper calls. --fresh-masked computes every masked position at every call. Default: the checkpoint's recommendation, else --fresh-masked.")] = None,
     candidates: Annotated[int, typer.Option(help="Infill ([MASK*A-B] in the prompt): texts drawn for each length; all are ranked by the model's ELBO per token and the best --n printed, their scores on stderr.")] = 4,
+    help_all: Annotated[bool, typer.Option("--help-all", is_eager=True, callback=show_all, help="Every option (precision, caches, touch-ups, story rules, workers), each name whole, and exit.")] = False,
 ):
     """Generate N samples, one per line on stdout; a story start inside a sample reads " ¶ ".
 
@@ -111,6 +115,7 @@ def sample(
             say(f"dbert: note: {note}" + (f" ({p[:40]!r})" if len(prompts) > 1 else ""))
     progress = SampleProgress(cfg.n * len(prompts), cfg.batch_size)
     texts, records, st = [], [], None
+    infill_stats: list[dict] = []  # one a [MASK*A-B] prompt: its drawing's and its ranking's cost
 
     def on_frame(frame):
         progress(frame)
@@ -120,8 +125,9 @@ def sample(
     for p in prompts:
         run = replace(cfg, prompt=p)
         if has_range(p):
-            got = _infill(db, run, candidates, not lowercase, paragraph, records)
+            got, st_p = _infill(db, run, candidates, not lowercase, paragraph, records)
             texts.extend(got)
+            infill_stats.append(st_p)
             continue
         resolved = resolve(run, db)
         got, st_p = generate(db, resolved, on_frame=on_frame, cased=not lowercase, paragraph=paragraph,
@@ -149,16 +155,44 @@ def sample(
         sys.stdout.write(t.replace("\n", " ") + "\n")
     sys.stdout.flush()
     if stats:
-        say(json.dumps(st))
+        if infill_stats and st is None and len(infill_stats) == 1:
+            say(json.dumps(infill_stats[0]))
+        else:
+            say(json.dumps({**st, "infill": infill_stats} if infill_stats and st else
+                           {"infill": infill_stats} if infill_stats else st))
 
 
-def _infill(db, cfg, candidates: int, cased: bool, paragraph: str, records: list) -> list[str]:
+def _infill(db, cfg, candidates: int, cased: bool, paragraph: str, records: list) -> tuple[list[str], dict]:
     """An infill prompt ([MASK*A-B]): every length drawn `candidates` times, ranked by ELBO per
-    token (infill.py); the best cfg.n texts returned, their scores on stderr and in records."""
-    from ...sampling.infill import infill
+    token (infill.py); the best cfg.n texts and the run's cost (--stats) returned, their scores on
+    stderr and in records. Progress on stderr: the drawing, then the ranking."""
+    from ...sampling.infill import infill, variants
     from ...sampling.sample import resolve
+    from ..progress import CountProgress, SampleProgress
 
-    ranked = infill(db, resolve(cfg, db), per_length=candidates, cased=cased, paragraph=paragraph)
+    from ...sampling.infill import DRAWS, SCORE_STEPS
+
+    lengths = len(variants(cfg.prompt))
+    texts = lengths * candidates
+    say(f"dbert: infill: {texts} texts to draw ({lengths} lengths x {candidates} candidates), then to rank by "
+        f"the {SCORE_STEPS}-step bound over {DRAWS} corruptions")
+    drawing = SampleProgress(texts, candidates, label="infill: drawing")
+    ranking: list = []  # its progress, from the ranking's start (its elapsed time and ETA are the ranking's)
+
+    def ranked_so_far(done: int, total: int, fraction: float) -> None:
+        if not ranking:
+            drawing.close()
+            ranking.append(CountProgress(total, total, label="infill: ranking"))
+        ranking[0].update(done, fraction)
+
+    st: dict = {}
+    try:
+        ranked = infill(db, resolve(cfg, db), per_length=candidates, cased=cased, paragraph=paragraph,
+                        on_frame=drawing, on_rank=ranked_so_far, stats=st)
+    finally:
+        drawing.close()
+        for progress in ranking:
+            progress.close()
     best = ranked[:cfg.n]
     if len(best) < cfg.n:  # the same text drawn twice is kept once
         say(f"dbert: note: only {len(best)} different texts among those drawn for --n {cfg.n}; "
@@ -167,8 +201,8 @@ def _infill(db, cfg, candidates: int, cased: bool, paragraph: str, records: list
         say(f"dbert: infill #{i + 1}: {c.score:.4f} nats/token, lengths {','.join(map(str, c.lengths))}, "
             f"{c.tokens} tokens")
         records.append({"text": c.text, "prompt": cfg.prompt, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
-                        "infill": c.record()})
-    return [c.text for c in best]
+                        "infill": c.record(), "stats": st})
+    return [c.text for c in best], st
 
 
 def _prompts(arg: str | None, option: str | None, file: Path | None) -> list[str | None]:
