@@ -148,9 +148,28 @@ def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None
 
 
 # ------------------------------------------------------------------------------ token inspector
+def window_step(step: int, steps: int, per_window: int) -> tuple[int, int, int]:
+    """(window, windows, step within it) of a frame's `step` of `steps` counted on across a story's
+    (or a long refill's) windows of `per_window` steps each (the control bar's steps); one window
+    when `steps` is not a whole number of windows of more than one."""
+    if per_window <= 0 or steps <= per_window or steps % per_window:
+        return 1, 1, step
+    window = min(steps // per_window, max(1, -(-step // per_window)))
+    return window, steps // per_window, step - (window - 1) * per_window
+
+
+def step_label(step: int, steps: int, per_window: int) -> str:
+    """'window w/W · step k/S' for a run of several windows, else 'step k/S' (S: steps per window)."""
+    window, windows, within = window_step(step, steps, per_window)
+    if windows == 1:
+        return f"step {step}/{steps}"
+    return f"window {window}/{windows} · step {within}/{per_window}"
+
+
 def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True) -> Text:
-    """'step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame (or one row of
-    it); `pb` a controller.Playback, `timed` False hides the seconds (deterministic snapshots)."""
+    """'[window w/W · ]step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame
+    (or one row of it); `pb` a controller.Playback, `timed` False hides the seconds (deterministic
+    snapshots). A story's steps are per window, as the control bar's."""
     f = rec.frame
     if row is None:
         step, n_masked, total = f.step, int(f.masked.sum()), f.masked.numel()
@@ -158,7 +177,7 @@ def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True)
         step = int(f.row_steps[row]) if f.row_steps is not None else f.step
         n_masked, total = int(f.masked[row].sum()), f.masked.shape[1]
     text = Text()
-    text.append(f"step {step}/{f.steps}", style="bold")
+    text.append(step_label(step, f.steps, pb.run.settings.steps), style="bold")
     text.append(f" · masked {n_masked}/{total} · nfe {f.nfe}")
     if timed:
         text.append(f" · {rec.seconds:.2f}s")

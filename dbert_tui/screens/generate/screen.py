@@ -34,7 +34,7 @@ from dbert_core.errors import DbertError
 
 from ...controller import Playback, Run, Session
 from ...messages import InfillChosen, RunAdvanced, RunFailed, SampleChosen, TokenPointed
-from ...render import prompt_words_of
+from ...render import prompt_words_of, window_step
 from ...widgets.generate.canvas import Canvas, final_of
 from ...widgets.generate.compare import CompareView
 from ...widgets.generate.controls import Controls
@@ -301,7 +301,8 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
             self.compare.draw(self.db, self.playbacks, self.session.side, self.session.selected, colour, edges,
                               self._prompt_words, not self.app.deterministic)
         elif rec is not None and mode == "grid":
-            self.grid.draw(self.db, rec, colour, edges, self._prompt_words(), final_of(pb.run, controls.stable))
+            self.grid.draw(self.db, rec, colour, edges, self._prompt_words(), final_of(pb.run, controls.stable),
+                           pb.run.settings.steps)
         elif rec is not None and self.draft is not None:
             shown = self.canvas.draw_draft(self.db, self.draft, colour, edges)
             info = self.inspector.show(self.db, self.draft, shown.frame.steps)
@@ -312,11 +313,13 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         if rec is not None and rec is not self.drawn:
             self.drawn = rec
             self.frames_drawn += 1
-        active = self.session.active_playback().shown()
-        if active is not None:
+        active_pb = self.session.active_playback()
+        active = active_pb.shown()
+        if active is not None:  # the schedule is one window's: its step within the window
             f = active.frame
+            within = window_step(f.step, f.steps, active_pb.run.settings.steps)[2]
             for widget in (self.query_one(SchedulePanel), self.query_one(ScheduleStrip)):
-                widget.set_position(f.step, float(f.masked.double().mean()))
+                widget.set_position(within, float(f.masked.double().mean()))
         self._status()
 
     def _prompt_words(self, prompt: str | None = None) -> dict[int, str] | None:
