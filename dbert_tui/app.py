@@ -234,6 +234,7 @@ class DbertApp(App):
                             g.action_compare)
         yield SystemCommand("Prompt / infill template", r"Text with \[MASK] slots (p)", g.action_prompt)
         yield SystemCommand("Save texts", "Write the generated text(s) to a file (s)", g.action_save)
+        yield SystemCommand("Copy sample", "The selected sample's text to the clipboard (C)", g.action_copy)
         yield SystemCommand("Export trajectory", "Every frame as JSON, or an asciinema .cast, or .html (x)", g.action_export)
         yield SystemCommand("Toggle colouring", "Reveal order / confidence (v)", g.action_toggle_colour)
         yield SystemCommand("Inspect tokens", "The token under a cursor: reveal step, p', top candidates; edit (i)",
@@ -321,6 +322,7 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
         seed: Annotated[int, typer.Option(help="Seed of the first run.")] = d.seed,
         device: Annotated[str, typer.Option(help=f"Where to sample: {', '.join(DEVICES)}.")] = d.device,
         pace_ms: Annotated[int, typer.Option(help="Milliseconds per shown step while playing (0: full speed).")] = d.pace_ms,
+        prompt: Annotated[str, typer.Option(help="The first run's prompt: its opening, or a template with [MASK] slots ([MASK*N], [MASK*A-B]); p changes it.")] = d.prompt,
         replay: Annotated[Optional[Path], typer.Option("--replay", help="Play, scrub and inspect a trajectory file (dbert sample --trajectory, or the TUI's export) without a model.")] = None,
     ):
         def fail(message: str):
@@ -349,7 +351,7 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
             except DbertError as e:
                 fail(str(e))
         settings = Settings(steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
-                            seed=seed, device=device, pace_ms=max(0, pace_ms))
+                            seed=seed, device=device, pace_ms=max(0, pace_ms), prompt=prompt)
         try:
             settings.validate()
         except DbertError as e:

@@ -354,7 +354,8 @@ async def test_save_texts_and_export_trajectory(tiny_db, tmp_path):
         g = app.generate_screen
         await pilot.press("s")
         await fill_dialog(pilot, {"path": str(tmp_path / "out" / "texts.txt")})
-        lines = (tmp_path / "out" / "texts.txt").read_text().splitlines()
+        head, *lines = (tmp_path / "out" / "texts.txt").read_text().splitlines()
+        assert head.startswith("# dbert-tui: {") and json.loads(head.split(": ", 1)[1])["samples"] == [1, 2]
         assert len(lines) == 2 and all(lines) and "[MASK]" not in "".join(lines)
         await pilot.press("x")
         await fill_dialog(pilot, {"path": str(tmp_path / "out" / "run.json")})

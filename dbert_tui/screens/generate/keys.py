@@ -10,7 +10,7 @@ from functools import partial
 from textual.binding import Binding
 
 from ...controller import BRANCHES, Playback
-from ...files import EXPORT_TITLE, default_name, export_run, save_texts, save_title
+from ...files import EXPORT_TITLE, default_name, export_run, save_texts, save_title, texts_of
 from ...forms import PROMPT_TITLE
 from ...widgets.keybar import Key
 from ..dialogs import FormDialog
@@ -40,7 +40,8 @@ BINDINGS = [  # the order of the key help (`?`); the key bar shows KEYS, the con
     Binding("r", "restart", "Restart the run (same settings and seed)"),
     Binding("e", "edit", "Settings dialog: every sampling setting"),
     Binding("p", "prompt", "Prompt / infill template"),
-    Binding("s", "save", "Save the text(s) to a file"),
+    Binding("s", "save", "Save the text(s) and settings; one sample shown: that one"),
+    Binding("C", "copy", "Copy the selected sample to the clipboard (OSC 52)", key_display="C"),
     Binding("x", "export", "Export the run: .json trajectory, .cast asciinema, .html text"),
     Binding("v", "toggle_colour", "Colour by reveal order / confidence"),
     Binding("left_square_bracket", "steps(0.5)", "Halve the steps", key_display="["),
@@ -315,12 +316,35 @@ class KeyActions:
         if pb is None or not pb.frames:
             self.app.notify("nothing to save yet", severity="warning")
             return
-        self.app.push_screen(FormDialog(save_title(pb.frames[-1].frame), [("path", "file", self._default_name("txt"), "")],
-                                        "Save"), partial(self._save, pb))
+        rows = self._shown_rows(pb)
+        name = default_name(self.db, self.session.active.seed, "txt", rows[0] + 1 if rows else None)
+        self.app.push_screen(FormDialog(save_title(pb.frames[-1].frame, rows), [("path", "file", name, "")], "Save"),
+                             partial(self._save, pb))
 
     def _save(self, pb: Playback, values: dict | None) -> None:
         if values and values["path"] and pb.frames:
-            self._report(*save_texts(values["path"], self.db, pb.frames[-1]))
+            self._report(*save_texts(values["path"], self.db, pb.frames[-1], pb.run.settings, self._shown_rows(pb)))
+
+    def _shown_rows(self, pb: Playback) -> list[int] | None:
+        """The one sample on screen when a run of several shows one (large, or a side of a
+        comparison): [selected]; None in the grid or for a run of one (all of them)."""
+        several = pb.frames and pb.frames[-1].frame.ids.shape[0] > 1
+        return [self.session.selected] if several and self.view_mode() != "grid" else None
+
+    def action_copy(self) -> None:
+        """The selected sample's text (as saved) to the clipboard: Textual's OSC 52."""
+        pb = self.session.active_playback()
+        if pb is None or not pb.frames:
+            self.app.notify("nothing to copy yet", severity="warning")
+            return
+        rec = pb.frames[-1]
+        row = min(self.session.selected, rec.frame.ids.shape[0] - 1)
+        text = texts_of(self.db, rec)[row]
+        self.app.copy_to_clipboard(text)
+        which = f"sample {row + 1} of {rec.frame.ids.shape[0]}" if rec.frame.ids.shape[0] > 1 else "the sample"
+        left = int(rec.frame.masked[row].sum())
+        self.app.notify(f"copied {which} to the clipboard ({len(text)} characters{f', {left} [MASK] left' if left else ''});"
+                        " the terminal must allow OSC 52", timeout=5)
 
     def action_export(self) -> None:
         pb = self.session.active_playback()
