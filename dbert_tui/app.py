@@ -230,7 +230,7 @@ class DbertApp(App):
         yield SystemCommand("New seed", "Restart with another seed (n)", g.action_new_seed)
         yield SystemCommand("Sampling settings", "Steps, temperature, top-k/p, length, seed, sampler (e)", g.action_edit)
         yield SystemCommand("Several samples", "A grid of samples of one run, or back to one (g)", g.action_grid)
-        yield SystemCommand("Compare two settings", "The same seed under two settings side by side (c)",
+        yield SystemCommand("Compare two settings", "Two settings side by side: separate draws with one seed (c)",
                             g.action_compare)
         yield SystemCommand("Prompt / infill template", r"Text with \[MASK] slots (p)", g.action_prompt)
         yield SystemCommand("Save texts", "Write the generated text(s) to a file (s)", g.action_save)

@@ -36,7 +36,7 @@ BINDINGS = [  # the order of the key help (`?`); the key bar shows KEYS, the con
     Binding("left", "scrub(-1)", "Scrub back one step", key_display="←"),
     Binding("right", "scrub(1)", "Scrub forward one step", key_display="→"),
     Binding("g", "grid", "Grid of several samples, or back to one"),
-    Binding("c", "compare", "Compare two settings side by side, or end it"),
+    Binding("c", "compare", "Compare two settings (separate draws, one seed), or end it"),
     Binding("r", "restart", "Restart the run (same settings and seed)"),
     Binding("e", "edit", "Settings dialog: every sampling setting"),
     Binding("p", "prompt", "Prompt / infill template"),

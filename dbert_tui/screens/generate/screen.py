@@ -54,7 +54,8 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
     """Live reverse diffusion. Changing a control restarts the run with the new settings."""
 
     HELP = ("Watch the reverse process fill in the [MASK]s, step by step. The control bar shows each "
-            "sampling setting beside its key; a change restarts the run at once with the same seed. "
+            "sampling setting beside its key; a change restarts the run at once with the same seed (a new "
+            "draw all the same: once one token differs, the rest of the story can differ). "
             "A text taller than the screen follows the writing as later windows fill in; PgUp and PgDn "
             "(or the mouse wheel) scroll it, End follows the writing again.")
 
