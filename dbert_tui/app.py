@@ -181,6 +181,13 @@ class DbertApp(App):
         super().notify(safe_text(message, 500), title=safe_text(title, 80), severity=severity, timeout=timeout,
                        markup=markup)
 
+    def action_help_quit(self) -> None:
+        """Ctrl-C: Textual's hint that ctrl+q quits, in words (its own is markup, and notify() here shows text as it is)."""
+        for key, active in self.active_bindings.items():
+            if active.binding.action in ("quit", "app.quit"):
+                self.notify(f"Press {key} to quit the app", title="Do you want to quit?")
+                return
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         self.report_worker(event.worker, event.state)
 

@@ -232,7 +232,7 @@ def inspector_lines(info: dict | None, steps: int, T: int | None, compact: bool)
     piece, step = info["piece"], info.get("step", 0)
     when = "prompt (given)" if info.get("given") else f"step {step}/{steps}"
     conf = info.get("confidence")
-    top = info.get("top") or []
+    top = [(w, p) for w, p in info.get("top") or [] if p > 0]  # ids top-k / top-p ruled out are no candidates
     tau = info.get("masking_time")
     if compact:
         out.append(f"{where} ", style="bold")
