@@ -62,3 +62,22 @@ async def test_the_inspector_lists_no_candidate_of_probability_zero(tiny_db):
         line = str(g.query_one("#gen-inspect-line").render())
         listed = line.split("top: ", 1)[1].split(" · ")
         assert len(listed) == 2 and all(float(entry.rsplit(" ", 1)[1]) > 0 for entry in listed), line
+
+
+async def test_space_on_a_finished_run_plays_its_frames_again_without_sampling(tiny_db):
+    from dbert_tui.widgets.generate.canvas import final_of
+
+    app = make_app(tiny_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        g = app.generate_screen
+        for layout in ("stable", "free"):
+            first = g.run
+            await pilot.press("space")
+            await wait_for(pilot, lambda: g.run is not first and finished(app)(), what=f"the replay ({layout})")
+            again = g.run
+            assert again.source is not None  # the recorded frames, not a new sampling run
+            assert [r.frame.step for r in again.frames] == [r.frame.step for r in first.frames]
+            assert all((a.frame.ids == b.frame.ids).all() for a, b in zip(again.frames, first.frames))
+            assert (final_of(again, g.controls.stable) is not None) == (layout == "stable")  # stable from the start
+            await pilot.press("w")  # the free layout next: a replay all the same

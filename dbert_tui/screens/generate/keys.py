@@ -9,7 +9,7 @@ from functools import partial
 
 from textual.binding import Binding
 
-from ...controller import BRANCHES, Playback
+from ...controller import BRANCHES, Playback, Run
 from ...files import EXPORT_TITLE, default_name, export_run, save_texts, save_title, texts_of
 from ...forms import PROMPT_TITLE
 from ...widgets.keybar import Key
@@ -31,7 +31,7 @@ KEYS = [  # the key bar (widgets.keybar): rank 1 stays longest, `?` lists every 
 
 
 BINDINGS = [  # the order of the key help (`?`); the key bar shows KEYS, the control bar the setting keys
-    Binding("space", "toggle_play", "Play / pause; replay a finished run"),
+    Binding("space", "toggle_play", "Play / pause; a finished run: its frames again"),
     Binding("full_stop", "step", "One reverse step (pauses first)", key_display="."),
     Binding("left", "scrub(-1)", "Scrub back one step", key_display="←"),
     Binding("right", "scrub(1)", "Scrub forward one step", key_display="→"),
@@ -89,10 +89,23 @@ class KeyActions:
             if self.editor.versions:  # an edited text: play its recorded frames again (the versions stay)
                 self._start(self.editor.play_again(self.playbacks[0].run))
                 return
-            self.restart()  # replay from the start
+            self._replay_recorded()
             return
         self.player.toggle()
         self._draw()
+
+    def _replay_recorded(self) -> None:
+        """Space on a finished run: its recorded frames played again from the start through the
+        gate, every side (nothing is sampled; the final text is known, so the stable layout holds
+        from the first frame unless `w` chose free). A failed run has nothing whole to play: it runs again."""
+        if any(pb.run.failed or not pb.frames for pb in self.playbacks):
+            self.restart()
+            return
+        again = [Playback(Run(next(self.session._ids), pb.run.settings, playing=True, template=pb.run.template,
+                              source=[rec.frame for rec in pb.frames], source_order=pb.frames[-1].order,
+                              source_prompt=pb.run.source_prompt)) for pb in self.playbacks]
+        self.session.playbacks = again
+        self._start(again)
 
     def action_step(self) -> None:
         """One reverse step (pauses first); while scrubbing, one recorded step forward."""
