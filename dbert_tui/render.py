@@ -216,9 +216,10 @@ def _p(x) -> str:
     return "—" if x is None else f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
 
 
-def inspector_lines(info: dict | None, steps: int, T: int | None, compact: bool) -> Text:
+def inspector_lines(info: dict | None, steps: int, T: int | None, compact: bool, per_window: int = 0) -> Text:
     """The token inspector (dbert_core.sampling.inspector.token_info of the token under the cursor): a
-    panel (compact False) or two lines (an 80-column terminal)."""
+    panel (compact False) or two lines (an 80-column terminal). A story's reveal step is told per
+    window of `per_window` steps, as the status line's (step_label)."""
     out = Text()
     if info is None:
         out.append("inspect: ←→ move · Enter select · ⌫ remask · f refill · Esc leave", style="dim")
@@ -230,7 +231,7 @@ def inspector_lines(info: dict | None, steps: int, T: int | None, compact: bool)
         out.append("  (refill: f)" if compact else "\n\nstill masked at this step", style="dim")
         return out
     piece, step = info["piece"], info.get("step", 0)
-    when = "prompt (given)" if info.get("given") else f"step {step}/{steps}"
+    when = "prompt (given)" if info.get("given") else step_label(step, steps, per_window)
     conf = info.get("confidence")
     top = [(w, p) for w, p in info.get("top") or [] if p > 0]  # ids top-k / top-p ruled out are no candidates
     tau = info.get("masking_time")

@@ -151,5 +151,12 @@ async def test_a_story_of_two_windows_shows_the_window_and_the_step_within_it(st
             await pilot.pause()
             status = str(g.query_one("#gen-status").render())
             assert expected in status and f"/{4 * windows}" not in status, status
+        await pilot.press("end", "i")  # the inspector tells a token's reveal step the same way
+        order = g.run.frames[-1].order[0]
+        pos = next(p for p in g.canvas.positions if 4 < int(order[p]) <= 8)
+        g.draft.cursor = pos
+        g._draw()
+        line = str(g.query_one("#gen-inspect-line").render())
+        assert f"window 2/{windows} · step {int(order[pos]) - 4}/4" in line, line
     assert step_label(5, 16, 16) == "step 5/16"  # one window: the plain count
     assert step_label(0, 8, 4) == "window 1/2 · step 0/4" and step_label(8, 8, 4) == "window 2/2 · step 4/4"

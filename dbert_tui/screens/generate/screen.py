@@ -306,8 +306,9 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
                            pb.run.settings.steps)
         elif rec is not None and self.draft is not None:
             shown = self.canvas.draw_draft(self.db, self.draft, colour, edges)
-            info = self.inspector.show(self.db, self.draft, shown.frame.steps)
-            self.query_one(InspectorLine).show(info, shown.frame.steps, self.db.schedule.T)
+            per_window = pb.run.settings.steps  # a story's reveal step within its window
+            info = self.inspector.show(self.db, self.draft, shown.frame.steps, per_window)
+            self.query_one(InspectorLine).show(info, shown.frame.steps, self.db.schedule.T, per_window)
         elif rec is not None:
             row = self.session.selected if rec.frame.ids.shape[0] > 1 else None
             self.canvas.draw(self.db, rec, row, colour, edges, self._prompt_words(), final_of(pb.run, controls.stable))
