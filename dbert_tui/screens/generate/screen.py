@@ -5,7 +5,7 @@ Three views of the same machinery:
   strip where it is not);
 - a grid of n samples of one run filling in together (`g`), each card with its own progress;
   Enter (or a click) shows the selected one large, Esc goes back;
-- a comparison (`c`): the same seed under two settings, side by side; Tab chooses the side the
+- a comparison (`c`): two settings side by side with one seed (separate draws); Tab chooses the side the
   keys change, and any change restarts both.
 
 The state is the App's controller.Session (settings of both sides, runs, playback, selection);
