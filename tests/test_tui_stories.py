@@ -160,3 +160,16 @@ async def test_a_story_of_two_windows_shows_the_window_and_the_step_within_it(st
         assert f"window 2/{windows} · step {int(order[pos]) - 4}/4" in line, line
     assert step_label(5, 16, 16) == "step 5/16"  # one window: the plain count
     assert step_label(0, 8, 4) == "window 1/2 · step 0/4" and step_label(8, 8, 4) == "window 2/2 · step 4/4"
+
+
+async def test_a_story_grid_card_tells_its_window_within_the_cards_border(story_db):
+    app = make_app(story_db, n=2, length=40, min_length=38, steps=4)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app), timeout=60, what="two stories")
+        g = app.generate_screen
+        mid = next(i for i, r in enumerate(g.run.frames) if r.frame.step == 6)
+        g.action_scrub_to(mid)
+        await pilot.pause()
+        for card in g.grid.cards():
+            title = card.border_subtitle
+            assert "window 2/" in title and "step " in title and len(title) <= card.size.width, (title, card.size)

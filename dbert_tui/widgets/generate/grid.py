@@ -53,8 +53,8 @@ class SampleCard(Static, can_focus=False):
         elif revealed == total:  # a row is complete at its own step, often before the run's last one
             self.border_subtitle = f"{total}/{total} done · {where}step {within}"
         else:
-            self.border_subtitle = (f"{progress_bar(revealed / total)} {revealed}/{total} · {where}step {within}/"
-                                    f"{per_window if windows > 1 else steps}")
+            bar = "" if windows > 1 else progress_bar(revealed / total) + " "  # a story's window instead: it fits a card
+            self.border_subtitle = f"{bar}{revealed}/{total} · {where}step {within}/{per_window if windows > 1 else steps}"
 
     def on_click(self) -> None:
         self.post_message(SampleChosen(self.index))
