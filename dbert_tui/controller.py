@@ -45,7 +45,7 @@ class Settings(SampleConfig):
     watching differs from printing, overridden here by name. The Generate screen edits these."""
 
     n: int = 1          # one sample to watch (the CLI prints 10)
-    seed: int = 0       # fixed, so a changed control shows its effect on the same draw
+    seed: int = 0       # fixed: the same settings give the same story again (a changed one is a new draw)
     prompt: str = ""
     pace_ms: int = 40   # minimum time per shown step while playing (0: as fast as the model goes)
 

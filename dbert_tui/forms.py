@@ -59,7 +59,7 @@ def settings_form(s, side: int | None) -> tuple[str, list]:
                                                   for k, v in (s.params or {}).items()), "NAME=VALUE ...: defaults"),
         ("cache_refresh", "cache refresh (0: exact)", "" if s.cache_refresh is None else str(s.cache_refresh),
          "the checkpoint's: a whole forward every K calls"),
-        ("cache_masked", "cache keeps masks (yes/no)", "" if s.cache_masked is None else ("yes" if s.cache_masked else "no"),
+        ("cache_masked", "cache keeps masks: yes/no", "" if s.cache_masked is None else ("yes" if s.cache_masked else "no"),
          "the checkpoint's: masked positions' states kept too"),
         ("pace_ms", "ms per step (0: fastest)", str(s.pace_ms), ""),
     ]

@@ -129,3 +129,47 @@ async def test_a_long_story_at_80x24_follows_the_writing_and_pages(story_db):
         rows = dict(app.screen.rows)
         assert "PgUp" in rows and "PgDn" in rows and "follows the writing" in rows["end"]
         assert "follows the writing" in g.HELP and "PgDn" in g.HELP
+
+
+async def test_a_story_of_two_windows_shows_the_window_and_the_step_within_it(story_db):
+    """The control bar's steps are per window; the status line says which window and the step
+    within it (`window 1/3 · step 3/4`), not the count across windows (`step 3/12`)."""
+    from dbert_tui.render import step_label
+
+    app = make_app(story_db, length=40, min_length=38, steps=4)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app), timeout=60, what="the two-window story")
+        await pilot.pause()
+        g = app.generate_screen
+        frames = [r.frame for r in g.run.frames]
+        windows = frames[-1].steps // 4
+        assert windows >= 2 and frames[-1].steps == 4 * windows and "[ ] steps 4" in g.query_one("#gen-controls").plain()
+        first = next(i for i, f in enumerate(frames) if f.step == 3)
+        second = next(i for i, f in enumerate(frames) if f.step == 7)
+        for index, expected in ((first, f"window 1/{windows} · step 3/4"), (second, f"window 2/{windows} · step 3/4")):
+            g.action_scrub_to(index)
+            await pilot.pause()
+            status = str(g.query_one("#gen-status").render())
+            assert expected in status and f"/{4 * windows}" not in status, status
+        await pilot.press("end", "i")  # the inspector tells a token's reveal step the same way
+        order = g.run.frames[-1].order[0]
+        pos = next(p for p in g.canvas.positions if 4 < int(order[p]) <= 8)
+        g.draft.cursor = pos
+        g._draw()
+        line = str(g.query_one("#gen-inspect-line").render())
+        assert f"window 2/{windows} · step {int(order[pos]) - 4}/4" in line, line
+    assert step_label(5, 16, 16) == "step 5/16"  # one window: the plain count
+    assert step_label(0, 8, 4) == "window 1/2 · step 0/4" and step_label(8, 8, 4) == "window 2/2 · step 4/4"
+
+
+async def test_a_story_grid_card_tells_its_window_within_the_cards_border(story_db):
+    app = make_app(story_db, n=2, length=40, min_length=38, steps=4)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app), timeout=60, what="two stories")
+        g = app.generate_screen
+        mid = next(i for i, r in enumerate(g.run.frames) if r.frame.step == 6)
+        g.action_scrub_to(mid)
+        await pilot.pause()
+        for card in g.grid.cards():
+            title = card.border_subtitle
+            assert "window 2/" in title and "step " in title and len(title) <= card.size.width, (title, card.size)

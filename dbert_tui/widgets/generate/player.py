@@ -191,8 +191,8 @@ class Player(ReportWorkerErrors, Static):
             text.append("no run", style="dim")
         elif mode == "compare":
             seeds = {pb.run.settings.seed for pb in self.playbacks}
-            text.append("compare A | B", style="bold")
-            text.append(f" · seed {'/'.join(map(str, sorted(seeds)))} · keys change {SIDES[session.side]}"
+            text.append("compare A | B: separate draws", style="bold")  # a seed does not hold a draw across settings
+            text.append(f", seed {'/'.join(map(str, sorted(seeds)))} · keys change {SIDES[session.side]}"
                         " (Tab: switch) · c: end")
         else:
             pb = self.playbacks[0]
