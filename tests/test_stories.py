@@ -658,10 +658,10 @@ def test_eval_scores_a_story_model_by_story_unless_told(story_model, tmp_path, c
     args = ["eval", "--checkpoint", str(story_model.path), "--data", str(held), "--steps", "4", "--json"]
     code, out, err = run(args, capsys, monkeypatch)
     assert code == 0, err
-    assert "scoring by story: the checkpoint trained with --unit story (--unit chooses)" in err
+    assert "scored by story: the checkpoint trained with --unit story (--unit chooses)" in err
     default = json.loads(out)
     code, out, err = run(args + ["--unit", "story"], capsys, monkeypatch)
-    assert code == 0 and "scoring by" not in err
+    assert code == 0 and "scored by" not in err
     assert json.loads(out) == default  # the same examples, the same figures
     code, out, _ = run(args + ["--unit", "line"], capsys, monkeypatch)
     assert code == 0 and json.loads(out)["examples"] != default["examples"]

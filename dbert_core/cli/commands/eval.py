@@ -76,10 +76,11 @@ def evaluate(
     from ..progress import CountProgress, SampleProgress
 
     db = options.load(checkpoint, device.value)
+    note = None
     if unit is None:
         chosen, why = trained_unit(db.meta)
         unit = EvalUnit(chosen)
-        say(f"dbert: note: scoring by {chosen}: {why} (--unit chooses)")
+        note = f"dbert: note: scored by {chosen}: {why} (--unit chooses)"  # said once the scores stand: an error is one line
     scoring = CountProgress(1, batch_size, label="scoring")
 
     def counted(done: int, total: int) -> None:
@@ -102,6 +103,8 @@ def evaluate(
     if bad:  # a score of inf or NaN is no answer: the weights' outputs overflow
         raise DbertError(f"the checkpoint's scores are not finite ({', '.join(bad)}): its outputs overflow "
                          "(weights far too large, or a diverged run)")
+    if note:
+        say(note)
     result = {"checkpoint": str(db.path), **scored}
     if samples:
         sampling = SampleProgress(2 * samples, batch_size)
