@@ -19,10 +19,10 @@ from ..storage import checkpoint as ckpt
 from ..storage.store import named
 from ..disk import layout
 from ..config import TrainConfig
-from . import story_defaults
-from ..text.data import (DocumentStats, Special, document_sentences, document_windows, encode, encode_stories,
-                         fingerprints, pack, read_documents, read_examples, read_lines, story_texts, token_counts, tokenize,
-                         train_tokenizer)
+from . import story_data
+from .story_data import first_texts
+from ..text.data import (DocumentStats, Special, document_sentences, document_windows, fingerprints, pack,
+                         read_documents, read_examples, story_texts, token_counts, tokenize, train_tokenizer)
 from ..errors import DbertError
 from ..hardware import pick_device
 from ..disk.lock import OutLock
@@ -237,9 +237,10 @@ def _device(name: str, rank: int, world: int, local_rank: int) -> torch.device:
 
 
 # ---------------------------------------------------------------------------------- preparing
-def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0) -> Prepared:
+def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0, report=None) -> Prepared:
     """Everything before the first step (the module's docstring says what); the output folder's
-    lock is released again if anything fails."""
+    lock is released again if anything fails. report: called with a dict as the data is tokenized
+    (story_data: {"stage": "tokenize", "bytes", "total", "tokens", ...}, then "built" or "cached")."""
     cfg.validate(world)
     if cfg.preset is not None and not cfg.init and not cfg.resume:  # the preset's positions, before reading data
         from ..maths.model import PRESETS
@@ -255,7 +256,7 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
             with put_off_stops():  # a Ctrl-C waits until `lock` holds it, so the clean-up below sees it
                 lock = OutLock(out)  # before anything touches out; released when the run ends
             ckpt.recover(out)
-        return _prepare(cfg, out, lock, rank, world, local_rank)
+        return _prepare(cfg, out, lock, rank, world, local_rank, report)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -263,7 +264,7 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
         raise
 
 
-def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank: int) -> Prepared:
+def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank: int, report=None) -> Prepared:
     if c.resume:
         c = resumed(c)
     device = _device(c.device, rank, world, local_rank)
@@ -276,14 +277,15 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
     elif out.exists() and any(out.iterdir()):
         raise DbertError(f"{out} already holds files; pass --resume to continue it or choose another --out")
 
-    documents = None
-    if c.by_document:
+    documents, sampling, entry = None, None, None
+    db, init, trimmed, keep = None, named(c.init), None, None  # a store name: its folder
+    if c.by_document and not c.by_story:  # --unit story reads its documents into the token cache (story_data)
         train_raw = read_documents(c.data, c.doc_sep)
         val_raw = read_documents(c.val_data, c.doc_sep) if c.val_data else None
         documents = document_lines(train_raw, val_raw, c.doc_sep)
-    if c.by_story:
-        train_docs, val_docs = train_raw, val_raw
-        texts = train_texts = story_texts(train_docs)
+    if c.by_story:  # the texts only where a tokenizer is learnt from them or a vocabulary trimmed to them
+        texts = train_texts = (story_texts(read_documents(c.data, c.doc_sep)) if c.trim_vocab and state is None
+                               else first_texts(c, 200_000) if init is None and state is None else [])
     elif c.by_document:
         train_docs = document_sentences(train_raw)
         val_docs = document_sentences(val_raw) if val_raw is not None else None
@@ -291,7 +293,6 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
     else:
         texts = read_examples(c.data, c.unit)
         train_texts, val_texts = _hold_out(c, texts, read_examples(c.val_data, c.unit) if c.val_data else None)
-    db, init, trimmed, keep = None, named(c.init), None, None  # a store name: its folder
     if state is not None:
         db = ckpt.load(out, device="cpu")
         check_model(db, c)
@@ -302,9 +303,9 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         tokenizer = _tokenizer(c, texts, init)
     special = Special.of(tokenizer)
     if c.by_story:
-        train = encode_stories(train_docs, tokenizer, c.seq_len, c.story_context)
-        train, val = _hold_out(c, train, None if val_docs is None else
-                               encode_stories(val_docs, tokenizer, c.seq_len, c.story_context))
+        got = story_data.stories(c, tokenizer, report)
+        train, val, sampling, entry = got.train, got.val, got.sampling, got.cache
+        documents = stats_lines(got.stats, got.val_stats, c.doc_sep)
     elif c.by_document:
         train = document_windows(train_docs, tokenizer, c.seq_len, short=c.short_windows, seed=c.seed)
         train, val = _hold_out(c, train, None if val_docs is None else document_windows(val_docs, tokenizer, c.seq_len))
@@ -320,26 +321,27 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
     if db is None:
         db = _build(c, init, trimmed, tokenizer, special, train)
         if c.by_story:  # what its sampler should hold to: the shortest story, the openings (story_defaults)
-            db.meta["sampling"] = story_defaults.recommend(encode(train_texts, tokenizer))
+            db.meta["sampling"] = sampling
     check_memory_for(c, db.model.config, world)
-    if rank == 0:  # learnt afresh on every start (a resumed run of an older dbert gets one too)
-        from ..text.truecase import learn
+    if rank == 0:  # on every start (a resumed run of an older dbert gets them too), from the cache when it has them
+        from ..text import learnt_tables
 
-        from ..text import lexicon
-
-        lines = read_lines(c.data)  # read once for both tables
-        db.truecase = learn(lines)
-        db.words = lexicon.learn(lines, db.tokenizer)
+        db.truecase, db.words, _ = learnt_tables.cached(c.data, db.tokenizer, story_data.tables_root(),
+                                                        story_data.file_prints(c.data), entry, c.doc_sep)
     return Prepared(c, db, train, val, device, state=state, lock=lock, keep=keep, documents=documents)
 
 
 def document_lines(train_docs, val_docs, sep: str) -> list[str]:
     """What a user reads first about the documents: how many and how long, and a warning line
     when their boundaries look wrong (DocumentStats.warning)."""
-    stats = DocumentStats.of(train_docs)
+    return stats_lines(DocumentStats.of(train_docs), None if val_docs is None else DocumentStats.of(val_docs), sep)
+
+
+def stats_lines(stats: DocumentStats, val_stats: DocumentStats | None, sep: str) -> list[str]:
+    """document_lines from the documents' statistics."""
     lines = ["training data: " + stats.line()]
-    if val_docs is not None:
-        lines.append("held-out data: " + DocumentStats.of(val_docs).line())
+    if val_stats is not None:
+        lines.append("held-out data: " + val_stats.line())
     warning = stats.warning(sep)
     return lines + ([warning] if warning else [])
 
@@ -379,7 +381,7 @@ def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) ->
     """A new model for a fresh run: a preset's random init or --init's BERT, with its record."""
     from ..storage.pretrained import build_bert
 
-    counts = token_counts(train, len(tokenizer))
+    counts = train.token_counts(len(tokenizer)) if hasattr(train, "token_counts") else token_counts(train, len(tokenizer))
     bert = build_bert(c.preset, init, vocab_size=len(tokenizer), special_ids=dict(
         pad_token_id=special.pad), from_scratch=c.from_scratch)
     if bert.config.vocab_size != len(tokenizer):  # checkpoint.load refuses a mismatch too
@@ -393,10 +395,10 @@ def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) ->
             "unit": c.unit, "data": [str(p) for p in c.data], "end_padding": "hidden" if c.hide_end_padding else "seen"}
     if trimmed is not None:
         meta["trim_vocab"] = trimmed
-    meta.update({"train_examples": len(train), "train_tokens": sum(len(e) for e in train)},
-                data_files=fingerprints(c.data))
+    tokens = train.total_tokens() if hasattr(train, "total_tokens") else sum(len(e) for e in train)
+    meta.update({"train_examples": len(train), "train_tokens": tokens}, data_files=story_data.file_prints(c.data))
     if c.val_data:
-        meta["val_data_files"] = fingerprints(c.val_data)
+        meta["val_data_files"] = story_data.file_prints(c.val_data)
     return ckpt.assemble(bert, tokenizer, c.schedule, c.T, counts, c.lam, c.time, meta)
 
 

@@ -27,15 +27,20 @@ SHORTEST_PERCENTILE = 1.0
 def recommend(stories: list[list[int]]) -> dict:
     """{min_length, openings} from the training stories' token ids (empty stories skipped)."""
     stories = [s for s in stories if s]
-    if not stories:
+    return from_counts([len(s) for s in stories], [s[0] for s in stories])
+
+
+def from_counts(lengths: list[int], firsts: list[int]) -> dict:
+    """recommend() from each non-empty story's length and first token (what a token cache holds)."""
+    if not lengths:
         return {}
-    lengths = sorted(len(s) for s in stories)
+    lengths = sorted(lengths)
     at = min(len(lengths) - 1, int(len(lengths) * SHORTEST_PERCENTILE / 100))
-    first = Counter(s[0] for s in stories)
-    least = max(2, -(-len(stories) * OPENING_SHARE // 1))
+    first = Counter(firsts)
+    least = max(2, -(-len(lengths) * OPENING_SHARE // 1))
     openings = sorted(int(t) for t, k in first.items() if k >= least)
     return {"min_length": int(lengths[at]), "openings": openings,
-            "from_stories": len(stories), "openings_cover": round(sum(first[t] for t in openings) / len(stories), 4)}
+            "from_stories": len(lengths), "openings_cover": round(sum(first[t] for t in openings) / len(lengths), 4)}
 
 
 def from_files(paths: list[str], tokenizer, sep: str = "auto") -> dict:

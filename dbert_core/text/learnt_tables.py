@@ -1,0 +1,145 @@
+"""The tables a run learns from its raw text (truecase.learn, lexicon.learn), learnt once per corpus.
+
+Both read every non-empty line of the data files (sources.iter_lines, streamed: the lines are
+never all in memory). The word list is lexicon.learn's set, found from token ids with numpy
+(words_of_ids): from the run's token cache entry when it has one (nothing tokenized again), else
+from the lines encoded 16,384 at a time. The result is kept as one JSON file under the dbert
+home's cache folder ($DBERT_HOME/cache/tables/KEY.json), KEY a SHA-256 of the files' sizes and
+SHA-256 and the tokenizer's (token_cache.cache_key), written atomically; a later run of the same
+files and tokenizer (a re-run, --resume) reads it instead of the corpus.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..disk.atomic import atomic_write_text
+from ..errors import DbertError
+from . import lexicon, truecase
+from .data import EOT, expand_paths
+from .sources import file_lines, iter_lines, plain_name
+from .token_cache import cache_key
+
+CHUNK = 16_384        # lines encoded at a time for the word list
+CHUNK_TOKENS = 1 << 23  # a token cache's ids read at a time
+
+
+def _is_jsonl(path: str, sep: str) -> bool:
+    if sep != "auto":
+        return sep == "jsonl"
+    first = next((ln for ln in file_lines(path) if ln), "")
+    return plain_name(path).endswith(".jsonl") or (first.startswith("{") and first.endswith("}"))
+
+
+def _encoded(lines: list[str], tokenizer):
+    import itertools
+
+    import numpy as np
+
+    backend = tokenizer.backend_tokenizer
+    batch = getattr(backend, "encode_batch_fast", backend.encode_batch)
+    return np.fromiter(itertools.chain.from_iterable(e.ids for e in batch(lines, add_special_tokens=False)),
+                       dtype=np.int64)
+
+
+def learn(patterns: list[str], tokenizer, entry=None, sep: str = "auto") -> tuple[dict, frozenset]:
+    """(the truecasing table, the word list) of the files' lines, in one streamed pass. With the
+    files' token cache entry (its documents are the lines but the <|endoftext|> ones, joined by a
+    space, which splits no word piece), the word list comes from its ids: nothing is tokenized
+    again. Files read as JSONL (whose lines are JSON, not their documents) are tokenized again."""
+    words: set[str] = set()
+    buf: list[str] = []
+    eot = [False]
+    from_entry = entry is not None and not any(_is_jsonl(p, sep) for p in expand_paths(patterns))
+
+    def lines():
+        for ln in iter_lines(patterns):
+            if from_entry:
+                eot[0] = eot[0] or ln == EOT
+            else:
+                buf.append(ln)
+                if len(buf) >= CHUNK:
+                    words.update(words_of_ids(_encoded(buf, tokenizer), tokenizer))
+                    buf.clear()
+            yield ln
+
+    table = truecase.learn(lines())
+    if from_entry:
+        for ids in _pieces(entry):
+            words.update(words_of_ids(ids, tokenizer))
+        if eot[0]:
+            buf.append(EOT)
+    if buf:
+        words.update(words_of_ids(_encoded(buf, tokenizer), tokenizer))
+    return table, frozenset(words)
+
+
+def _pieces(entry):
+    """The entry's ids in pieces of about CHUNK_TOKENS, cut at documents' starts."""
+    import numpy as np
+
+    offsets = entry.offsets
+    at = 0
+    while at < len(offsets) - 1:
+        end = max(at + 1, int(np.searchsorted(offsets, offsets[at] + CHUNK_TOKENS, side="right")) - 1)
+        end = min(end, len(offsets) - 1)
+        yield np.asarray(entry.tokens[offsets[at]:offsets[end]], dtype=np.int64)
+        at = end
+
+
+def cached(patterns: list[str], tokenizer, root: Path, files: list[dict], entry=None,
+           sep: str = "auto") -> tuple[dict, frozenset, bool]:
+    """(table, words, learnt now) for these files and tokenizer: from the cache, else learnt and kept."""
+    key, _ = cache_key(files, tokenizer, "lines", "tables")
+    path = Path(root) / f"{key}.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return truecase.from_json(data["truecase"]), lexicon.from_json(data["words"]), False
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # none yet, or not whole: learnt again
+    table, words = learn(patterns, tokenizer, entry, sep)
+    try:
+        Path(root).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({"truecase": truecase.to_json(table), "words": lexicon.to_json(words)},
+                                           ensure_ascii=False))
+    except (OSError, DbertError):
+        pass  # a cache that cannot be written costs the next run this pass again, nothing more
+    return table, words, True
+
+
+
+def words_of_ids(ids, tokenizer) -> frozenset[str]:
+    """lexicon.learn of lines from their ids, one flat array of the lines' encodings one after
+    another (a line opens with a head piece, so no word runs across two): each run of a word piece
+    and its continuations, spelt, found with numpy and spelt once per distinct run."""
+    import numpy as np
+
+    backend = tokenizer.backend_tokenizer
+    size = backend.get_vocab_size(with_added_tokens=True)
+    pieces = [backend.id_to_token(i) or "" for i in range(size)]
+    unk = getattr(tokenizer, "unk_token", "[UNK]")
+    cont = np.array([p.startswith(lexicon.CONTINUATION) for p in pieces])
+    head_ok = np.array([lexicon.word_piece(p) and p != unk for p in pieces])
+    bad = np.array([p == unk for p in pieces])
+    ids = np.asarray(ids, dtype=np.int64)
+    if not len(ids):
+        return frozenset()
+    heads = np.flatnonzero(~cont[ids])
+    lengths = np.diff(np.append(heads, len(ids)))
+    unk_before = np.concatenate([[0], np.cumsum(bad[ids])])
+    clean = unk_before[heads + lengths] - unk_before[heads] == 0
+    keep = head_ok[ids[heads]] & clean & (lengths <= lexicon._MAX_WORD)
+    out: set[str] = set()
+    bits = max(1, int(size - 1).bit_length())
+    for n in np.unique(lengths[keep]):
+        starts = heads[keep & (lengths == n)]
+        runs = ids[starts[:, None] + np.arange(n)]
+        if n * bits <= 63:  # a run packed into one integer: a 1-D unique, far faster than rows'
+            packed = np.unique((runs << (np.arange(n, dtype=np.int64) * bits)).sum(axis=1))
+            mask = (1 << bits) - 1
+            rows = [[(int(v) >> (bits * i)) & mask for i in range(n)] for v in packed]
+        else:
+            rows = np.unique(runs, axis=0).tolist()
+        out.update(lexicon.spell([pieces[i] for i in row]) for row in rows)
+    return frozenset(out)
