@@ -72,7 +72,7 @@ def test_a_bad_file_is_one_line(tmp_path, content, message):
 
 
 @pytest.mark.parametrize("seq_len, context", [(24, None), (40, 7), (128, None)])
-def test_cached_windows_are_the_story_windows(tmp_path, tok, seq_len, context):
+def test_cached_windows_are_the_story_windows(tmp_path, tok, seq_len, context, monkeypatch):
     files = [str(p) for p in _formats(tmp_path)]
     docs = read_documents(files)
     entry = token_cache.cached(files, "auto", tok, tmp_path / "cache")
@@ -82,6 +82,10 @@ def test_cached_windows_are_the_story_windows(tmp_path, tok, seq_len, context):
     got = StoryWindows(entry, seq_len, tok.sep_token_id, context)
     assert len(got) == len(ref) and got.uniform_length == seq_len
     assert [(list(w), w.context, w.scored) for w in got] == [(list(w), w.context, w.scored) for w in ref]
+    assert torch.equal(got.token_counts(len(tok)), token_counts(ref, len(tok)))
+    from dbert_core.text import cached_windows
+
+    monkeypatch.setattr(cached_windows, "CHUNK_TOKENS", 37)  # many stretches, windows across their edges
     assert torch.equal(got.token_counts(len(tok)), token_counts(ref, len(tok)))
     some = [5, 0, len(ref) - 1]
     assert [list(w) for w in got.select(some)] == [list(ref[i]) for i in some]
@@ -229,3 +233,68 @@ def test_eval_of_a_story_model_reads_the_runs_cache(tmp_path, monkeypatch, tok):
     assert (got["examples"], got["tokens"], got["words"]) == (len(ref), scored_tokens(ref),
                                                               sum(len(" ".join(d).split()) for d in docs[:5]))
     assert got["documents"] == 40 and got == perplexity(db, [str(data)], steps=8, limit=5, unit="story")
+
+
+def test_a_stopped_preparation_leaves_no_cache_no_thread_and_resume_reads_the_cache(tmp_path, monkeypatch, tok):
+    import threading
+
+    from dbert_core.training import prepare as prepare_module
+    from dbert_core.training.train import Trainer
+
+    monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: tok)
+    data = _stories(tmp_path / "s.txt", 200)
+    real = token_cache._encoder
+
+    def stopping(t):
+        def stop(texts):
+            raise Interrupted("SIGINT")
+        return stop
+
+    monkeypatch.setattr(token_cache, "_encoder", stopping)
+    with pytest.raises(Interrupted):
+        prepare_module.prepare(_story_cfg(tmp_path, "a", data))
+    root = Path(os.environ["DBERT_HOME"]) / "cache" / "tokens"
+    assert list(root.iterdir()) == [] and not [t for t in threading.enumerate() if t.name == "dbert-tables"]
+    monkeypatch.setattr(token_cache, "_encoder", real)
+    Trainer(_story_cfg(tmp_path, "a", data, max_steps=2, eval_every=0, save_every=1)).run()
+    calls = []
+    monkeypatch.setattr(token_cache, "_encoder", lambda t: calls.append(1) or real(t))
+    cfg = prepare_module.resume_config(str(tmp_path / "a"), max_steps=3)
+    assert Trainer(cfg).run()["step"] == 3 and calls == []
+
+
+def test_zstandard_parquet_and_folders_read_as_their_text(tmp_path, tok):
+    zstandard = pytest.importorskip("zstandard")
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    eot = _stories(tmp_path / "eot.txt", 12)
+    want = read_documents([str(eot)])
+    (tmp_path / "z").mkdir()
+    zst = tmp_path / "z" / "eot.txt.zst"
+    zst.write_bytes(zstandard.ZstdCompressor().compress(eot.read_bytes()))
+    assert list(iter_documents([str(zst)])) == want
+    rows = tmp_path / "z" / "rows.parquet"
+    pq.write_table(pa.table({"id": list(range(len(want))), "text": ["\n".join(d) for d in want]}), rows)
+    assert list(iter_documents([str(rows)])) == want
+    assert list(iter_lines([str(rows)])) == [p for d in want for p in d]
+    # a folder is its files, sorted, every level down
+    assert list(iter_documents([str(tmp_path / "z")])) == want + want
+    entry = token_cache.cached([str(rows)], "auto", tok, tmp_path / "cache")
+    assert [entry.doc(i).tolist() for i in range(len(entry))] == encode(story_texts(want), tok)
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"body": ["x"]}), bad)
+    with pytest.raises(DbertError, match='needs a "text" column'):
+        list(iter_documents([str(bad)]))
+    pq.write_table(pa.table({"text": [1, 2]}), bad)
+    with pytest.raises(DbertError, match="not strings"):
+        list(iter_documents([str(bad)]))
+    bad.write_bytes(b"PAR1 not really")
+    with pytest.raises(DbertError, match="as Parquet"):
+        list(iter_documents([str(bad)]))
+    (tmp_path / "broken.txt.zst").write_bytes(b"\x28\xb5\x2f\xfd garbage")
+    with pytest.raises(DbertError, match="cannot read"):
+        list(iter_documents([str(tmp_path / "broken.txt.zst")]))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DbertError, match="holds no files"):
+        list(iter_documents([str(tmp_path / "empty")]))

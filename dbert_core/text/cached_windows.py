@@ -77,19 +77,27 @@ class StoryWindows:
         return offsets[self.doc] + lo, np.maximum(0, hi - lo)
 
     def token_counts(self, vocab_size: int) -> torch.Tensor:
-        """data.token_counts of the windows: (V,) int64; all that is not a story token is [SEP]."""
+        """data.token_counts of the windows: (V,) int64; all that is not a story token is [SEP]. Each
+        token is counted once with the number of windows that hold it (a difference array over a
+        stretch of about CHUNK_TOKENS of the flat array at a time), not once a window."""
         starts, lens = self._ranges()
-        counts = np.zeros(vocab_size, dtype=np.int64)
-        ends = np.cumsum(lens)
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], starts[order] + lens[order]
+        counts = np.zeros(vocab_size, dtype=np.float64)  # sums of whole numbers far below 2**53: exact
         i = 0
-        while i < len(lens):
-            j = max(i + 1, int(np.searchsorted(ends, ends[i] - lens[i] + CHUNK_TOKENS, side="right")))
-            s, L = starts[i:j], lens[i:j]
-            pos = np.repeat(s - (np.cumsum(L) - L), L) + np.arange(int(L.sum()), dtype=np.int64)
-            counts += np.bincount(self.cache.tokens[pos], minlength=vocab_size)[:vocab_size]
+        while i < len(starts):
+            j = max(i + 1, int(np.searchsorted(starts, starts[i] + CHUNK_TOKENS, side="left")))
+            lo, hi = int(starts[i]), int(ends[i:j].max())
+            if hi > lo:
+                n = hi - lo
+                cover = np.cumsum(np.bincount(starts[i:j] - lo, minlength=n + 1)[:n + 1] -
+                                  np.bincount(ends[i:j] - lo, minlength=n + 1)[:n + 1])[:n]
+                counts += np.bincount(np.asarray(self.cache.tokens[lo:hi]), weights=cover,
+                                      minlength=vocab_size)[:vocab_size]
             i = j
-        counts[self.sep] += len(self) * self.seq_len - int(lens.sum())
-        return torch.from_numpy(counts)
+        out = counts.astype(np.int64)
+        out[self.sep] += len(self) * self.seq_len - int(lens.sum())
+        return torch.from_numpy(out)
 
     def total_tokens(self) -> int:
         return len(self) * self.seq_len

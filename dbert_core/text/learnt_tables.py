@@ -43,36 +43,83 @@ def _encoded(lines: list[str], tokenizer):
                        dtype=np.int64)
 
 
-def learn(patterns: list[str], tokenizer, entry=None, sep: str = "auto") -> tuple[dict, frozenset]:
-    """(the truecasing table, the word list) of the files' lines, in one streamed pass. With the
-    files' token cache entry (its documents are the lines but the <|endoftext|> ones, joined by a
-    space, which splits no word piece), the word list comes from its ids: nothing is tokenized
-    again. Files read as JSONL (whose lines are JSON, not their documents) are tokenized again."""
-    words: set[str] = set()
-    buf: list[str] = []
-    eot = [False]
-    from_entry = entry is not None and not any(_is_jsonl(p, sep) for p in expand_paths(patterns))
+class Learning:
+    """The tables of the files' lines, learnt in a thread of their own while the caller goes on (a
+    story run tokenizes its corpus meanwhile; tokenizers' encoding lets go of the interpreter, so
+    the two share the cores): `start`, then `finish(entry)` for the result, or `cancel()`.
 
-    def lines():
-        for ln in iter_lines(patterns):
-            if from_entry:
-                eot[0] = eot[0] or ln == EOT
+    With the files' token cache entry (from_entry: its documents are the lines but the
+    <|endoftext|> ones, joined by a space, which splits no word piece) the word list comes from its
+    ids at the finish: nothing is tokenized again. Otherwise, and for files read as JSONL (whose
+    lines are JSON, not their documents), the lines are encoded CHUNK at a time in the thread."""
+
+    def __init__(self, patterns: list[str], tokenizer, from_entry: bool = False, sep: str = "auto"):
+        self.patterns, self.tokenizer = patterns, tokenizer
+        self.from_entry = from_entry and not any(_is_jsonl(p, sep) for p in expand_paths(patterns))
+        self.words: set[str] = set()
+        self.table = self.error = None
+        self.eot = self._stop = False
+        self.thread = None
+
+    def start(self) -> "Learning":
+        import threading
+
+        self.thread = threading.Thread(target=self._run, name="dbert-tables", daemon=True)
+        self.thread.start()
+        return self
+
+    def _lines(self):
+        buf: list[str] = []
+        for ln in iter_lines(self.patterns):
+            if self._stop:
+                raise _Cancelled
+            if self.from_entry:
+                self.eot = self.eot or ln == EOT
             else:
                 buf.append(ln)
                 if len(buf) >= CHUNK:
-                    words.update(words_of_ids(_encoded(buf, tokenizer), tokenizer))
+                    self.words.update(words_of_ids(_encoded(buf, self.tokenizer), self.tokenizer))
                     buf.clear()
             yield ln
+        if buf:
+            self.words.update(words_of_ids(_encoded(buf, self.tokenizer), self.tokenizer))
 
-    table = truecase.learn(lines())
-    if from_entry:
-        for ids in _pieces(entry):
-            words.update(words_of_ids(ids, tokenizer))
-        if eot[0]:
-            buf.append(EOT)
-    if buf:
-        words.update(words_of_ids(_encoded(buf, tokenizer), tokenizer))
-    return table, frozenset(words)
+    def _run(self) -> None:
+        try:
+            self.table = truecase.learn(self._lines())
+        except _Cancelled:
+            pass
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread by finish()
+            self.error = e
+
+    def cancel(self) -> None:
+        self._stop = True
+        if self.thread is not None:
+            self.thread.join()
+
+    def finish(self, entry=None) -> tuple[dict, frozenset]:
+        if self.thread is None:
+            self._run()
+        else:
+            self.thread.join()
+        if self.error is not None:
+            raise self.error
+        if self.from_entry:
+            for ids in _pieces(entry):
+                self.words.update(words_of_ids(ids, self.tokenizer))
+            if self.eot:
+                self.words.update(words_of_ids(_encoded([EOT], self.tokenizer), self.tokenizer))
+        return self.table, frozenset(self.words)
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def learn(patterns: list[str], tokenizer, entry=None, sep: str = "auto") -> tuple[dict, frozenset]:
+    """(the truecasing table, the word list) of the files' lines, in one streamed pass (Learning,
+    in this thread)."""
+    return Learning(patterns, tokenizer, entry is not None, sep).finish(entry)
 
 
 def _pieces(entry):
@@ -88,25 +135,43 @@ def _pieces(entry):
         at = end
 
 
-def cached(patterns: list[str], tokenizer, root: Path, files: list[dict], entry=None,
-           sep: str = "auto") -> tuple[dict, frozenset, bool]:
-    """(table, words, learnt now) for these files and tokenizer: from the cache, else learnt and kept."""
-    key, _ = cache_key(files, tokenizer, "lines", "tables")
-    path = Path(root) / f"{key}.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return truecase.from_json(data["truecase"]), lexicon.from_json(data["words"]), False
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # none yet, or not whole: learnt again
-    table, words = learn(patterns, tokenizer, entry, sep)
-    try:
-        Path(root).mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps({"truecase": truecase.to_json(table), "words": lexicon.to_json(words)},
-                                           ensure_ascii=False))
-    except (OSError, DbertError):
-        pass  # a cache that cannot be written costs the next run this pass again, nothing more
-    return table, words, True
+class Tables:
+    """The tables of a run, from the cache ($DBERT_HOME/cache/tables/KEY.json) or learnt: `begin`
+    starts learning them (in a thread) unless the cache has them; `end(entry)` gives them and
+    keeps what was learnt; `cancel()` stops the thread (a preparation that failed)."""
 
+    def __init__(self, patterns: list[str], tokenizer, root: Path, files: list[dict], story: bool = False,
+                 sep: str = "auto"):
+        key, _ = cache_key(files, tokenizer, "lines", "tables")
+        self.path = Path(root) / f"{key}.json"
+        self.learning = None
+        self.found = self._read()
+        if self.found is None:
+            self.learning = Learning(patterns, tokenizer, story, sep).start()
+
+    def _read(self):
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return truecase.from_json(data["truecase"]), lexicon.from_json(data["words"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # none yet, or not whole: learnt again
+
+    def cancel(self) -> None:
+        if self.learning is not None:
+            self.learning.cancel()
+
+    def end(self, entry=None) -> tuple[dict, frozenset, bool]:
+        """(table, words, learnt now)."""
+        if self.found is not None:
+            return (*self.found, False)
+        table, words = self.learning.finish(entry)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.path, json.dumps({"truecase": truecase.to_json(table),
+                                                     "words": lexicon.to_json(words)}, ensure_ascii=False))
+        except (OSError, DbertError):
+            pass  # a cache that cannot be written costs the next run this pass again, nothing more
+        return table, words, True
 
 
 def words_of_ids(ids, tokenizer) -> frozenset[str]:

@@ -4,8 +4,10 @@ The same documents as data.read_documents and the same lines as data.read_lines 
 and the learnt tables are built from these), from files of any size: a file is read line by
 line, and its format (jsonl, eot or blank; data.document_format) is found by a look ahead that
 stops at the first <|endoftext|> line. Compressed files (`.gz`; `.zst` with the zstandard
-package) are read through their decompressor; `.jsonl.gz` is JSONL. Every bad input is one
-DbertError line naming the file: unreadable, not UTF-8, binary (NUL bytes), empty.
+package) are read through their decompressor; `.jsonl.gz` is JSONL. A `.parquet` file (with
+pyarrow) is one document a row, from its "text" column, read a batch of rows at a time. Every bad
+input is one DbertError line naming the file: unreadable, not UTF-8, binary (NUL bytes), empty,
+a JSONL line or Parquet column without a "text" string.
 """
 
 from __future__ import annotations
@@ -43,8 +45,40 @@ def _open_bytes(path: str):
     return open(path, "rb")
 
 
+PARQUET_ROWS = 4096
+
+
+def parquet_texts(path: str) -> Iterator[str]:
+    """The "text" column of a Parquet file, a batch of rows at a time."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DbertError(f"{path}: reading .parquet needs the pyarrow package (pip install pyarrow)") from None
+    try:
+        f = pq.ParquetFile(path)
+        names = f.schema_arrow.names
+        if "text" not in names:
+            raise DbertError(f"{path}: a Parquet file needs a \"text\" column (it has: {', '.join(names[:8])})")
+        kind = f.schema_arrow.field("text").type
+        if str(kind) not in ("string", "large_string", "string_view"):
+            raise DbertError(f"{path}: its \"text\" column holds {kind}, not strings")
+        for batch in f.iter_batches(columns=["text"], batch_size=PARQUET_ROWS):
+            yield from (t for t in batch.column(0).to_pylist() if t is not None)
+    except DbertError:
+        raise
+    except Exception as e:  # pyarrow.ArrowInvalid and its kin: not a Parquet file, or a broken one
+        raise DbertError(f"cannot read data file {path} as Parquet: {str(e).splitlines()[0][:160]}") from None
+
+
 def raw_lines(path: str) -> Iterator[str]:
-    """A UTF-8 file's lines, stripped, blank ones included, read as a stream (a BOM is dropped)."""
+    """A UTF-8 file's lines, stripped, blank ones included, read as a stream (a BOM is dropped); a
+    Parquet file's texts' lines."""
+    if path.endswith(".parquet"):
+        for text in parquet_texts(path):
+            if "\x00" in text:
+                raise DbertError(f"data file is not text (it holds NUL bytes): {path}")
+            yield from (ln.strip() for ln in text.splitlines())
+        return
     try:
         with _open_bytes(path) as raw:
             text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline=None)
@@ -81,6 +115,8 @@ def iter_lines(patterns: list[str]) -> Iterator[str]:
 def file_format(path: str) -> str:
     """data.document_format without reading the file whole: jsonl by name or first line, eot when
     some line is <|endoftext|> (the look ahead stops there), else blank."""
+    if path.endswith(".parquet"):
+        return "parquet"
     first = None
     for ln in file_lines(path):
         if first is None and ln:
@@ -114,7 +150,17 @@ def iter_documents(patterns: list[str], sep: str = "auto") -> Iterator[list[str]
     if sep not in DOC_SEPS:
         raise DbertError(f"--doc-sep must be one of: {', '.join(DOC_SEPS)} (got {sep!r})")
     for path in expand_paths(patterns):
-        fmt = file_format(path) if sep == "auto" else sep
+        fmt = file_format(path) if sep == "auto" or path.endswith(".parquet") else sep
+        if fmt == "parquet":  # a document a row, whatever --doc-sep says: rows are its documents
+            seen = False
+            for text in parquet_texts(path):
+                paras = [p.strip() for p in text.splitlines() if p.strip()]
+                if paras:
+                    seen = True
+                    yield paras
+            if not seen:
+                raise DbertError(f"data file is empty: {path}")
+            continue
         if fmt == "jsonl":
             yield from _jsonl(path)
             continue

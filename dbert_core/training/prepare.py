@@ -17,6 +17,7 @@ import torch
 
 from ..storage import checkpoint as ckpt
 from ..storage.store import named
+from ..text import learnt_tables
 from ..disk import layout
 from ..config import TrainConfig
 from . import story_data
@@ -249,6 +250,7 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
     out = Path(cfg.out)
     lock = None
     made: list[Path] = []  # the folders above --out this start made: removed again if it fails
+    undo: list = []  # what to stop if it fails
     try:
         if rank == 0:
             made = make_folders(out.parent)
@@ -256,15 +258,18 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
             with put_off_stops():  # a Ctrl-C waits until `lock` holds it, so the clean-up below sees it
                 lock = OutLock(out)  # before anything touches out; released when the run ends
             ckpt.recover(out)
-        return _prepare(cfg, out, lock, rank, world, local_rank, report)
+        return _prepare(cfg, out, lock, rank, world, local_rank, report, undo)
     except BaseException:
+        for cancel in undo:  # the tables' thread
+            cancel()
         if lock is not None:
             lock.release()
         remove_empty(made)  # `--out a/b/c/ck` with bad --data leaves no a/
         raise
 
 
-def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank: int, report=None) -> Prepared:
+def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank: int, report=None,
+             undo: list | None = None) -> Prepared:
     if c.resume:
         c = resumed(c)
     device = _device(c.device, rank, world, local_rank)
@@ -277,7 +282,7 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
     elif out.exists() and any(out.iterdir()):
         raise DbertError(f"{out} already holds files; pass --resume to continue it or choose another --out")
 
-    documents, sampling, entry = None, None, None
+    documents, sampling, entry, tables = None, None, None, None
     db, init, trimmed, keep = None, named(c.init), None, None  # a store name: its folder
     if c.by_document and not c.by_story:  # --unit story reads its documents into the token cache (story_data)
         train_raw = read_documents(c.data, c.doc_sep)
@@ -303,6 +308,10 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         tokenizer = _tokenizer(c, texts, init)
     special = Special.of(tokenizer)
     if c.by_story:
+        if rank == 0:  # the tables' pass over the lines, in a thread while the corpus is tokenized
+            tables = learnt_tables.Tables(c.data, tokenizer, story_data.tables_root(), story_data.file_prints(c.data),
+                                          story=True, sep=c.doc_sep)
+            (undo if undo is not None else []).append(tables.cancel)
         got = story_data.stories(c, tokenizer, report)
         train, val, sampling, entry = got.train, got.val, got.sampling, got.cache
         documents = stats_lines(got.stats, got.val_stats, c.doc_sep)
@@ -324,10 +333,9 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
             db.meta["sampling"] = sampling
     check_memory_for(c, db.model.config, world)
     if rank == 0:  # on every start (a resumed run of an older dbert gets them too), from the cache when it has them
-        from ..text import learnt_tables
-
-        db.truecase, db.words, _ = learnt_tables.cached(c.data, db.tokenizer, story_data.tables_root(),
-                                                        story_data.file_prints(c.data), entry, c.doc_sep)
+        if tables is None:
+            tables = learnt_tables.Tables(c.data, db.tokenizer, story_data.tables_root(), story_data.file_prints(c.data))
+        db.truecase, db.words, _ = tables.end(entry)
     return Prepared(c, db, train, val, device, state=state, lock=lock, keep=keep, documents=documents)
 
 
