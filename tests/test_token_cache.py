@@ -60,7 +60,7 @@ def test_streamed_documents_and_lines_are_the_ones_read_whole(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     (b"\xff\xfe not text", "not UTF-8"), (b"text\x00with a NUL\n", "NUL bytes"), (b"\n  \n", "empty"),
-    (b"not gzip at all", "cannot read"),
+    (b"not gzip at all", "cannot read"), (b'{"body": "a story"}\n', 'needs a "text" string field'),
 ])
 def test_a_bad_file_is_one_line(tmp_path, content, message):
     path = tmp_path / ("bad.txt.gz" if message == "cannot read" else "bad.txt")
@@ -321,3 +321,18 @@ def test_the_corpus_sweep_makes_its_corpora_and_times_the_bare_tokenizer(tmp_pat
     head = HEAD.stat().st_size
     assert path.stat().st_size == round(4e6 / head) * head and path.read_bytes()[:head] == HEAD.read_bytes()
     assert sweep.bare(path, tmp_path / "home") > 0
+
+
+def test_a_bad_file_stops_the_command_with_one_line_and_no_cache(tmp_path, capsys, monkeypatch, tok):
+    from dbert_core.training import prepare as prepare_module
+
+    monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: tok)
+    good = _stories(tmp_path / "s.txt", 20)
+    bad = tmp_path / "b.txt"
+    bad.write_bytes(b"A story.\n" + b"\x00" * 10)
+    code, out, err = run(["train", "--data", str(good), "--data", str(bad), "--unit", "story", "--preset", "tiny",
+                          "--max-steps", "1", "--out", str(tmp_path / "a")], capsys, monkeypatch)
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert len([ln for ln in err.splitlines() if "NUL bytes" in ln and str(bad) in ln]) == 1, err
+    root = Path(os.environ["DBERT_HOME"]) / "cache" / "tokens"
+    assert not root.exists() or list(root.iterdir()) == []

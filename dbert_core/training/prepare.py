@@ -37,7 +37,7 @@ class Prepared:
 
     cfg: TrainConfig               # validated; when resuming, the checkpoint's own config continued
     db: object                     # checkpoint.DBert: model (on the CPU), tokenizer, schedule, meta
-    train: list[list[int]]         # tokenized training examples
+    train: list[list[int]]         # tokenized training examples (--unit story: StoryWindows, made when indexed)
     val: list[list[int]]           # tokenized held-out examples
     device: torch.device
     state: dict | None = None      # the trainer state to continue from (--resume)
