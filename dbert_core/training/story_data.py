@@ -103,5 +103,5 @@ def stories(c: TrainConfig, tokenizer, report=None) -> StoryData:
         train, val = windows.select(np.flatnonzero(mask)), [windows[i] for i in out]
     lengths = entry.lengths
     some = lengths > 0
-    sampling = story_defaults.from_counts(lengths[some].tolist(), entry.firsts().tolist())
+    sampling = story_defaults.from_counts(lengths[some], entry.firsts())
     return StoryData(train, val, entry.stats(), val_stats, sampling, entry)

@@ -18,7 +18,6 @@ reads.
 
 from __future__ import annotations
 
-from collections import Counter
 
 OPENING_SHARE = 0.001  # a token opens at least this share of the training stories to be an opening
 SHORTEST_PERCENTILE = 1.0
@@ -30,17 +29,22 @@ def recommend(stories: list[list[int]]) -> dict:
     return from_counts([len(s) for s in stories], [s[0] for s in stories])
 
 
-def from_counts(lengths: list[int], firsts: list[int]) -> dict:
-    """recommend() from each non-empty story's length and first token (what a token cache holds)."""
-    if not lengths:
+def from_counts(lengths, firsts) -> dict:
+    """recommend() from each non-empty story's length and first token (what a token cache holds:
+    arrays, counted with numpy, no list of the stories)."""
+    import numpy as np
+
+    lengths, firsts = np.asarray(lengths, dtype=np.int64), np.asarray(firsts, dtype=np.int64)
+    n = len(lengths)
+    if not n:
         return {}
-    lengths = sorted(lengths)
-    at = min(len(lengths) - 1, int(len(lengths) * SHORTEST_PERCENTILE / 100))
-    first = Counter(firsts)
-    least = max(2, -(-len(lengths) * OPENING_SHARE // 1))
-    openings = sorted(int(t) for t, k in first.items() if k >= least)
-    return {"min_length": int(lengths[at]), "openings": openings,
-            "from_stories": len(lengths), "openings_cover": round(sum(first[t] for t in openings) / len(lengths), 4)}
+    at = min(n - 1, int(n * SHORTEST_PERCENTILE / 100))
+    shortest = int(np.partition(lengths, at)[at])  # the at-th of the lengths sorted
+    ids, seen = np.unique(firsts, return_counts=True)
+    least = max(2, -(-n * OPENING_SHARE // 1))
+    common = seen >= least
+    return {"min_length": shortest, "openings": [int(t) for t in ids[common]],
+            "from_stories": n, "openings_cover": round(int(seen[common].sum()) / n, 4)}
 
 
 def from_files(paths: list[str], tokenizer, sep: str = "auto") -> dict:
