@@ -26,7 +26,7 @@ DOC_SEPS = ("auto", "blank", "eot", "line", "jsonl")  # what separates documents
 LOSSES = ("hybrid", "elbo", "ce")
 DECAYS = ("cosine", "constant")
 DTYPES = ("auto", "fp32", "bf16")
-DECODING = ("steps", "top_k", "top_p", "cache_refresh", "cache_masked")  # SampleConfig's fields a checkpoint may recommend (settings.default_decoding)
+DECODING = ("steps", "temperature", "top_k", "top_p", "cache_refresh", "cache_masked")  # SampleConfig's fields a checkpoint may recommend (settings.default_decoding)
 PRESETS = ("tiny", "mini", "small", "base")       # their sizes: model.PRESETS
 MAX_LAMBDA = 1 / math.pi                           # spindle strength that keeps a_t monotone
 MAX_SEED = 2**32 - 1
@@ -128,6 +128,8 @@ class TrainConfig:
             _int("--vocab-size", self.vocab_size, 16, 1_000_000)
         _one_of("--unit", self.unit, UNITS)
         _int("--seq-len", self.seq_len, 1, 100_000)
+        _need(self.unit != "story" or self.seq_len >= 2, "--unit story needs --seq-len 2 or more (a window holds "
+              f"the [SEP] that opens a story, then at least one token), got {self.seq_len}")
         _one_of("--doc-sep", self.doc_sep, DOC_SEPS)
         if self.story_context is not None:
             _int("--story-context", self.story_context, 1, max(1, self.seq_len - 1))
@@ -235,12 +237,16 @@ class SampleConfig:
 
     n: int = 10                        # samples
     steps: int | None = None           # reverse steps S (1..T); None: the checkpoint's recommendation, else 96
-    temperature: float = 1.0           # 0: greedy, the most likely token (ties broken by the seeded draw)
+    temperature: float | None = None   # 0: greedy, the most likely token (ties broken by the seeded draw); None: the
+    #                                    checkpoint's recommendation, else 1
     top_k: int | None = None           # 0: off; None: the checkpoint's recommendation, else 30 (the paper's)
     top_p: float | None = None         # 1: off; None: the checkpoint's recommendation, else 1
     length: int | None = None          # None: the length the checkpoint was trained on
     min_length: int | None = None      # a story model's shortest story in tokens; None: the checkpoint's own
     end_at_sentence: bool = True       # a story model ends only after a sentence end (never after "And")
+    natural_length: bool = False       # a story model's end keeps the model's own chance (temperature 1, no top-k/p):
+    #                                    the shaping changes the words, not the story's length (draw.shape_probs keep);
+    #                                    off: the end is shaped like any token (blind readers grade those shorter stories higher)
     start_as_trained: bool = True      # a story model's first token opens some of its training stories
     sampler: str | None = None         # None: the fastest exact sampler the checkpoint allows
     params: dict | None = None         # the strategy's parameters (strategies.py); None: its defaults
@@ -269,7 +275,8 @@ class SampleConfig:
         _int("--n", self.n, 1)
         if self.steps is not None:
             _int("--steps", self.steps, 1, MAX_T)
-        _float("--temperature", self.temperature, 0.0, 1e6)  # 0: greedy (the most likely token)
+        if self.temperature is not None:
+            _float("--temperature", self.temperature, 0.0, 1e6)  # 0: greedy (the most likely token)
         if self.top_k is not None:
             _int("--top-k", self.top_k, 0)
         if self.top_p is not None:

@@ -3,3 +3,7 @@
 It talks to `dbert_core` only through its public API (sample.frames, train.Trainer callbacks,
 store, fetch); `dbert_core` never imports Textual.
 """
+
+from .early_keys import hold as _hold_early_keys
+
+_hold_early_keys()  # before the heavy imports: a Ctrl-Q typed while the app starts quits it (early_keys.py)

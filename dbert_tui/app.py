@@ -181,6 +181,13 @@ class DbertApp(App):
         super().notify(safe_text(message, 500), title=safe_text(title, 80), severity=severity, timeout=timeout,
                        markup=markup)
 
+    def action_help_quit(self) -> None:
+        """Ctrl-C: Textual's hint that ctrl+q quits, in words (its own is markup, and notify() here shows text as it is)."""
+        for key, active in self.active_bindings.items():
+            if active.binding.action in ("quit", "app.quit"):
+                self.notify(f"Press {key} to quit the app", title="Do you want to quit?")
+                return
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         self.report_worker(event.worker, event.state)
 
@@ -188,7 +195,10 @@ class DbertApp(App):
         """Every worker failure ends here: one line in a notification, never a crash."""
         if state != WorkerState.ERROR or worker.error is None:
             return
-        message = one_line(worker.error)
+        from .files import log_error
+
+        expected = isinstance(worker.error, (DbertError, OSError, MemoryError))
+        message = one_line(worker.error, None if expected else log_error(f"worker {worker.name!r}", worker.error))
         self.log.error(f"worker {worker.name!r} failed: {worker.error!r}")
         self.notify(message, title=f"{worker.name} failed", severity="error", timeout=10)
         if worker.group == "load":
@@ -227,10 +237,11 @@ class DbertApp(App):
         yield SystemCommand("New seed", "Restart with another seed (n)", g.action_new_seed)
         yield SystemCommand("Sampling settings", "Steps, temperature, top-k/p, length, seed, sampler (e)", g.action_edit)
         yield SystemCommand("Several samples", "A grid of samples of one run, or back to one (g)", g.action_grid)
-        yield SystemCommand("Compare two settings", "The same seed under two settings side by side (c)",
+        yield SystemCommand("Compare two settings", "Two settings side by side: separate draws with one seed (c)",
                             g.action_compare)
         yield SystemCommand("Prompt / infill template", r"Text with \[MASK] slots (p)", g.action_prompt)
         yield SystemCommand("Save texts", "Write the generated text(s) to a file (s)", g.action_save)
+        yield SystemCommand("Copy sample", "The selected sample's text to the clipboard (C)", g.action_copy)
         yield SystemCommand("Export trajectory", "Every frame as JSON, or an asciinema .cast, or .html (x)", g.action_export)
         yield SystemCommand("Toggle colouring", "Reveal order / confidence (v)", g.action_toggle_colour)
         yield SystemCommand("Inspect tokens", "The token under a cursor: reveal step, p', top candidates; edit (i)",
@@ -311,13 +322,14 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
     def tui(
         checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="Store name or checkpoint directory to start with (default: the last one used, else the shipped model).")] = None,
         steps: Annotated[Optional[int], typer.Option(help="Reverse steps of the first run (default: the checkpoint's recommendation, else 96).", show_default=False)] = d.steps,
-        temperature: Annotated[float, typer.Option(help="Softmax temperature (0: greedy).")] = d.temperature,
+        temperature: Annotated[Optional[float], typer.Option(help="Softmax temperature (0: greedy). Default: what the checkpoint recommends, else 1.", show_default=False)] = d.temperature,
         top_k: Annotated[Optional[int], typer.Option(help="Keep the k most likely tokens (0: off). Default: the checkpoint's recommendation, else 30.", show_default=False)] = d.top_k,
         top_p: Annotated[Optional[float], typer.Option(help="Nucleus mass in (0, 1] (1: off). Default: the checkpoint's recommendation, else 1.", show_default=False)] = d.top_p,
         length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length).")] = d.length,
         seed: Annotated[int, typer.Option(help="Seed of the first run.")] = d.seed,
         device: Annotated[str, typer.Option(help=f"Where to sample: {', '.join(DEVICES)}.")] = d.device,
         pace_ms: Annotated[int, typer.Option(help="Milliseconds per shown step while playing (0: full speed).")] = d.pace_ms,
+        prompt: Annotated[str, typer.Option(help="The first run's prompt: its opening, or a template with [MASK] slots ([MASK*N], [MASK*A-B]); p changes it.")] = d.prompt,
         replay: Annotated[Optional[Path], typer.Option("--replay", help="Play, scrub and inspect a trajectory file (dbert sample --trajectory, or the TUI's export) without a model.")] = None,
     ):
         def fail(message: str):
@@ -346,7 +358,7 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
             except DbertError as e:
                 fail(str(e))
         settings = Settings(steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
-                            seed=seed, device=device, pace_ms=max(0, pace_ms))
+                            seed=seed, device=device, pace_ms=max(0, pace_ms), prompt=prompt)
         try:
             settings.validate()
         except DbertError as e:

@@ -45,7 +45,7 @@ class Settings(SampleConfig):
     watching differs from printing, overridden here by name. The Generate screen edits these."""
 
     n: int = 1          # one sample to watch (the CLI prints 10)
-    seed: int = 0       # fixed, so a changed control shows its effect on the same draw
+    seed: int = 0       # fixed: the same settings give the same story again (a changed one is a new draw)
     prompt: str = ""
     pace_ms: int = 40   # minimum time per shown step while playing (0: as fast as the model goes)
 
@@ -118,6 +118,7 @@ class Run:
     source: list | None = None         # a replay: the frames to play back (compact Frames) instead of sampling
     source_order: object = None        # the replay's reveal order (B, L)
     source_prompt: str | None = None   # the template its positions follow, when not settings.prompt (an infill)
+    failed: str = ""                   # why its worker failed (one line), if it did: the run is over
 
     def hold(self, is_cancelled: Callable[[], bool], started: float, done: float) -> None:
         """While playing a run with min_seconds, keep a frame that reveals a fraction `done` of the tokens until
@@ -163,18 +164,19 @@ def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Reco
     run reached its last frame, False when cancelled first."""
     import torch
 
+    from dbert_core.sampling.refill import refill_stream
     from dbert_core.sampling.sample import frames, is_story_model, story_stream
 
-    s = run.settings
+    s, order = run.settings, None
     gen = torch.Generator().manual_seed(s.seed)
-    order = None
     if run.source is not None:  # a replay: the recorded frames, through the same gate
-        order = run.source_order
-        stream = iter(run.source)
+        order, stream = run.source_order, iter(run.source)
     elif run.template is None and is_story_model(db):  # a story, window after window on one canvas
         stream = story_stream(db, s, gen, TOPK)
+    elif run.template is not None:  # a refill: in windows the model's positions hold when the text is longer
+        stream = refill_stream(db, s, gen, run.template, TOPK)
     else:
-        stream = frames(db, s, generator=gen, template=run.template, topk=TOPK)
+        stream = frames(db, s, generator=gen, topk=TOPK)
     spent, started = 0.0, time.monotonic()
     while True:
         if is_cancelled():
@@ -224,15 +226,13 @@ class Playback:
         if not self.frames:
             return
         last = len(self.frames) - 1
-        current = last if self.view is None else self.view
-        target = max(0, min(last, current + delta))
+        target = max(0, min(last, (last if self.view is None else self.view) + delta))
         self.view = None if target == last else target
 
     def scrub_to(self, index: int) -> None:
-        if self.frames:
-            self.view = max(0, min(index, len(self.frames) - 1))
+        self.view = max(0, min(index, len(self.frames) - 1)) if self.frames else self.view
 
-    def live(self) -> None:
+    def live(self) -> None:  # follow the newest frame
         self.view = None
 
     def toggle_play(self) -> bool:
@@ -246,8 +246,7 @@ class Playback:
     def step(self) -> None:
         """One step forward: through the record while scrubbing, else one new frame (pausing first)."""
         if self.scrubbing:
-            self.scrub(1)
-            return
+            return self.scrub(1)
         self.run.allow_step()
         self.view = None
 
@@ -255,6 +254,8 @@ class Playback:
         """'scrub i/n (End: live)', 'done (Space: replay)', 'playing' or 'paused (Space: play)'."""
         if self.scrubbing:
             return f"scrub {self.view + 1}/{len(self.frames)} (End: live)"
+        if self.run.failed:
+            return "failed (Space or r: again)"
         if self.run.finished:
             return "done (Space: replay)"
         return "playing" if self.run.playing else "paused (Space: play)"

@@ -51,20 +51,25 @@ EXPORT_TITLE = ("Export the run: .json the trajectory (every frame; dbert-tui --
                 "asciinema recording, .html the text coloured by reveal order")
 
 
-def default_name(db, seed: int, ext: str) -> str:
-    """output_dir()/<checkpoint>-seed<seed>.<ext> (one dbert- prefix at most: the shipped
-    checkpoints' names carry one already), made unique."""
+def default_name(db, seed: int, ext: str, sample: int | None = None) -> str:
+    """output_dir()/<checkpoint>-seed<seed>[-sample<k>].<ext> (one dbert- prefix at most: the
+    shipped checkpoints' names carry one already; k: the one sample saved, 1-based), made unique."""
     name = Path(db.path).name if db is not None and db.path else "dbert"
-    return str(default_output(f"{name if name.startswith('dbert') else 'dbert-' + name}-seed{seed}", ext))
+    one = f"-sample{sample}" if sample is not None else ""
+    return str(default_output(f"{name if name.startswith('dbert') else 'dbert-' + name}-seed{seed}{one}", ext))
 
 
-def save_title(frame) -> str:
-    """The save dialog's title: what a half-filled run writes, when it is one."""
-    left = int(frame.masked.sum())
+def save_title(frame, rows: list[int] | None = None) -> str:
+    """The save dialog's title: which texts (`rows`: one sample of several), that a header line
+    with the settings leads them, and what a half-filled run writes, when it is one."""
+    n = frame.ids.shape[0]
+    left = int(frame.masked.sum() if rows is None else frame.masked[rows].sum())
+    what = f"sample {rows[0] + 1} of {n}" if rows is not None and len(rows) == 1 else "the text(s), one per line"
     if not left:
-        return "Save the text(s), one per line"
-    return (f"The run is at step {frame.step}/{frame.steps}: {left} of {frame.masked.numel()} tokens are still masked "
-            f"and are written as \\[MASK]. Save the text so far, one per line?")
+        return f"Save {what}, after a header line with the seed and settings"
+    total = frame.masked.numel() if rows is None else len(rows) * frame.ids.shape[1]
+    return (f"The run is at step {frame.step}/{frame.steps}: {left} of {total} tokens are still masked "
+            f"and are written as \\[MASK]. Save {what} so far?")
 
 
 def _write(where: str, text, done: str) -> tuple[bool, str]:
@@ -79,12 +84,34 @@ def _write(where: str, text, done: str) -> tuple[bool, str]:
     return True, f"{done} to {Path(path).resolve()}"
 
 
-def save_texts(where: str, db, rec: Recorded) -> tuple[bool, str]:
-    """A frame's texts, one per line (a [MASK] left written as such): (ok, what to say)."""
+HEADER = "# dbert-tui: "  # a saved .txt's first line: this, then the run's settings as one JSON object
+
+
+def settings_header(db, settings, rows: list[int] | None, n: int) -> str:
+    """The first line of a saved .txt: HEADER and a JSON object with the checkpoint, the seed,
+    the sampling settings and which samples of the run the file holds (1-based, of `n`)."""
+    name = Path(db.path).name if db is not None and db.path else None
+    fields = {"checkpoint": name, "seed": settings.seed, "steps": settings.steps,
+              "temperature": settings.temperature, "top_k": settings.top_k, "top_p": settings.top_p,
+              "sampler": settings.sampler, "params": settings.params, "cache_refresh": settings.cache_refresh,
+              "cache_masked": settings.cache_masked, "length": settings.length, "min_length": settings.min_length,
+              "prompt": settings.prompt or None, "samples": [r + 1 for r in (rows if rows is not None else range(n))],
+              "of": n}
+    return HEADER + json.dumps({k: v for k, v in fields.items() if v is not None}) + "\n"
+
+
+def save_texts(where: str, db, rec: Recorded, settings=None, rows: list[int] | None = None) -> tuple[bool, str]:
+    """A frame's texts (`rows` of them; None: all), one per line (a [MASK] left written as such),
+    after a header line with the run's `settings` (settings_header) when given: (ok, what to say)."""
     texts = texts_of(db, rec)
-    left = int(rec.frame.masked.sum())
+    n = len(texts)
+    if rows is not None:
+        texts = [texts[r] for r in rows]
+    left = int(rec.frame.masked.sum() if rows is None else rec.frame.masked[rows].sum())
     what = f" (step {rec.frame.step}/{rec.frame.steps}, {left} [MASK] left)" if left else ""
-    return _write(where, lambda: "".join(t + "\n" for t in texts), f"saved {len(texts)} text(s){what}")
+    head = settings_header(db, settings, rows, n) if settings is not None else ""
+    which = f"sample {rows[0] + 1} of {n}" if rows is not None and len(rows) == 1 else f"{len(texts)} text(s)"
+    return _write(where, lambda: head + "".join(t + "\n" for t in texts), f"saved {which}{what}")
 
 
 def export_run(where: str, db, run: Run, rows, width: int, verbatim, replay=None) -> tuple[bool, str]:
@@ -123,6 +150,40 @@ def state_file() -> Path:
     from dbert_core.storage.store import home
 
     return home() / TUI_STATE
+
+
+LOG_MOST = 1 << 20  # bytes the error log may reach before it starts anew
+
+
+def log_error(where: str, error: BaseException) -> Path | None:
+    """An unexpected error's traceback appended to $DBERT_HOME/tui-errors.log (started anew past
+    LOG_MOST), for a bug report; its path, or None when it could not be written (never an error).
+    Only a regular file is written, never through a link nor into a FIFO (which would block)."""
+    import os
+    import stat
+    import time
+    import traceback
+
+    from dbert_core.disk.layout import TUI_ERRORS
+    from dbert_core.storage.store import home
+
+    path = home() / TUI_ERRORS
+    entry = (f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {where}\n"
+             + "".join(traceback.format_exception(type(error), error, error.__traceback__)))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, flags, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            if info.st_size > LOG_MOST:
+                f.truncate(0)
+            f.write(entry)
+    except OSError:
+        return None
+    return path
 
 
 def read_state() -> dict:

@@ -46,7 +46,7 @@ def settings_form(s, side: int | None) -> tuple[str, list]:
 
     fields = [
         ("steps", "steps (1..T)", "" if s.steps is None else str(s.steps), "the checkpoint's"),
-        ("temperature", "temperature (0: greedy)", f"{s.temperature:g}", ""),
+        ("temperature", "temperature (0: greedy)", "" if s.temperature is None else f"{s.temperature:g}", "the checkpoint's"),
         ("top_k", "top-k (0: off)", "" if s.top_k is None else str(s.top_k), "the checkpoint's"),
         ("top_p", "top-p (0..1]", "" if s.top_p is None else f"{s.top_p:g}", "the checkpoint's"),
         ("length", "length (tokens)", "" if s.length is None else str(s.length), "the checkpoint's"),
@@ -59,7 +59,7 @@ def settings_form(s, side: int | None) -> tuple[str, list]:
                                                   for k, v in (s.params or {}).items()), "NAME=VALUE ...: defaults"),
         ("cache_refresh", "cache refresh (0: exact)", "" if s.cache_refresh is None else str(s.cache_refresh),
          "the checkpoint's: a whole forward every K calls"),
-        ("cache_masked", "cache keeps masks (yes/no)", "" if s.cache_masked is None else ("yes" if s.cache_masked else "no"),
+        ("cache_masked", "cache keeps masks: yes/no", "" if s.cache_masked is None else ("yes" if s.cache_masked else "no"),
          "the checkpoint's: masked positions' states kept too"),
         ("pace_ms", "ms per step (0: fastest)", str(s.pace_ms), ""),
     ]
@@ -76,7 +76,7 @@ def settings_fields(values: dict, old, db) -> dict:
     for key, kind in (("steps", int), ("temperature", float), ("top_k", int), ("top_p", float), ("n", int),
                       ("seed", int), ("pace_ms", int), ("length", int), ("min_length", int), ("cache_refresh", int)):
         text = values.get(key, "")
-        if key in ("length", "min_length", "steps", "top_k", "top_p", "cache_refresh") and not text.strip():
+        if key in ("length", "min_length", "steps", "temperature", "top_k", "top_p", "cache_refresh") and not text.strip():
             fields[key] = None if key == "min_length" else getattr(old, key)
             continue
         try:

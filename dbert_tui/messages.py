@@ -35,6 +35,15 @@ class RunFinished(Message, bubble=False):
 
 
 @dataclass
+class RunFailed(Message):
+    """The sampling worker of run `run_id` (0: the infill being ranked) raised; `text` says it in
+    one line (the app's worker report has notified already)."""
+
+    run_id: int
+    text: str
+
+
+@dataclass
 class SampleChosen(Message):
     """A sample's card was clicked: show sample `index` large."""
 

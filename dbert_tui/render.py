@@ -148,9 +148,28 @@ def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None
 
 
 # ------------------------------------------------------------------------------ token inspector
+def window_step(step: int, steps: int, per_window: int) -> tuple[int, int, int]:
+    """(window, windows, step within it) of a frame's `step` of `steps` counted on across a story's
+    (or a long refill's) windows of `per_window` steps each (the control bar's steps); one window
+    when `steps` is not a whole number of windows of more than one."""
+    if per_window <= 0 or steps <= per_window or steps % per_window:
+        return 1, 1, step
+    window = min(steps // per_window, max(1, -(-step // per_window)))
+    return window, steps // per_window, step - (window - 1) * per_window
+
+
+def step_label(step: int, steps: int, per_window: int) -> str:
+    """'window w/W · step k/S' for a run of several windows, else 'step k/S' (S: steps per window)."""
+    window, windows, within = window_step(step, steps, per_window)
+    if windows == 1:
+        return f"step {step}/{steps}"
+    return f"window {window}/{windows} · step {within}/{per_window}"
+
+
 def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True) -> Text:
-    """'step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame (or one row of
-    it); `pb` a controller.Playback, `timed` False hides the seconds (deterministic snapshots)."""
+    """'[window w/W · ]step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame
+    (or one row of it); `pb` a controller.Playback, `timed` False hides the seconds (deterministic
+    snapshots). A story's steps are per window, as the control bar's."""
     f = rec.frame
     if row is None:
         step, n_masked, total = f.step, int(f.masked.sum()), f.masked.numel()
@@ -158,7 +177,7 @@ def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True)
         step = int(f.row_steps[row]) if f.row_steps is not None else f.step
         n_masked, total = int(f.masked[row].sum()), f.masked.shape[1]
     text = Text()
-    text.append(f"step {step}/{f.steps}", style="bold")
+    text.append(step_label(step, f.steps, pb.run.settings.steps), style="bold")
     text.append(f" · masked {n_masked}/{total} · nfe {f.nfe}")
     if timed:
         text.append(f" · {rec.seconds:.2f}s")
@@ -168,25 +187,39 @@ def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True)
 
 
 def prompt_words_of(db, run, prompt: str | None, given: bool = False) -> dict[int, str] | None:
-    """The prompt's own words by position (drawn as typed, dbert_core.sampling.sample.prompt_words): of
-    `prompt` when `given`, else of the run's (an infill's winning template; none for a refill,
-    whose positions are the draft's), else of `prompt` (the session's)."""
+    """The prompt's own words by the frame's positions (drawn as typed, dbert_core.sampling.sample.prompt_words):
+    of `prompt` when `given`, else of the run's (an infill's winning template, whose positions are
+    the template's; none for a refill, whose positions are the draft's), else of `prompt` (the
+    session's). A story checkpoint's run is a story canvas that opens with its [SEP]: the words
+    sit one column on (dbert_core.sampling.blocks.canvas_words)."""
+    from dbert_core.sampling.blocks import canvas_words
     from dbert_core.sampling.sample import prompt_words
 
     if not given and run is not None and run.source_prompt is not None:
-        prompt = run.source_prompt  # an infill: the winner's length
-    elif not given and run is not None and run.template is not None:
+        return prompt_words(db, run.source_prompt) if db is not None else None  # an infill: the winner's length
+    if not given and run is not None and run.template is not None:
         return None  # a refill: the positions are the draft's, not the prompt's
-    return prompt_words(db, prompt) if prompt and db is not None else None
+    if not prompt or db is None:
+        return None
+    words = prompt_words(db, prompt)
+    return canvas_words(words) if _story(db) else words
+
+
+def _story(db) -> bool:
+    """A story checkpoint (a replay's stand-in has no meta: its frames carry no prompt words)."""
+    from dbert_core.sampling.blocks import is_story_model
+
+    return isinstance(getattr(db, "meta", None), dict) and is_story_model(db)
 
 
 def _p(x) -> str:
     return "—" if x is None else f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
 
 
-def inspector_lines(info: dict | None, steps: int, T: int | None, compact: bool) -> Text:
+def inspector_lines(info: dict | None, steps: int, T: int | None, compact: bool, per_window: int = 0) -> Text:
     """The token inspector (dbert_core.sampling.inspector.token_info of the token under the cursor): a
-    panel (compact False) or two lines (an 80-column terminal)."""
+    panel (compact False) or two lines (an 80-column terminal). A story's reveal step is told per
+    window of `per_window` steps, as the status line's (step_label)."""
     out = Text()
     if info is None:
         out.append("inspect: ←→ move · Enter select · ⌫ remask · f refill · Esc leave", style="dim")
@@ -198,9 +231,9 @@ def inspector_lines(info: dict | None, steps: int, T: int | None, compact: bool)
         out.append("  (refill: f)" if compact else "\n\nstill masked at this step", style="dim")
         return out
     piece, step = info["piece"], info.get("step", 0)
-    when = "prompt (given)" if info.get("given") else f"step {step}/{steps}"
+    when = "prompt (given)" if info.get("given") else step_label(step, steps, per_window)
     conf = info.get("confidence")
-    top = info.get("top") or []
+    top = [(w, p) for w, p in info.get("top") or [] if p > 0]  # ids top-k / top-p ruled out are no candidates
     tau = info.get("masking_time")
     if compact:
         out.append(f"{where} ", style="bold")

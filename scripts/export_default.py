@@ -28,12 +28,35 @@ def main() -> int:
     ap.add_argument("dst")
     ap.add_argument("--card", help="Markdown model card to ship as MODEL_CARD.md")
     ap.add_argument("--steps", type=int, help="the reverse steps sampling uses unless told")
+    ap.add_argument("--temperature", type=float, help="the softmax temperature sampling uses unless told (0: greedy)")
     ap.add_argument("--top-k", type=int, help="the top-k sampling uses unless told (0: off)")
     ap.add_argument("--top-p", type=float, help="the nucleus mass sampling uses unless told, in (0, 1]")
     ap.add_argument("--cache-refresh", type=int, help="the decided-position cache's refresh sampling uses unless told (0: the exact forward)")
     ap.add_argument("--cache-masked", action=argparse.BooleanOptionalAction, default=None,
                     help="with --cache-refresh: whether sampling keeps [MASK] positions' states too unless told")
     args = ap.parse_args()
+    from dbert_core.errors import DbertError
+
+    try:
+        return export(args)
+    except DbertError as e:  # a bad value, a missing checkpoint or card: one line
+        print(f"export_default: error: {e}", file=sys.stderr)
+        return 2
+
+
+def export(args) -> int:
+    """The export main() asked for; DbertError for anything wrong, before anything is written."""
+    from dbert_core.config import SampleConfig
+    from dbert_core.errors import DbertError
+
+    decoding = {k: v for k, v in (("steps", args.steps), ("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
+                                  ("cache_refresh", args.cache_refresh), ("cache_masked", args.cache_masked))
+                if v is not None}
+    SampleConfig(**decoding).validate()  # before the checkpoint is read
+    try:
+        card = Path(args.card).read_text(encoding="utf-8") if args.card else None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DbertError(f"cannot read --card {args.card}: {getattr(e, 'strerror', None) or e}") from None
     db = checkpoint.load(args.src)
     for key in ("train_config",):  # keep the recipe, drop machine-local paths
         cfg = db.meta.get(key, {})
@@ -55,21 +78,16 @@ def main() -> int:
         print(f"sampling defaults from the training stories: {db.meta['sampling']}", file=sys.stderr)
     if db.words is None:  # trained before runs kept their multi-piece words (text/lexicon.py)
         from dbert_core.text import lexicon
-        from dbert_core.text.data import read_lines
+        from dbert_core.text.data import text_lines
 
         files = list(db.meta.get("data") or (db.meta.get("train_config") or {}).get("data") or [])
-        if files and all(Path(f).is_file() for f in files):
-            db.words = lexicon.learn(read_lines(files), db.tokenizer)
+        if files and all(Path(f).is_file() for f in files):  # the documents' text, as the run read it
+            db.words = lexicon.learn(text_lines(files, (db.meta.get("train_config") or {}).get("doc_sep", "auto")),
+                                     db.tokenizer)
             print(f"{len(db.words)} words from the training files (dbert_words.json)", file=sys.stderr)
-    decoding = {k: v for k, v in (("steps", args.steps), ("top_k", args.top_k), ("top_p", args.top_p),
-                                               ("cache_refresh", args.cache_refresh), ("cache_masked", args.cache_masked))
-                if v is not None}
     if decoding:
-        from dbert_core.config import SampleConfig
-
-        SampleConfig(**decoding).validate()
         db.meta.setdefault("sampling", {})["decoding"] = decoding
-    extra = {"MODEL_CARD.md": Path(args.card).read_text()} if args.card else None
+    extra = {"MODEL_CARD.md": card} if card is not None else None
     path = checkpoint.save(db, args.dst, dtype=torch.float16, extra_files=extra)
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     print(f"{path}: {size / 2**20:.1f} MiB", file=sys.stderr)

@@ -69,7 +69,7 @@ def test_the_score_averages_readers_per_story_and_counts_human_guesses(blind, tm
     assert scores["o"]["consistency"] == [3.0, 0.0]
     assert scores["human"]["taken_for_human"] == 6 and scores["m"]["taken_for_human"] == 3
     assert scores["m"]["grades"] == 6 and scores["m"]["stories"] == 3
-    assert blind.main(["score", str(out), str(out / "grades.txt")]) == 0
+    assert blind.main(["score", str(out), "--grades", str(out / "grades.txt")]) == 0
     table = capsys.readouterr().out
     assert "| human (3) | 9.0 ± 0.0 |" in table and "| 3/3 |" in table and "| 0/3 |" in table
 
@@ -114,3 +114,21 @@ def test_the_reader_is_told_the_two_files_and_nothing_else(blind, tmp_path, caps
     said = capsys.readouterr().out
     assert f"{tmp_path}/r1/rubric.md" in said and f"{tmp_path}/r1/sheet.md" in said
     assert "key" not in said and "do not run code" in said
+
+
+def test_sheets_pool_a_story_once_with_all_its_readers(blind, tmp_path, capsys):
+    """The same sample files on two sheets (two shuffles, a reader each): each story once, its two grades averaged."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    outs = [_sheet(blind, tmp_path / "a", seed=1), _sheet(blind, tmp_path / "b", seed=2)]
+    for k, out in enumerate(outs):
+        key = json.loads(out.with_name("r1.key.json").read_text())["key"]
+        g = {"human": 8, "m": 2 + 2 * k, "o": 5}  # m: 2 on the first sheet, 4 on the second
+        (out / "grades.txt").write_text("".join(
+            f"{i} grammar={g[s]} consistency={g[s]} plot={g[s]} fluency={g[s]} author=model\n" for i, s in key.items()))
+    capsys.readouterr()
+    assert blind.main(["score", *map(str, outs), "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["m"]["stories"] == 3 and scores["m"]["grades"] == 6 and scores["m"]["grammar"] == [3.0, 0.0]
+    assert scores["o"]["plot"] == [5.0, 0.0] and scores["human"]["taken_for_human"] == 0
+    assert blind.main(["score", *map(str, outs), "--grades", str(outs[0] / "grades.txt")]) == 2

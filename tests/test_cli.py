@@ -410,3 +410,36 @@ def test_eval_text_output_reads_as_bounds(tiny_checkpoint, capsys, monkeypatch):
     assert code == 0
     assert "perplexity per token  <= " in out and "(95%: " in out and "upper bounds" in out
     assert "nats_per_word " in out and "nats_per_word_se" in out
+
+
+def test_sample_help_is_short_and_help_all_lists_every_option_whole():
+    """`dbert sample --help` at 80 columns: the common options, none of their names cut (it was 402
+    lines, "--end-at-senten…"); --help-all: every option by its full names, no line past 80."""
+    import re
+    import subprocess
+
+    from dbert_core.cli.commands.sample import COMMON
+    from helpers import ROOT
+
+    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(ROOT), "TERM": "dumb"}
+    short = subprocess.run([sys.executable, "-m", "dbert_core.cli", "sample", "--help"], env=env, capture_output=True,
+                           text=True, timeout=120)
+    every = subprocess.run([sys.executable, "-m", "dbert_core.cli", "sample", "--help-all"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert short.returncode == 0 and every.returncode == 0, short.stderr + every.stderr
+    assert len(short.stdout.splitlines()) < 100 and "…" not in short.stdout
+    import typer.main
+
+    from dbert_core.cli import app
+
+    command = typer.main.get_command(app).commands["sample"]
+    options = [p for p in command.params if p.param_type_name == "option"]
+    assert len(options) > 30
+    for p in options:
+        names = [*p.opts, *p.secondary_opts]
+        assert "  " + ", ".join(names) in every.stdout.splitlines(), names  # each option's names whole, on a line
+        if p.name in COMMON:
+            assert all(re.search(re.escape(n) + r"(?![\w-])", short.stdout) for n in names), names
+        else:
+            assert not re.search(re.escape(p.opts[0]) + r"(?![\w-])", short.stdout), p.opts  # only under --help-all
+    assert max(len(line) for line in every.stdout.splitlines()) <= 80 and "…" not in every.stdout

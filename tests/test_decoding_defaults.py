@@ -115,3 +115,72 @@ def test_the_tui_follows_each_checkpoints_decoding_until_the_user_sets_it(recomm
     given.fit(nucleus)
     assert (given.settings.top_k, given.settings.top_p) == (5, 0.9)
     assert replace(given.settings).validate()
+
+
+def test_a_checkpoints_temperature_is_the_default_everywhere_unless_told(recommending, tiny_checkpoint, capsys,
+                                                                         monkeypatch):
+    """sampling.decoding.temperature (the shipped model's, chosen by blind readers): what sample, eval, the
+    server and the TUI use unless told; a malformed one, or none, is 1."""
+    from dbert_core.config import SampleConfig
+    from dbert_core.sampling.sample import resolve
+    from dbert_core.serving.options import Limits
+    from dbert_core.serving.request import parse
+    from dbert_core.storage import checkpoint
+    from dbert_tui.controller import Session, Settings
+
+    meta = json.loads((recommending / "dbert.json").read_text())
+    meta["sampling"]["decoding"]["temperature"] = 0.5
+    (recommending / "dbert.json").write_text(json.dumps(meta))
+    db = checkpoint.load(recommending)
+    assert resolve(SampleConfig(), db).temperature == 0.5
+    assert resolve(SampleConfig(temperature=1.0), db).temperature == 1.0
+    assert resolve(SampleConfig(temperature=0), db).temperature == 0  # greedy is a value, not "unset"
+    assert resolve(SampleConfig(), checkpoint.load(tiny_checkpoint)).temperature == 1.0
+    for bad in (-1, "0.5", True, None):
+        db.meta["sampling"]["decoding"]["temperature"] = bad
+        assert resolve(SampleConfig(), db).temperature == 1.0, bad
+    db.meta["sampling"]["decoding"]["temperature"] = 0.5
+    assert parse({"prompt": "Once", "max_tokens": 8}, db, "m", Limits()).prompts[0].cfg.temperature == 0.5
+    assert parse({"prompt": "Once", "max_tokens": 8, "temperature": 1}, db, "m", Limits()).prompts[0].cfg.temperature == 1
+    s = Session(Settings())
+    s.fit(db)
+    assert s.settings.temperature == 0.5
+    s.temperature(db, +1)  # `+`: the user's from now on
+    assert s.settings.temperature > 0.5
+    common = ["--n", "3", "--seed", "3", "--length", "16"]
+    code, own, _ = run(["sample", "-c", str(recommending), *common], capsys, monkeypatch)
+    code2, asked, _ = run(["sample", "-c", str(tiny_checkpoint), *common, "--steps", "12", "--top-k", "0", "--top-p", "0.9",
+                           "--temperature", "0.5"], capsys, monkeypatch)
+    code3, hot, _ = run(["sample", "-c", str(recommending), *common, "--temperature", "1"], capsys, monkeypatch)
+    assert code == code2 == code3 == 0 and own == asked and hot != own
+
+
+def test_set_decoding_changes_the_recommendation_and_nothing_else(tiny_checkpoint, tmp_path, capsys):
+    """scripts/recipes/set_decoding.py: how the shipped model's decoding is set (blind readers chose it)."""
+    import importlib.util
+
+    from helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("set_decoding", ROOT / "scripts" / "recipes" / "set_decoding.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    ck = tmp_path / "ck"
+    shutil.copytree(tiny_checkpoint, ck)
+    before = {p.name: p.read_bytes() for p in ck.iterdir() if p.is_file()}
+    meta = json.loads(before["dbert.json"])
+    assert tool.main([str(ck), "--steps", "64", "--temperature", "0.5", "--top-p", "0.93", "--cache-masked"]) == 0
+    after = json.loads((ck / "dbert.json").read_text())
+    assert after["sampling"]["decoding"] == {"steps": 64, "temperature": 0.5, "top_p": 0.93, "cache_masked": True}
+    after["sampling"].pop("decoding")
+    if "sampling" not in meta and not after["sampling"]:
+        del after["sampling"]  # the tiny checkpoint had no sampling field: the tool made it for the decoding alone
+    meta.get("sampling", {}).pop("decoding", None)
+    assert after == meta  # nothing else in dbert.json changed
+    assert all((ck / name).read_bytes() == data for name, data in before.items() if name != "dbert.json")
+    capsys.readouterr()
+    for bad, said in ((["--top-p", "5"], "--top-p"), (["--temperature", "-1"], "--temperature"), ([], "at least one")):
+        assert tool.main([str(ck), *bad]) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1
+    assert tool.main([str(tmp_path / "nowhere")]) == 2
+    assert json.loads((ck / "dbert.json").read_text())["sampling"]["decoding"]["steps"] == 64  # refused: unchanged

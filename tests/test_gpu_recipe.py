@@ -41,17 +41,20 @@ def test_the_gpu_recipe_runs_end_to_end_on_the_cpu(tiny_checkpoint, tmp_path):
     _stories(data / "lowercase-stories.txt", 24, 8)
     _stories(data / "fables.txt", 32, 8)
     _stories(data / "head-heldout.txt", 2000, 3)
+    _stories(data / "books-slice.txt", 40, 8)  # the curriculum's English stage (its own file here)
     env = {**os.environ, "OUT": str(out), "WORK": str(work), "DATA_DIR": str(data), "INIT": str(tiny_checkpoint),
-           "DEVICE": "cpu", "PARTS": "train eval", "TRAIN_SECONDS": "12", "BATCH": "4", "SEQ_LEN": "32", "WARMUP": "2",
+           "DEVICE": "cpu", "PARTS": "english train eval", "ENGLISH_SECONDS": "8", "TRAIN_SECONDS": "12", "BATCH": "4", "SEQ_LEN": "32", "WARMUP": "2",
            "EVAL_EVERY": "10", "OMP_NUM_THREADS": "1", "PY": sys.executable,
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     files = sorted(p.name for p in out.iterdir())
     assert len(files) <= 8 and all((out / f).stat().st_size < 16 * 2**20 for f in files), files  # what a call returns
-    assert {"best.tar.00", "train.json", "train.log", "eval.jsonl", "info.log"} <= set(files), files
+    assert {"best.tar.00", "train.json", "train.log", "english.json", "eval.jsonl", "info.log"} <= set(files), files
     info = (out / "info.log").read_text()
-    assert "train exit 0" in info and info.count("exit 0") == 3, info  # training and both evaluations
+    assert "english exit 0" in info and "train exit 0" in info and info.count("exit 0") == 5, info  # two stages, 3 evals
+    english = json.loads((out / "english.json").read_text())
+    assert english["best_step"] is not None  # the stories stage started from the English stage's best
     summary = json.loads((out / "train.json").read_text())
     assert summary["steps"] >= 30 and summary["max_steps"] == summary["steps"]  # fitted to the budget, and reached
     assert summary["evals"][0]["step"] == 0 and summary["best_step"] is not None
@@ -67,7 +70,9 @@ def test_the_gpu_recipe_runs_end_to_end_on_the_cpu(tiny_checkpoint, tmp_path):
     assert round(db.meta["val_ppl_token"], 3) == round(best, 3)
     evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
     scored = [e for e in evals if "ppl_token" in e]
-    assert len(scored) == 2 and all(e["documents"] == 3 and e["ppl_token"] > 1 for e in scored)
+    assert len(scored) == 3 and all(e["documents"] == 3 and e["ppl_token"] > 1 for e in scored)
+    assert checkpoint.load(work / "english" / "best").meta["unit"] == "story"
+    assert db.meta["train_config"]["init"] == str(work / "english" / "best")  # the stories stage grew from the English one
 
 
 @pytest.mark.slow

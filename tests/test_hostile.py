@@ -903,3 +903,106 @@ def test_a_truecasing_table_cannot_smuggle_text_into_samples(tiny_checkpoint, tm
     (ck / "dbert_truecase.json").write_text(json.dumps({"format": 1, "forms": forms}))
     with pytest.raises(DbertError, match=needle):
         checkpoint.load(ck)
+
+
+# ------------------------------------------------------------------ a very long document: bounded pieces
+def _one_long_document(chars: int) -> str:
+    """TinyStories' stories run together into one document of about `chars` characters."""
+    lines = [ln for ln in TINYSTORIES.read_text().splitlines() if ln.strip() and "<|endoftext|>" not in ln]
+    text, i = [], 0
+    while sum(map(len, text)) < chars:
+        text.append(lines[i % len(lines)])
+        i += 1
+    return " ".join(text)
+
+
+def test_a_long_document_is_tokenized_in_bounded_pieces_with_the_same_ids(monkeypatch):
+    """The tokenizer is never handed more than BATCH_CHARS characters at once, nor a text past
+    PIECE_CHARS (limits made small here), and the ids are those of the whole document."""
+    import tokenizers
+
+    from dbert_core.text import data, lexicon, pieces
+
+    tok = checkpoint.load(ROOT / "tests" / "fixtures" / "tiny").tokenizer
+    doc = _one_long_document(300_000)
+    short = ["Tom ran home.", "The cat sat on the mat, and then it slept."]
+    whole = tok.backend_tokenizer.encode(doc, add_special_tokens=False).ids
+    monkeypatch.setattr(pieces, "PIECE_CHARS", 7_000)
+    monkeypatch.setattr(pieces, "BATCH_CHARS", 30_000)
+    calls = []
+    real = tokenizers.Tokenizer
+
+    class Counting:  # the Rust tokenizer, each encode_batch call's texts recorded
+        def __init__(self, inner):
+            self.inner = inner
+
+        @staticmethod
+        def from_str(text):
+            return Counting(real.from_str(text))
+
+        def encode_batch(self, texts, **kw):
+            calls.append([len(t) for t in texts])
+            return self.inner.encode_batch(texts, **kw)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    monkeypatch.setattr(tokenizers, "Tokenizer", Counting)
+    got = data.encode([short[0], doc, short[1]], tok)
+    assert got[1] == whole and got[0] == tok.encode(short[0], add_special_tokens=False)
+    assert got[2] == tok.encode(short[1], add_special_tokens=False)
+    assert calls and max(sum(c) for c in calls) <= 30_000 and max(max(c) for c in calls) <= 7_000
+    calls.clear()
+    monkeypatch.setattr(tok, "backend_tokenizer", Counting(tok.backend_tokenizer))
+    words = lexicon.learn([doc], tok)
+    assert "lily" in words and max(max(c) for c in calls) <= 7_000
+    for limit in (500, 997, 7_000):  # the cuts themselves: the text whole, each piece within the limit
+        parts = pieces.pieces(doc, limit)
+        assert "".join(parts) == doc and max(map(len, parts)) <= limit
+        assert all(p[0].isspace() for p in parts[1:])  # cut just before a space: where words part anyway
+
+
+def test_a_run_without_spaces_is_cut_after_punctuation_or_at_the_limit():
+    from dbert_core.text.pieces import pieces
+
+    assert pieces("ab. cd. ef gh\n\nij kl", 12) == ["ab. cd.", " ef gh", "\n\nij kl"]  # a paragraph's end first
+    assert pieces("a,b" * 10, 8) == ["a,ba,ba,", "ba,ba,", "ba,ba,", "ba,ba,", "ba,b"]  # after punctuation
+    assert pieces("x" * 25, 10) == ["x" * 10, "x" * 10, "x" * 5]  # a "word" of 25 letters: [UNK] either way
+
+
+@pytest.mark.slow
+def test_a_10_mb_story_trains_in_2_gb_of_address_space_and_leaves_no_lock(tmp_path):
+    """The audit's case: one 10 MB story under `ulimit -v` 2 GB aborted in the tokenizer (SIGABRT,
+    a Rust allocation failure; 3.4 GB unlimited) and left .out.dbert-lock behind."""
+    import resource
+
+    data = tmp_path / "long.txt"
+    data.write_text(_one_long_document(10_000_000) + "\n")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    r = subprocess.run([sys.executable, "-m", "dbert_core.cli", "train", "--data", str(data), "--unit", "story",
+                        "--preset", "tiny", "--max-steps", "1", "--seq-len", "64", "--batch-size", "8", "--T", "64",
+                        "--eval-every", "0", "--out", str(tmp_path / "out"), "--device", "cpu"],
+                       capture_output=True, text=True, timeout=600, preexec_fn=limit,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", RUST_BACKTRACE="0"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    checkpoint.load(tmp_path / "out")
+    home = tmp_path / "dbert_home"  # the test's DBERT_HOME: the story's token cache entry and tables
+    assert sorted(p.name for p in tmp_path.iterdir() if p != home) == ["long.txt", "out"]  # no lock file, no temp folder
+    assert all((e / "info.json").is_file() for e in (home / "cache" / "tokens").iterdir())  # whole entries only
+
+
+def test_a_full_disk_while_taking_the_lock_is_one_line_naming_it_and_leaves_no_file(tmp_path, monkeypatch):
+    """A disk with no byte free: the lock's "pid N" record cannot be written (found with a full
+    4 MB tmpfs: the line was a bare "No space left on device")."""
+    from dbert_core.disk import lock as lockmod
+
+    def full(*a):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(lockmod.os, "pwrite", full)
+    with pytest.raises(DbertError, match=r"cannot lock .*run: writing .*\.run\.dbert-lock failed: No space left"):
+        OutLock(tmp_path / "run")
+    assert list(tmp_path.iterdir()) == []

@@ -123,8 +123,8 @@ def test_a_link_to_stdout_writes_into_the_stream(tmp_path, capfd, monkeypatch):
 
 def test_the_atomic_writer_never_replaces_a_special_file(tmp_path):
     """Every atomic write (sample -o and --trajectory, bench's reports, the TUI's saves and tui.json)
-    goes through atomic.atomic_write_text: a socket is connected to, a disk refused, a regular
-    file behind a link replaced with the link kept."""
+    goes through atomic.atomic_write_text: a socket is connected to, a disk refused, a link to a
+    file refused with the link and its file as they were."""
     short = Path(tempfile.mkdtemp(prefix="dbert-sock-"))  # a socket's path must be short
     try:
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -155,8 +155,79 @@ def test_the_atomic_writer_never_replaces_a_special_file(tmp_path):
         assert same_node(tmp_path / "disk", stat.S_ISBLK)
     (tmp_path / "real.txt").write_text("old\n")
     (tmp_path / "link.txt").symlink_to("real.txt")
-    atomic.atomic_write_text(tmp_path / "link.txt", "new\n")
-    assert os.readlink(tmp_path / "link.txt") == "real.txt" and (tmp_path / "real.txt").read_text() == "new\n"
+    with pytest.raises(DbertError, match="symbolic link .to real.txt.; dbert never writes a file through a link"):
+        atomic.atomic_write_text(tmp_path / "link.txt", "new\n")
+    assert os.readlink(tmp_path / "link.txt") == "real.txt" and (tmp_path / "real.txt").read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["disk", "link.txt", "real.txt"][os.geteuid() != 0:]
+
+
+@pytest.mark.parametrize("option", ["-o", "--trajectory"])
+@pytest.mark.parametrize("target", ["file", "dangling", "folder"])
+def test_an_output_that_is_a_link_to_a_file_is_refused_and_nothing_changes(tmp_path, option, target, capsys,
+                                                                            monkeypatch):
+    """-o LINK and --trajectory LINK: refused before sampling, in one line; the link and the file it
+    names are as they were, and nothing is made where a dangling link points."""
+    real = tmp_path / "precious"
+    if target == "file":
+        real.write_text("the user's own file\n")
+    elif target == "folder":
+        real.mkdir()
+    link = tmp_path / "out.jsonl"
+    link.symlink_to(real)
+    code, out, err = run([*SAMPLE, option, str(link)], capsys, monkeypatch)
+    line = one_line(err)
+    assert code == 2 and out == "" and ("--output" if option == "-o" else option) in line
+    assert ("is a folder" if target == "folder" else "symbolic link") in line
+    assert os.readlink(link) == str(real)
+    assert (real.read_text() == "the user's own file\n") if target == "file" else \
+        (real.is_dir() if target == "folder" else not os.path.lexists(real))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out.jsonl"] + ([] if target == "dangling"
+                                                                                  else ["precious"]))
+
+
+def test_a_link_swapped_in_after_the_check_is_never_written_through(tmp_path):
+    """The writer itself refuses a link to a file (bench's reports and the TUI's saves call it
+    without check_output), and a file replaced by a link between check and write is refused too."""
+    from dbert_core.disk.output import check_output
+
+    real, out = tmp_path / "precious", tmp_path / "out.txt"
+    real.write_text("keep\n")
+    out.write_text("old\n")
+    check_output(out, "-o")
+    out.unlink()
+    out.symlink_to(real)
+    with pytest.raises(DbertError, match="symbolic link"):
+        atomic.atomic_write_text(out, "new\n")
+    assert real.read_text() == "keep\n" and os.path.islink(out)
+
+
+def test_a_bench_report_that_is_a_link_is_refused_before_measuring(tmp_path, capsys, monkeypatch):
+    (tmp_path / "precious").write_text("keep\n")
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "bench.md").symlink_to(tmp_path / "precious")
+    monkeypatch.setattr("dbert_core.cli.options.load", lambda *a: pytest.fail("the checkpoint was loaded first"))
+    code, out, err = run(["bench", "--out", str(tmp_path / "bench")], capsys, monkeypatch)
+    assert code == 2 and "symbolic link" in one_line(err) and "--out" in one_line(err)
+    assert (tmp_path / "precious").read_text() == "keep\n"
+
+
+@pytest.mark.parametrize("option", ["-o", "--trajectory"])
+def test_a_device_in_a_folder_this_user_cannot_write_is_written_to(tmp_path, option, capsys, monkeypatch):
+    """As a normal user /dev is not writable, but /dev/null is: the device is written to, never
+    refused for its folder. The folder is made read-only for this user (os.access as a non-root
+    user sees it; root passes every permission check)."""
+    from dbert_core.disk import output
+
+    folder = tmp_path / "dev"
+    folder.mkdir()
+    node = device(folder / "null", NULL)
+    real_access = os.access
+    monkeypatch.setattr(output.os, "access", lambda p, mode: False if Path(p) == folder else real_access(p, mode))
+    code, out, err = run([*SAMPLE, option, str(node)], capsys, monkeypatch)
+    assert code == 0 and len(out.splitlines()) == 1, err
+    assert same_node(node, stat.S_ISCHR, os.makedev(1, NULL)) and [p.name for p in folder.iterdir()] == ["null"]
+    code, out, err = run([*SAMPLE, option, str(folder / "new.jsonl")], capsys, monkeypatch)  # a new file there: no
+    assert code == 2 and "is not writable" in one_line(err)
 
 
 # ------------------------------------------------------------------ 3. a checkpoint a run trains into is held
@@ -283,7 +354,9 @@ def dbert(*args):
 results = []
 shutil.copytree(ckpt, mnt / "run")
 before = files(mnt / "run")
-for free in (64 << 10, 320 << 10):  # the disk fills in model.safetensors, then in the optimizer's state
+pages = lambda name: -(-(mnt / "run" / name).stat().st_size // 4096) * 4096
+in_tokenizer = pages("model.safetensors") + pages("config.json") + 6 * 4096  # the marker, then into tokenizer.json
+for free in (64 << 10, in_tokenizer, 320 << 10):  # the disk fills in the weights, the tokenizer, the optimizer's state
     leave_free(free)
     code, err = dbert("train", "--out", str(mnt / "run"), "--resume", "--max-steps", "151", "--device", "cpu")
     results.append({"free": free, "code": code, "err": err, "same": files(mnt / "run") == before,

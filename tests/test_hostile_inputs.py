@@ -727,3 +727,239 @@ def test_eval_takes_dash_c_like_sample(capsys, monkeypatch):
                          capsys, monkeypatch)
     assert code == 0, err
     assert json.loads(out)["checkpoint"] == str(TINY.resolve()) or json.loads(out)["checkpoint"].endswith("tiny")
+
+
+# ================================================================== damaged fields of dbert.json, refused where it loads
+def _damaged(tmp_path: Path, story: bool, **fields) -> Path:
+    """The committed tiny checkpoint with dbert.json's fields changed ("a.b": the field b of the object a);
+    story: made a story model (unit story), which reads train_config.story_context."""
+    ck = tmp_path / "damaged"
+    shutil.copytree(TINY, ck)
+    meta = json.loads((ck / "dbert.json").read_text())
+    if story:
+        meta["unit"] = "story"
+    for name, value in fields.items():
+        where = meta
+        *parents, last = name.split(".")
+        for p in parents:
+            where = where.setdefault(p, {})
+        where[last] = value
+    (ck / "dbert.json").write_text(json.dumps(meta))
+    return ck
+
+
+DAMAGED_FIELDS = [
+    ("sampling-text", False, {"sampling": "x"}, "'sampling'"),
+    ("sampling-list", True, {"sampling": [1]}, "'sampling'"),
+    ("min-length-text", True, {"sampling.min_length": "5"}, "'sampling.min_length'"),
+    ("openings-text", True, {"sampling.openings": "abc"}, "'sampling.openings'"),
+    ("openings-past-vocab", True, {"sampling.openings": [5, 10**9]}, "'sampling.openings'"),
+    ("decoding-text", False, {"sampling.decoding": "fast"}, "'sampling.decoding'"),
+    ("decoding-steps-zero", False, {"sampling.decoding": {"steps": 0}}, "'sampling.decoding.steps'"),
+    ("decoding-steps-past-T", False, {"sampling.decoding": {"steps": 100000}}, "'sampling.decoding.steps'"),
+    ("decoding-top-p", False, {"sampling.decoding": {"top_p": 2}}, "'sampling.decoding.top_p'"),
+    ("decoding-cache-masked", False, {"sampling.decoding": {"cache_masked": "yes"}}, "'sampling.decoding.cache_masked'"),
+    ("story-context-text", True, {"train_config.story_context": "x"}, "'train_config.story_context'"),
+    ("story-context-zero", True, {"train_config.story_context": 0}, "'train_config.story_context'"),
+    ("story-context-window", True, {"train_config.story_context": 24}, "'train_config.story_context'"),
+    ("story-context-negative", True, {"train_config.story_context": -3}, "'train_config.story_context'"),
+    ("doc-sep-unknown", True, {"train_config.doc_sep": 7}, "'train_config.doc_sep'"),
+    ("unit-unknown", False, {"unit": "chapter"}, "'unit'"),
+]
+
+
+@pytest.mark.parametrize("story,fields,field", [c[1:] for c in DAMAGED_FIELDS], ids=[c[0] for c in DAMAGED_FIELDS])
+def test_a_damaged_newer_field_of_dbert_json_is_one_line_naming_it(tmp_path, story, fields, field, capsys, monkeypatch):
+    """sample and eval: one line naming the file and the field, before any work (they were
+    AttributeError, ValueError, ZeroDivisionError, RuntimeError, TypeError)."""
+    ck = _damaged(tmp_path, story, **fields)
+    data = tmp_path / "stories.txt"
+    data.write_text("Tom ran home. The cat sat.\n\nLily had a ball.\n")
+    for args in (["sample", "-c", str(ck), "--n", "1", "--length", "40", "--steps", "4", "--device", "cpu"],
+                 ["eval", "-c", str(ck), "--data", str(data), "--unit", "story" if story else "line", "--steps", "4",
+                  "--device", "cpu"]):
+        refused(args, capsys, monkeypatch, "dbert.json", field, str(ck))
+
+
+def test_a_damaged_field_stops_serve_at_start_not_every_request(tmp_path):
+    """dbert serve loads the checkpoint before listening: one line and exit 2, not a server that
+    answers every request with a 500 and a traceback in its log."""
+    ck = _damaged(tmp_path, True, **{"train_config.story_context": 0})
+    with socket.socket() as s:  # a free port on loopback (serve listens there only if the load passes)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = cli("serve", "--checkpoint", str(ck), "--port", str(port), "--device", "cpu", timeout=90)
+    assert r.returncode == 2 and "'train_config.story_context'" in one_line(r.stderr), r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("fields", [{"train_config.story_context": 12, "sampling": {"min_length": 3, "openings": [5],
+                                                                                  "decoding": {"steps": 4, "top_p": 0.9}}},
+                                    {"train_config.story_context": None, "train_config.doc_sep": None}],
+                         ids=["in-range", "nulls"])
+def test_sound_newer_fields_still_sample(tmp_path, fields, capsys, monkeypatch):
+    ck = _damaged(tmp_path, True, **fields)
+    code, out, err = run(["sample", "-c", str(ck), "--n", "1", "--length", "40", "--steps", "4", "--device", "cpu"],
+                         capsys, monkeypatch)
+    assert code == 0 and len(out.splitlines()) == 1, err
+
+
+# ================================================================== a fetch's whole deadline and its stall rule
+class _Trickling:
+    """An HTTP server on 127.0.0.1 that answers every request with a head and then `burst` bytes
+    every `every` seconds (faster than the default stall rule), for at most `until` seconds."""
+
+    def __init__(self, burst: int = 200, every: float = 0.1, until: float = 20.0):
+        self.burst, self.every, self.until = burst, every, until
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._serve, daemon=True)]
+        self.threads[0].start()
+
+    def _serve(self):
+        end = time.monotonic() + self.until
+        while not self.stop.is_set() and time.monotonic() < end:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            t = threading.Thread(target=self._trickle, args=(conn, end), daemon=True)
+            self.threads.append(t)
+            t.start()
+
+    def _trickle(self, conn, end):
+        with conn:
+            try:
+                conn.settimeout(5)
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n"
+                             b"Content-Type: application/octet-stream\r\n\r\n")
+                while not self.stop.is_set() and time.monotonic() < end:
+                    conn.sendall(b"x" * self.burst)
+                    time.sleep(self.every)
+            except OSError:
+                pass
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+        for t in self.threads:
+            t.join(5)
+
+
+@pytest.mark.parametrize("where", ["url", "hub"])
+@pytest.mark.parametrize("rule,env,needle", [
+    ("deadline", {"DBERT_FETCH_DEADLINE": "2"}, "did not finish within 2 s (set DBERT_FETCH_DEADLINE"),
+    ("stall", {"DBERT_FETCH_MIN_BYTES": "100000"}, "DBERT_FETCH_MIN_BYTES"),
+])
+def test_a_server_that_trickles_just_fast_enough_meets_the_whole_deadline(monkeypatch, where, rule, env, needle,
+                                                                          capsys):
+    """2,000 bytes a second pass the default stall rule (1 KiB per DBERT_FETCH_TIMEOUT window) for
+    ever; the whole fetch's deadline (DBERT_FETCH_DEADLINE) ends it, and so does a stricter stall
+    rule (DBERT_FETCH_MIN_BYTES): one line naming the setting, exit 2, nothing left in the store."""
+    from dbert_core.storage import store
+
+    monkeypatch.setenv("DBERT_FETCH_TIMEOUT", "1")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    server = _Trickling()
+    try:
+        if where == "hub":
+            online(monkeypatch, server)
+        source = "someone/model" if where == "hub" else server.url + "/ck.tar.gz"
+        start = time.monotonic()
+        code, out, err = run(["checkpoints", "fetch", source, "--name", "x"], capsys, monkeypatch)
+        took = time.monotonic() - start
+    finally:
+        server.close()
+    line = one_line("\n".join(ln for ln in err.splitlines() if not ln.startswith("dbert: warning: ")))  # plain http
+    assert code == 2 and out == "" and needle in line, line
+    assert took < 10, took
+    root = store.store_dir()
+    assert not root.exists() or list(root.iterdir()) == []
+
+
+def test_the_fetch_settings_are_checked_and_a_sound_fetch_passes_them(monkeypatch, capsys, tmp_path):
+    from helpers import tar_bytes
+    from dbert_core.storage import store
+
+    monkeypatch.setenv("DBERT_FETCH_MIN_BYTES", "lots")
+    code, out, err = run(["checkpoints", "fetch", "https://127.0.0.1:9/ck.tar.gz", "--name", "x"], capsys, monkeypatch)
+    assert code == 2 and "DBERT_FETCH_MIN_BYTES" in one_line(err)
+    monkeypatch.setenv("DBERT_FETCH_MIN_BYTES", "1")
+    monkeypatch.setenv("DBERT_FETCH_DEADLINE", "0")
+    code, out, err = run(["checkpoints", "fetch", "https://127.0.0.1:9/ck.tar.gz", "--name", "x"], capsys, monkeypatch)
+    assert code == 2 and "DBERT_FETCH_DEADLINE" in one_line(err)
+    monkeypatch.setenv("DBERT_FETCH_DEADLINE", "60")
+    with HubServer() as server:
+        server.files["ck.tar.gz"] = tar_bytes(TINY)
+        code, out, err = run(["checkpoints", "fetch", server.url + "/files/ck.tar.gz", "--name", "x"], capsys,
+                             monkeypatch)
+    assert code == 0, err
+    assert (store.store_dir() / "x" / "dbert.json").is_file()
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_dbert_train_with_a_peer_that_never_starts_says_so_and_ends_in_time(tmp_path, rank):
+    """`dbert train` as one process of WORLD_SIZE=2 (the other never starts): a line saying whom it
+    waits for and how long (DBERT_DIST_START_TIMEOUT), then one error line and exit 2 within the
+    limit (here 4 s), and nothing left: no output folder, no lock file."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port), "DBERT_DIST_START_TIMEOUT": "4"}
+    start = time.monotonic()
+    r = cli("train", "--data", str(TINYSTORIES), "--preset", "tiny", "--max-steps", "2", "--seq-len", "16",
+            "--batch-size", "8", "--T", "32", "--eval-every", "0", "--out", str(tmp_path / "run"), "--device", "cpu",
+            env=env, timeout=120)
+    took = time.monotonic() - start
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr[-2000:]
+    waiting = [ln for ln in lines if "waiting for" in ln]
+    assert len(waiting) == 1 and "at most 4 s" in waiting[0] and "DBERT_DIST_START_TIMEOUT" in waiting[0], lines
+    assert ("rank 1 to start" if rank == 0 else "rank 0 at 127.0.0.1") in waiting[0], waiting
+    errors = [ln for ln in lines if ln.startswith("dbert: error:")]
+    assert len(errors) == 1 and "DBERT_DIST_START_TIMEOUT" in errors[0], lines
+    assert took < 60, took  # the start (imports, the data) and 4 s of waiting
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
+def test_ctrl_q_typed_before_the_app_has_the_terminal_quits_it(tmp_path):
+    """A real pseudo-terminal: Ctrl-Q typed at once, while dbert-tui still imports (the screen
+    blank). The terminal's flow control used to take it (IXON), and the app ran on past 60 s; now
+    it ends with 0 within 30 s, and the terminal's settings are as they were."""
+    import pty  # noqa: F401 - os.openpty needs a pty-capable system
+    import termios
+
+    master, slave = os.openpty()
+    before = termios.tcgetattr(slave)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", TERM="xterm-256color",
+               DBERT_HOME=str(tmp_path / "home"))
+    p = subprocess.Popen([sys.executable, "-m", "dbert_tui.app", "--checkpoint", str(TINY), "--steps", "8"],
+                         stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    start, screen, sent = time.monotonic(), b"", False
+    try:
+        while p.poll() is None and time.monotonic() - start < 30:
+            import select
+
+            iflag, lflag = termios.tcgetattr(slave)[0], termios.tcgetattr(slave)[3]
+            held = not iflag & termios.IXON and lflag & termios.ISIG  # the program's first act; Textual clears ISIG
+            if not sent and (held or time.monotonic() - start > 15):
+                os.write(master, b"\x11")  # as soon as the program runs (its imports not done), or at 15 s
+                sent, drawn = time.monotonic() - start, b"Quit" in screen  # the footer: the app is up
+            if select.select([master], [], [], 0.05)[0]:
+                screen += os.read(master, 65536)  # keep the terminal drained, as a terminal would
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait(10)
+        after = termios.tcgetattr(slave)
+        os.close(master)
+        os.close(slave)
+    assert p.returncode == 0, (p.returncode, sent, screen[-300:])
+    assert sent < 15 and not drawn  # typed before the app had drawn anything
+    assert after[0] & termios.IXON == before[0] & termios.IXON and after[3] == before[3]

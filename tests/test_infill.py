@@ -44,6 +44,60 @@ def test_infill_ranks_every_length_by_elbo_per_token(tiny_db):
     assert [c.text for c in same] == [c.text for c in got]
 
 
+def test_the_bound_of_texts_scored_together_is_each_scored_alone(tiny_db):
+    """The ranking batches every text's corruptions into shared forwards, and still gives each text
+    the score of diffusion.elbo on that text alone, its corruptions drawn from the seed (the
+    ranking before batching); texts of one length see the same masks."""
+    import torch
+
+    import dbert_core.sampling.infill as infill_module
+    from dbert_core.maths.diffusion import elbo
+    from dbert_core.text.data import Special, collate
+
+    tok = tiny_db.tokenizer
+    rows = [tok.encode(t, add_special_tokens=False) for t in
+            ("once upon a time there was a girl", "the dog ran", "the cat sat", "a big red ball was in the park today")]
+
+    def alone(row, steps, seed, draws):
+        ids, att, noisable = collate([row] * draws, Special.of(tok), tiny_db.device)
+        gen = torch.Generator().manual_seed(seed)
+        with torch.inference_mode():
+            return float(elbo(tiny_db.model, ids, att, noisable, tiny_db.schedule, steps, gen, exact=True).mean())
+
+    expected = [alone(r, 6, 3, 5) for r in rows]
+    cost: dict = {}
+    seen = []
+    got = bound(tiny_db, rows, 6, 3, 5, cost=cost, on_progress=lambda done, f: seen.append((done, f)))
+    assert got == pytest.approx(expected, rel=1e-5, abs=1e-4)
+    assert cost["forwards"] == 6 and cost["rows"] == 6 * 4 * 5 and cost["flops"] > 0  # one forward a step
+    assert seen[0] == (0, 0.0) and seen[-1] == (4, 1.0) and [f for _, f in seen] == sorted(f for _, f in seen)
+    monkeypatch_budget = infill_module.CHUNK_POSITIONS
+    try:  # in pieces of at most a few texts: the same scores
+        infill_module.CHUNK_POSITIONS = 5 * 12
+        assert bound(tiny_db, rows, 6, 3, 5) == pytest.approx(expected, rel=1e-5, abs=1e-4)
+    finally:
+        infill_module.CHUNK_POSITIONS = monkeypatch_budget
+    assert infill_module.chunks([3, 3, 9, 1], 2, budget=2 * 2 * 5) == [range(0, 2), range(2, 3), range(3, 4)]
+
+
+def test_cli_infill_shows_progress_and_its_cost(tiny_checkpoint, capsys, monkeypatch):
+    """`dbert sample` with a [MASK*A-B] prompt says on stderr what it is doing, the drawing then
+    the ranking, and --stats reports both (it printed null)."""
+    from helpers import run
+
+    code, out, err = run(["sample", "--checkpoint", str(tiny_checkpoint), "once upon a time [MASK*1-3] girl", "-n", "2",
+                          "--seed", "1", "--steps", "8", "--candidates", "2", "--stats"], capsys, monkeypatch)
+    assert code == 0 and len(out.splitlines()) == 2, err
+    assert "infill: 6 texts to draw (3 lengths x 2 candidates), then to rank by the 16-step bound over 4" in err
+    assert "infill: drawing 2/6" in err and "infill: drawing 6/6" in err
+    assert "infill: ranking 0/6" in err and "infill: ranking 6/6" in err
+    stats = json.loads([line for line in err.splitlines() if line.startswith("{")][-1])
+    assert stats["samples"] == 6 and stats["lengths"] == 3 and stats["nfe"] > 0 and stats["seconds"] > 0
+    r = stats["ranking"]
+    assert r["texts"] == 6 and r["steps"] == 16 and r["draws"] == 4 and r["forwards"] == 16
+    assert r["rows"] == 16 * 6 * 4 and r["gflop"] > 0 and 0 < r["seconds"] <= stats["seconds"]
+
+
 def test_cli_prints_the_top_n_with_scores(tiny_checkpoint, tmp_path, monkeypatch, capsys):
     from dbert_core.cli import main
 

@@ -466,6 +466,25 @@ def test_explicit_attention_equals_sdpa():
         assert torch.equal(attention(q, k, v, mask, 0.0), F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
 
 
+def test_workspace_arrays_made_under_inference_mode_serve_a_later_no_grad_call():
+    """A thread that sampled under torch.inference_mode (bf16: the kept workspace) and then
+    validates under no_grad with fewer rows (the TUI's training worker in the pool thread a
+    sampler used) writes into the same arrays: they must be normal tensors, not inference ones."""
+    from dbert_core.maths import model as M
+
+    g = torch.Generator().manual_seed(0)
+    big = [torch.randn(4, 2, 12, 8, generator=g).to(torch.bfloat16) for _ in range(3)]
+    small = [t[:1] for t in big]
+    M.release_workspace()
+    with torch.inference_mode():
+        M.workspace_attention(*big, None)
+    assert not M._WORKSPACE.arrays[1].is_inference()
+    with torch.no_grad():
+        out = M.workspace_attention(*small, None)
+    assert torch.allclose(out.float(), M.explicit_attention(*small, None, 0.0).float(), atol=0.03)
+    M.release_workspace()
+
+
 def test_workspace_attention_keeps_its_numbers_in_kept_arrays():
     """CPU bf16 inference writes its scores and weights into two arrays a thread keeps: the same
     numbers as written out with fresh arrays (with and without a padding mask), whatever the rows of

@@ -161,9 +161,9 @@ def test_one_thread_runs_the_split_in_turn_and_draws_the_same(tiny_db, monkeypat
     calls = []
     original = parallel.run
 
-    def spy(jobs, at_once, on_frame=None):
+    def spy(jobs, at_once, on_frame=None, keep=None):
         calls.append(at_once)
-        return original(jobs, at_once, on_frame)
+        return original(jobs, at_once, on_frame, keep)
 
     monkeypatch.setattr(parallel, "run", spy)
     texts, st = generate(tiny_db, **kw)  # the suite runs on one torch thread
@@ -303,3 +303,71 @@ def test_runs_from_several_threads_draw_what_they_draw_alone(tiny_db):
             assert got == alone
     finally:
         torch.set_num_threads(before)
+
+
+class _Canvas:
+    """A stand-in frame (weakly referenced, so the test sees which ones are still held)."""
+
+    def __init__(self, k: int, i: int, done: bool = False):
+        self.k, self.i, self.done = k, i, done
+
+
+def _held_while_waiting(keep, on_frame):
+    """Batch 1 makes 50 frames while batch 0 waits for it; how many of them are alive then."""
+    import weakref
+
+    alive: weakref.WeakSet = weakref.WeakSet()
+    made = threading.Event()
+    counted: list[int] = []
+
+    def first(emit):
+        made.wait(20)
+        import gc
+
+        gc.collect()
+        counted.append(len(alive))
+        emit(_Canvas(0, 0, done=True))
+        return "batch 0"
+
+    def later(emit):
+        for i in range(50):
+            f = _Canvas(1, i, done=i == 49)
+            alive.add(f)
+            emit(f)
+            del f
+        time.sleep(0.3)  # the caller's thread has taken every frame from the queue
+        made.set()
+        return "batch 1"
+
+    got = parallel.run([first, later], 2, on_frame, keep=keep)
+    assert got == ["batch 0", "batch 1"]
+    return counted[0]
+
+
+def test_a_later_batchs_frames_are_not_held_unless_asked_for():
+    """--workers 2 on long stories held every frame of the later batch (a whole canvas each) until
+    the first batch ended: 532 MB against 318 MB in turn. Frames not asked for are dropped as they
+    come; the ones asked for (a progress line: the batch's done frame) still arrive in order."""
+    seen = []
+    assert _held_while_waiting(None, seen.append) == 50  # every frame asked for: every frame waits
+    assert [(f.k, f.i) for f in seen] == [(0, 0)] + [(1, i) for i in range(50)]
+    seen.clear()
+    assert _held_while_waiting(lambda f: f.done, seen.append) == 1  # only the done frame waits
+    assert [(f.k, f.i) for f in seen] == [(0, 0), (1, 49)]
+    assert _held_while_waiting(None, None) == 0  # no on_frame: nothing kept
+
+
+def test_generate_hands_a_progress_line_every_batchs_last_frame(tiny_db):
+    from dbert_core.cli.progress import SampleProgress
+    import io
+
+    kept, every = [], []
+    a, _ = generate(tiny_db, n=4, seed=1, workers=2, length=12, steps=8, sampler="ancestral",
+                    on_frame=kept.append, every_frame=False)
+    b, _ = generate(tiny_db, n=4, seed=1, workers=2, length=12, steps=8, sampler="ancestral", on_frame=every.append)
+    assert a == b  # the same texts
+    assert [f.done for f in kept].count(True) == 2 and kept[-1].done and len(kept) <= len(every)
+    progress = SampleProgress(4, 2, stream=io.StringIO())
+    for f in kept:
+        progress(f)
+    assert progress.done == 4

@@ -142,9 +142,14 @@ def test_quick_start_is_what_ci_runs():
 
 @cache
 def _help(prefix: tuple[str, ...]) -> str:
+    """The command's --help, and its --help-all where --help lists only the common options."""
     r = subprocess.run([*prefix, "--help"], env=_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"{' '.join(prefix)} --help: {r.stderr[-2000:]}"
-    return r.stdout
+    if "--help-all" not in r.stdout:
+        return r.stdout
+    every = subprocess.run([*prefix, "--help-all"], env=_env(), capture_output=True, text=True, timeout=300)
+    assert every.returncode == 0, f"{' '.join(prefix)} --help-all: {every.stderr[-2000:]}"
+    return r.stdout + every.stdout
 
 
 SUBCOMMANDS = {"sample", "train", "eval", "bench", "serve", "tui", "checkpoints", "list", "fetch", "import",
@@ -229,9 +234,9 @@ def test_the_slug_rule():
 
 @pytest.mark.skipif(not DOCS.is_dir(), reason="docs/ is not in this copy (an sdist)")
 def test_every_relative_link_resolves():
-    """README.md and docs/*.md: every relative link names a file that exists, and a heading in it."""
+    """README.md and docs/**/*.md: every relative link names a file that exists, and a heading in it."""
     broken = []
-    for md in [README, *sorted(DOCS.glob("*.md"))]:
+    for md in [README, *sorted(DOCS.rglob("*.md"))]:  # docs/history/ too
         for line in outside_fences(md.read_text()):
             for target in LINK.findall(line):
                 if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:, ...

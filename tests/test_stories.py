@@ -418,9 +418,10 @@ def test_serve_continues_a_story_to_its_end(story_model):
         code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom", "min_tokens": 10,
                                                     "max_tokens": 20, "seed": 1, "dbert": {"steps": 6}})
         assert code == 200, body
-        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom", "min_tokens": 30,
+        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom had a kite.", "min_tokens": 30,
                                                     "max_tokens": 20})
-        assert code == 400 and "min_tokens" in body["error"]["message"]
+        assert code == 400 and body["error"]["param"] == "min_tokens"  # the client's own numbers, not the story's
+        assert body["error"]["message"] == "min_tokens (30) is more than max_tokens (20): no story could end"
 
 
 def test_cli_min_length_needs_a_story_model(tiny_checkpoint, capsys, monkeypatch):
@@ -601,3 +602,140 @@ def test_the_ar_baseline_stops_early_once_held_out_stops_improving(story_model, 
     assert ar.main([*args, "--out", str(whole)]) == 0
     state = json.loads((whole / "state.json").read_text())
     assert state["step"] == state["steps"] and state["best"]["step"] == 4
+
+
+def test_the_shaping_changes_the_words_not_the_storys_length(story_model):
+    """natural_length (--natural-length): a story's end keeps the model's own chance, whatever the temperature,
+    top-k or top-p; the other tokens share the rest as shaped. With the end the model's most likely token
+    (a third of the mass), greedy decoding ends every story at once unless the end keeps its own chance."""
+    from dbert_core.config import SampleConfig
+    from dbert_core.sampling.blocks import story_of
+    from dbert_core.sampling.draw import shape_probs
+    from dbert_core.sampling.sample import resolve, shaping, story_stream
+
+    logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]])
+    raw = torch.softmax(logits.double(), -1)
+    for t, k, p in ((0.3, 0, 1.0), (0.0, 0, 1.0), (1.0, 2, 1.0), (0.7, 0, 0.5), (1.0, 0, 1.0)):
+        kept = shape_probs(logits, t, k, p, keep=0)
+        assert kept[0, 0] == pytest.approx(raw[0, 0]) and kept.sum() == pytest.approx(1.0)
+        others = shape_probs(logits[:, 1:], t, k, p)[0]  # the rest: the shaping of the other ids alone
+        assert torch.allclose(kept[0, 1:] / (1 - raw[0, 0]), others)
+    assert shape_probs(torch.tensor([[0.0, float("-inf")]]), 0.5, keep=0)[0].tolist() == [1.0, 0.0]  # only the end
+    sep = story_model.tokenizer.sep_token_id
+    assert shaping(story_model, resolve(SampleConfig(natural_length=True), story_model))[3] == sep
+    assert shaping(story_model, resolve(SampleConfig(), story_model))[3] == -1  # the default: the end shaped too
+
+    def lengths(natural):
+        def push(module, args, out):
+            out = out.clone()
+            top = out.max(-1, keepdim=True).values
+            out[..., sep] = top[..., 0] + 0.5  # the end: the likeliest token everywhere, not the only one
+            return out
+
+        handle = story_model.model.register_forward_hook(push)
+        try:
+            cfg = resolve(SampleConfig(n=8, steps=8, seed=4, length=40, min_length=0, temperature=0.0,
+                                       natural_length=natural, pair_quotes=False, fix_contractions=False,
+                                       known_words=False, end_at_sentence=False), story_model)
+            final = list(story_stream(story_model, cfg, torch.Generator().manual_seed(4)))[-1]
+        finally:
+            handle.remove()
+        return [len(story_of(row, sep)) for row in final.ids]
+
+    shaped, natural = lengths(False), lengths(True)
+    assert max(shaped) <= 2, (shaped, natural)  # greedy on a shaped end: every story ends at its first chance
+    assert sum(natural) > 4 * len(natural), (shaped, natural)  # its own chance: stories go on
+
+
+def test_eval_scores_a_story_model_by_story_unless_told(story_model, tmp_path, capsys, monkeypatch):
+    """Without --unit, dbert eval scores text the way the checkpoint trained on it (its dbert.json's unit),
+    and says so on stderr; --unit still chooses."""
+    from helpers import run
+
+    held = tmp_path / "held.txt"
+    docs = read_documents([str(HEAD)])[-4:]
+    held.write_text("".join("\n".join(d) + f"\n{EOT}\n" for d in docs))
+    args = ["eval", "--checkpoint", str(story_model.path), "--data", str(held), "--steps", "4", "--json"]
+    code, out, err = run(args, capsys, monkeypatch)
+    assert code == 0, err
+    assert "scoring by story: the checkpoint trained with --unit story (--unit chooses)" in err
+    default = json.loads(out)
+    code, out, err = run(args + ["--unit", "story"], capsys, monkeypatch)
+    assert code == 0 and "scoring by" not in err
+    assert json.loads(out) == default  # the same examples, the same figures
+    code, out, _ = run(args + ["--unit", "line"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["examples"] != default["examples"]
+
+
+def test_the_unit_a_checkpoint_trained_on():
+    from dbert_core.evaluation.metrics import trained_unit
+
+    assert trained_unit({"unit": "story", "pack": False})[0] == "story"
+    assert trained_unit({"unit": "sentence", "pack": True})[0] == "window"
+    assert trained_unit({"unit": "sentence", "pack": False})[0] == "sentence"
+    assert trained_unit({"unit": "line"})[0] == "line"
+    assert trained_unit({}) == ("line", "the checkpoint records no training unit")
+
+
+def test_chat_completions_stream_a_long_story_window_by_window(story_model):
+    """POST /v1/chat/completions with the real openai client: the last user message opens the story,
+    the assistant's message is its continuation; streamed, a story longer than a window arrives in
+    more than one text chunk (each window's text once it is final), the chunks only ever add text and
+    join into the message the same request gets unstreamed."""
+    import openai
+
+    from dbert_core.serving.serve import create_app
+    from helpers import serving
+
+    app = create_app(story_model, "story", models=[], dtype="fp32")
+    with serving(app) as (url, _):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        kw = dict(model="story", max_tokens=60, seed=5, extra_body={"min_tokens": 55, "dbert": {"steps": 6}},
+                  messages=[{"role": "system", "content": "You are a storyteller."},
+                            {"role": "user", "content": "Tom had a red kite."}])
+        whole = client.chat.completions.create(**kw)
+        (choice,) = whole.choices
+        assert whole.object == "chat.completion" and whole.id.startswith("chatcmpl-")
+        assert choice.message.role == "assistant" and choice.message.content.strip()
+        assert choice.finish_reason in ("stop", "length") and not choice.message.content.startswith(" ")
+        assert whole.usage.prompt_tokens > 0 and whole.usage.completion_tokens == 60
+        pieces, finish, roles = [], None, []
+        for chunk in client.chat.completions.create(stream=True, **kw):
+            assert chunk.object == "chat.completion.chunk"
+            for c in chunk.choices:
+                if c.delta.role:
+                    roles.append(c.delta.role)
+                if c.delta.content:
+                    pieces.append(c.delta.content)
+                finish = c.finish_reason or finish
+        assert len(pieces) > 1, pieces  # the text as its windows settle, not in one chunk at the end
+        assert "".join(pieces) == choice.message.content and finish == choice.finish_reason
+        assert roles == ["assistant"]
+        with pytest.raises(openai.BadRequestError, match="no user message"):
+            client.chat.completions.create(model="story", messages=[{"role": "system", "content": "hi"}])
+        # completions stream the same way: text chunks that add up to the unstreamed text
+        plain = client.completions.create(model="story", prompt="Tom had a red kite.", max_tokens=60, seed=5,
+                                          extra_body={"min_tokens": 55, "dbert": {"steps": 6}})
+        texts = [c.choices[0].text for c in client.completions.create(
+            model="story", prompt="Tom had a red kite.", max_tokens=60, seed=5, stream=True,
+            extra_body={"min_tokens": 55, "dbert": {"steps": 6}}) if c.choices and c.choices[0].text]
+        assert len(texts) > 1 and "".join(texts) == plain.choices[0].text
+
+
+def test_max_tokens_reaches_the_story_length():
+    """The shipped story model's requests may ask for its whole story length (`dbert sample`'s
+    default --length, 383 tokens), not a fixed 256; --max-tokens still caps it."""
+    from dbert_core.sampling.sample import default_length
+    from dbert_core.serving.api_error import ApiError
+    from dbert_core.serving.options import Limits
+    from dbert_core.serving.request import max_span, parse
+    from dbert_core.storage import checkpoint, store
+
+    db = checkpoint.load(store.resolve("default"))
+    assert max_span(db) == default_length(db) == 383
+    plan = parse({"prompt": "Tom had a red kite.", "max_tokens": 383}, db, "default", Limits(), dtype="fp32")
+    assert plan.prompts[0].cfg.length == plan.prompts[0].head + 383
+    with pytest.raises(ApiError, match=r"max_tokens must be in \[1, 383\] \(got 384\)"):
+        parse({"prompt": "Tom", "max_tokens": 384}, db, "default", Limits())
+    with pytest.raises(ApiError, match=r"max_tokens must be in \[1, 40\]"):
+        parse({"prompt": "Tom", "max_tokens": 41}, db, "default", Limits(max_tokens=40))

@@ -73,7 +73,7 @@ def test_cli_help_stats_and_trajectory_say_whether_exact(tiny_checkpoint, tmp_pa
 
     from dbert_core.cli import app, main
 
-    help_text = " ".join(CliRunner().invoke(app, ["sample", "--help"], env={"COLUMNS": "200"}).output.split())
+    help_text = " ".join(CliRunner().invoke(app, ["sample", "--help-all"], env={"COLUMNS": "200"}).output.split())
     for name in strategies.NAMES:
         assert name in help_text
     assert "exact (the model's own law)" in help_text and "heuristic" in help_text and "tau=0.9" in help_text

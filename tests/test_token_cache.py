@@ -142,17 +142,52 @@ def test_an_interrupted_build_leaves_nothing_a_later_run_trusts(tmp_path, tok, m
     assert again.built and np.array_equal(again.tokens, entry.tokens)
 
 
-def test_the_learnt_tables_are_the_ones_learnt_from_all_lines(tmp_path, tok):
+def test_the_learnt_tables_are_the_ones_learnt_from_the_documents_text(tmp_path, tok):
+    """As data.text_lines reads the files (a JSONL line's "text", never its JSON; no <|endoftext|>
+    mark), from the lines encoded again or from the token cache entry of the same --doc-sep."""
     from dbert_core.text import learnt_tables, lexicon, truecase
+    from dbert_core.text.data import text_lines
 
     files = [str(p) for p in _formats(tmp_path)]
-    lines = read_lines(files)
+    lines = text_lines(files)
     want = (truecase.learn(lines), lexicon.learn(lines, tok))
     assert learnt_tables.learn(files, tok) == want  # lines encoded again (a JSONL file among them)
-    entry = token_cache.cached(files[:2], "auto", tok, tmp_path / "cache")
-    assert learnt_tables.learn(files[:2], tok, entry) == (truecase.learn(lines[:len(read_lines(files[:2]))]),
-                                                          lexicon.learn(read_lines(files[:2]), tok))
-    assert learnt_tables.learn(files[:2], tok, entry)[1] == learnt_tables.learn(files[:2], tok)[1]
+    assert "endoftext" not in want[1] and "text" not in want[1]
+    entry = token_cache.cached(files, "auto", tok, tmp_path / "cache")
+    assert learnt_tables.learn(files, tok, entry) == want  # the words from the entry's ids, the JSONL one too
+    for sep in ("blank", "line"):
+        some = text_lines(files[:2], sep)
+        entry = token_cache.cached(files[:2], sep, tok, tmp_path / "cache")
+        assert learnt_tables.learn(files[:2], tok, entry, sep) == (truecase.learn(some), lexicon.learn(some, tok))
+        assert learnt_tables.learn(files[:2], tok, entry, sep)[1] == learnt_tables.learn(files[:2], tok, sep=sep)[1]
+
+
+def test_a_long_document_is_cached_in_bounded_pieces_with_the_same_ids(tmp_path, tok, monkeypatch):
+    """A document past pieces.PIECE_CHARS is never handed to the tokenizer whole (pieces.py: a 10 MB
+    story needed 3.4 GB); its ids are those of the whole text, and the tables' words are the same."""
+    from dbert_core.text import learnt_tables, pieces
+
+    docs = read_documents([str(HEAD)])[:80]
+    long_text = " ".join(p for d in docs for p in d)
+    data = tmp_path / "long.txt"
+    data.write_text("Tom ran home.\n\n" + long_text + "\n")
+    monkeypatch.setattr(pieces, "PIECE_CHARS", 2_000)
+    seen = []
+    real = token_cache.fast_backend
+
+    class Recording(real):
+        def __init__(self, backend):
+            super().__init__(backend)
+            inner = self.encode_batch
+            self.encode_batch = lambda texts, **kw: seen.append(max(map(len, texts))) or inner(texts, **kw)
+
+    monkeypatch.setattr(token_cache, "fast_backend", Recording)
+    entry = token_cache.cached([str(data)], "blank", tok, tmp_path / "cache")
+    assert len(long_text) > 20_000 and seen and max(seen) <= 2_000
+    assert entry.doc(1).tolist() == encode([long_text], tok)[0] and entry.doc(0).tolist() == encode(["Tom ran home."], tok)[0]
+    seen.clear()
+    words = learnt_tables.learn([str(data)], tok, sep="blank")[1]  # the paragraphs encoded again, in pieces too
+    assert seen and max(seen) <= 2_000 and words == learnt_tables.learn([str(data)], tok, entry, "blank")[1]
 
 
 def _story_cfg(tmp_path, out, data, **more):

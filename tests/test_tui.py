@@ -262,6 +262,9 @@ async def test_compare_runs_the_same_seed_under_two_settings_side_by_side(tiny_d
         assert left.region.height >= 10 and right.region.height >= 10
         assert g.shown_text(0) == render_row(tiny_db, a.frames[-1], 0).plain
         assert g.shown_text(1) == render_row(tiny_db, b.frames[-1], 0).plain and MASK_GLYPH not in g.shown_text(1)
+        status = str(g.query_one("#gen-status").render())  # the screen says plainly what a seed holds
+        assert "compare A | B: separate draws, seed 2" in status
+        assert "separate draws" in dict((b.key, b.description) for b in g.BINDINGS)["c"]
         bar = g.query_one(ControlBar)
         assert bar.plain().startswith(" B  tab") and "steps 2" in bar.plain() and bar.differs == {"steps"}
         assert right.active and not left.active
@@ -354,7 +357,8 @@ async def test_save_texts_and_export_trajectory(tiny_db, tmp_path):
         g = app.generate_screen
         await pilot.press("s")
         await fill_dialog(pilot, {"path": str(tmp_path / "out" / "texts.txt")})
-        lines = (tmp_path / "out" / "texts.txt").read_text().splitlines()
+        head, *lines = (tmp_path / "out" / "texts.txt").read_text().splitlines()
+        assert head.startswith("# dbert-tui: {") and json.loads(head.split(": ", 1)[1])["samples"] == [1, 2]
         assert len(lines) == 2 and all(lines) and "[MASK]" not in "".join(lines)
         await pilot.press("x")
         await fill_dialog(pilot, {"path": str(tmp_path / "out" / "run.json")})
@@ -740,7 +744,8 @@ async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
         tr.query_one("#tr-out").value = "quitter"
         tr.query_one("#tr-steps").value = "100000"
         await pilot.press("f5")
-        await wait_for(pilot, lambda: len(tr.losses) >= 3, what="the second run")
+        # the new run's own steps (tr.losses may still hold the last run's until its first progress message)
+        await wait_for(pilot, lambda: tr.trainer is not None and tr.trainer.step > 3, what="the second run")
         trainer = tr.trainer
         await pilot.press("f1")  # the data field has the focus: digits would go there
         await wait_for(pilot, lambda: app.current_mode == "generate", timeout=10)

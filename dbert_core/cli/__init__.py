@@ -27,13 +27,14 @@ from ..stopping import stop_reset, stop_under_way
 from .commands.bench import bench
 from .commands.checkpoints import checkpoints_app
 from .commands.eval import evaluate
-from .commands.sample import sample
+from .commands.sample import COMMON as SAMPLE_COMMON, sample
 from .commands.serve import serve
 from .commands.train import train
 from .commands.tui import tui
 from .ending import exit_code, is_the_process, quiet_exit, restore_signals, saved_handlers, stop_signals
 from .options import (Decay, Device, DocSep, Dtype, EvalUnit, Loss, Preset, Sampler, Schedule, Time, Unit,
                       flags_without_type)
+from .short_help import short_help
 from .streams import DataStream, ReaderGone, std_streams
 
 __all__ = ["app", "main", "flags_without_type", "sample", "Decay", "Device", "DocSep", "Dtype", "EvalUnit", "Loss",
@@ -60,7 +61,7 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
 
 
 app.command()(train)
-app.command()(sample)
+app.command(cls=short_help(SAMPLE_COMMON))(sample)
 app.command("eval")(evaluate)
 app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)(tui)
 app.command()(bench)

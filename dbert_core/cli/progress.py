@@ -137,6 +137,10 @@ class TrainProgress(Callback):
                    f"ppl {m['val_ppl_token']:.2f} ({m['eval_steps']}-step bound)")
 
     @_quiet
+    def on_notice(self, trainer, line):
+        self._line(line)
+
+    @_quiet
     def on_checkpoint(self, trainer, path):
         self._line(f"checkpoint step {trainer.step}: {path}")
 
@@ -207,11 +211,13 @@ class SampleProgress:
 class CountProgress(SampleProgress):
     """Progress of a loop over N items (`dbert eval`'s scoring): update(done) after each batch."""
 
-    def update(self, done: int) -> None:
+    def update(self, done: int, fraction: float | None = None) -> None:
+        """done of total items; fraction: how much of the work is done, where items finish together
+        (infill's ranking scores its texts side by side: done jumps, fraction moves every forward)."""
         if self.stream is None:
             return
         elapsed = time.perf_counter() - self.start
-        fraction = done / max(1, self.total)
+        fraction = done / max(1, self.total) if fraction is None else fraction
         now = time.perf_counter()
         text = f"{self.label} {done}/{self.total} · {duration(elapsed)} · eta {self._eta(fraction)}"
         if self.live:

@@ -1,7 +1,8 @@
 """Writing a text file whole or not at all (atomic_write_text), and never replacing what is not a
 regular file: a regular file or a new path is replaced (a temp file beside it, fsync,
 os.replace); a device, a FIFO, a socket or another process's open file is written through;
-a block device is refused."""
+a block device is refused, and so is a symbolic link to a file (refuse_file_link): a link
+planted at an output's name never redirects the write to the file it names."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ def atomic_write_text(path, text: str) -> Path:
     """Write a text file whole or not at all, and never replace what is not a regular file.
 
     A new path or a regular file is replaced atomically: a temp file beside it, fsync,
-    os.replace, with the umask's mode (mkstemp alone would leave it 0600); through a symbolic
-    link, the file it names is replaced and the link kept. Anything else is written through,
+    os.replace, with the umask's mode (mkstemp alone would leave it 0600). A symbolic link to a
+    regular file, to a folder or to nothing is refused (refuse_file_link): neither the link nor
+    the file it names is changed. Anything else is written through,
     never renamed over: a character device (/dev/null, /dev/full, a terminal), a FIFO (refused
     at once when no process reads it: never a hang), a socket (connected to), a link to one of
     these, and /dev/stdout, /dev/fd/N or /proc/self/fd/N (written to that descriptor, whatever
@@ -48,10 +50,39 @@ def atomic_write_text(path, text: str) -> Path:
         if st is not None and (not stat.S_ISREG(st.st_mode) or _in_proc(path)):
             _write_through(path, st, data)
         else:
-            _replace(Path(os.path.realpath(path)) if os.path.islink(path) else path, data)
+            refuse_file_link(path, f"cannot write {path}")
+            _replace(path, data)  # os.replace renames over the name itself, never through a link
     except OSError as e:
         raise DbertError(f"cannot write {path}: {e.strerror or e}") from None
     return path
+
+
+def written_through(path) -> bool:
+    """Whether path is (or links to) something dbert writes into rather than replaces: a
+    character device, a FIFO, a socket, or a process's open file (/dev/stdout, /proc/PID/fd/N)."""
+    path = Path(path).expanduser()
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISBLK(st.st_mode)) \
+        or (stat.S_ISREG(st.st_mode) and _in_proc(path))
+
+
+def refuse_file_link(path, what: str) -> None:
+    """A symbolic link at an output's name that leads to a regular file, a folder or nowhere is
+    refused: writing through it would replace a file the user never named (a link planted at
+    `-o samples.jsonl` pointing at ~/.bashrc), and replacing the link would undo one they made.
+    Links to what is written through (written_through: /dev/stdout, a link to /dev/null) pass."""
+    path = Path(path).expanduser()
+    if not os.path.islink(path) or written_through(path):
+        return
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    raise DbertError(f"{what}: it is a symbolic link (to {target}); dbert never writes a file through a link, "
+                     "so name the file itself or remove the link")
 
 
 def _links(path: Path):

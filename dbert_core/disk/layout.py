@@ -36,6 +36,7 @@ RNG = "rng.pt"                               #   every rank's random-number stat
 REQUIRED = (CONFIG, WEIGHTS, META, TOKENS)
 UNCHECKED = (TOKENIZER,)                     # big (the vocabulary), and no loader reads code keys from it
 TUI_STATE = "tui.json"                       # in $DBERT_HOME: the checkpoint the TUI last used
+TUI_ERRORS = "tui-errors.log"                # in $DBERT_HOME: the tracebacks of the TUI's unexpected worker errors
 BENCH_JSON, BENCH_MD = "bench.json", "bench.md"  # `dbert bench --out DIR`'s report
 CACHE = "cache"                              # in $DBERT_HOME: what dbert can make again from the data
 TOKEN_CACHE = "tokens"                       #   cache/tokens/KEY/: a corpus tokenized (text/token_cache.py)

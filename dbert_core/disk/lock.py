@@ -67,7 +67,7 @@ class OutLock:
         self.path = Path(out).with_name(LOCK.format(name=Path(out).name))
         self.file = None
         try:
-            import fcntl
+            import fcntl  # noqa: F401 - only whether it exists: flock below goes through it
         except ImportError:  # Windows: no flock; runs are not protected from each other there
             return
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | \
@@ -103,7 +103,10 @@ class OutLock:
                        "wait for it or choose another --out", holder or "another process") from None
         if not self._named(f):
             return False
-        os.pwrite(f.fileno(), f"pid {os.getpid()}".ljust(self.RECORD - 1).encode() + b"\n", 0)
+        try:
+            os.pwrite(f.fileno(), f"pid {os.getpid()}".ljust(self.RECORD - 1).encode() + b"\n", 0)
+        except OSError as e:  # a full disk: one line naming the lock, not a bare "No space left on device"
+            raise DbertError(f"cannot lock {out}: writing {self.path} failed: {e.strerror or e}") from None
         return True
 
     def _named(self, f) -> bool:

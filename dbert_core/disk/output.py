@@ -9,13 +9,16 @@ import tempfile
 from pathlib import Path
 
 from ..errors import DbertError
+from .atomic import refuse_file_link, written_through
 
 
 def check_output(path, option: str, folder: bool = False) -> Path:
     """Refuse, before any work, an output path that cannot be written: a folder where a file is
     wanted (or a file where a folder is), a path under a regular file, a block device (a disk:
     never written, see atomic_write_text), or a place this user cannot write (permissions, a
-    read-only file system). One DbertError naming the option."""
+    read-only file system), a symbolic link to a file (atomic.refuse_file_link). What is written
+    into, not replaced (a character device such as /dev/null, a FIFO, a socket, /dev/stdout), needs
+    only to be writable itself: its folder (/dev) is never written. One DbertError naming the option."""
     path = Path(path).expanduser()
     if not str(path).strip() or (not folder and str(path) == "."):  # Path("") is "."
         raise DbertError(f"{option} must name a {'folder' if folder else 'file'} (an empty name is the current folder)")
@@ -23,6 +26,12 @@ def check_output(path, option: str, folder: bool = False) -> Path:
         raise DbertError(f"{option} {path} is {'a file, not a folder' if folder else 'a folder; give a file name'}")
     if not folder and path.is_block_device():
         raise DbertError(f"{option} {path} is a block device (a disk); dbert writes files, never disks")
+    if not folder and written_through(path):
+        if not os.access(path, os.W_OK):
+            raise DbertError(f"{option} {path} is not writable")
+        return path
+    if not folder:
+        refuse_file_link(path, f"{option} {path}")
     parent = path if folder and path.exists() else path.parent
     while not parent.exists() and parent != parent.parent:
         if os.path.lexists(parent):  # a dangling link

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ..config import MAX_LAMBDA, MAX_T, SCHEDULES, TIME_MODES  # the choices and ranges, defined once
+from ..config import DOC_SEPS, MAX_LAMBDA, MAX_T, SCHEDULES, TIME_MODES, UNITS  # the choices and ranges, defined once
 from ..errors import DbertError
 
 FORMAT = 1                                    # the checkpoint format this dbert writes (checkpoint.save)
@@ -75,7 +75,7 @@ FIELDS = {
     "from_scratch": (False, _kind(bool)),
     "preset": (False, _kind(str, none=True)),
     "init": (False, _kind(str, none=True)),
-    "unit": (False, _kind(str, none=True)),
+    "unit": (False, (lambda v: v is None or (isinstance(v, str) and v in UNITS), "one of " + ", ".join(UNITS) + " or null")),
     "end_padding": (False, _one_of(("seen", "hidden"))),
     "device": (False, _kind(str, none=True)),
     "created": (False, _kind(str)),
@@ -84,6 +84,35 @@ FIELDS = {
     "trim_vocab": (False, _kind(dict, bool, none=True)),
     "train_config": (False, _kind(dict)),
     "sha256": (False, _digests()),
+    "sampling": (False, _kind(dict)),
+    "quality": (False, _kind(dict)),  # the checkpoint's one quality figure (quality_line), measured after training
+}
+
+# the fields inside those objects that sampling and eval read (name -> (accepts, what it must be));
+# T: the field's upper bound is the checkpoint's T (a step budget, a cache interval)
+SAMPLING = {
+    "min_length": _whole(0),  # tokens of the shortest story: any length
+    "openings": ((lambda v: isinstance(v, list) and all(_whole(0)[0](x) for x in v)), "a list of token ids (whole numbers >= 0)"),
+    "from_stories": _whole(0),
+    "openings_cover": _number(0.0, 1.0),
+    "decoding": _kind(dict),
+}
+DECODING = {
+    "steps": lambda T: _whole(1, T),
+    "temperature": lambda T: _number(0.0, 1e6),
+    "top_k": lambda T: _whole(0),
+    "top_p": lambda T: ((lambda v: _number(0.0, 1.0)[0](v) and v > 0), "a number in (0, 1]"),
+    "cache_refresh": lambda T: _whole(0, T),
+    "cache_masked": lambda T: _kind(bool),
+}
+QUALITY = {
+    "ppl_token": _number(1.0),  # a perplexity per token: at least 1
+    "what": _kind(str),
+    "measured": _kind(str),
+}
+TRAIN_CONFIG = {
+    "story_context": _whole(1),  # and below the story window: checked with the model (checkpoint.load)
+    "doc_sep": _one_of(DOC_SEPS),  # the rest is read only by --resume, which checks every field's type
 }
 
 
@@ -104,4 +133,35 @@ def check(meta, where) -> dict:
         if not accepts(meta[name]):
             raise DbertError(f"checkpoint {where}: dbert.json field {name!r} is {_shown(meta[name])}; "
                              f"it must be {expected}")
+    sampling = meta.get("sampling") or {}
+    _inner(sampling, SAMPLING, "sampling", where)
+    _inner(sampling.get("decoding") or {}, {k: f(meta["T"]) for k, f in DECODING.items()}, "sampling.decoding", where)
+    _inner(meta.get("quality") or {}, QUALITY, "quality", where)
+    train = meta.get("train_config") or {}
+    _inner(train, TRAIN_CONFIG, "train_config", where, none=True)
     return meta
+
+
+def _inner(obj: dict, fields: dict, prefix: str, where, none: bool = False) -> None:
+    """The fields of one of dbert.json's objects; none: null stands for the default (a TrainConfig's None)."""
+    for name, (accepts, expected) in fields.items():
+        if name in obj and not (none and obj[name] is None) and not accepts(obj[name]):
+            raise DbertError(f"checkpoint {where}: dbert.json field '{prefix}.{name}' is {_shown(obj[name])}; "
+                             f"it must be {expected}" + (" or null" if none else ""))
+
+
+def check_with_model(meta: dict, positions: int, vocab: int, where) -> None:
+    """The fields whose range is the model's, once it is built: a story model's
+    `train_config.story_context` inside its window (sampling.blocks.window: seq_len, at most the
+    model's positions; the range `dbert train --story-context` allows), `sampling.openings`
+    inside the vocabulary."""
+    given = (meta.get("train_config") or {}).get("story_context")
+    if given is not None and meta.get("unit") == "story":
+        window = min(int(meta.get("seq_len", 64)), positions)
+        if not 1 <= given < window:
+            raise DbertError(f"checkpoint {where}: dbert.json field 'train_config.story_context' is {given}; it must "
+                             f"be a whole number in [1, {window - 1}] (tokens of a {window}-token story window) or null")
+    bad = [t for t in (meta.get("sampling") or {}).get("openings") or [] if t >= vocab]
+    if bad:
+        raise DbertError(f"checkpoint {where}: dbert.json field 'sampling.openings' holds {bad[0]}; token ids must be "
+                         f"below the vocabulary's {vocab}")

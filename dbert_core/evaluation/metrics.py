@@ -216,10 +216,23 @@ def readability(samples: list[str], min_words: int = 8) -> dict:
 
 
 @torch.no_grad()
+def trained_unit(meta: dict) -> tuple[str, str]:
+    """The --unit that scores text the way a checkpoint trained on it, and why: its dbert.json's
+    `unit` (a story model: whole stories; `--unit sentence --pack`: its windows), "line" where
+    it records none (a checkpoint made elsewhere)."""
+    unit, pack = meta.get("unit"), bool(meta.get("pack"))
+    if unit == "sentence" and pack:
+        return "window", "the checkpoint trained on --unit sentence --pack windows"
+    if unit in ("line", "sentence", "story"):
+        return unit, f"the checkpoint trained with --unit {unit}"
+    return "line", "the checkpoint records no training unit"
+
+
 def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, exact: bool = False,
                mc: int = 1, batch_size: int = 32, seed: int = 0, unit: str = "line", examples: bool = False,
-               progress=None) -> dict:
-    """ELBO perplexity of a data file's examples under db with an S-step budget.
+               progress=None, doc_sep: str = "auto") -> dict:
+    """ELBO perplexity of a data file's examples under db with an S-step budget; the documents
+    (and a line's text: a JSONL line's "text") read as --doc-sep `doc_sep` says (data.read_documents).
 
     examples=True also returns each example's bound in nats and its token count
     ("example_nats", "example_tokens"), for paired comparisons of models on the same data.
@@ -239,7 +252,8 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
         from ..text.token_cache import cached
         from ..training.story_data import cache_root, file_prints
 
-        entry = cached(data, "auto", db.tokenizer, cache_root(), files=file_prints(data))  # a training run's, reused
+        # a training run's entry, reused where it read the files with the same --doc-sep
+        entry = cached(data, doc_sep, db.tokenizer, cache_root(), files=file_prints(data))
         documents = entry.stats()
         context = (db.meta.get("train_config") or {}).get("story_context")
         kept = StoryWindows(entry, window_length(db), db.tokenizer.sep_token_id, context)
@@ -249,12 +263,12 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     elif unit == "window":  # the checkpoint's own training windows of the documents: the trainer's validation bound
         from ..sampling.settings import window_length
 
-        docs = read_documents(data)
+        docs = read_documents(data, doc_sep)
         documents = DocumentStats.of(docs)
         kept, kept_words = document_windows(document_sentences(docs), db.tokenizer, window_length(db), words=True)
         kept, kept_words = kept[:limit or None], kept_words[:limit or None]
     else:
-        texts = read_examples(data, unit)
+        texts = read_examples(data, unit, doc_sep)
         for text, ids in zip(texts, iter_encode(texts, db.tokenizer)):  # encode only as far as --limit needs
             if not ids or len(ids) > max_len:
                 skipped += 1
@@ -291,6 +305,9 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     if documents is not None:  # what a user checks first: were the documents read as documents?
         result.update(documents=documents.count, document_words_median=documents.median_words,
                       document_words_longest=documents.longest_words)
+        warning = documents.warning(doc_sep)  # as `dbert train` warns: boundaries that look wrong
+        if warning:
+            result["documents_warning"] = warning
     if examples:
         result.update(example_nats=[round(v, 4) for v in nats.tolist()], example_tokens=[scored_tokens([e]) for e in kept])
     return result
@@ -298,13 +315,13 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
 
 def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 64, top_k: int | None = None,
             top_p: float | None = None, batch_size: int = 32, seed: int = 0, unit: str = "line", sampler: str | None = None,
-            block_repeats: bool = True, params: dict | None = None, temperature: float = 1.0,
+            block_repeats: bool = True, params: dict | None = None, temperature: float | None = None,
             judge=None, texts: dict | None = None, on_frame=None, pair_quotes: bool = True,
-            fix_contractions: bool = True, known_words: bool = True) -> dict:
+            fix_contractions: bool = True, known_words: bool = True, doc_sep: str = "auto") -> dict:
     """The paper's protocol: n samples for BLEU-4 against the data, n more for Self-BLEU-4
-    (on_frame: called with every frame of both runs, for progress).
+    (on_frame: called with the frames of both runs a progress line needs: generate(every_frame=False)).
 
-    steps, top_k, top_p: None: the checkpoint's recommendation (settings.default_decoding), as `dbert sample`.
+    steps, temperature, top_k, top_p: None: the checkpoint's recommendation (settings.default_decoding), as `dbert sample`.
     sampler and params: the decoding strategy (strategies.py). judge (a judge.Judge or the name
     of a causal LM): also the first n samples' gen-PPL and entropy under it, and the same for n
     pieces of the data of the samples' mean length in words ("human_"). texts: a dict that
@@ -319,14 +336,14 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
                                fix_contractions=fix_contractions, known_words=known_words), db)
     sampler = cfg.sampler
     if unit == "story":  # whole documents: the samples are stories too
-        refs = story_texts(read_documents(data))
+        refs = story_texts(read_documents(data, doc_sep))
     else:
-        refs = read_examples(data, "sentence" if unit == "window" else unit)  # windows: their sentences
-    first, st1 = generate(db, cfg, on_frame, paragraph=" ")
-    second, st2 = generate(db, cfg, on_frame, seed=seed + 1, paragraph=" ")
+        refs = read_examples(data, "sentence" if unit == "window" else unit, doc_sep)  # windows: their sentences
+    first, st1 = generate(db, cfg, on_frame, paragraph=" ", every_frame=False)  # on_frame: a progress line
+    second, st2 = generate(db, cfg, on_frame, seed=seed + 1, paragraph=" ", every_frame=False)
     out = {
         "samples": n, "sample_steps": cfg.steps, "sample_length": length, "top_k": cfg.top_k, "top_p": cfg.top_p, "sampler": sampler,
-        "sampler_exact": get(sampler).exact, "params": cfg.params, "temperature": temperature,
+        "sampler_exact": get(sampler).exact, "params": cfg.params, "temperature": cfg.temperature,
         "block_repeats": block_repeats, "pair_quotes": pair_quotes, "fix_contractions": fix_contractions,
         "known_words": known_words, "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second),
         "distinct1": distinct_n(first, 1), "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),
@@ -336,7 +353,7 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
         "seconds_per_sample": (st1["seconds"] + st2["seconds"]) / (2 * n),
     }
     if is_story_model(db) or unit == "story":  # one story a sample? its length, its names, as the held-out stories'
-        stories = refs if unit == "story" else story_texts(read_documents(data))
+        stories = refs if unit == "story" else story_texts(read_documents(data, doc_sep))
         out.update(story_report(first, stories))
     if texts is not None:
         texts.update(first=first, second=second)

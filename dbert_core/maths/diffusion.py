@@ -14,7 +14,6 @@ Summed over the S steps of a budget it gives the ELBO: a true upper bound on -lo
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .schedule import Schedule, step_grid
 

@@ -209,7 +209,8 @@ _WORKSPACE = threading.local()  # per thread (the TUI's and the server's workers
 def workspace_attention(q, k, v, mask: torch.Tensor | None) -> torch.Tensor:
     """explicit_attention without dropout or autograd, its scores and weights written into two
     arrays this thread keeps from call to call (grown when a call needs more, replaced when the
-    dtype or device change; any shape is a view of their start), so a sampler's every layer and
+    dtype or device change; any shape is a view of their start; normal tensors, never inference
+    ones, so a thread may sample under inference_mode and then validate under no_grad), so a sampler's every layer and
     step reuses the same pages instead of faulting in fresh ones, also when its calls change
     length (a cropped end: maths/end_padding.py). q (B, h, N, d) and k may differ in length (N, K)."""
     B, h, N, _ = q.shape
@@ -218,8 +219,12 @@ def workspace_attention(q, k, v, mask: torch.Tensor | None) -> torch.Tensor:
     kept = getattr(_WORKSPACE, "arrays", None)
     if kept is None or kept[0] != key or kept[1].numel() < size:
         _WORKSPACE.arrays = None  # the old arrays go before the new ones are made
-        kept = _WORKSPACE.arrays = (key, torch.empty(size, dtype=q.dtype, device=q.device),
-                                    torch.empty(size, dtype=q.dtype, device=q.device))
+        # normal tensors even when made under torch.inference_mode (a sampler): a later caller in the same
+        # thread outside it (a trainer's no_grad validation; the TUI's workers share a pool of threads)
+        # may not write into inference tensors
+        with torch.inference_mode(False):
+            kept = _WORKSPACE.arrays = (key, torch.empty(size, dtype=q.dtype, device=q.device),
+                                        torch.empty(size, dtype=q.dtype, device=q.device))
     s, w = kept[1][:size].view(B, h, N, K), kept[2][:size].view(B, h, N, K)
     d = q.shape[-1]  # the scale inside the product (alpha): one pass over the scores fewer than a mul_
     torch.baddbmm(s.view(B * h, N, K), q.reshape(B * h, N, d), k.reshape(B * h, K, d).transpose(1, 2),
@@ -352,7 +357,7 @@ class Bert(nn.Module):
                 m.attn_dropout = p
 
     def forward(self, ids: torch.Tensor, attention: torch.Tensor, time_token: torch.Tensor | None = None,
-                layer_time: torch.Tensor | None = None, cache: PrefixCache | None = None) -> torch.Tensor:
+                layer_time: torch.Tensor | None = None, cache: PrefixCache | None = None) -> torch.Tensor:  # noqa: F821 - maths.prefix_cache / decided_cache import this module: named, not imported
         """Hidden states (B, N', H) for ids (B, N) with attention (B, N) bool (False: padding).
 
         time_token (B, H): an extra input embedding inserted after [CLS] (N' = N + 1).
@@ -433,7 +438,7 @@ class DiffusionBert(nn.Module):
         return {} if self.time_embed is None else {f"time_embed.{k}": v for k, v in self.time_embed.state_dict().items()}
 
     def hidden(self, ids: torch.Tensor, attention: torch.Tensor, t: torch.Tensor | None = None,
-               cache: PrefixCache | None = None) -> torch.Tensor:
+               cache: PrefixCache | None = None) -> torch.Tensor:  # noqa: F821 - maths.prefix_cache / decided_cache import this module: named, not imported
         """Final hidden states (B, N, H) of the encoder for ids (B, N); with a cache that holds the
         rows' prefix, of the positions after it only (Bert.forward)."""
         if self.hide_end_padding:
@@ -449,7 +454,7 @@ class DiffusionBert(nn.Module):
         return self.bert(ids, attention, layer_time=temb.unsqueeze(1))
 
     def forward(self, ids, attention, select: torch.Tensor, t: torch.Tensor | None = None,
-                cache: PrefixCache | None = None, decided: DecidedCache | None = None,
+                cache: PrefixCache | None = None, decided: DecidedCache | None = None,  # noqa: F821 - maths.prefix_cache / decided_cache import this module: named, not imported
                 rows: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (M, V) at the M positions where select (B, N) is True, in row-major order.
 

@@ -66,6 +66,8 @@ class Frame:
                 step budget is spent (step == steps) but the run is not done yet
     top_ids     (B, L, k) the k most likely ids of p' at each position's (last) reveal, -1 where
                 never revealed; top_probs (B, L, k) their p'. Only when frames(..., topk=k).
+    settled     (B,) the columns at the start of each row that no later frame changes (a long
+                story's finished windows: blocks.story_frames); None: nothing before the last frame
     """
 
     ids: torch.Tensor
@@ -83,6 +85,7 @@ class Frame:
     touch_up: bool = False
     top_ids: torch.Tensor | None = None
     top_probs: torch.Tensor | None = None
+    settled: torch.Tensor | None = None
 
     @property
     def done(self) -> bool:

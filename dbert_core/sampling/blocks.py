@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import DbertError
+
 
 def is_story_model(db) -> bool:
     """Trained on whole stories (`dbert train --unit story`)."""
@@ -147,15 +149,38 @@ def no_end_columns(width: int, offset: int, min_length: int | None) -> torch.Ten
     return (cols >= 1) & (cols <= min_length)
 
 
-def story_template(db, prompt_ids: torch.Tensor | None, length: int) -> torch.Tensor:
-    """The first window of a story: the given [SEP] that opens it, then the prompt's tokens (if
-    any) and masks, min(length, window - 1) tokens in all."""
+START = 1  # the canvas column of a story's first token: column 0 is the [SEP] that opens it
+
+
+def canvas_words(words: dict[int, str] | None) -> dict[int, str] | None:
+    """A story prompt's own words (prompt.prompt_words: by the prompt's token positions) by
+    their columns on the story's canvas, where the prompt starts at START (story_canvas)."""
+    return None if words is None else {START + i: w for i, w in words.items()}
+
+
+def story_canvas(db, prompt_ids: torch.Tensor | None, length: int) -> torch.Tensor:
+    """A story's whole canvas (1 + length,): the given [SEP] that opens it, then the prompt's
+    tokens (if any) and masks. A prompt longer than `length` is one DbertError (never cut)."""
     tok = db.tokenizer
-    room = min(length, window(db) - 1)
-    body = torch.full((room,), tok.mask_token_id, dtype=torch.long)
+    if prompt_ids is not None and len(prompt_ids) > length:
+        raise DbertError(f"the prompt is {len(prompt_ids)} tokens, longer than --length {length}")
+    body = torch.full((length,), tok.mask_token_id, dtype=torch.long)
     if prompt_ids is not None:
-        body[:min(room, len(prompt_ids))] = prompt_ids[:room]
-    return torch.cat([torch.tensor([tok.sep_token_id]), body])
+        body[:len(prompt_ids)] = prompt_ids
+    return torch.cat([torch.tensor([tok.sep_token_id] * START), body])
+
+
+def story_template(db, prompt_ids: torch.Tensor | None, length: int) -> torch.Tensor:
+    """The first window of a story: story_canvas's first min(length, window - 1) tokens after
+    the [SEP] (a prompt longer than a window goes on in the windows after it: story_frames)."""
+    return story_canvas(db, prompt_ids, length)[:min(length, window(db) - 1) + 1]
+
+
+def prompt_end(canvas: torch.Tensor, mask: int) -> int:
+    """The canvas column of a story canvas's last given prompt token (0: no prompt): the story
+    may not end before it, or the prompt's words after a [MASK] slot would fall after its end."""
+    given = (canvas[1:] != mask).nonzero()
+    return int(given[-1, 0]) + 1 if len(given) else 0
 
 
 def story_of(row: torch.Tensor, end_id: int, start: int = 1) -> list[int]:
@@ -168,9 +193,11 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
                  topk: int = 0) -> Iterator:
     """cfg.n stories as frames of one canvas (n, 1 + cfg.length): the opening [SEP], then each
     story's tokens as they are written, window after window. `first` is the first window ((L,) or
-    (n, L), story_template). A row that has not ended when its window is full continues in a next
-    window holding its last `context` tokens (given) and new masks, placed on the canvas right after
-    the story so far; columns no window has reached yet are [MASK], columns after an end are end
+    (n, L), story_template) or the whole canvas (story_canvas): a prompt longer than a window is
+    given text in every window it reaches, each window's new columns taken from it. A row that
+    has not ended when its window is full continues in a next window holding its last `context`
+    tokens (given), then the canvas's next columns (the prompt's tokens, or masks), placed on the
+    canvas right after the story so far; columns no window has reached yet are [MASK], columns after an end are end
     padding. Every frame has the canvas's shape; `step` counts on across windows (steps = the step
     budget times the most windows the length can take), so only the very last frame is `done`.
     frames_fn is sample.frames (each window runs cfg's sampler and touch-ups)."""
@@ -180,12 +207,14 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
     n, width = cfg.n, 1 + cfg.length
     template = first if first.dim() == 2 else first.unsqueeze(0).repeat(n, 1)
     ctx = context(db)
-    most = 1 + max(0, -(-(cfg.length - (template.shape[1] - 1)) // (window(db) - ctx)))  # windows at most
     canvas = torch.full((n, width), mask, dtype=torch.long)
-    canvas[:, :template.shape[1]] = template
+    canvas[:, :template.shape[1]] = template  # the prompt's tokens where it reaches, masks after
+    template = template[:, :window(db)]
+    most = 1 + max(0, -(-(cfg.length - (template.shape[1] - 1)) // (window(db) - ctx)))  # windows at most
     confidence = torch.full((n, width), float("nan"), dtype=torch.float64)
     top_ids = top_probs = None
     rows, col, start = list(range(n)), 0, 1  # col: the canvas column of the window's column 0
+    settled = torch.zeros(n, dtype=torch.long)  # columns no later window changes: finished windows' text
     nfe = calls = 0
     flops = 0.0
     for block in range(most):
@@ -221,7 +250,7 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
             yield replace(f, ids=ids, masked=masked, revealed=revealed, confidence=conf, top_ids=t_ids,
                           top_probs=t_probs, remasked=remasked, row_steps=row_steps, steps=S * most,
                           step=block * S + f.step, nfe=nfe + f.nfe, rows=calls + f.rows, flops=flops + f.flops,
-                          touch_up=True)  # more follows: the canvas's last frame, below, is the one done
+                          touch_up=True, settled=settled.clone())  # more follows: the last frame, below, is done
         W = last.ids.shape[1]
         canvas[rows, col:col + W] = last.ids
         confidence[rows, col + start:col + W] = last.confidence[:, start:]
@@ -235,14 +264,15 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
             canvas[r, first_end:] = end
         rows = [r for r in rows if r not in ended]
         written = col + W  # the canvas columns written so far (the same for every row still going)
+        settled[ended] = width  # an ended story is final; a going one up to the window just finished
+        settled[rows] = written
         if not rows or written >= width:
             break
         room = min(window(db) - ctx, width - written)
-        template = torch.full((len(rows), ctx + room), mask, dtype=torch.long)
-        template[:, :ctx] = canvas[rows, written - ctx:written]
+        template = canvas[rows, written - ctx:written + room].clone()  # the context, then the prompt's tokens or masks
         col, start = written - ctx, ctx
     yield replace(last, ids=canvas.clone(), masked=canvas == mask, revealed=torch.zeros(n, width, dtype=torch.bool),
                    confidence=confidence.clone(), top_ids=None if top_ids is None else top_ids.clone(),
                    top_probs=None if top_probs is None else top_probs.clone(), remasked=None,
                    row_steps=torch.full((n,), S * most, dtype=torch.long), steps=S * most, step=S * most,
-                   nfe=nfe, rows=calls, flops=flops, touch_up=False)
+                   nfe=nfe, rows=calls, flops=flops, touch_up=False, settled=torch.full((n,), width, dtype=torch.long))

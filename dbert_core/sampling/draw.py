@@ -17,10 +17,22 @@ from dataclasses import dataclass
 import torch
 
 
-def shape_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+def shape_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                keep: int = -1) -> torch.Tensor:
     """p' = softmax(logits / temperature) restricted to top-k / nucleus top-p, float64 (M, V).
     temperature 0 is its limit: the most likely tokens, equally likely where several tie (the
-    seeded draw picks among them), whatever top-k and top-p say."""
+    seeded draw picks among them), whatever top-k and top-p say.
+    keep >= 0 (a story's end mark, SampleConfig.natural_length): that id keeps its unshaped chance
+    p(keep) = softmax(logits)[keep] and the other ids share the rest as the shaping says, so a cooler
+    temperature or a nucleus changes which word a position takes, not whether the story ends there."""
+    if keep >= 0:
+        z = logits.double()
+        p_keep = torch.softmax(z, dim=-1)[:, keep : keep + 1]
+        words = shape_probs(z.index_fill(1, torch.tensor([keep]), float("-inf")), temperature, top_k, top_p)
+        words = torch.nan_to_num(words, nan=0.0)  # a row whose only possible id is `keep`
+        out = words * (1 - p_keep)
+        out[:, keep : keep + 1] = p_keep
+        return out / out.sum(-1, keepdim=True)
     if temperature == 0:
         z = logits.double()
         best = z == z.max(dim=-1, keepdim=True).values

@@ -26,12 +26,14 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..errors import DbertError
+from ..maths.diffusion import RowDraws
 
 RANGE = re.compile(r"\[mask\s*\*\s*(\d+)\s*-\s*(\d+)\]", re.IGNORECASE)
 MAX_VARIANTS = 64      # length combinations tried at most
 PER_LENGTH = 4         # candidates drawn for each length unless told
-SCORE_STEPS = 32       # the S of the bound that ranks them
-DRAWS = 8              # corruptions the bound is averaged over
+SCORE_STEPS = 16       # the S of the bound that ranks them (docs/usage.md, "Infill's ranking")
+DRAWS = 4              # corruptions the bound is averaged over
+CHUNK_POSITIONS = 4096 # positions (rows x columns) of one ranking forward at most
 
 
 @dataclass
@@ -107,32 +109,107 @@ def variants(template: str) -> list[tuple[tuple[int, ...], str]]:
     return out
 
 
+class TextDraws(RowDraws):
+    """The corruptions of a batch that holds `draws` rows for each text, text after text: each
+    text's rows draw from a generator of its own seeded by `seed` alone, exactly as the text
+    scored on its own would (uniforms over its [CLS] x [SEP] columns, draws x (n + 2) a step), so
+    a score does not depend on the texts batched beside it, and texts of one length see the same
+    masks (a paired comparison)."""
+
+    def __init__(self, seed: int, lengths: list[int], draws: int):
+        self.lengths, self.draws = lengths, draws
+        self.gens = [torch.Generator().manual_seed(seed) for _ in lengths]
+
+    def steps(self) -> torch.Tensor:  # the exact bound sums every step: it never draws one
+        raise NotImplementedError("TextDraws serves the exact bound, which draws no step")
+
+    def positions(self, noisable: torch.Tensor) -> torch.Tensor:
+        u = torch.ones(noisable.shape)
+        d = self.draws
+        for i, (g, n) in enumerate(zip(self.gens, self.lengths)):
+            u[i * d:(i + 1) * d, :n + 2] = torch.rand((d, n + 2), generator=g)
+        return u
+
+
+def chunks(lengths: list[int], draws: int, budget: int = CHUNK_POSITIONS) -> list[range]:
+    """The texts (indices, in order) that share one forward: at most `budget` positions of
+    draws x (longest + 2) padded rows, and at least one text."""
+    out, first, longest = [], 0, 0
+    for i, n in enumerate(lengths):
+        longest = max(longest, n)
+        if i > first and draws * (i + 1 - first) * (longest + 2) > budget:
+            out.append(range(first, i))
+            first, longest = i, n
+    out.append(range(first, len(lengths)))
+    return out
+
+
 @torch.inference_mode()
-def bound(db, rows: list[list[int]], steps: int = SCORE_STEPS, seed: int = 0, draws: int = DRAWS) -> list[float]:
-    """The S-step ELBO of each row of content ids in nats: all S terms (diffusion.elbo exact),
-    averaged over `draws` corruptions. Each row is scored on its own, its corruptions drawn
-    from `seed`: a text's score does not depend on the others scored with it, and texts of one
-    length are compared under the same random masks (common random numbers)."""
+def bound(db, rows: list[list[int]], steps: int = SCORE_STEPS, seed: int = 0, draws: int = DRAWS,
+          dtype: str = "fp32", on_progress=None, cost: dict | None = None) -> list[float]:
+    """The S-step ELBO of each row of content ids in nats: all S terms (diffusion.elbo exact,
+    the same sum), averaged over `draws` corruptions. The rows' draws share forwards (at most
+    CHUNK_POSITIONS positions each), yet each row's corruptions come from its own generator
+    seeded by `seed` (TextDraws): a text's score is the one it gets scored alone, and texts of
+    one length are compared under the same masks (common random numbers). Every row of a
+    forward is at the same step, so the reveal chances over the vocabulary are computed once a
+    forward, not once a row. dtype "bf16": the network under autocast, as the sampler runs it
+    (the bound itself in float32/float64). on_progress(texts done, fraction done) after every
+    forward; cost: a dict that receives the forwards, rows and FLOPs spent."""
+    from ..maths.bf16_weights import bf16_twin
+    from ..maths.diffusion import corrupt, step_kl
+    from ..maths.model import forward_flops
+    from ..maths.schedule import step_grid
     from ..text.data import Special, collate
-    from ..maths.diffusion import elbo
 
     steps = max(1, min(steps, db.schedule.T))
     db.model.eval()
-    out = []
-    for row in rows:
-        ids, att, noisable = collate([row] * draws, Special.of(db.tokenizer), db.device)
-        gen = torch.Generator(device=ids.device).manual_seed(seed)
-        out.append(float(elbo(db.model, ids, att, noisable, db.schedule, steps, gen, exact=True).mean()))
+    bf16 = dtype == "bf16" and next(db.model.parameters()).dtype == torch.float32
+    model = bf16_twin(db.model) if bf16 else db.model
+    special = Special.of(db.tokenizer)
+    grid = torch.tensor(step_grid(db.schedule.T, steps)[::-1])  # t_0 = 0 ... t_S = T, as diffusion.masked_kl
+    parts = chunks([len(r) for r in rows], draws)
+    out: list[float] = []
+    cost = {} if cost is None else cost
+    if on_progress is not None:
+        on_progress(0, 0.0)
+    for p, part in enumerate(parts):
+        texts = [rows[i] for i in part]
+        ids, att, noisable = collate([r for r in texts for _ in range(draws)], special, db.device)
+        gen = TextDraws(seed, [len(r) for r in texts], draws)
+        B = ids.shape[0]
+        total = torch.zeros(B, dtype=torch.float64, device=ids.device)
+        for k in range(1, steps + 1):
+            t = grid[k].expand(B).to(ids.device)
+            mask = corrupt(ids, noisable, t, db.schedule, gen)
+            with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=bf16):
+                logits = model(ids.masked_fill(mask, model.mask_id), att, mask, t=t)
+            where = mask.nonzero(as_tuple=True)[0]
+            one = torch.zeros_like(where)  # every row at this step: one row of reveal chances serves all
+            kl = step_kl(logits, ids[mask], one, grid[k:k + 1], grid[k - 1:k], db.schedule)
+            total += torch.zeros(B, device=ids.device).index_add_(0, where, kl).double()
+            cost["forwards"] = cost.get("forwards", 0) + 1
+            cost["rows"] = cost.get("rows", 0) + B
+            cost["flops"] = cost.get("flops", 0.0) + forward_flops(model.config, B, ids.shape[1], int(mask.sum()))
+            if on_progress is not None:
+                on_progress(len(out), (p * steps + k) / (len(parts) * steps))
+        out.extend(float(v) for v in total.view(len(texts), draws).mean(1))
+    if on_progress is not None:
+        on_progress(len(out), 1.0)
     return out
 
 
 def infill(db, cfg, per_length: int = PER_LENGTH, score_steps: int = SCORE_STEPS, on_frame=None, *,
            cased: bool = True, paragraph: str | None = None, keep: dict | None = None,
-           topk: int = 0) -> list[Candidate]:
+           topk: int = 0, draws: int = DRAWS, on_rank=None, stats: dict | None = None) -> list[Candidate]:
     """Candidates for cfg.prompt (a template with [MASK*A-B] spans), best first, duplicates
     (the same text) kept once. cfg.n is not used here: the caller keeps the top n.
     keep: a dict that receives, per length combination, every frame of its batch (the TUI
-    plays the winner's batch back); topk: the frames' candidates (sample.frames)."""
+    plays the winner's batch back); topk: the frames' candidates (sample.frames).
+    on_rank(texts ranked, texts, fraction of the ranking done) as the bound is computed;
+    stats: a dict that receives the run's cost, the sampling's and the ranking's (`dbert sample --stats`)."""
+    import time
+
     from .prompt import parse_prompt, prompt_words
     from .sample import frames
 
@@ -140,10 +217,12 @@ def infill(db, cfg, per_length: int = PER_LENGTH, score_steps: int = SCORE_STEPS
         raise DbertError("infill needs a [MASK*A-B] span in the prompt")
     if per_length < 1:
         raise DbertError("--candidates must be >= 1")
-    tok = db.tokenizer
+    start = time.perf_counter()
     seed = cfg.seed if cfg.seed is not None else torch.seed() % 2**63
     gen = torch.Generator().manual_seed(seed)
-    out: dict[str, Candidate] = {}
+    drawn = []  # (lengths, template, its rows) per length combination
+    nfe = rows_sampled = 0
+    flops = 0.0
     for lengths, template, L in checked_variants(db, cfg.prompt):  # every length checked before the first
         ids = parse_prompt(db, template, L)
         # a story model's story does not end inside the template (its last token is given): no end before L
@@ -156,12 +235,28 @@ def infill(db, cfg, per_length: int = PER_LENGTH, score_steps: int = SCORE_STEPS
                 on_frame(last)
             if kept is not None:
                 kept.append(last)
-        rows = [[int(i) for i in row] for row in last.ids]
-        nats = bound(db, rows, score_steps, seed)
+        nfe, rows_sampled, flops = nfe + int(last.nfe), rows_sampled + int(last.rows), flops + last.flops
+        drawn.append((lengths, template, [[int(i) for i in row] for row in last.ids]))
+    sampled = time.perf_counter()
+    every = [row for _, _, rows in drawn for row in rows]
+    cost: dict = {}
+    nats = iter(bound(db, every, score_steps, seed, draws, cfg.dtype, cost=cost,
+                      on_progress=None if on_rank is None else lambda done, f: on_rank(done, len(every), f)))
+    out: dict[str, Candidate] = {}
+    for lengths, template, rows in drawn:
         verbatim = prompt_words(db, template)
-        for b, (row, v) in enumerate(zip(rows, nats)):
+        for b, row in enumerate(rows):
             text = db.decode(row, cased=cased, paragraph=paragraph, verbatim=verbatim)
-            c = Candidate(text, lengths, float(v), len(row), row, b)
+            c = Candidate(text, lengths, next(nats), len(row), row, b)
             if text not in out or c.score < out[text].score:
                 out[text] = c
+    if stats is not None:
+        end = time.perf_counter()
+        stats.update({"samples": len(every), "lengths": len(drawn), "nfe": nfe, "rows": rows_sampled,
+                      "gflop": float(f"{flops / 1e9:.4g}"), "seconds": round(end - start, 3),
+                      "sampling_seconds": round(sampled - start, 3),
+                      "ranking": {"texts": len(every), "steps": max(1, min(score_steps, db.schedule.T)), "draws": draws,
+                                  "dtype": cfg.dtype, "forwards": cost.get("forwards", 0), "rows": cost.get("rows", 0),
+                                  "gflop": float(f"{cost.get('flops', 0.0) / 1e9:.4g}"),
+                                  "seconds": round(end - sampled, 3)}})
     return sorted(out.values(), key=lambda c: c.score)

@@ -107,22 +107,35 @@ class _Finished:
         self.value = value
 
 
-def run(jobs: list[Callable], workers: int, on_frame: Callable | None = None) -> list:
+def run(jobs: list[Callable], workers: int, on_frame: Callable | None = None,
+        keep: Callable | None = None) -> list:
     """jobs[k](emit) runs batch k, calls emit(frame) after each of its steps and returns its
     result; returns the results in order. workers > 1 runs that many at once in threads, each
-    with torch's threads shared out among them (restored after); on_frame sees every frame, from
-    this thread, in the order of jobs run one after another. An exception in a job or in on_frame
-    stops the others at their next frame and is raised here."""
+    with torch's threads shared out among them (restored after); on_frame sees the frames, from
+    this thread, in the order of jobs run one after another: a batch's frames as they come while
+    every batch before it has ended, and of the frames a later batch makes before then, the
+    ones keep(frame) is true for (default: all; they wait in memory, a story's canvas each, so a
+    caller that needs only some says which). Without on_frame no frame is kept. An exception in
+    a job or in on_frame stops the others at their next frame and is raised here."""
     emit_all = on_frame or (lambda frame: None)
     if workers <= 1 or len(jobs) <= 1:
         return [job(emit_all) for job in jobs]
     workers = min(workers, len(jobs))
+    if on_frame is None:
+        keep = _none
     with _shared(workers) as each:
-        return _side_by_side(jobs, workers, each, emit_all)
+        return _side_by_side(jobs, workers, each, emit_all, keep)
 
 
-def _side_by_side(jobs: list[Callable], workers: int, each: int, emit_all: Callable) -> list:
-    """run()'s work with the threads shared out: `workers` threads of `each` torch threads."""
+def _none(frame) -> bool:
+    return False
+
+
+def _side_by_side(jobs: list[Callable], workers: int, each: int, emit_all: Callable,
+                  keep: Callable | None = None) -> list:
+    """run()'s work with the threads shared out: `workers` threads of `each` torch threads; a
+    frame of a batch that is not yet the one shown is dropped unless keep(frame) (None: kept)."""
+    shown = [0]  # the batch whose frames go to emit_all as they come (read by the batch threads)
     events: queue.Queue = queue.Queue()
     stop = threading.Event()
 
@@ -132,7 +145,8 @@ def _side_by_side(jobs: list[Callable], workers: int, each: int, emit_all: Calla
         def emit(frame) -> None:
             if stop.is_set():
                 raise _Cancelled
-            events.put((k, frame))
+            if keep is None or k <= shown[0] or keep(frame):  # a frame that would wait and is not asked for: dropped
+                events.put((k, frame))
 
         try:
             events.put((k, _Finished(jobs[k](emit))))
@@ -166,6 +180,7 @@ def _side_by_side(jobs: list[Callable], workers: int, each: int, emit_all: Calla
                 if isinstance(got, _Finished):
                     results[current] = got.value
                     current += 1
+                    shown[0] = current
                 else:
                     emit_all(got)
     finally:

@@ -16,7 +16,7 @@ from ..errors import DbertError
 from ..hardware import check_memory
 from .blocks import is_story_model, window
 from .infill import checked_variants, has_range
-from .prompt import parse_prompt, prompt_ids
+from .prompt import parse_prompt
 from .settings import resolve
 
 MAX_CANDIDATES = 100_000  # texts drawn per infill length at most (each is a row of one batch)
@@ -56,9 +56,7 @@ def check_sample(db, cfg, prompts: list, candidates: int) -> None:
                 check_memory(candidates * row_bytes(db, longest), db.device,
                              f"--candidates {candidates:,} (one batch of {longest} tokens each)", "--candidates")
                 infill_rows = max(infill_rows, candidates)
-            elif is_story_model(db):
-                prompt_ids(db, p)
-            else:
+            else:  # a story model's prompt fits --length too: never cut
                 parse_prompt(db, p, run.length)
         except DbertError as e:
             raise DbertError(f"{e}{where}") from None

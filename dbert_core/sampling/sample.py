@@ -33,7 +33,8 @@ from ..config import SampleConfig
 from ..errors import DbertError
 from . import parallel, settings
 from .ancestral import ancestral
-from .blocks import is_story_model, story_frames, story_of, story_rules, story_template, with_end_rule
+from .blocks import (is_story_model, prompt_end, story_canvas, story_frames, story_of, story_rules, story_template,
+                     with_end_rule)
 from .base import Frame, Kernel, Net, Sampler, kernel, masked_curve
 from .draw import RepeatBlock, categorical, neighbours, repeat_block, shape_probs
 from .first_hitting import first_hitting
@@ -79,6 +80,8 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
         template = parse_prompt(db, cfg.prompt, cfg.length) if cfg.prompt else \
             torch.full((cfg.length,), mask_id, dtype=torch.long)
     x = template.unsqueeze(0).repeat(cfg.n, 1) if template.dim() == 1 else template.clone()  # (B, L)
+    if x.shape[1] > db.model.max_length:  # the network has no position for the rest (refill.py goes in windows)
+        raise DbertError(f"a template of {x.shape[1]} tokens is longer than the model's {db.model.max_length} positions")
     free = x == mask_id  # the positions the sampler fills (a prompt's own tokens are not among them)
     top = TopK(x.shape, topk) if topk > 0 else None
 
@@ -101,6 +104,13 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
         yield tagged(f)
 
 
+def shaping(db, cfg: SampleConfig) -> tuple[float, int, float, int]:
+    """The token shaping every family hands to draw.shape_probs: temperature, top-k, top-p, and the id
+    whose unshaped chance is kept (a story model's end mark with cfg.natural_length; -1: none)."""
+    end = db.tokenizer.sep_token_id if is_story_model(db) and cfg.natural_length else -1
+    return (cfg.temperature, cfg.top_k, cfg.top_p, end)
+
+
 def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbid=(), top=None,
              offset: int = 0, prefix: int = 0) -> Iterator[Frame]:
     """The reverse process of cfg.sampler from x (B, L), [MASK] where it fills in (x is written
@@ -111,7 +121,7 @@ def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbi
     rules = story_rules(db, x.shape[1], offset, cfg) if is_story_model(db) else None
     state = dict(
         x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
-        kern=kernel(db.schedule, cfg.steps), net=Net(db, cfg.dtype, rules, prefix, cfg.cache_refresh or 0, bool(cfg.cache_masked)), gen=gen, shaping=(cfg.temperature, cfg.top_k, cfg.top_p),
+        kern=kernel(db.schedule, cfg.steps), net=Net(db, cfg.dtype, rules, prefix, cfg.cache_refresh or 0, bool(cfg.cache_masked)), gen=gen, shaping=shaping(db, cfg),
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id} | set(forbid)),  # never sampled
         block_repeats=repeat_block(db) if cfg.block_repeats else None,
     )
@@ -147,17 +157,30 @@ def decided_cache(db, cfg: SampleConfig) -> bool:
 
 def story_stream(db, cfg: SampleConfig, generator: torch.Generator, topk: int = 0) -> Iterator[Frame]:
     """A story model's cfg.n stories as frames of one canvas, block by block (blocks.story_frames):
-    what generate() and the TUI run for a story checkpoint."""
-    first = story_template(db, prompt_ids(db, cfg.prompt) if cfg.prompt else None, cfg.length)
-    return story_frames(db, cfg, frames, generator, first, topk)
+    what generate() and the TUI run for a story checkpoint. A prompt is given text in every window
+    it reaches (one longer than --length is a DbertError), and the story may not end before its
+    last given word (a [MASK] slot inside the prompt is never its end)."""
+    canvas = story_canvas(db, prompt_ids(db, cfg.prompt) if cfg.prompt else None, cfg.length)
+    least = prompt_end(canvas, db.model.mask_id)  # the story goes on past its prompt's last word
+    if least > (cfg.min_length or 0):
+        cfg = settings.mark(replace(cfg, min_length=least), db)
+    return story_frames(db, cfg, frames, generator, canvas, topk)
+
+
+def _is_done(frame: Frame) -> bool:
+    return frame.done
 
 
 def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool = True, paragraph: str | None = None,
-             topk: int = 0, **overrides) -> tuple[list[str], dict]:
+             topk: int = 0, every_frame: bool = True, **overrides) -> tuple[list[str], dict]:
     """cfg.n texts and stats {nfe, rows, gflop, seconds, samples, batches, workers, at_once, steps,
     sampler, exact, params}. The samples run in batches of at most cfg.batch_size, their number a
     multiple of cfg.workers, side by side as the threads allow (parallel.py; at_once: how many ran
     together). Their frames reach on_frame one batch after another; nfe counts every batch's calls.
+    every_frame=False: of a batch that runs side by side with an earlier one, on_frame sees the
+    frames it makes once the earlier ones have ended, and its last (done) frame, not the ones it
+    made while waiting (a progress line's needs; each waiting frame is a whole canvas, so a long
+    story's later batch held them all: memory that grows with the length squared).
     Same settings (workers included: they set the split), same seed: same texts. Texts as
     DBert.decode writes them (cased, paragraph: its options); a prompt's words are printed as
     typed. topk: the frames handed to on_frame carry the candidates at each reveal (frames' topk)."""
@@ -179,7 +202,8 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
         return run
 
     start = _time.perf_counter()
-    lasts = parallel.run([job(k) for k in range(len(batches))], parallel.concurrency(cfg.workers), on_frame)
+    lasts = parallel.run([job(k) for k in range(len(batches))], parallel.concurrency(cfg.workers), on_frame,
+                         None if every_frame else _is_done)
     texts: list[str] = []
     for last in lasts:
         rows_out = [story_of(row, db.tokenizer.sep_token_id) for row in last.ids] if is_story_model(db) else last.ids

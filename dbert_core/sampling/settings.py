@@ -73,23 +73,24 @@ def default_min_length(db) -> int:
 
 # the decoding of a checkpoint that recommends none: 96 reverse steps (read as 128 do, docs/decoding.md),
 # the paper's top-k 30, no nucleus
-STEPS, TOP_K, TOP_P = 96, 30, 1.0
+STEPS, TEMPERATURE, TOP_K, TOP_P = 96, 1.0, 30, 1.0
 
 
 def default_decoding(db) -> dict:
-    """{steps, top_k, top_p, cache_refresh, cache_masked} a sample uses unless told: what the checkpoint's dbert.json recommends
+    """{steps, temperature, top_k, top_p, cache_refresh, cache_masked} a sample uses unless told: what the checkpoint's dbert.json recommends
     (`sampling.decoding`, measured for it: the shipped story model's, 32 steps at top-k 30, in docs/stories.md), each
-    value that is missing or malformed replaced by the general default (96 steps, top-k 30, top-p off, the exact
+    value that is missing (or malformed in a meta not loaded from disk: load refuses it, schema.py) replaced by the general default (96 steps, temperature 1, top-k 30, top-p off, the exact
     forward: no decided-position cache, and so no [MASK] states kept)."""
     given = (db.meta.get("sampling") or {}).get("decoding") or {}
     given = given if isinstance(given, dict) else {}
     s, k, p, c = given.get("steps"), given.get("top_k"), given.get("top_p"), given.get("cache_refresh")
-    m = given.get("cache_masked")
+    m, t = given.get("cache_masked"), given.get("temperature")
     ok_s = isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= db.schedule.T
     ok_k = isinstance(k, int) and not isinstance(k, bool) and k >= 0
     ok_p = isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 < p <= 1.0
+    ok_t = isinstance(t, (int, float)) and not isinstance(t, bool) and 0.0 <= t <= 1e6
     ok_c = isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= db.schedule.T
-    return {"steps": s if ok_s else STEPS, "top_k": k if ok_k else TOP_K, "top_p": float(p) if ok_p else TOP_P,
+    return {"steps": s if ok_s else STEPS, "temperature": float(t) if ok_t else TEMPERATURE, "top_k": k if ok_k else TOP_K, "top_p": float(p) if ok_p else TOP_P,
             "cache_refresh": c if ok_c else 0, "cache_masked": m if isinstance(m, bool) and ok_c else False}
 
 

@@ -18,7 +18,7 @@ class Limits:
     """What one request may ask for; every field is a `dbert serve` flag."""
 
     max_n: int = 16              # choices per request (prompts x n)
-    max_tokens: int = 256        # the span length max_tokens
+    max_tokens: int | None = None  # the span length max_tokens at most; None: request.max_span (383 for the shipped model)
     max_queue: int = 64          # jobs (prompts) waiting for the model; more: 429
     timeout: float = 120.0       # seconds per request, reading its body and queueing included; then 408/504
     max_body: int = 64 * 1024    # bytes of a request body; more: 413

@@ -64,6 +64,13 @@ def _optional(body: dict, name: str, kinds, what: str, default=None):
     return default if value is None else _type(name, value, kinds, what)
 
 
+def max_span(db) -> int:
+    """max_tokens at most unless --max-tokens says: a story model's story length (`dbert sample`'s
+    default length: 383 tokens for the shipped model, a window and a continuation window), at
+    least 256 (the span of a model trained on shorter lines)."""
+    return max(256, default_length(db))
+
+
 def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype: str = "auto") -> Plan:
     """A completions request body -> a Plan, or ApiError(400/404) naming the first bad field.
     Fields that OpenAI defines and dbert does not use (logprobs, stop, user, ...) are ignored."""
@@ -85,12 +92,13 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
                        param="prompt")
     suffix = _optional(body, "suffix", str, "a string", "")
     max_tokens = _optional(body, "max_tokens", int, "a whole number")
-    if max_tokens is not None and not 1 <= max_tokens <= limits.max_tokens:
-        raise ApiError(400, f"max_tokens must be in [1, {limits.max_tokens}] (got {max_tokens})", param="max_tokens")
+    most = limits.max_tokens if limits.max_tokens is not None else max_span(db)
+    if max_tokens is not None and not 1 <= max_tokens <= most:
+        raise ApiError(400, f"max_tokens must be in [1, {most}] (got {max_tokens})", param="max_tokens")
     min_tokens = _optional(body, "min_tokens", int, "a whole number")  # vLLM's name: no end before this many
-    if min_tokens is not None and not 0 <= min_tokens <= limits.max_tokens:
-        raise ApiError(400, f"min_tokens must be in [0, {limits.max_tokens}] (got {min_tokens})", param="min_tokens")
-    temperature = _optional(body, "temperature", (int, float), "a number", 1.0)
+    if min_tokens is not None and not 0 <= min_tokens <= most:
+        raise ApiError(400, f"min_tokens must be in [0, {most}] (got {min_tokens})", param="min_tokens")
+    temperature = _optional(body, "temperature", (int, float), "a number")  # None: the checkpoint's recommendation
     top_p = _optional(body, "top_p", (int, float), "a number")  # None: the checkpoint's recommendation
     n = _optional(body, "n", int, "a whole number", 1)
     if n < 1:
@@ -152,6 +160,11 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
             raise ApiError(400, f"prompt + max_tokens + suffix is {length} tokens; this model takes at most {limit}",
                            param="max_tokens")
         least = None if min_tokens is None else h + min_tokens  # a story's tokens: the prompt's count too
+        if least is not None and is_story_model(db) and least > length - s:  # the client's numbers, not the story's
+            room = f"max_tokens ({max_tokens})" if max_tokens is not None else \
+                f"the {length - s - h} tokens the span has (max_tokens left out)"
+            raise ApiError(400, f"min_tokens ({min_tokens}) is more than {room}: no story could end",
+                           param="min_tokens")
         if s and is_story_model(db):  # the suffix is the story's last words: it ends there, not before
             if length > window(db) - 1:
                 raise ApiError(400, f"prompt + max_tokens + suffix is {length} tokens; a story with a suffix fits in "
@@ -169,6 +182,38 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
             raise ApiError(400, message) from None
         out.append(Prepared(cfg, h, s, whole))
     return Plan(out, n, stream, stream_steps, include_usage, cased=not lowercase)
+
+
+CHAT_FIELDS = ("model", "max_tokens", "max_completion_tokens", "min_tokens", "temperature", "top_p", "n", "seed",
+               "stream", "stream_options", "dbert")
+
+
+def chat_body(body) -> dict:
+    """A chat completions body as the completions body it asks for: the last user message's text
+    is the story's opening (the prompt); system, developer and assistant messages are not read (a
+    story model has no instructions to follow, no turns to take). max_completion_tokens is
+    max_tokens' newer name. A 400 names the first bad field."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise ApiError(400, "messages must be a non-empty list of message objects", param="messages")
+    users = [m for m in messages if m.get("role") == "user"]
+    if not users:
+        raise ApiError(400, "messages holds no user message: its text is the story's opening", param="messages")
+    content = users[-1].get("content")
+    if isinstance(content, list):  # content parts: the text ones, in order
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            raise ApiError(400, "a user message's content parts must all be text parts", param="messages")
+        content = " ".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise ApiError(400, "a user message's content must be a string or a list of text parts", param="messages")
+    out = {k: body[k] for k in CHAT_FIELDS if k in body}
+    if "max_completion_tokens" in out:
+        given = out.pop("max_completion_tokens")
+        out.setdefault("max_tokens", given)
+    out["prompt"] = content.strip()
+    return out
 
 
 def _slots_of(text: str, name: str, limit: int) -> str:

@@ -6,6 +6,8 @@
                            max_tokens, temperature, top_p, n, seed, stream, stream_options,
                            echo; dbert's own settings under "dbert": steps, top_k, sampler,
                            block_repeats, template, stream_steps, lowercase
+    POST /v1/chat/completions  OpenAI's chat: the last user message's text is the story's opening
+                           (request.chat_body), the story's continuation the assistant's message
 
 The text of a choice is what the model wrote between prompt and suffix: the line
 `dbert sample` would print for the template  prompt [MASK] x max_tokens suffix  (the same
@@ -15,8 +17,10 @@ when the prompt holds [MASK] slots of its own (or a dbert.template is given), it
 whole line. `max_tokens` is the exact length of the span in word pieces (dbert fills a span
 of a known length); without it the span fills the checkpoint's training length.
 
-With stream, the server sends OpenAI's text_completion chunks (server-sent events), one per
-choice as its request finishes, then `data: [DONE]`. With dbert.stream_steps as well, a chunk
+With stream, the server sends OpenAI's chunks (server-sent events): a long story's text as each
+of its windows is finished (a window's tokens never change after it: response.settled_text holds
+back the last word, which the next window may still join), the rest when the choice is done, then
+`data: [DONE]`. With dbert.stream_steps as well, a chunk
 follows every reverse step with empty text (OpenAI clients ignore it) and, on each choice,
 "dbert": {"step", "steps", "text"}: the whole line so far, [MASK] where still masked.
 
@@ -57,7 +61,7 @@ from starlette.routing import Route
 from ..errors import DbertError
 from .api_error import ApiError
 from .options import MAX_HEAD, Limits
-from .request import decode_body, parse, read_body
+from .request import chat_body, decode_body, parse, read_body
 from .response import completion_body, disconnected, event_stream, events
 from .serve_queue import Job, QueueFull, Scheduler, ShuttingDown
 
@@ -88,14 +92,20 @@ def create_app(db, model_name: str, *, api_key: str | None = None, limits: Limit
         return JSONResponse({"object": "list", "data": model_list})
 
     async def completions(request: Request):
+        return await answer(request, chat=False)
+
+    async def chat_completions(request: Request):
+        return await answer(request, chat=True)
+
+    async def answer(request: Request, chat: bool):
         deadline = time.monotonic() + limits.timeout  # reading the body, queueing and sampling, all together
         authorize(request)
         data = decode_body(await read_body(request, limits.max_body, deadline, limits.timeout))
-        plan = parse(data, db, model_name, limits, device=device, dtype=dtype)
+        plan = parse(chat_body(data) if chat else data, db, model_name, limits, device=device, dtype=dtype)
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue = asyncio.Queue()
         jobs = [Job(p.cfg, notify=lambda ev, i=i: loop.call_soon_threadsafe(inbox.put_nowait, (i, ev)),
-                    deadline=deadline, want_steps=plan.stream_steps, cased=plan.cased)
+                    deadline=deadline, want_steps=plan.stream_steps, want_settled=plan.stream, cased=plan.cased)
                 for i, p in enumerate(plan.prompts)]
         try:
             scheduler.submit(jobs)
@@ -103,10 +113,12 @@ def create_app(db, model_name: str, *, api_key: str | None = None, limits: Limit
             raise ApiError(429, str(e), type_="rate_limit_error", code="queue_full") from None
         except ShuttingDown as e:
             raise ApiError(503, str(e), type_="server_error") from None
-        meta = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+        kind = ("chatcmpl", "chat.completion.chunk" if plan.stream else "chat.completion") if chat else \
+            ("cmpl", "text_completion")
+        meta = {"id": f"{kind[0]}-{uuid.uuid4().hex}", "object": kind[1], "created": int(time.time()),
                 "model": model_name}
         if plan.stream:
-            return StreamingResponse(event_stream(db, plan, jobs, inbox, deadline, meta),
+            return StreamingResponse(event_stream(db, plan, jobs, inbox, deadline, meta, chat=chat),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         watcher = asyncio.ensure_future(disconnected(request))
@@ -115,7 +127,7 @@ def create_app(db, model_name: str, *, api_key: str | None = None, limits: Limit
             async for i, ev in events(inbox, len(jobs), deadline, watcher):
                 if ev[0] == "done":
                     results[i] = ev
-            return JSONResponse(completion_body(db, plan, jobs, results, meta))
+            return JSONResponse(completion_body(db, plan, jobs, results, meta, chat=chat))
         finally:
             watcher.cancel()
             for job in jobs:
@@ -142,7 +154,8 @@ def create_app(db, model_name: str, *, api_key: str | None = None, limits: Limit
         return ApiError(exc.status_code, exc.detail or "error").response()
 
     app = Starlette(routes=[Route("/health", health), Route("/v1/models", list_models_route),
-                            Route("/v1/completions", completions, methods=["POST"])],
+                            Route("/v1/completions", completions, methods=["POST"]),
+                            Route("/v1/chat/completions", chat_completions, methods=["POST"])],
                     exception_handlers={ApiError: api_error, HTTPException: http_error}, lifespan=lifespan,
                     middleware=[Middleware(_HeadCheck)])
     app.state.scheduler = scheduler

@@ -6,6 +6,8 @@ thread; it must be thread-safe):
 
     ("step", step, steps, texts)   after each reverse step (event), only for jobs that asked:
                                    the partially filled lines, [MASK] where still masked
+    ("settled", rows)              for streamed jobs, when a long story's window is finished: per
+                                   sample the ids no later step changes (None: no more than before)
     ("done", texts, rows, stats)   texts as `dbert sample` prints them, rows the final ids
     ("error", kind, message)       kind: cancelled, timeout, shutdown or engine
 
@@ -53,6 +55,7 @@ class Job:
     notify: Callable[[tuple], None]      # receives the job's events, from the worker thread
     deadline: float = float("inf")       # time.monotonic() past which the job is abandoned
     want_steps: bool = False             # send a "step" event after every reverse step
+    want_settled: bool = False           # send a "settled" event as a story's windows finish (a stream)
     cased: bool = True                   # DBert.decode's cased (`dbert sample --lowercase`: False)
     cancelled: threading.Event = field(default_factory=threading.Event)
     verbatim: dict | None = field(default=None, init=False)  # the prompt's words as typed, by position
@@ -92,7 +95,7 @@ class Job:
             raise _Stop("timeout", "the request ran past the server's time limit (--timeout)")
 
     def send(self, event: tuple) -> None:
-        if event[0] != "step":
+        if event[0] not in ("step", "settled"):
             self.cancelled.set()  # finished: a later cancel() changes nothing
         try:
             self.notify(event)
@@ -227,6 +230,8 @@ class Scheduler:
         start = 1 if is_story_model(db) else 0  # a story's canvas opens with the [SEP] no text shows
         partial = None
         reached = [0]
+        sent = [0] * n  # the settled columns already sent, per sample
+        end = db.tokenizer.sep_token_id
 
         def on_frame(f) -> None:
             reached[0] = f.step
@@ -234,6 +239,15 @@ class Scheduler:
             lo = sum(len(ids) for ids in finals)
             if f.done:
                 finals.append(f.ids[:, start:])
+            elif job.want_settled and f.settled is not None:
+                rows = [None] * n
+                for b, cols in enumerate(f.settled.tolist()):
+                    if cols > max(sent[lo + b], start):
+                        sent[lo + b] = cols
+                        ids = f.ids[b, start:cols].tolist()
+                        rows[lo + b] = ids[:ids.index(end)] if end in ids else ids  # the story, not its padding
+                if any(r is not None for r in rows):
+                    job.send(("settled", rows))
             if partial is not None:
                 partial[lo:lo + len(f.ids)] = [job.line(db, row[start:]) for row in f.ids]
                 job.send(("step", f.step, f.steps, list(partial)))

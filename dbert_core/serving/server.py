@@ -1,5 +1,6 @@
 """The uvicorn server of the app, and running it until a signal: SIGINT, SIGTERM and SIGHUP drain
-(no new connections; what runs past --grace is cancelled), a second Ctrl-C cancels at once. The
+(no new connections; what runs past --grace is cancelled) and end the run as a return, not by the
+signal; a second Ctrl-C cancels at once. The
 client-facing limits are uvicorn's settings (keep-alive, MAX_HEAD) and connections.protocol; the
 logs go through logs.log_config."""
 
@@ -65,27 +66,23 @@ def server(app: Starlette, host: str = "127.0.0.1", port: int = 8000, grace: flo
 
         @contextlib.contextmanager
         def capture_signals(self):
-            """uvicorn's SIGINT and SIGTERM, and SIGHUP too (unless ignored, as under nohup): it
-            drains like SIGTERM, then ends the process by the signal as the others do."""
+            """uvicorn's SIGINT and SIGTERM, and SIGHUP too (unless ignored, as under nohup): each
+            drains, and a drained server has ended as asked, so none is raised again afterwards
+            (uvicorn would end the process by it: 129 for SIGHUP, 143 for SIGTERM); `dbert serve`
+            then says it stopped and exits 0."""
             hup = getattr(signal, "SIGHUP", None)
-            if hup is None or threading.current_thread() is not threading.main_thread() \
-                    or signal.getsignal(hup) == signal.SIG_IGN:
-                with super().capture_signals():
-                    yield
-                return
-            old = signal.signal(hup, self.handle_exit)
-            hung_up = False
+            catch_hup = hup is not None and threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(hup) != signal.SIG_IGN
+            old = signal.signal(hup, self.handle_exit) if catch_hup else None
             try:
                 with super().capture_signals():
                     try:
                         yield
                     finally:
-                        hung_up = hup in self._captured_signals
-                        self._captured_signals[:] = [s for s in self._captured_signals if s != hup]
+                        self._captured_signals.clear()  # drained: nothing to end the process by
             finally:
-                signal.signal(hup, old)
-            if hung_up:
-                signal.raise_signal(hup)
+                if catch_hup:
+                    signal.signal(hup, old)
 
     return Server(uvicorn.Config(app, host=host, port=port, log_config=log_config(), access_log=access_log,
                                  timeout_graceful_shutdown=grace + 5, lifespan="on", http=protocol(limits),

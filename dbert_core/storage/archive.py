@@ -91,15 +91,29 @@ def nested(name: str, head: bytes) -> str | None:
     return "tar" if head[257:262] == b"ustar" else None
 
 
-def _damaged(fmt: str, error: BaseException) -> DbertError:
+def _damaged(fmt: str, error: BaseException, dest: Path | None = None) -> DbertError:
     """What a failure while reading an archive means for the user: a file that cannot be written
-    (a full disk: an OSError with an errno) says so; anything else the decompressors raise
-    (zlib.error, lzma.LZMAError, EOFError for a truncated download, tarfile's and zipfile's own
-    errors) is a damaged archive."""
+    (a full disk: an OSError with an errno) says so, naming the member (never dbert's own temp
+    folder `dest`); anything else the decompressors raise (zlib.error, lzma.LZMAError, EOFError for
+    a truncated download, tarfile's and zipfile's own errors) is a damaged archive."""
     if isinstance(error, OSError) and error.errno is not None:
-        where = f" ({error.filename})" if error.filename else ""
+        name = error.filename
+        if name and dest is not None and Path(name).is_relative_to(dest):
+            name = f"member {Path(name).relative_to(dest).as_posix()!r}"
+        where = f" ({name})" if name else ""
         return DbertError(f"cannot unpack the archive: {error.strerror or error}{where}")
     return DbertError(f"the {fmt} archive is corrupt or truncated ({_brief(error)})")
+
+
+def _place(dest: Path, out: Path, name: str, folder: bool, source: str) -> None:
+    """Refuse a member the archive holds both as a file and as a folder ("ck/sub" and
+    "ck/sub/x.json"; "ck/sub/" and "ck/sub"), naming the user's archive and the member."""
+    rel = out.relative_to(dest)
+    both = rel if out.exists() and out.is_dir() != folder else \
+        next((p for p in reversed(rel.parents) if p.parts and (dest / p).exists() and not (dest / p).is_dir()), None)
+    if both is not None:
+        raise DbertError(f"refusing archive member {name!r} of {source}: {both.as_posix()!r} is both a file and "
+                         "a folder in it")
 
 
 def _brief(error: BaseException) -> str:
@@ -125,16 +139,18 @@ def member_path(dest: Path, name: str) -> Path | None:
     return dest.joinpath(*parts)
 
 
-def unpack(archive: Path, dest: Path) -> None:
-    """Unpack archive into the existing folder dest, refusing anything unsafe (see above)."""
+def unpack(archive: Path, dest: Path, source: str | None = None) -> None:
+    """Unpack archive into the existing folder dest, refusing anything unsafe (see above);
+    `source` names the archive for the user (the URL it came from; default: its path)."""
     budget = _Budget(archive.stat().st_size)
+    source = source or str(archive)
     if kind(archive) == "zip":
-        _unzip(archive, dest, budget)
+        _unzip(archive, dest, budget, source)
     else:
-        _untar(archive, dest, budget)
+        _untar(archive, dest, budget, source)
 
 
-def _untar(archive: Path, dest: Path, budget: _Budget) -> None:
+def _untar(archive: Path, dest: Path, budget: _Budget, source: str) -> None:
     with open(archive, "rb") as f:
         head = f.read(6)
     fmt, mode = next(((f, m) for magic, f, m in ((b"\x1f\x8b", "tar.gz", "r:gz"), (b"BZh", "tar.bz2", "r:bz2"),
@@ -156,6 +172,7 @@ def _untar(archive: Path, dest: Path, budget: _Budget) -> None:
                 out = member_path(dest, m.name)
                 if out is None:
                     continue
+                _place(dest, out, m.name, m.isdir(), source)
                 if m.isdir():
                     out.mkdir(parents=True, exist_ok=True)
                     continue
@@ -171,10 +188,10 @@ def _untar(archive: Path, dest: Path, budget: _Budget) -> None:
         except DbertError:
             raise
         except Exception as e:  # noqa: BLE001 - zlib.error, lzma.LZMAError, EOFError, tarfile.ReadError, ...
-            raise _damaged(fmt, e) from None
+            raise _damaged(fmt, e, dest) from None
 
 
-def _unzip(archive: Path, dest: Path, budget: _Budget) -> None:
+def _unzip(archive: Path, dest: Path, budget: _Budget, source: str) -> None:
     try:
         zf = zipfile.ZipFile(archive)
     except Exception as e:  # noqa: BLE001 - a truncated or damaged central directory
@@ -193,6 +210,7 @@ def _unzip(archive: Path, dest: Path, budget: _Budget) -> None:
                 out = member_path(dest, info.filename)
                 if out is None:
                     continue
+                _place(dest, out, info.filename, info.is_dir(), source)
                 if info.is_dir():
                     out.mkdir(parents=True, exist_ok=True)
                     continue
@@ -208,5 +226,5 @@ def _unzip(archive: Path, dest: Path, budget: _Budget) -> None:
             raise DbertError(f"the zip archive uses a compression dbert cannot read ({_brief(e)}); "
                              "use deflate, or a .tar.gz") from None
         except Exception as e:  # noqa: BLE001 - zlib.error, BadZipFile (a CRC mismatch), EOFError, ...
-            raise _damaged("zip", e) from None
+            raise _damaged("zip", e, dest) from None
 

@@ -46,7 +46,7 @@ from ..disk.modes import apply_umask
 from ..disk.temp_folders import discard, readable, recover, temp_dir
 from ..maths.model import DiffusionBert, count_parameters
 from ..maths.schedule import Schedule, make_schedule
-from ..disk.schema import FORMAT
+from ..disk.schema import FORMAT, check_with_model
 
 
 
@@ -186,8 +186,8 @@ def _save(db: DBert, path: Path, trainer_state, dtype, extra_files) -> Path:
         if trainer_state is not None:
             sdir = new / STATE
             sdir.mkdir()
-            _torch_save(trainer_state["optimizer"], sdir / layout.OPTIMIZER)
-            _torch_save(trainer_state["rng"], sdir / layout.RNG)
+            pretrained.write_torch(trainer_state["optimizer"], sdir / layout.OPTIMIZER)
+            pretrained.write_torch(trainer_state["rng"], sdir / layout.RNG)
             (sdir / layout.STATE_JSON).write_text(json.dumps(trainer_state["state"], indent=2) + "\n")
         apply_umask(new)  # every file gets the umask's mode
         _fsync_tree(new)
@@ -204,35 +204,6 @@ def _save(db: DBert, path: Path, trainer_state, dtype, extra_files) -> Path:
         if path.exists() or not old.exists():  # never delete the only copy of the previous checkpoint
             discard(swap)
     return path
-
-
-class _Recording:
-    """A file for torch.save that keeps the OSError of a failed write: torch reports a full
-    disk only as "unexpected pos" (a RuntimeError)."""
-
-    def __init__(self, f):
-        self.f, self.error = f, None
-
-    def write(self, data) -> int:
-        try:
-            return self.f.write(data)
-        except OSError as e:
-            self.error = e
-            raise
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
-def _torch_save(obj, file: Path) -> None:
-    with open(file, "wb") as f:
-        out = _Recording(f)
-        try:
-            torch.save(obj, out)
-        except RuntimeError:
-            if out.error is not None:
-                raise out.error from None
-            raise
 
 
 def digest(file: Path) -> str:
@@ -314,6 +285,7 @@ def load(path, device: str | torch.device = "cpu", dtype: torch.dtype | None = N
     except ValueError as e:
         raise DbertError(f"checkpoint {path}: {e}") from None
     _load_time(db, source, path, dtype or torch.float32)
+    check_with_model(meta, db.model.max_length, db.model.config.vocab_size, path)
     db.truecase = _load_truecase(source, path)
     db.words = _load_words(source, path)
     _check_digests(source, meta, path)  # last: what is wrong with the tensors themselves is said first

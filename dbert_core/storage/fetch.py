@@ -58,7 +58,7 @@ def fetch(source: str, revision: str | None = None, name: str | None = None, pro
     revision: a branch, tag or commit of a hub repo (pinned download).
     cancel: polled while downloading; when it returns True the fetch stops with DbertError.
     """
-    from .net import check_url
+    from .net import check_url, deadline
 
     source = source.strip()
     if not source:
@@ -71,10 +71,11 @@ def fetch(source: str, revision: str | None = None, name: str | None = None, pro
     target = store.target(name or default_name(source))
     tmp = temp_folders.temp_dir(target, "fetch")
     try:
-        if _is_url(source):
-            ckpt_dir = _fetch_url(source, tmp, progress, max_bytes, cancel)
-        else:
-            ckpt_dir = _fetch_hub(source, revision, tmp, progress, max_bytes, cancel)
+        with deadline():  # the whole download within DBERT_FETCH_DEADLINE seconds (net.py)
+            if _is_url(source):
+                ckpt_dir = _fetch_url(source, tmp, progress, max_bytes, cancel)
+            else:
+                ckpt_dir = _fetch_hub(source, revision, tmp, progress, max_bytes, cancel)
         return store.commit(ckpt_dir, target)
     finally:
         temp_folders.discard(tmp)
@@ -125,7 +126,7 @@ def _fetch_url(url: str, tmp: Path, progress: Progress, max_bytes: int, cancel: 
     dest.mkdir()
     if progress is not None:
         progress(done, total, "unpack")
-    unpack(archive, dest)
+    unpack(archive, dest, url)
     archive.unlink()
     return _checkpoint_root(dest, url)
 

@@ -3,13 +3,16 @@ host they started from, and an answer within a timeout (DBERT_FETCH_TIMEOUT seco
 TIMEOUT) both to connect and between any two reads, for archive URLs and the Hugging Face Hub.
 
 An archive URL must also not trickle: its status line and headers (all redirects included)
-must arrive within the timeout in total, and its body must bring at least MIN_BYTES in every
-timeout-long window, so a server sending one byte every 29 seconds is one line, not a fetch
-that never ends.
+must arrive within the timeout in total, and its body must bring at least DBERT_FETCH_MIN_BYTES
+(MIN_BYTES) in every timeout-long window, so a server sending one byte every 29 seconds is one
+line, not a fetch that never ends. And the whole fetch (every file of a hub repo, every
+redirect) must end within DBERT_FETCH_DEADLINE seconds (DEADLINE), so a server that keeps just
+above that pace ends too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import io
 import math
@@ -22,7 +25,8 @@ from urllib.parse import urljoin, urlparse
 from ..errors import DbertError
 
 TIMEOUT = 30.0
-MIN_BYTES = 1024  # of an archive's body in every DBERT_FETCH_TIMEOUT seconds
+MIN_BYTES = 1024  # of an archive's body in every DBERT_FETCH_TIMEOUT seconds (DBERT_FETCH_MIN_BYTES overrides)
+DEADLINE = 3600.0  # seconds for a whole fetch (DBERT_FETCH_DEADLINE overrides)
 POLL = 0.25  # seconds between looks at a cancel request while a read waits
 SCHEMES = ("http", "https")
 
@@ -44,6 +48,43 @@ def seconds(variable: str, default: float) -> float:
 def timeout() -> float:
     """Seconds to wait for a connection or for the next bytes (DBERT_FETCH_TIMEOUT overrides)."""
     return seconds("DBERT_FETCH_TIMEOUT", TIMEOUT)
+
+
+def min_bytes() -> int:
+    """Bytes a download must bring in every DBERT_FETCH_TIMEOUT window (DBERT_FETCH_MIN_BYTES overrides)."""
+    text = os.environ.get("DBERT_FETCH_MIN_BYTES")
+    if text is None or not text.strip():
+        return MIN_BYTES
+    if not text.strip().isdigit() or int(text) < 1:
+        raise DbertError(f"DBERT_FETCH_MIN_BYTES must be a whole number of bytes >= 1, got {text[:40]!r}")
+    return int(text)
+
+
+_deadline: tuple[float, float] | None = None  # (monotonic time, its seconds) the fetch under way must end by
+
+
+@contextlib.contextmanager
+def deadline():
+    """A fetch under way: every download inside must end within DBERT_FETCH_DEADLINE seconds of its start."""
+    global _deadline
+    limit = seconds("DBERT_FETCH_DEADLINE", DEADLINE)
+    min_bytes()  # a malformed setting is one line before anything is fetched
+    _deadline = (time.monotonic() + limit, limit)
+    try:
+        yield
+    finally:
+        _deadline = None
+
+
+def _check_deadline(url: str) -> float:
+    """Seconds left of the fetch's deadline (inf when none is set); DbertError once it has passed."""
+    if _deadline is None:
+        return math.inf
+    left = _deadline[0] - time.monotonic()
+    if left <= 0:
+        raise DbertError(f"cannot fetch {url}: the download did not finish within {_deadline[1]:g} s "
+                         "(set DBERT_FETCH_DEADLINE to allow longer)")
+    return left
 
 
 def check_url(url: str) -> None:
@@ -88,28 +129,31 @@ class _Pace:
     def __init__(self, seconds: float, url: str, cancel=None):
         self.seconds, self.url, self.host, self.cancel = seconds, url, urlparse(url).netloc, cancel
         self.headers_by = time.monotonic() + seconds
+        self.least = min_bytes()
         self.window = None  # (start, bytes) once the body is being read
 
     def before(self) -> float:
-        """Seconds the next read may wait (DbertError once the headers' deadline has passed)."""
+        """Seconds the next read may wait (DbertError once the headers' deadline or the fetch's has passed)."""
+        whole = _check_deadline(self.url)
         if self.window is None:
             left = self.headers_by - time.monotonic()
             if left <= 0:
                 raise DbertError(f"cannot fetch {self.url}: no answer from {self.host} within {self.seconds:g} s "
                                  "(its headers never came whole; set DBERT_FETCH_TIMEOUT to wait longer)")
-            return min(self.seconds, left)
-        return self.seconds
+            return min(self.seconds, left, whole)
+        return min(self.seconds, whole)
 
     def after(self, n: int) -> None:
+        _check_deadline(self.url)
         if self.window is None:
             return
         start, got = self.window
         now = time.monotonic()
         if now - start >= self.seconds:
-            if got + n < MIN_BYTES:
+            if got + n < self.least:
                 raise DbertError(f"cannot fetch {self.url}: {self.host} sends too slowly: {got + n} bytes in "
-                                 f"{now - start:.0f} s "
-                                 f"(at least {MIN_BYTES} are needed every {self.seconds:g} s; DBERT_FETCH_TIMEOUT)")
+                                 f"{now - start:.0f} s (at least {self.least} are needed every {self.seconds:g} s; "
+                                 "DBERT_FETCH_MIN_BYTES and DBERT_FETCH_TIMEOUT set them)")
             self.window = (now, 0)
         else:
             self.window = (start, got + n)

@@ -195,6 +195,36 @@ def write_tensors(tensors: dict, file: Path) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+class _Recording:
+    """A file for torch.save that keeps the OSError of a failed write: torch reports a full
+    disk only as "unexpected pos" (a RuntimeError)."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def write_torch(obj, file: Path) -> None:
+    """torch.save into a file, a full disk an OSError (ENOSPC), not torch's "unexpected pos"."""
+    with open(file, "wb") as f:
+        out = _Recording(f)
+        try:
+            torch.save(obj, out)
+        except RuntimeError:
+            if out.error is not None:
+                raise out.error from None
+            raise
+
+
 def local_dir(init: str) -> Path:
     """A directory holding the pretrained BERT named by --init: the path itself or a hub snapshot."""
     path = Path(init).expanduser()
@@ -204,13 +234,14 @@ def local_dir(init: str) -> Path:
         raise DbertError(f"no such directory: {init}")
     from huggingface_hub import snapshot_download
 
-    from .net import configure_hub
+    from .net import configure_hub, deadline
 
     configure_hub()
     try:
-        got = Path(snapshot_download(init, allow_patterns=HUB_FILES))
-        if not list(got.glob("*.safetensors")):  # an older repo: pickled weights, read with weights_only
-            got = Path(snapshot_download(init, allow_patterns=HUB_FILES + ["pytorch_model.bin"]))
+        with deadline():  # within DBERT_FETCH_DEADLINE seconds in all
+            got = Path(snapshot_download(init, allow_patterns=HUB_FILES))
+            if not list(got.glob("*.safetensors")):  # an older repo: pickled weights, read with weights_only
+                got = Path(snapshot_download(init, allow_patterns=HUB_FILES + ["pytorch_model.bin"]))
     except Exception as e:  # noqa: BLE001 - offline, no such repo, network errors: one line for the user
         raise DbertError(_hub_failure(init, e)) from None
     return got

@@ -171,7 +171,8 @@ class Entry:
     created: str
     broken: str | None = None  # why the entry cannot be used; the other fields are then placeholders
     step: int | None = None    # optimizer steps trained
-    val_ppl: float | None = None  # the last held-out bound per token measured while training
+    val_ppl: float | None = None  # the quality figure (quality()), else the last held-out bound measured while training
+    quality: str | None = None    # what val_ppl is, where the checkpoint records its quality figure
 
     @property
     def label(self) -> str:
@@ -207,11 +208,27 @@ def _entry(name: str, path: Path) -> Entry:
         schedule = f"spindle({meta.get('lambda', 0.3):g})"
     # the text fields come from the checkpoint: made safe to show here, for the CLI and the TUI alike
     return Entry(name, path, size, meta.get("parameters"), schedule, meta.get("time", "none"),
-                 safe_text(meta.get("created", "?"), 40), step=meta.get("step"), val_ppl=_val_ppl(path, meta))
+                 safe_text(meta.get("created", "?"), 40), step=meta.get("step"), val_ppl=_val_ppl(path, meta),
+                 quality=(quality(meta) or (None, None))[1])
+
+
+def quality(meta: dict) -> tuple[float, str] | None:
+    """A checkpoint's one quality figure, (perplexity per token, what it is), where its dbert.json records one
+    (`quality`: measured on held-out text after training, e.g. the shipped model's exact 128-step bound on 200
+    held-out whole stories); the README, `dbert checkpoints list` and the TUI show the same figure."""
+    q = meta.get("quality")
+    if isinstance(q, dict) and isinstance(q.get("ppl_token"), (int, float)) and not isinstance(q["ppl_token"], bool):
+        what = safe_text(" ".join(str(q.get("what") or "held-out bound").split()), 120)
+        when = safe_text(str(q.get("measured") or ""), 10)
+        return float(q["ppl_token"]), what + (f", {when}" if when else "")
+    return None
 
 
 def _val_ppl(path: Path, meta: dict) -> float | None:
-    """The last validation bound: dbert.json's (saved since dbert records it), else the trainer state's."""
+    """The checkpoint's quality figure (quality()), else the last validation bound: dbert.json's (saved since
+    dbert records it), else the trainer state's."""
+    if quality(meta) is not None:
+        return quality(meta)[0]
     if isinstance(meta.get("val_ppl_token"), (int, float)):
         return float(meta["val_ppl_token"])
     from ..disk.jsonfile import read_json

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..disk.tree import folder_files
 from ..errors import DbertError
 
 # A sentence ends at . ! or ? (closing quotes and brackets stay with it) followed by white space and
@@ -47,17 +48,6 @@ def expand_paths(patterns: list[str]) -> list[str]:
     return paths
 
 
-def folder_files(folder: str) -> list[str]:
-    """A data folder's files, every level down, in sorted order (hidden names skipped)."""
-    found = []
-    for top, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found.extend(os.path.join(top, f) for f in sorted(files) if not f.startswith("."))
-    if not found:
-        raise DbertError(f"data folder holds no files: {folder}")
-    return found
-
-
 def absolute_patterns(patterns: list[str] | None) -> list[str] | None:
     """Paths or globs made absolute (~ expanded), as a run records them: it resumes from any folder."""
     if patterns is None:
@@ -83,9 +73,10 @@ def fingerprints(patterns: list[str]) -> list[dict]:
 
 
 def _file_lines(path: str) -> list[str]:
-    """A UTF-8 text file's stripped lines, blank ones included; one clear error if it has no text."""
+    """A UTF-8 text file's stripped lines, blank ones included (a byte-order mark at its start is
+    not text: Windows editors and some exporters write one); one clear error if it has no text."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             got = [ln.strip() for ln in f]
     except UnicodeDecodeError as e:
         raise DbertError(f"data file is not UTF-8 text: {path} (byte {e.start})") from None
@@ -239,8 +230,17 @@ def document_sentences(docs: list[list[str]]) -> list[list[str]]:
     return [[s for para in doc for s in join_open_quotes(split_sentences(para))] for doc in docs]
 
 
-def read_examples(patterns: list[str], unit: str = "line") -> list[str]:
-    lines = read_lines(patterns)
+def text_lines(patterns: list[str], sep: str = "auto") -> list[str]:
+    """The text of the files' documents as training reads it (read_documents with --doc-sep
+    `sep`), a paragraph an item: a JSONL line's "text" (never its JSON), no <|endoftext|> mark.
+    What `--unit line` trains on, and what the truecase table and the word list are learnt from."""
+    return [p for doc in read_documents(patterns, sep) for p in doc]
+
+
+def read_examples(patterns: list[str], unit: str = "line", sep: str = "auto") -> list[str]:
+    """The examples of `--unit line` (each line of text_lines: a JSONL file's "text" field, whatever
+    the unit) or `--unit sentence` (each sentence of those lines)."""
+    lines = text_lines(patterns, sep)
     if unit == "line":
         return lines
     if unit == "sentence":
@@ -264,13 +264,15 @@ def iter_encode(texts: list[str], tokenizer, chunk: int = 4096) -> Iterator[list
         backend = Tokenizer.from_str(backend.to_str())  # a copy without tokenizer.json's padding/truncation
         backend.no_padding()
         backend.no_truncation()
-    for i in range(0, len(texts), chunk):
-        if backend is not None:
-            enc = [e.ids for e in backend.encode_batch(texts[i:i + chunk], add_special_tokens=False)]
-        else:
-            enc = tokenizer(texts[i:i + chunk], add_special_tokens=False, truncation=False)["input_ids"]
-        for ids in enc:
-            yield [unk if x in bad else x for x in ids] if bad.intersection(ids) else ids
+    if backend is not None:  # a long text in bounded pieces (pieces.py): never one allocation of gigabytes
+        from .pieces import encoded
+
+        every = encoded(backend, texts, "ids", chunk)
+    else:
+        every = (ids for i in range(0, len(texts), chunk)
+                 for ids in tokenizer(texts[i:i + chunk], add_special_tokens=False, truncation=False)["input_ids"])
+    for ids in every:
+        yield [unk if x in bad else x for x in ids] if bad.intersection(ids) else ids
 
 
 def encode(texts: list[str], tokenizer, chunk: int = 4096) -> list[list[int]]:
@@ -485,8 +487,10 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     wp = BertWordPieceTokenizer(lowercase=True, strip_accents=True, clean_text=True)
-    wp.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, show_progress=False,
-                           special_tokens=specials)
+    from .pieces import pieces
+
+    wp.train_from_iterator((p for t in texts for p in pieces(t)), vocab_size=vocab_size, min_frequency=2,
+                           show_progress=False, special_tokens=specials)  # a long text in pieces (pieces.py)
     rest = sorted(set(wp.get_vocab()) - set(specials))
     vocab = {tok: i for i, tok in enumerate(specials + rest)}
     return WordPieceTokenizer.from_vocab(vocab, do_lower_case=True, strip_accents=True)

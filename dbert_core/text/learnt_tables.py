@@ -1,11 +1,13 @@
 """The tables a run learns from its raw text (truecase.learn, lexicon.learn), learnt once per corpus.
 
-Both read every non-empty line of the data files (sources.iter_lines, streamed: the lines are
-never all in memory). The word list is lexicon.learn's set, found from token ids with numpy
-(words_of_ids): from the run's token cache entry when it has one (nothing tokenized again), else
-from the lines encoded 16,384 at a time. The result is kept as one JSON file under the dbert
+Both read the documents' text as training reads it (data.text_lines: each paragraph of
+sources.iter_documents with --doc-sep, streamed, so never all in memory, in every format: a JSONL
+line's "text", never its JSON; no <|endoftext|> mark). The word list is lexicon.learn's set, found
+from token ids with numpy (words_of_ids): from the run's token cache entry when it has one
+(nothing tokenized again), else from the paragraphs encoded 16,384 at a time, a long one in
+bounded pieces (pieces.py). The result is kept as one JSON file under the dbert
 home's cache folder ($DBERT_HOME/cache/tables/KEY.json), KEY a SHA-256 of the files' sizes and
-SHA-256 and the tokenizer's (token_cache.cache_key), written atomically; a later run of the same
+SHA-256, the tokenizer's and the --doc-sep (token_cache.cache_key), written atomically; a later run of the same
 files and tokenizer (a re-run, --resume) reads it instead of the corpus.
 """
 
@@ -17,19 +19,18 @@ from pathlib import Path
 from ..disk.atomic import atomic_write_text
 from ..errors import DbertError
 from . import lexicon, truecase
-from .data import EOT, expand_paths
-from .sources import file_lines, iter_lines, plain_name
+from .sources import iter_documents
 from .token_cache import cache_key
 
-CHUNK = 16_384        # lines encoded at a time for the word list
+CHUNK = 16_384        # paragraphs encoded at a time for the word list
 CHUNK_TOKENS = 1 << 21  # a token cache's ids read at a time
 
 
-def _is_jsonl(path: str, sep: str) -> bool:
-    if sep != "auto":
-        return sep == "jsonl"
-    first = next((ln for ln in file_lines(path) if ln), "")
-    return plain_name(path).endswith(".jsonl") or (first.startswith("{") and first.endswith("}"))
+def text_of(patterns: list[str], sep: str = "auto"):
+    """data.text_lines, streamed and in every format sources reads: each paragraph of each
+    document (a JSONL line's "text", a Parquet row's), no <|endoftext|> mark."""
+    for doc in iter_documents(patterns, sep):
+        yield from doc
 
 
 def _encoded(lines: list[str], tokenizer):
@@ -37,28 +38,29 @@ def _encoded(lines: list[str], tokenizer):
 
     import numpy as np
 
-    backend = tokenizer.backend_tokenizer
-    batch = getattr(backend, "encode_batch_fast", backend.encode_batch)
-    return np.fromiter(itertools.chain.from_iterable(e.ids for e in batch(lines, add_special_tokens=False)),
-                       dtype=np.int64)
+    from .pieces import encoded
+    from .token_cache import fast_backend
+
+    ids = encoded(fast_backend(tokenizer.backend_tokenizer), lines, "ids", len(lines))  # a long one in pieces
+    return np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64)
 
 
 class Learning:
-    """The tables of the files' lines, learnt in a thread of their own while the caller goes on (a
+    """The tables of the files' documents' text (text_of), learnt in a thread of their own while the caller goes on (a
     story run tokenizes its corpus meanwhile; tokenizers' encoding lets go of the interpreter, so
     the two share the cores): `start`, then `finish(entry)` for the result, or `cancel()`.
 
-    With the files' token cache entry (from_entry: its documents are the lines but the
-    <|endoftext|> ones, joined by a space, which splits no word piece) the word list comes from its
-    ids at the finish: nothing is tokenized again. Otherwise, and for files read as JSONL (whose
-    lines are JSON, not their documents), the lines are encoded CHUNK at a time in the thread."""
+    With the files' token cache entry read with the same --doc-sep (from_entry: its documents are
+    these paragraphs joined by a space, which splits no word piece) the word list comes from its
+    ids at the finish: nothing is tokenized again. Otherwise the paragraphs are encoded CHUNK at a
+    time in the thread."""
 
     def __init__(self, patterns: list[str], tokenizer, from_entry: bool = False, sep: str = "auto"):
-        self.patterns, self.tokenizer = patterns, tokenizer
-        self.from_entry = from_entry and not any(_is_jsonl(p, sep) for p in expand_paths(patterns))
+        self.patterns, self.tokenizer, self.sep = patterns, tokenizer, sep
+        self.from_entry = from_entry
         self.words: set[str] = set()
         self.table = self.error = None
-        self.eot = self._stop = False
+        self._stop = False
         self.thread = None
 
     def start(self) -> "Learning":
@@ -70,12 +72,10 @@ class Learning:
 
     def _lines(self):
         buf: list[str] = []
-        for ln in iter_lines(self.patterns):
+        for ln in text_of(self.patterns, self.sep):
             if self._stop:
                 raise _Cancelled
-            if self.from_entry:
-                self.eot = self.eot or ln == EOT
-            else:
+            if not self.from_entry:
                 buf.append(ln)
                 if len(buf) >= CHUNK:
                     self.words.update(words_of_ids(_encoded(buf, self.tokenizer), self.tokenizer))
@@ -107,8 +107,6 @@ class Learning:
         if self.from_entry:
             for ids in _pieces(entry):
                 self.words.update(words_of_ids(ids, self.tokenizer))
-            if self.eot:
-                self.words.update(words_of_ids(_encoded([EOT], self.tokenizer), self.tokenizer))
         return self.table, frozenset(self.words)
 
 
@@ -117,8 +115,9 @@ class _Cancelled(Exception):
 
 
 def learn(patterns: list[str], tokenizer, entry=None, sep: str = "auto") -> tuple[dict, frozenset]:
-    """(the truecasing table, the word list) of the files' lines, in one streamed pass (Learning,
-    in this thread)."""
+    """(the truecasing table, the word list) of the files' documents' text (data.text_lines with
+    --doc-sep `sep`), in one streamed pass (Learning, in this thread); entry: the files' token
+    cache entry read with the same `sep`."""
     return Learning(patterns, tokenizer, entry is not None, sep).finish(entry)
 
 
@@ -142,7 +141,7 @@ class Tables:
 
     def __init__(self, patterns: list[str], tokenizer, root: Path, files: list[dict], story: bool = False,
                  sep: str = "auto"):
-        key, _ = cache_key(files, tokenizer, "lines", "tables")
+        key, _ = cache_key(files, tokenizer, "text tables", sep)  # the documents' text: not the raw lines' tables
         self.path = Path(root) / f"{key}.json"
         self.learning = None
         self.found = self._read()

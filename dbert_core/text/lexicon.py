@@ -29,19 +29,19 @@ def learn(lines: Iterable[str], tokenizer) -> frozenset[str]:
     """The words of these lines as the tokenizer writes them: each run of a word piece and its
     continuation pieces, spelt (lower case, accents stripped for an uncased tokenizer), the same
     grouping made_up reads a sample with; words with an unknown piece are left out."""
+    from .pieces import encoded
+
     backend, unk = tokenizer.backend_tokenizer, getattr(tokenizer, "unk_token", "[UNK]")
     out: set[str] = set()
-    lines = list(lines)
-    for i in range(0, len(lines), 2048):
-        for enc in backend.encode_batch(lines[i:i + 2048], add_special_tokens=False):
-            tokens, j = enc.tokens, 0
-            while j < len(tokens):
-                k = j + 1
-                while k < len(tokens) and tokens[k].startswith(CONTINUATION):
-                    k += 1
-                if word_piece(tokens[j]) and unk not in tokens[j:k] and k - j <= _MAX_WORD:
-                    out.add(spell(tokens[j:k]))
-                j = k
+    for tokens in encoded(backend, lines, "tokens", 2048):  # a long line in bounded pieces (pieces.py)
+        j = 0
+        while j < len(tokens):
+            k = j + 1
+            while k < len(tokens) and tokens[k].startswith(CONTINUATION):
+                k += 1
+            if word_piece(tokens[j]) and unk not in tokens[j:k] and k - j <= _MAX_WORD:
+                out.add(spell(tokens[j:k]))
+            j = k
     return frozenset(out)
 
 

@@ -136,11 +136,27 @@ def _encoder(tokenizer) -> Callable[[list[str]], list[list[int]]]:
         return lambda texts: tokenizer(texts, add_special_tokens=False, truncation=False)["input_ids"]
     from tokenizers import Tokenizer
 
+    from .pieces import PIECE_CHARS, encoded
+
     backend = Tokenizer.from_str(backend.to_str())  # a copy without tokenizer.json's padding/truncation
     backend.no_padding()
     backend.no_truncation()
-    batch = getattr(backend, "encode_batch_fast", backend.encode_batch)  # the same ids, without the offsets
-    return lambda texts: [e.ids for e in batch(texts, add_special_tokens=False)]
+    fast = fast_backend(backend)
+
+    def encode(texts: list[str]) -> list[list[int]]:
+        if all(len(t) <= PIECE_CHARS for t in texts):  # the common case: one call for the batch
+            return [e.ids for e in fast.encode_batch(texts, add_special_tokens=False)]
+        return list(encoded(fast, texts, "ids", len(texts)))  # a long document in bounded pieces (pieces.py)
+
+    return encode
+
+
+class fast_backend:
+    """A Rust tokenizer whose encode_batch is its encode_batch_fast where it has one (the same ids,
+    without the offsets), for pieces.encoded."""
+
+    def __init__(self, backend):
+        self.encode_batch = getattr(backend, "encode_batch_fast", backend.encode_batch)
 
 
 def _batches(docs: Iterable[list[str]]):

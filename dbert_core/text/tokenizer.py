@@ -144,7 +144,9 @@ class WordPieceTokenizer:
         """tokenizer.json, tokenizer_config.json, special_tokens_map.json and vocab.txt into path."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.backend_tokenizer.save(str(path / layout.TOKENIZER))
+        # Python's own I/O, not the tokenizer's save: a full disk is then an OSError (ENOSPC), which a
+        # checkpoint save reports in one line, not a bare Exception from Rust ("os error 28")
+        (path / layout.TOKENIZER).write_text(self.backend_tokenizer.to_str(pretty=True), encoding="utf-8")
         specials = {key: getattr(self, key) for key in SPECIALS}
         norm = self._normalizer()  # transformers rebuilds the normaliser from these keys: keep them in step
         config = {**self.config, **specials, "tokenizer_class": "BertTokenizer", "backend": "tokenizers",

@@ -132,11 +132,16 @@ def dist_timeout() -> float:
 DIST_START_TIMEOUT = 300.0  # seconds for every process of a run to start and meet (torchrun starts them together)
 
 
-def meet(rank: int, world: int, poll: float = 0.1):
+NOTICE_AFTER = 10.0  # seconds of waiting for the other ranks before saying so
+
+
+def meet(rank: int, world: int, poll: float = 0.1, notice=None):
     """The run's rendezvous store, once every rank has joined it. Rank 0 serves it at
     MASTER_ADDR:MASTER_PORT; each rank writes that it is there and waits for the others. A rank
     missing after DBERT_DIST_START_TIMEOUT seconds (300 by default) is one DbertError that names
-    it, instead of a wait of DBERT_DIST_TIMEOUT (30 minutes) and a backend's message."""
+    it, instead of a wait of DBERT_DIST_TIMEOUT (30 minutes) and a backend's message. After
+    NOTICE_AFTER seconds of waiting (half the limit, if shorter), notice(line) says who is
+    awaited and for how long."""
     import datetime
     import os
     import time
@@ -149,9 +154,17 @@ def meet(rank: int, world: int, poll: float = 0.1):
     serve = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true"
     attempt = f"dbert/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     deadline = time.monotonic() + limit
+    told = [False]
+
+    def waiting(who: str) -> None:
+        if notice is not None and not told[0] and time.monotonic() > deadline - limit + min(NOTICE_AFTER, limit / 2):
+            told[0] = True
+            notice(f"rank {rank} of {world}: waiting for {who} (at most {limit:g} s in all; "
+                   "DBERT_DIST_START_TIMEOUT sets it)")
+
     try:
         if not serve:  # wait for the store quietly here: torch's client logs every failed try as a C++ stack
-            _reachable(host, int(port), deadline)
+            _reachable(host, int(port), deadline, lambda: waiting(f"rank 0 at {host}:{port}"))
         store = torch.distributed.TCPStore(host, int(port), world, serve, timeout=datetime.timedelta(seconds=limit),
                                            wait_for_workers=False)
         store = torch.distributed.PrefixStore(attempt, store)  # a restarted attempt never sees an old one's keys
@@ -161,6 +174,7 @@ def meet(rank: int, world: int, poll: float = 0.1):
             missing = [r for r in missing if not store.check([f"joined/{r}"])]
             if not missing or time.monotonic() > deadline:
                 break
+            waiting(f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing[:8]))} to start")
             time.sleep(poll)
     except (RuntimeError, ValueError, OSError) as e:
         if rank == 0:
@@ -175,8 +189,8 @@ def meet(rank: int, world: int, poll: float = 0.1):
     return store
 
 
-def _reachable(host: str, port: int, deadline: float) -> None:
-    """Return once host:port accepts a connection; OSError at the deadline."""
+def _reachable(host: str, port: int, deadline: float, waiting=lambda: None) -> None:
+    """Return once host:port accepts a connection; OSError at the deadline (waiting() between tries)."""
     import socket
     import time
 
@@ -187,6 +201,7 @@ def _reachable(host: str, port: int, deadline: float) -> None:
         except OSError:
             if time.monotonic() > deadline:
                 raise
+            waiting()
             time.sleep(0.1)
 
 
@@ -216,7 +231,7 @@ def processes() -> tuple[int, int, int]:
     return whole("RANK", None, 0, world - 1), world, whole("LOCAL_RANK", "0", 0, 1 << 16)
 
 
-def _device(name: str, rank: int, world: int, local_rank: int) -> torch.device:
+def _device(name: str, rank: int, world: int, local_rank: int, notice=None) -> torch.device:
     """The run's device; with several processes, the process group joined first."""
     device = pick_device(name)
     if world > 1 and not torch.distributed.is_initialized():
@@ -224,7 +239,7 @@ def _device(name: str, rank: int, world: int, local_rank: int) -> torch.device:
 
         backend = "nccl" if device.type == "cuda" else "gloo"
         seconds = dist_timeout()
-        store = meet(rank, world)  # every rank present within DBERT_DIST_START_TIMEOUT, or one line naming who is not
+        store = meet(rank, world, notice=notice)  # every rank present within DBERT_DIST_START_TIMEOUT, or one line naming who is not
         try:
             torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=world,
                                                  timeout=datetime.timedelta(seconds=seconds))
@@ -238,9 +253,11 @@ def _device(name: str, rank: int, world: int, local_rank: int) -> torch.device:
 
 
 # ---------------------------------------------------------------------------------- preparing
-def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0, report=None) -> Prepared:
+def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0, notice=None,
+            report=None) -> Prepared:
     """Everything before the first step (the module's docstring says what); the output folder's
-    lock is released again if anything fails. report: called with a dict as the data is tokenized
+    lock is released again if anything fails. notice: called with a line for a person (a rank
+    waiting for an absent peer). report: called with a dict as the data is tokenized
     (story_data: {"stage": "tokenize", "bytes", "total", "tokens", ...}, then "built" or "cached")."""
     cfg.validate(world)
     if cfg.preset is not None and not cfg.init and not cfg.resume:  # the preset's positions, before reading data
@@ -258,7 +275,7 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
             with put_off_stops():  # a Ctrl-C waits until `lock` holds it, so the clean-up below sees it
                 lock = OutLock(out)  # before anything touches out; released when the run ends
             ckpt.recover(out)
-        return _prepare(cfg, out, lock, rank, world, local_rank, report, undo)
+        return _prepare(cfg, out, lock, rank, world, local_rank, notice, report, undo)
     except BaseException:
         for cancel in undo:  # the tables' thread
             cancel()
@@ -268,11 +285,11 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
         raise
 
 
-def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank: int, report=None,
+def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank: int, notice=None, report=None,
              undo: list | None = None) -> Prepared:
     if c.resume:
         c = resumed(c)
-    device = _device(c.device, rank, world, local_rank)
+    device = _device(c.device, rank, world, local_rank, notice)
     torch.manual_seed(c.seed + rank)
     state = None
     if c.resume:
@@ -296,8 +313,8 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         val_docs = document_sentences(val_raw) if val_raw is not None else None
         texts = train_texts = [s for d in train_docs for s in d]
     else:
-        texts = read_examples(c.data, c.unit)
-        train_texts, val_texts = _hold_out(c, texts, read_examples(c.val_data, c.unit) if c.val_data else None)
+        texts = read_examples(c.data, c.unit, c.doc_sep)
+        train_texts, val_texts = _hold_out(c, texts, read_examples(c.val_data, c.unit, c.doc_sep) if c.val_data else None)
     if state is not None:
         db = ckpt.load(out, device="cpu")
         check_model(db, c)
@@ -333,8 +350,9 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
             db.meta["sampling"] = sampling
     check_memory_for(c, db.model.config, world)
     if rank == 0:  # on every start (a resumed run of an older dbert gets them too), from the cache when it has them
-        if tables is None:
-            tables = learnt_tables.Tables(c.data, db.tokenizer, story_data.tables_root(), story_data.file_prints(c.data))
+        if tables is None:  # the documents' text as training reads it (learnt_tables.text_of: data.text_lines)
+            tables = learnt_tables.Tables(c.data, db.tokenizer, story_data.tables_root(), story_data.file_prints(c.data),
+                                          sep=c.doc_sep)
         db.truecase, db.words, _ = tables.end(entry)
     return Prepared(c, db, train, val, device, state=state, lock=lock, keep=keep, documents=documents)
 

@@ -11,7 +11,7 @@ for a checkpoint trained before this existed):
                  so no sample opens with "And once upon a time" or "But".
 
 sampling/settings.py reads them; a checkpoint without them samples with neither rule's data.
-The export may add `decoding` ({steps, top_k, top_p, cache_refresh}: the decoding measured best for the
+The export may add `decoding` ({steps, temperature, top_k, top_p, cache_refresh, cache_masked}: the decoding measured best for the
 checkpoint, not learnt from its data; scripts/export_default.py --steps/--top-k/--top-p/--cache-refresh), which settings.default_decoding
 reads.
 """

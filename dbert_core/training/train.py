@@ -82,6 +82,7 @@ class Callback:
     """Hooks a trainer calls; override what you need. Metrics are plain dicts."""
 
     def on_prepare(self, trainer, info: dict): ...  # the data being tokenized (prepare's report)
+    def on_notice(self, trainer, line: str): ...  # a line about the start for a person (before on_start)
     def on_start(self, trainer): ...
     def on_step(self, trainer, metrics: dict): ...
     def on_eval(self, trainer, metrics: dict): ...
@@ -127,7 +128,14 @@ class Trainer:
             for cb in self.callbacks:
                 getattr(cb, "on_prepare", lambda *a: None)(self, info)
 
-        self._adopt(prepare(self.cfg, self.rank, self.world, self.local_rank, report=report))
+        self._adopt(prepare(self.cfg, self.rank, self.world, self.local_rank,
+                            notice=self._notice, report=report))
+
+    def _notice(self, line: str) -> None:
+        """A line about the start for a person (a rank waiting for the others): the callbacks' on_notice."""
+        for cb in self.callbacks:
+            if hasattr(cb, "on_notice"):  # a callback need not derive from Callback
+                cb.on_notice(self, line)
 
     def _adopt(self, prepared: Prepared) -> None:
         """Take on a prepared run: its config, model, examples and device; the model goes to the

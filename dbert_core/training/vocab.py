@@ -28,6 +28,7 @@ import torch
 
 from ..disk import layout
 from ..errors import DbertError
+from ..text.pieces import encoded
 
 # tensors with one row per vocabulary entry, in BertForMaskedLM / BertModel checkpoints
 VOCAB_ROWS = ("word_embeddings.weight", "predictions.bias", "predictions.decoder.weight", "predictions.decoder.bias")
@@ -46,9 +47,8 @@ def kept_ids(tokenizer, texts: list[str]) -> list[int]:
     keep = {i for piece, i in vocab.items() if single_char(piece, prefix)}
     keep.update(vocab[s] for s in SPECIALS if s in vocab)
     keep.update(tokenizer.get_added_tokens_decoder())  # {id: AddedToken}
-    for start in range(0, len(texts), 4096):
-        for enc in tokenizer.encode_batch(texts[start:start + 4096], add_special_tokens=False):
-            keep.update(enc.ids)
+    for ids in encoded(tokenizer, texts, "ids"):  # a long text in bounded pieces (text/pieces.py)
+        keep.update(ids)
     return sorted(keep)
 
 

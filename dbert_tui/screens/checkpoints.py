@@ -51,13 +51,18 @@ def entry_details(entry) -> Text:
         line.append("saved " + str(meta.get("saved") or meta.get("created"))[:16].replace("T", " "))
     if line:
         out.append("\ntrained: " + " · ".join(line), style="")
+    from dbert_core.storage.store import quality
+
+    measured = quality(meta)
     evals = []
     try:
         history = json.loads((Path(entry.path) / STATE / STATE_JSON).read_text()).get("history", [])
         evals = [h for h in history if "val_nats_per_token" in h]
     except (OSError, ValueError, AttributeError):
         pass
-    if evals:
+    if measured is not None:
+        out.append(f"\nquality: ppl {measured[0]:.2f} per token ({measured[1]})")
+    elif evals:
         last = evals[-1]
         out.append(f"\nvalidation: ELBO ≤ {last['val_nats_per_token']:.3f} nats/token, ppl ≤ "
                    f"{last['val_ppl_token']:.0f} (step {last['step']:,})")
@@ -78,7 +83,7 @@ def entry_details(entry) -> Text:
     if data:
         how = ", ".join(x for x in (meta.get("unit"), "packed" if meta.get("pack") else "") if x)
         more = f" and {len(data) - 1} more" if len(data) > 1 else ""
-        out.append(f"\ndata: {data[0]}{more}" + (f" ({how})" if how else ""))
+        out.append(f"\ndata: {Path(str(data[0])).name}{more}" + (f" ({how})" if how else ""))  # no path of the training machine
     card = Path(entry.path) / "MODEL_CARD.md"
     if card.is_file():
         try:

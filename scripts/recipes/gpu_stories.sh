@@ -11,6 +11,9 @@
 #   After: OUT/best.tar.NN (the best held-out checkpoint, float16, split to fit the 16 MiB a file that comes back:
 #   `cat best.tar.* | tar -x`), train.{log,json}, bench.json, eval.jsonl, info.log
 #   (progress of the rest).
+# Part `english` (issue 58's curriculum, scripts/recipes/curriculum.sh on a GPU): before `train`, the stories mixed with the
+# children's books' slice (DATA_DIR/books-slice.txt) for ENGLISH_SECONDS (240); `train` then goes on from its best weights on
+# the stories alone, and `eval` scores the english stage's best too: PARTS="english train eval sample" TRAIN_SECONDS=200.
 # Env: OUT (results), PY (python), DATA_DIR (.devdata), INIT (the shipped model), WORK (/tmp/gpu-stories), PARTS
 #   ("train eval sample bench tests"), TRAIN_SECONDS, BATCH, SEQ_LEN, LR, WARMUP, EVAL_EVERY, DEVICE (cuda; cpu: the dry run of
 #   tests/test_gpu_recipe.py), EVAL_SECONDS, SAMPLE_SECONDS, BENCH_SECONDS, TESTS_SECONDS (each part's time limit).
@@ -22,8 +25,11 @@ cd "$(dirname "$0")/../.."
 if [ "${1:-}" = prepare ]; then
   set -e
   [ -s runs/data/head-train.txt ] || scripts/stories_model.sh story-data
+  [ -s runs/data/books-slice.txt ] || awk -v n="${BOOK_LINES:-30000}" 'NR > n && /^$/ { exit } { print }' \
+    ../shared/data/children/gutenberg_children.txt > runs/data/books-slice.txt  # as scripts/recipes/curriculum.sh cuts it
   mkdir -p .devdata .whl
-  cp runs/data/head-train.txt runs/data/head-heldout.txt runs/data/lowercase-stories.txt ../shared/data/fables/fables.txt .devdata/
+  cp runs/data/head-train.txt runs/data/head-heldout.txt runs/data/lowercase-stories.txt runs/data/books-slice.txt \
+    ../shared/data/fables/fables.txt .devdata/
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_17_x86_64 -d .whl platformdirs==4.3.6  # the image has no platformdirs
   for d in /.devdata/ /.whl/; do grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
@@ -49,8 +55,19 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 
+START=$INIT
+if has english; then  # more English first: the stories and the books' slice, mixed as they come
+  timeout "$(( ${ENGLISH_SECONDS:-240} + 40 ))" $PY scripts/recipes/train_timed.py --init "$INIT" \
+    --data $D/head-train.txt --data $D/lowercase-stories.txt --data $D/fables.txt --data $D/books-slice.txt \
+    --val-data $D/head-heldout.txt --out "$WORK/english" --seconds "${ENGLISH_SECONDS:-240}" --batch-size "${BATCH:-128}" \
+    --seq-len "${SEQ_LEN:-256}" --lr "${LR:-2e-4}" --warmup "${WARMUP:-300}" --eval-every "${EVAL_EVERY:-250}" \
+    --device "$DEVICE" > "$OUT/english.json" 2> "$OUT/english.log"
+  echo "english exit $?" >> "$OUT/info.log"
+  [ -d "$WORK/english/best" ] && START=$WORK/english/best
+fi
+
 if has train; then
-  timeout "$(( ${TRAIN_SECONDS:-320} + 40 ))" $PY scripts/recipes/train_timed.py --init "$INIT" \
+  timeout "$(( ${TRAIN_SECONDS:-320} + 40 ))" $PY scripts/recipes/train_timed.py --init "$START" \
     --data $D/head-train.txt --data $D/lowercase-stories.txt --data $D/fables.txt --val-data $D/head-heldout.txt \
     --out "$WORK/run" --seconds "${TRAIN_SECONDS:-320}" --batch-size "${BATCH:-128}" --seq-len "${SEQ_LEN:-256}" --lr "${LR:-2e-4}" \
     --warmup "${WARMUP:-300}" --eval-every "${EVAL_EVERY:-250}" --device "$DEVICE" > "$OUT/train.json" 2> "$OUT/train.log"
@@ -61,7 +78,7 @@ if has train; then
 fi
 
 if has eval; then
-  for ck in "$WORK/run/best" "$INIT"; do  # the held-out bound as the docs measure it (4 draws), both in one run
+  for ck in "$WORK/run/best" "$WORK/english/best" "$INIT"; do  # the held-out bound as the docs measure it (4 draws), both in one run
     [ -d "$ck" ] || continue
     echo "{\"checkpoint\": \"$ck\"}" >> "$OUT/eval.jsonl"
     timeout "${EVAL_SECONDS:-40}" $PY -m dbert_core.cli eval --checkpoint "$ck" --data "$D/head-heldout.txt" --unit story \

@@ -5,7 +5,7 @@ the sheet and the rubric, scored against a key kept apart (docs/stories.md#readi
     python scripts/studies/blind_read.py sheet --out runs/blind/r1 defaults=runs/blind/defaults.txt [t07=...]
     python scripts/studies/blind_read.py prompt runs/blind/r1        # the words a reader is given
     # a reader (a person, or a fresh language-model session given only the prompt) writes runs/blind/r1/grades.txt
-    python scripts/studies/blind_read.py score runs/blind/r1 [runs/blind/r1/grades-2.txt ...]
+    python scripts/studies/blind_read.py score runs/blind/r1 [runs/blind/r2 ...]      # several sheets: pooled
 
 `sheet` takes the first --n stories of each NAME=FILE (one story a line, as `dbert sample` prints them) and
 --n human stories drawn (seeded) from --human (held-out stories never trained on: the last 200 of
@@ -140,16 +140,32 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
 def score(key: dict[str, str], readers: list[dict[str, dict]]) -> dict[str, dict]:
     """Per source: n stories, each criterion's (mean, ci) over stories (each story its readers' mean),
     and the human guesses over all (story, reader) grades."""
+    return pooled([(key, {i: [r[i] for r in readers] for i in key}, {i: i for i in key})])
+
+
+def pooled(sheets: list[tuple[dict, dict, dict]]) -> dict[str, dict]:
+    """score() over several sheets: each (key, {id: [grades of its readers]}, {id: story}); a story that is
+    on several sheets (the same text from the same source) counts once, its grades from all of them averaged."""
+    stories: dict[tuple[str, str], list[dict]] = {}
+    for key, grades, text in sheets:
+        for i, source in key.items():
+            stories.setdefault((source, text[i]), []).extend(grades[i])
     out: dict[str, dict] = {}
-    for source in dict.fromkeys(key.values()):
-        ids = [i for i, s in key.items() if s == source]
-        row: dict = {"stories": len(ids), "readers": len(readers)}
+    for source in dict.fromkeys(s for s, _ in stories):
+        mine = [g for (s, _), g in stories.items() if s == source]
+        row: dict = {"stories": len(mine), "readers": max(len(g) for g in mine)}
         for c in CRITERIA:
-            row[c] = mean_ci([sum(r[i][c] for r in readers) / len(readers) for i in ids])
-        row["taken_for_human"] = sum(r[i]["human"] for r in readers for i in ids)
-        row["grades"] = len(ids) * len(readers)
+            row[c] = mean_ci([sum(x[c] for x in g) / len(g) for g in mine])
+        row["taken_for_human"] = sum(x["human"] for g in mine for x in g)
+        row["grades"] = sum(len(g) for g in mine)
         out[source] = row
     return out
+
+
+def sheet_texts(folder: Path) -> dict[str, str]:
+    """{id: story} as the sheet shows them."""
+    parts = (folder / "sheet.md").read_text(encoding="utf-8").split("\n## ")[1:]
+    return {p.split("\n", 1)[0].strip(): p.split("\n", 1)[1].strip() for p in parts}
 
 
 def table(scores: dict[str, dict]) -> str:
@@ -187,9 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("prompt", help="what a reader is told (the sheet's and rubric's paths)")
     r.add_argument("folder", type=Path)
     r.add_argument("--grades", default="grades.txt")
-    c = sub.add_parser("score", help="the table of one or more readers' grades")
-    c.add_argument("folder", type=Path)
-    c.add_argument("grades", nargs="*", type=Path, help="grades files (default: FOLDER/grades*.txt)")
+    c = sub.add_parser("score", help="the table of one or more readers' grades, over one sheet or several")
+    c.add_argument("folder", type=Path, nargs="+", help="sheet folders (several: pooled, a story once however many sheets hold it)")
+    c.add_argument("--grades", nargs="*", type=Path, default=None, help="grades files (one folder only; default: FOLDER/grades*.txt)")
     c.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     try:
@@ -208,15 +224,20 @@ def main(argv: list[str] | None = None) -> int:
         elif a.cmd == "prompt":
             print(reader_prompt(a.folder, a.grades))
         else:
-            kp = key_path(a.folder)
-            if not kp.is_file():
-                raise BlindError(f"{kp}: no key (made by `blind_read.py sheet --out {a.folder}`)")
-            key = json.loads(kp.read_text(encoding="utf-8"))["key"]
-            files = a.grades or sorted(a.folder.glob("grades*.txt"))
-            if not files:
-                raise BlindError(f"{a.folder}: no grades*.txt")
-            readers = [read_grades(f, set(key)) for f in files]
-            scores = score(key, readers)
+            if a.grades and len(a.folder) > 1:
+                raise BlindError("--grades names one sheet's files: give one folder with it")
+            sheets = []
+            for folder in a.folder:
+                kp = key_path(folder)
+                if not kp.is_file():
+                    raise BlindError(f"{kp}: no key (made by `blind_read.py sheet --out {folder}`)")
+                key = json.loads(kp.read_text(encoding="utf-8"))["key"]
+                files = a.grades or sorted(folder.glob("grades*.txt"))
+                if not files:
+                    raise BlindError(f"{folder}: no grades*.txt")
+                readers = [read_grades(f, set(key)) for f in files]
+                sheets.append((key, {i: [r[i] for r in readers] for i in key}, sheet_texts(folder)))
+            scores = pooled(sheets)
             print(json.dumps(scores) if a.json else table(scores))
     except BlindError as e:
         print(f"blind_read: {e}", file=sys.stderr)

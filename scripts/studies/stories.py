@@ -22,6 +22,7 @@ import sys
 
 from dbert_core.evaluation.metrics import readability, unigram_entropy
 from dbert_core.evaluation.story_metrics import story_report
+from dbert_core.errors import DbertError
 from dbert_core.text.data import read_documents, story_texts
 
 COLUMNS = (("one story", "frac_one_story", "{:.0%}"), ("story start", "frac_story_start", "{:.0%}"),
@@ -43,21 +44,24 @@ def row(name: str, m: dict, columns=COLUMNS) -> str:
     return f"| {name} ({m['n']}) | " + " | ".join(cells) + " |"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("files", nargs="+", help="sample files, one sample a line")
-    ap.add_argument("--heldout", required=True, help="held-out stories (a file dbert train --unit story reads)")
-    ap.add_argument("--judge", default=None, help="a causal LM folder: gen-PPL and judge-token entropy per set")
-    args = ap.parse_args()
+def measure_sets(args) -> dict:
+    """{set name: its measures} for the held-out stories and each sample file (DbertError for a
+    file that cannot be read)."""
     judge = None
     if args.judge:
-        from dbert_core.evaluation.judge import Judge
+        from dbert_core.evaluation.judge import Judge, check_judge
 
+        check_judge(args.judge)
         judge = Judge(args.judge)
     sets = {"held-out stories": story_texts(read_documents([args.heldout]))}
     for path in args.files:
-        with open(path, encoding="utf-8") as f:
-            sets[path] = [ln.rstrip("\n") for ln in f if ln.strip()]
+        try:
+            with open(path, encoding="utf-8") as f:
+                sets[path] = [ln.rstrip("\n") for ln in f if ln.strip()]
+        except UnicodeDecodeError as e:
+            raise DbertError(f"sample file is not UTF-8 text: {path} (byte {e.start})") from None
+        except OSError as e:
+            raise DbertError(f"cannot read sample file {path}: {e.strerror}") from None
     results = {}
     for name, texts in sets.items():
         results[name] = measure(texts)
@@ -66,10 +70,24 @@ def main() -> int:
             results[name].update({"judge": args.judge, "gen_ppl": scored["gen_ppl"],
                                   "log_gen_ppl_se": scored["log_gen_ppl_se"], "judge_entropy": scored["entropy"],
                                   "judge_tokens_per_text": scored["judge_tokens_per_text"]})
+    return results
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+", help="sample files, one sample a line")
+    ap.add_argument("--heldout", required=True, help="held-out stories (a file dbert train --unit story reads)")
+    ap.add_argument("--judge", default=None, help="a causal LM folder: gen-PPL and judge-token entropy per set")
+    args = ap.parse_args()
+    try:
+        results = measure_sets(args)
+    except DbertError as e:  # a missing or unreadable file, a judge that cannot judge: one line
+        print(f"stories: error: {e}", file=sys.stderr)
+        return 2
     for name, m in results.items():
         print(json.dumps({"file": name, **m}))
     columns = COLUMNS + ((("judge gen-PPL", "gen_ppl", "{:.2f}"), ("judge entropy", "judge_entropy", "{:.2f}"))
-                         if judge is not None else ())
+                         if args.judge else ())
     print("| samples | " + " | ".join(c for c, _, _ in columns) + " |", file=sys.stderr)
     print("|---|" + "---:|" * len(columns), file=sys.stderr)
     for name, m in results.items():

@@ -16,14 +16,22 @@ from ..options import Device
 from ..streams import say
 
 
-def _int_list(text: str, option: str) -> list[int]:
+def _int_list(text: str, option: str, most: int | None = None) -> list[int]:
+    """Comma-separated positive integers, at most `most` each (a 400-digit --batch is one line, not
+    an OverflowError when its memory is reckoned)."""
+    shown = repr(text) if len(text) <= 40 else repr(text[:40]) + f"... ({len(text):,} characters)"  # one short line
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise DbertError(f"{option} takes comma-separated integers, got {text!r}") from None
+        raise DbertError(f"{option} takes comma-separated integers, got {shown}") from None
     if not values or min(values) < 1:
-        raise DbertError(f"{option} takes positive integers, got {text!r}")
+        raise DbertError(f"{option} takes positive integers, got {shown}")
+    if most is not None and max(values) > most:
+        raise DbertError(f"{option} takes integers of at most {most:,}, got {shown}")
     return values
+
+
+MAX_BENCH_BATCH = 1_000_000  # rows per call at most; the device's free memory is checked once the model is loaded
 
 
 MAX_BENCH_LENGTH = 4096  # tokens; the checkpoint's own position limit is checked when it is loaded
@@ -54,12 +62,17 @@ def bench(
     from ...evaluation.bench import markdown, run
 
     step_list = _int_list(steps, "--steps") if steps else ([16, 128] if quick else [16, 128, 512, 2048])
-    batches = _int_list(batch, "--batch")
+    batches = _int_list(batch, "--batch", MAX_BENCH_BATCH)
     if not 1 <= length <= MAX_BENCH_LENGTH:
         raise DbertError(f"--length must be in [1, {MAX_BENCH_LENGTH}], got {length}")
     from ...disk.output import check_output
 
     check_output(out, "--out", folder=True)  # before the hour of measuring, not after it
+    from ...disk import layout
+
+    for report in (layout.BENCH_JSON, layout.BENCH_MD):  # a link or folder at a report's name, too
+        if os.path.lexists(Path(out) / report):
+            check_output(Path(out) / report, "--out")
     chosen = [s.strip() for s in samplers.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in config.STRATEGIES]
     if unknown or not chosen:
@@ -80,5 +93,13 @@ def bench(
     say(f"bench: {db.path}, steps {step_list}, batch {batches}, samplers {chosen}; results in {out}/")
     result = run(db, Path(out), load_seconds, chosen, step_list, batches, length=length, quick=quick, train=measure_train,
                  bf16=bf16, threads=range(1, (os.cpu_count() or 1) + 1), report=say)
-    sys.stdout.write(markdown(result))
-    sys.stdout.flush()
+    import errno
+
+    try:
+        sys.stdout.write(markdown(result))
+        sys.stdout.flush()
+    except OSError as e:  # a full disk or device behind stdout: the report is kept in --out all the same
+        if e.errno == errno.EPIPE:
+            raise
+        raise DbertError(f"cannot write the report to stdout: {e.strerror or e}; it is in "
+                         f"{Path(out) / layout.BENCH_MD} (and {layout.BENCH_JSON})") from None

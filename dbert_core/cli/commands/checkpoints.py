@@ -38,12 +38,14 @@ def checkpoints_list(as_json: Annotated[bool, typer.Option("--json", help="One J
             row = {"name": e.name, "path": str(e.path), "size": e.size, "tui": used(e)}
             row.update({"broken": e.broken} if e.broken else {"parameters": e.parameters, "schedule": e.schedule,
                                                                "time": e.time, "created": e.created, "step": e.step,
-                                                               "val_ppl_token": e.val_ppl})
+                                                               "val_ppl_token": e.val_ppl, "quality": e.quality})
             print(json.dumps(row))
         return
     for line in list_lines(rows, used):
         print(line)
     say(f"store: {store_dir()}  (* the TUI's checkpoint; paths and settings: --json)")
+    say("VAL PPL: the checkpoint's quality figure where its dbert.json records one (the shipped model's: held-out "
+        "whole stories, exact 128-step bound), else its last validation bound")
 
 
 def list_lines(rows, used, width: int = 80) -> list[str]:
@@ -66,7 +68,7 @@ def list_lines(rows, used, width: int = 80) -> list[str]:
             continue
         params = f"{e.parameters / 1e6:.2f}M" if e.parameters else "?"
         steps = f"{e.step:,}" if isinstance(e.step, int) else "-"
-        val = f"{e.val_ppl:.1f}" if e.val_ppl is not None else "-"
+        val = "-" if e.val_ppl is None else f"{e.val_ppl:.2f}" if e.quality else f"{e.val_ppl:.1f}"
         out.append(f"{mark}{cut(label):<{name_w}} {human_size(e.size):>8} {params:>7} {steps:>6} {val:>8} "
                    f"{(e.created or '?')[:10]:<10}")
     return out

@@ -11,7 +11,7 @@ import typer
 from ... import config, strategies
 from ...errors import DbertError
 from .. import options
-from ..options import SAMPLE, Device, EvalUnit, Sampler, no_params
+from ..options import SAMPLE, Device, DocSep, EvalUnit, Sampler, no_params
 from ..streams import say
 
 
@@ -22,7 +22,8 @@ def evaluate(
     limit: Annotated[Optional[int], typer.Option(help="Score only the first N examples.")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Sum all S terms per example (slow).")] = False,
     mc_samples: Annotated[int, typer.Option(help="Monte-Carlo draws per example (without --exact).")] = 1,
-    unit: Annotated[EvalUnit, typer.Option(help="An example is a line, a sentence, a story (a whole document, in the windows `dbert train --unit story` builds: the bound per token of text and end mark) or a window: the sentence-start windows of the checkpoint's length that `dbert train --unit sentence --pack` builds from the documents, its validation bound. Documents: <|endoftext|> lines, JSONL or blank lines, read from each file.")] = EvalUnit.line,
+    unit: Annotated[Optional[EvalUnit], typer.Option(help="An example is a line, a sentence, a story (a whole document, in the windows `dbert train --unit story` builds: the bound per token of text and end mark) or a window: the sentence-start windows of the checkpoint's length that `dbert train --unit sentence --pack` builds from the documents, its validation bound. Documents: <|endoftext|> lines, JSONL or blank lines, read from each file. Default: the unit the checkpoint trained on (dbert.json's unit; line where it records none), said on stderr.", show_default=False)] = None,
+    doc_sep: Annotated[DocSep, typer.Option(help="What separates documents, as in `dbert train`: auto (each file's own: <|endoftext|> lines, JSONL, else blank lines), blank, eot, line (one per line) or jsonl ({\"text\": ...} per line; a line's text whatever the --unit).")] = DocSep("auto"),
     samples: Annotated[int, typer.Option(help="Also draw N samples for BLEU-4 / Self-BLEU-4 / distinct-n.")] = 0,
     sample_steps: Annotated[Optional[int], typer.Option(help="Reverse steps for those samples (default: as `dbert sample`, the checkpoint's recommendation, else 96).", show_default=False)] = SAMPLE.steps,
     sample_length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length, as `dbert sample`; the paper: 64).")] = None,
@@ -34,7 +35,7 @@ def evaluate(
     known_words: Annotated[bool, typer.Option("--known-words/--made-up-words", help="As in `dbert sample`.")] = SAMPLE.known_words,
     sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy of the samples, as in `dbert sample`. Default: the model's fastest exact sampler.")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable).")] = None,
-    temperature: Annotated[float, typer.Option(help="Softmax temperature of the samples' token choice.")] = SAMPLE.temperature,
+    temperature: Annotated[Optional[float], typer.Option(help="Softmax temperature of the samples' token choice (default: as `dbert sample`).", show_default=False)] = SAMPLE.temperature,
     judge: Annotated[Optional[str], typer.Option(metavar="MODEL", help="Also score the samples and as much held-out --data text under this Hugging Face causal LM (a local folder or a hub id such as gpt2-large; safetensors only, no remote code): gen-PPL and unigram entropy.")] = None,
     batch_size: Annotated[int, typer.Option(help="Examples per batch.")] = 32,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
@@ -45,7 +46,7 @@ def evaluate(
 
     Example: dbert eval --data held-out.txt --unit sentence --limit 200 --samples 20 --json
     """
-    from ...evaluation.metrics import perplexity, quality
+    from ...evaluation.metrics import perplexity, quality, trained_unit
 
     if limit is not None and limit < 1:
         raise DbertError("--limit must be >= 1")
@@ -75,6 +76,10 @@ def evaluate(
     from ..progress import CountProgress, SampleProgress
 
     db = options.load(checkpoint, device.value)
+    if unit is None:
+        chosen, why = trained_unit(db.meta)
+        unit = EvalUnit(chosen)
+        say(f"dbert: note: scoring by {chosen}: {why} (--unit chooses)")
     scoring = CountProgress(1, batch_size, label="scoring")
 
     def counted(done: int, total: int) -> None:
@@ -83,7 +88,7 @@ def evaluate(
 
     try:
         scored = perplexity(db, data, steps=steps, limit=limit, exact=exact, mc=mc_samples, batch_size=batch_size,
-                            seed=seed, unit=unit.value, progress=counted)
+                            seed=seed, unit=unit.value, progress=counted, doc_sep=doc_sep.value)
     except OverflowError:  # math.exp of a bound past ~709 nats per token
         scored = {"nats_per_token": math.inf}
     finally:
@@ -91,6 +96,8 @@ def evaluate(
     if "documents" in scored:
         say(f"{scored['documents']:,} documents, median {scored['document_words_median']:,} words, "
             f"longest {scored['document_words_longest']:,}")
+    if "documents_warning" in scored:
+        say(scored["documents_warning"])
     bad = [k for k, v in scored.items() if isinstance(v, float) and not math.isfinite(v)]
     if bad:  # a score of inf or NaN is no answer: the weights' outputs overflow
         raise DbertError(f"the checkpoint's scores are not finite ({', '.join(bad)}): its outputs overflow "
@@ -105,7 +112,7 @@ def evaluate(
                               top_p=top_p, batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
                               sampler=sampler.value if sampler else None, params=params, temperature=temperature,
                               judge=judge, on_frame=sampling, pair_quotes=pair_quotes,
-                              fix_contractions=fix_contractions, known_words=known_words))
+                              fix_contractions=fix_contractions, known_words=known_words, doc_sep=doc_sep.value))
         sampling.close()
     if as_json:
         print(json.dumps(result))

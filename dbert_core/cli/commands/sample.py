@@ -15,9 +15,12 @@ from ... import config, strategies
 from ...errors import DbertError
 from .. import options
 from ..options import SAMPLE, Device, Dtype, Sampler, no_params
+from ..short_help import show_all
 from ..streams import say
 
 TOPK = 5  # candidates recorded per reveal in a --trajectory file (the token inspector shows them)
+COMMON = ("prompt_arg", "checkpoint", "n", "steps", "temperature", "top_k", "top_p", "length", "seed", "prompt",
+          "prompt_file", "output", "stats", "candidates", "help_all")  # `dbert sample --help`; --help-all: every option
 
 
 def sample(
@@ -25,12 +28,13 @@ def sample(
     checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
     n: Annotated[int, typer.Option("--n", "-n", help="Number of samples (lines on stdout), for each prompt.")] = SAMPLE.n,
     steps: Annotated[Optional[int], typer.Option(help="Reverse steps S (1..T). Default: what the checkpoint recommends (dbert.json's sampling.decoding; the shipped model: 48), else 96.", show_default=False)] = SAMPLE.steps,
-    temperature: Annotated[float, typer.Option(help="Softmax temperature of the token choice (0: greedy, the most likely token).")] = SAMPLE.temperature,
+    temperature: Annotated[Optional[float], typer.Option(help="Softmax temperature of the token choice (0: greedy, the most likely token). Default: what the checkpoint recommends (dbert.json's sampling.decoding), else 1.", show_default=False)] = SAMPLE.temperature,
     top_k: Annotated[Optional[int], typer.Option(help="Keep the k most likely tokens (0: off). Default: what the checkpoint recommends (dbert.json's sampling.decoding), else 30.", show_default=False)] = SAMPLE.top_k,
     top_p: Annotated[Optional[float], typer.Option(help="Nucleus sampling: keep the most likely tokens that make up this much of the probability, in (0, 1] (1: off). Default: what the checkpoint recommends, else 1.", show_default=False)] = SAMPLE.top_p,
     length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length). A story model (the shipped one) writes one story of at most this many tokens and chooses where it ends (default 383: a 255-token window and one continuation window, room for nearly every story); a story that has not ended when a window is full continues block by block, up to 8,192.")] = SAMPLE.length,
     min_length: Annotated[Optional[int], typer.Option(help="A story model's shortest story, in tokens: before it the story may not end (the model's p given \"not the end\"). Default: what the checkpoint recommends (dbert.json's sampling.min_length: the 1st percentile of its training stories' lengths; 0 where it says nothing).")] = SAMPLE.min_length,
     end_at_sentence: Annotated[bool, typer.Option("--end-at-sentence/--end-anywhere", help="A story model ends a story only after a sentence end (. ! ? or a closing quote; never after \"And\"): p given that rule; --end-anywhere lets the model end where it likes.")] = SAMPLE.end_at_sentence,
+    natural_length: Annotated[bool, typer.Option("--natural-length/--shaped-length", help="--natural-length: a story model's end keeps the model's own chance (temperature 1, no top-k or top-p), so a cooler temperature changes the words, not the story's length (longer stories, read as worse: docs/stories.md); --shaped-length (default): the end is shaped like any token, and cool stories end sooner.")] = SAMPLE.natural_length,
     start_as_trained: Annotated[bool, typer.Option("--start-as-trained/--start-anyhow", help="A story model opens a story with a token that opens its training stories (dbert.json's sampling.openings; no \"But\" or \"And once\"): p given that rule; --start-anyhow lets the model open with any token.")] = SAMPLE.start_as_trained,
     batch_size: Annotated[int, typer.Option(help="Samples per network call, at most.")] = SAMPLE.batch_size,
     workers: Annotated[Optional[int], typer.Option(help="The --n samples split into a multiple of this many batches, run side by side, each on its share of the CPU's threads (one thread: in turn). The split sets the texts. Default: 2 on a CPU (1 with --trajectory), 1 on a GPU.", show_default=False)] = SAMPLE.workers,
@@ -53,6 +57,7 @@ def sample(
     cache_refresh: Annotated[Optional[int], typer.Option("--cache-refresh", metavar="K", help="Approximate, faster calls: decided positions keep their keys and values between network calls and are computed afresh every K calls; the calls between compute only what is still masked or just changed (a decided-position cache, after Fast-dLLM's dual cache). 0: the model's exact p. Default: the checkpoint's recommendation, else 0.")] = None,
     cache_masked: Annotated[Optional[bool], typer.Option("--cache-masked/--fresh-masked", help="With --cache-refresh K: keep the still-masked positions' keys and values too, and their reveal chances from the last whole call (first-hitting), so the calls between compute only the positions just revealed and the ones being revealed (Fast-dLLM's dual cache, without blocks): approximate, several times cheaper calls. --fresh-masked computes every masked position at every call. Default: the checkpoint's recommendation, else --fresh-masked.")] = None,
     candidates: Annotated[int, typer.Option(help="Infill ([MASK*A-B] in the prompt): texts drawn for each length; all are ranked by the model's ELBO per token and the best --n printed, their scores on stderr.")] = 4,
+    help_all: Annotated[bool, typer.Option("--help-all", is_eager=True, callback=show_all, help="Every option (precision, caches, touch-ups, story rules, workers), each name whole, and exit.")] = False,
 ):
     """Generate N samples, one per line on stdout; a story start inside a sample reads " ¶ ".
 
@@ -64,7 +69,7 @@ def sample(
 
     prompts = _prompts(prompt_arg, prompt, prompt_file)
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
-                              min_length=min_length, end_at_sentence=end_at_sentence,
+                              min_length=min_length, end_at_sentence=end_at_sentence, natural_length=natural_length,
                               start_as_trained=start_as_trained, sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
                               workers=1 if trajectory is not None and workers is None else workers,
                               params=strategies.parse_params(sampler.value, param) if sampler else no_params(param),
@@ -110,6 +115,7 @@ def sample(
             say(f"dbert: note: {note}" + (f" ({p[:40]!r})" if len(prompts) > 1 else ""))
     progress = SampleProgress(cfg.n * len(prompts), cfg.batch_size)
     texts, records, st = [], [], None
+    infill_stats: list[dict] = []  # one a [MASK*A-B] prompt: its drawing's and its ranking's cost
 
     def on_frame(frame):
         progress(frame)
@@ -119,16 +125,18 @@ def sample(
     for p in prompts:
         run = replace(cfg, prompt=p)
         if has_range(p):
-            got = _infill(db, run, candidates, not lowercase, paragraph, records)
+            got, st_p = _infill(db, run, candidates, not lowercase, paragraph, records)
             texts.extend(got)
+            infill_stats.append(st_p)
             continue
         resolved = resolve(run, db)
         got, st_p = generate(db, resolved, on_frame=on_frame, cased=not lowercase, paragraph=paragraph,
-                             topk=TOPK if trajectory is not None else 0)
+                             topk=TOPK if trajectory is not None else 0,
+                             every_frame=trajectory is not None)  # the progress line needs the done frames only
         texts.extend(got)
         records.extend({"text": t, "prompt": p, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
                         "settings": {k: getattr(resolved, k) for k in ("steps", "temperature", "top_k", "top_p", "length",
-                                                                       "min_length", "end_at_sentence", "start_as_trained", "sampler", "params", "block_repeats", "dtype",
+                                                                       "min_length", "end_at_sentence", "natural_length", "start_as_trained", "sampler", "params", "block_repeats", "dtype",
                                                                        "prefix_cache", "cache_refresh", "cache_masked", "batch_size", "workers")},
                         "stats": st_p} for i, t in enumerate(got))
         st = st_p if st is None else {k: (st[k] + st_p[k] if k in ("nfe", "rows", "gflop", "seconds", "samples", "batches") else st_p[k])
@@ -147,16 +155,44 @@ def sample(
         sys.stdout.write(t.replace("\n", " ") + "\n")
     sys.stdout.flush()
     if stats:
-        say(json.dumps(st))
+        if infill_stats and st is None and len(infill_stats) == 1:
+            say(json.dumps(infill_stats[0]))
+        else:
+            say(json.dumps({**st, "infill": infill_stats} if infill_stats and st else
+                           {"infill": infill_stats} if infill_stats else st))
 
 
-def _infill(db, cfg, candidates: int, cased: bool, paragraph: str, records: list) -> list[str]:
+def _infill(db, cfg, candidates: int, cased: bool, paragraph: str, records: list) -> tuple[list[str], dict]:
     """An infill prompt ([MASK*A-B]): every length drawn `candidates` times, ranked by ELBO per
-    token (infill.py); the best cfg.n texts returned, their scores on stderr and in records."""
-    from ...sampling.infill import infill
+    token (infill.py); the best cfg.n texts and the run's cost (--stats) returned, their scores on
+    stderr and in records. Progress on stderr: the drawing, then the ranking."""
+    from ...sampling.infill import infill, variants
     from ...sampling.sample import resolve
+    from ..progress import CountProgress, SampleProgress
 
-    ranked = infill(db, resolve(cfg, db), per_length=candidates, cased=cased, paragraph=paragraph)
+    from ...sampling.infill import DRAWS, SCORE_STEPS
+
+    lengths = len(variants(cfg.prompt))
+    texts = lengths * candidates
+    say(f"dbert: infill: {texts} texts to draw ({lengths} lengths x {candidates} candidates), then to rank by "
+        f"the {SCORE_STEPS}-step bound over {DRAWS} corruptions")
+    drawing = SampleProgress(texts, candidates, label="infill: drawing")
+    ranking: list = []  # its progress, from the ranking's start (its elapsed time and ETA are the ranking's)
+
+    def ranked_so_far(done: int, total: int, fraction: float) -> None:
+        if not ranking:
+            drawing.close()
+            ranking.append(CountProgress(total, total, label="infill: ranking"))
+        ranking[0].update(done, fraction)
+
+    st: dict = {}
+    try:
+        ranked = infill(db, resolve(cfg, db), per_length=candidates, cased=cased, paragraph=paragraph,
+                        on_frame=drawing, on_rank=ranked_so_far, stats=st)
+    finally:
+        drawing.close()
+        for progress in ranking:
+            progress.close()
     best = ranked[:cfg.n]
     if len(best) < cfg.n:  # the same text drawn twice is kept once
         say(f"dbert: note: only {len(best)} different texts among those drawn for --n {cfg.n}; "
@@ -165,8 +201,8 @@ def _infill(db, cfg, candidates: int, cased: bool, paragraph: str, records: list
         say(f"dbert: infill #{i + 1}: {c.score:.4f} nats/token, lengths {','.join(map(str, c.lengths))}, "
             f"{c.tokens} tokens")
         records.append({"text": c.text, "prompt": cfg.prompt, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
-                        "infill": c.record()})
-    return [c.text for c in best]
+                        "infill": c.record(), "stats": st})
+    return [c.text for c in best], st
 
 
 def _prompts(arg: str | None, option: str | None, file: Path | None) -> list[str | None]:

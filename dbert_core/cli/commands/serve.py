@@ -21,7 +21,7 @@ def serve(
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     api_key: Annotated[Optional[str], typer.Option(envvar="DBERT_API_KEY", help="Require Authorization: Bearer KEY (or set DBERT_API_KEY, which stays out of the process list).")] = None,
     max_n: Annotated[int, typer.Option(help="Completions per request at most (prompts x n).")] = 16,
-    max_tokens: Annotated[int, typer.Option(help="max_tokens (the span length) at most.")] = 256,
+    max_tokens: Annotated[Optional[int], typer.Option(help="max_tokens (the span length) at most. Default: the checkpoint's story length, `dbert sample`'s default --length (383 for the shipped model), at least 256.", show_default=False)] = None,
     max_queue: Annotated[int, typer.Option(help="Prompts waiting for the model at most; more get HTTP 429.")] = 64,
     timeout: Annotated[float, typer.Option(help="Seconds a request may take, queueing included; then HTTP 504.")] = 120.0,
     max_body: Annotated[int, typer.Option(help="Bytes of a request body at most; more get HTTP 413.")] = 65536,
@@ -40,8 +40,8 @@ def serve(
     from ...serving.serve import create_app
     from ...serving.server import run
 
-    check_options(api_key=api_key, port=port, timeout=timeout, grace=grace, max_n=max_n, max_tokens=max_tokens,
-                  max_queue=max_queue, max_body=max_body, batch_rows=batch_rows, max_connections=max_connections)
+    check_options(api_key=api_key, port=port, timeout=timeout, grace=grace, max_n=max_n,
+                  **({} if max_tokens is None else {"max_tokens": max_tokens}), max_queue=max_queue, max_body=max_body, batch_rows=batch_rows, max_connections=max_connections)
     if not is_loopback(host) and not api_key:
         say(f"dbert serve: warning: listening on {host} without --api-key: anyone who can reach this port can use it")
     name = checkpoint if checkpoint is None or "/" not in checkpoint else Path(checkpoint).name
@@ -52,10 +52,10 @@ def serve(
     application = create_app(db, name, api_key=api_key, limits=limits, batching=batch, max_rows=batch_rows,
                              device=device.value, dtype=dtype.value)
     say(f"dbert serve: {name} ({db.path}) on http://{host}:{port}/v1 ; stop with Ctrl+C")
-    restore_signals()  # serving.server handles SIGINT, SIGTERM and SIGHUP itself (a grace period), then re-raises them
+    restore_signals()  # serving.server handles SIGINT, SIGTERM and SIGHUP itself: each drains, then run() returns
     try:
-        run(application, host, port, grace=grace)  # SIGTERM: ends by the signal once shut down, as uvicorn does
-    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on
+        run(application, host, port, grace=grace)
+    except KeyboardInterrupt:  # a Ctrl-C before uvicorn took the signals
         pass
     except SystemExit as e:  # uvicorn's exit when it cannot start (its ERROR line says why)
         if e.code:

@@ -9,8 +9,8 @@ from functools import partial
 
 from textual.binding import Binding
 
-from ...controller import BRANCHES, Playback
-from ...files import EXPORT_TITLE, default_name, export_run, save_texts, save_title
+from ...controller import BRANCHES, Playback, Run
+from ...files import EXPORT_TITLE, default_name, export_run, save_texts, save_title, texts_of
 from ...forms import PROMPT_TITLE
 from ...widgets.keybar import Key
 from ..dialogs import FormDialog
@@ -31,16 +31,17 @@ KEYS = [  # the key bar (widgets.keybar): rank 1 stays longest, `?` lists every 
 
 
 BINDINGS = [  # the order of the key help (`?`); the key bar shows KEYS, the control bar the setting keys
-    Binding("space", "toggle_play", "Play / pause; replay a finished run"),
+    Binding("space", "toggle_play", "Play / pause; a finished run: its frames again"),
     Binding("full_stop", "step", "One reverse step (pauses first)", key_display="."),
     Binding("left", "scrub(-1)", "Scrub back one step", key_display="←"),
     Binding("right", "scrub(1)", "Scrub forward one step", key_display="→"),
     Binding("g", "grid", "Grid of several samples, or back to one"),
-    Binding("c", "compare", "Compare two settings side by side, or end it"),
+    Binding("c", "compare", "Compare two settings (separate draws, one seed), or end it"),
     Binding("r", "restart", "Restart the run (same settings and seed)"),
     Binding("e", "edit", "Settings dialog: every sampling setting"),
     Binding("p", "prompt", "Prompt / infill template"),
-    Binding("s", "save", "Save the text(s) to a file"),
+    Binding("s", "save", "Save the text(s) and settings; one sample shown: that one"),
+    Binding("C", "copy", "Copy the selected sample to the clipboard (OSC 52)", key_display="C"),
     Binding("x", "export", "Export the run: .json trajectory, .cast asciinema, .html text"),
     Binding("v", "toggle_colour", "Colour by reveal order / confidence"),
     Binding("left_square_bracket", "steps(0.5)", "Halve the steps", key_display="["),
@@ -56,8 +57,10 @@ BINDINGS = [  # the order of the key help (`?`); the key bar shows KEYS, the con
     Binding("down", "select(1)", "Next sample", key_display="↓"),
     Binding("enter", "zoom", "Selected sample large"),
     Binding("escape", "unzoom", "All samples"),
-    Binding("home", "scrub_to(0)", "First step"),
-    Binding("end", "live", "Live"),
+    Binding("home", "scrub_to(0)", "First step (a long text from its top)"),
+    Binding("end", "live", "Live; a long text follows the writing again"),
+    Binding("pageup", "page(-1)", "Page up a long text (stops following; End follows)", key_display="PgUp"),
+    Binding("pagedown", "page(1)", "Page down a long text (or the grid)", key_display="PgDn"),
     Binding("i", "inspect", "Inspect and edit tokens (a click on a token too); Esc leaves"),
     Binding("shift+left", "extend(-1)", "Inspect: extend the selection left", key_display="⇧←"),
     Binding("shift+right", "extend(1)", "Inspect: extend the selection right", key_display="⇧→"),
@@ -86,10 +89,23 @@ class KeyActions:
             if self.editor.versions:  # an edited text: play its recorded frames again (the versions stay)
                 self._start(self.editor.play_again(self.playbacks[0].run))
                 return
-            self.restart()  # replay from the start
+            self._replay_recorded()
             return
         self.player.toggle()
         self._draw()
+
+    def _replay_recorded(self) -> None:
+        """Space on a finished run: its recorded frames played again from the start through the
+        gate, every side (nothing is sampled; the final text is known, so the stable layout holds
+        from the first frame unless `w` chose free). A failed run has nothing whole to play: it runs again."""
+        if any(pb.run.failed or not pb.frames for pb in self.playbacks):
+            self.restart()
+            return
+        again = [Playback(Run(next(self.session._ids), pb.run.settings, playing=True, template=pb.run.template,
+                              source=[rec.frame for rec in pb.frames], source_order=pb.frames[-1].order,
+                              source_prompt=pb.run.source_prompt)) for pb in self.playbacks]
+        self.session.playbacks = again
+        self._start(again)
 
     def action_step(self) -> None:
         """One reverse step (pauses first); while scrubbing, one recorded step forward."""
@@ -109,11 +125,20 @@ class KeyActions:
 
     def action_scrub_to(self, index: int) -> None:
         self.player.scrub_to(index)
+        self.canvas.follow_writing()  # Home: the first step, where it writes (a long text's top)
         self._draw()
 
     def action_live(self) -> None:
         self.player.live()
+        self.canvas.follow_writing()
         self._draw()
+
+    def action_page(self, direction: int) -> None:
+        """PgUp / PgDn: the long text (or the grid) a page up or down."""
+        if self.view_mode() == "grid":
+            (self.grid.scroll_page_down if direction > 0 else self.grid.scroll_page_up)(animate=False)
+        elif self.view_mode() == "single":
+            self.canvas.page(direction)
 
     def action_restart(self) -> None:
         self.restart()
@@ -304,12 +329,35 @@ class KeyActions:
         if pb is None or not pb.frames:
             self.app.notify("nothing to save yet", severity="warning")
             return
-        self.app.push_screen(FormDialog(save_title(pb.frames[-1].frame), [("path", "file", self._default_name("txt"), "")],
-                                        "Save"), partial(self._save, pb))
+        rows = self._shown_rows(pb)
+        name = default_name(self.db, self.session.active.seed, "txt", rows[0] + 1 if rows else None)
+        self.app.push_screen(FormDialog(save_title(pb.frames[-1].frame, rows), [("path", "file", name, "")], "Save"),
+                             partial(self._save, pb))
 
     def _save(self, pb: Playback, values: dict | None) -> None:
         if values and values["path"] and pb.frames:
-            self._report(*save_texts(values["path"], self.db, pb.frames[-1]))
+            self._report(*save_texts(values["path"], self.db, pb.frames[-1], pb.run.settings, self._shown_rows(pb)))
+
+    def _shown_rows(self, pb: Playback) -> list[int] | None:
+        """The one sample on screen when a run of several shows one (large, or a side of a
+        comparison): [selected]; None in the grid or for a run of one (all of them)."""
+        several = pb.frames and pb.frames[-1].frame.ids.shape[0] > 1
+        return [self.session.selected] if several and self.view_mode() != "grid" else None
+
+    def action_copy(self) -> None:
+        """The selected sample's text (as saved) to the clipboard: Textual's OSC 52."""
+        pb = self.session.active_playback()
+        if pb is None or not pb.frames:
+            self.app.notify("nothing to copy yet", severity="warning")
+            return
+        rec = pb.frames[-1]
+        row = min(self.session.selected, rec.frame.ids.shape[0] - 1)
+        text = texts_of(self.db, rec)[row]
+        self.app.copy_to_clipboard(text)
+        which = f"sample {row + 1} of {rec.frame.ids.shape[0]}" if rec.frame.ids.shape[0] > 1 else "the sample"
+        left = int(rec.frame.masked[row].sum())
+        self.app.notify(f"copied {which} to the clipboard ({len(text)} characters{f', {left} [MASK] left' if left else ''});"
+                        " the terminal must allow OSC 52", timeout=5)
 
     def action_export(self) -> None:
         pb = self.session.active_playback()

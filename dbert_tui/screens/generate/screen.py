@@ -5,7 +5,7 @@ Three views of the same machinery:
   strip where it is not);
 - a grid of n samples of one run filling in together (`g`), each card with its own progress;
   Enter (or a click) shows the selected one large, Esc goes back;
-- a comparison (`c`): the same seed under two settings, side by side; Tab chooses the side the
+- a comparison (`c`): two settings side by side with one seed (separate draws); Tab chooses the side the
   keys change, and any change restarts both.
 
 The state is the App's controller.Session (settings of both sides, runs, playback, selection);
@@ -33,8 +33,8 @@ from textual.widgets import Header
 from dbert_core.errors import DbertError
 
 from ...controller import Playback, Run, Session
-from ...messages import InfillChosen, RunAdvanced, SampleChosen, TokenPointed
-from ...render import prompt_words_of
+from ...messages import InfillChosen, RunAdvanced, RunFailed, SampleChosen, TokenPointed
+from ...render import prompt_words_of, window_step
 from ...widgets.generate.canvas import Canvas, final_of
 from ...widgets.generate.compare import CompareView
 from ...widgets.generate.controls import Controls
@@ -54,7 +54,10 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
     """Live reverse diffusion. Changing a control restarts the run with the new settings."""
 
     HELP = ("Watch the reverse process fill in the [MASK]s, step by step. The control bar shows each "
-            "sampling setting beside its key; a change restarts the run at once with the same seed.")
+            "sampling setting beside its key; a change restarts the run at once with the same seed (a new "
+            "draw all the same: once one token differs, the rest of the story can differ). "
+            "A text taller than the screen follows the writing as later windows fill in; PgUp and PgDn "
+            "(or the mouse wheel) scroll it, End follows the writing again.")
 
     BINDINGS = BINDINGS  # screens/generate/keys.py: every key, in the order of the key help
 
@@ -238,6 +241,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         self._show_curve()
         self._show_controls()
         self.canvas.say(Text("starting…", style="dim"))
+        self.canvas.top()
         self.player.start(playbacks, self.db)
         self._status()
 
@@ -248,6 +252,34 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
             if pb is not None:
                 self.editor.run_finished(pb.run)  # a refill: a new version
         self._draw_soon()
+
+    @on(RunFailed)
+    def _run_failed(self, message: RunFailed) -> None:
+        """A sampling worker raised (the app has notified): the screen goes back to a usable
+        state. A failed infill says so in place of the sample; a failed refill brings back the
+        version it started from; any other run ends as it stands, Space or r runs it again."""
+        if message.run_id == 0:
+            if self.player.infilling:
+                self.player.infilling = 0
+                self.canvas.say(Text(f"the infill failed: {message.text} · p: change the prompt", style="red"))
+                self._status()
+            return
+        pb = self.session.playback_of(message.run_id)
+        if pb is None:  # a run already replaced
+            return
+        run = pb.run
+        run.failed, run.finished = message.text, True
+        run.set_playing(False)
+        version = self.editor.versions.current()
+        if run.template is not None and version is not None and version.run is not run:
+            self.editor.branch_run = None
+            self._show_version(version)  # the text before the refill, as it was
+            return
+        self._arrange()
+        self._draw()
+        if not run.frames:
+            self.canvas.say(Text(f"the run failed: {message.text} · Space or r: again", style="red"))
+        self._status()
 
     # ------------------------------------------------------------------ drawing
     def _draw_soon(self) -> None:
@@ -270,22 +302,26 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
             self.compare.draw(self.db, self.playbacks, self.session.side, self.session.selected, colour, edges,
                               self._prompt_words, not self.app.deterministic)
         elif rec is not None and mode == "grid":
-            self.grid.draw(self.db, rec, colour, edges, self._prompt_words(), final_of(pb.run, controls.stable))
+            self.grid.draw(self.db, rec, colour, edges, self._prompt_words(), final_of(pb.run, controls.stable),
+                           pb.run.settings.steps)
         elif rec is not None and self.draft is not None:
             shown = self.canvas.draw_draft(self.db, self.draft, colour, edges)
-            info = self.inspector.show(self.db, self.draft, shown.frame.steps)
-            self.query_one(InspectorLine).show(info, shown.frame.steps, self.db.schedule.T)
+            per_window = pb.run.settings.steps  # a story's reveal step within its window
+            info = self.inspector.show(self.db, self.draft, shown.frame.steps, per_window)
+            self.query_one(InspectorLine).show(info, shown.frame.steps, self.db.schedule.T, per_window)
         elif rec is not None:
             row = self.session.selected if rec.frame.ids.shape[0] > 1 else None
             self.canvas.draw(self.db, rec, row, colour, edges, self._prompt_words(), final_of(pb.run, controls.stable))
         if rec is not None and rec is not self.drawn:
             self.drawn = rec
             self.frames_drawn += 1
-        active = self.session.active_playback().shown()
-        if active is not None:
+        active_pb = self.session.active_playback()
+        active = active_pb.shown()
+        if active is not None:  # the schedule is one window's: its step within the window
             f = active.frame
+            within = window_step(f.step, f.steps, active_pb.run.settings.steps)[2]
             for widget in (self.query_one(SchedulePanel), self.query_one(ScheduleStrip)):
-                widget.set_position(f.step, float(f.masked.double().mean()))
+                widget.set_position(within, float(f.masked.double().mean()))
         self._status()
 
     def _prompt_words(self, prompt: str | None = None) -> dict[int, str] | None:

@@ -3,7 +3,7 @@
     player.py     Player         the status line; the runs' workers, their frames, play/pause/step/scrub, infill
     canvas.py     Canvas         one sample large; the text drawn, its token positions, double spacing
     grid.py       SampleGrid     several samples, a card each; selection marks, cards below the fold
-    compare.py    CompareView    the same seed under two settings, side A and side B
+    compare.py    CompareView    two settings side by side (one seed, separate draws), side A and B
     inspector.py  TokenInspector the token under the cursor (panel), InspectorLine (one line)
     editor.py     Editor         the draft, its locks, versions (undo/redo), refill and branch
     controls.py   Controls       the legend and the control bar; settings keys and dialogs, colouring, layout

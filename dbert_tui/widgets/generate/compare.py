@@ -1,4 +1,4 @@
-"""Compare: the same seed under two settings, side by side (`c`).
+"""Compare: two settings side by side with the same seed, separate draws (`c`).
 
 It owns its two panes: each names its side, says whether the keys change it, shows its
 settings (what differs from the other side highlighted), its progress and its text.

@@ -12,7 +12,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ...messages import SampleChosen
-from ...render import render_row
+from ...render import render_row, window_step
 
 
 def progress_bar(done: float, width: int = 10) -> str:
@@ -41,16 +41,20 @@ class SampleCard(Static, can_focus=False):
     def watch_selected(self, selected: bool) -> None:
         self.set_class(selected, "-selected")
 
-    def show(self, text: Text, revealed: int, total: int, step: int, steps: int) -> None:
-        """The sample's text, and its progress: `revealed` of `total` tokens, reverse step `step` of `steps`."""
+    def show(self, text: Text, revealed: int, total: int, step: int, steps: int, per_window: int = 0) -> None:
+        """The sample's text, and its progress: `revealed` of `total` tokens, reverse step `step` of
+        `steps` (a story's counted on across its windows of `per_window` steps: shown per window)."""
         self.text = text
         self.update(text)
+        window, windows, within = window_step(step, steps, per_window)
+        where = f"window {window}/{windows} · " if windows > 1 else ""
         if not total:
             self.border_subtitle = ""
         elif revealed == total:  # a row is complete at its own step, often before the run's last one
-            self.border_subtitle = f"{total}/{total} done · step {step}"
+            self.border_subtitle = f"{total}/{total} done · {where}step {within}"
         else:
-            self.border_subtitle = f"{progress_bar(revealed / total)} {revealed}/{total} · step {step}/{steps}"
+            bar = "" if windows > 1 else progress_bar(revealed / total) + " "  # a story's window instead: it fits a card
+            self.border_subtitle = f"{bar}{revealed}/{total} · {where}step {within}/{per_window if windows > 1 else steps}"
 
     def on_click(self) -> None:
         self.post_message(SampleChosen(self.index))
@@ -89,8 +93,8 @@ class SampleGrid(VerticalScroll, can_focus=False):
         """Scroll card `index` into view."""
         self.scroll_to_widget(self.cards()[index])
 
-    def draw(self, db, rec, colour: str, edges, verbatim, final) -> None:
-        """Every row of the frame on its card, with its own progress."""
+    def draw(self, db, rec, colour: str, edges, verbatim, final, per_window: int = 0) -> None:
+        """Every row of the frame on its card, with its own progress (per window: `per_window` steps each)."""
         f = rec.frame
         L = f.ids.shape[1]
         for card in self.cards():
@@ -99,7 +103,7 @@ class SampleGrid(VerticalScroll, can_focus=False):
                 continue
             row_step = int(f.row_steps[b]) if f.row_steps is not None else f.step
             card.show(render_row(db, rec, b, colour, verbatim=verbatim, edges=edges, final=final),
-                      L - int(f.masked[b].sum()), L, row_step, f.steps)
+                      L - int(f.masked[b].sum()), L, row_step, f.steps, per_window)
 
     def cards_below(self) -> list[int]:
         """The cards that lie wholly or partly below the visible part (the status hints at them)."""

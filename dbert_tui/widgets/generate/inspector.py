@@ -50,15 +50,16 @@ class TokenInspector(Static):
             info.pop("masking_time", None)
         return info
 
-    def show(self, db, draft, steps: int) -> dict | None:
-        """The token under the draft's cursor, drawn; returns its facts (for the one-line view)."""
+    def show(self, db, draft, steps: int, per_window: int = 0) -> dict | None:
+        """The token under the draft's cursor, drawn; returns its facts (for the one-line view).
+        per_window: a story's steps per window (its reveal step is told within its window)."""
         self.info = self.inspect(db, draft)
-        self.update(inspector_lines(self.info, steps, db.schedule.T, compact=False))
+        self.update(inspector_lines(self.info, steps, db.schedule.T, compact=False, per_window=per_window))
         return self.info
 
 
 class InspectorLine(Static):
     """The inspected token in one line (narrow terminals)."""
 
-    def show(self, info: dict | None, steps: int, T: int | None) -> None:
-        self.update(inspector_lines(info, steps, T, compact=True))
+    def show(self, info: dict | None, steps: int, T: int | None, per_window: int = 0) -> None:
+        self.update(inspector_lines(info, steps, T, compact=True, per_window=per_window))

@@ -17,20 +17,30 @@ from functools import partial
 from rich.text import Text
 from textual import on
 from textual.widgets import Static
-from textual.worker import get_current_worker
+from textual.worker import Worker, WorkerState, get_current_worker
 
 from ...controller import Playback, Run, produce
 from ...forms import SIDES
-from ...messages import FrameReady, InfillChosen, InfillReady, RunAdvanced, RunFinished
+from ...messages import FrameReady, InfillChosen, InfillReady, RunAdvanced, RunFailed, RunFinished
 from ...render import progress_line
+from ...workers import ReportWorkerErrors, one_line
 
 
-class Player(Static):
+class Player(ReportWorkerErrors, Static):
     def __init__(self, **kwargs) -> None:
         super().__init__("", **kwargs)
         self.infilling = 0                      # the token of the infill being computed (0: none)
         self._infill_tokens = itertools.count(1)
         self.ranking: list = []                 # the last infill's candidates, best first
+        self._runs: dict[Worker, int] = {}      # each running worker's run id (0: an infill)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A worker's failure is the app's notification (ReportWorkerErrors' handler, which Textual
+        calls too), and its run's end: the screen gets a RunFailed and goes back to a usable state."""
+        if event.state in (WorkerState.SUCCESS, WorkerState.CANCELLED, WorkerState.ERROR):
+            run_id = self._runs.pop(event.worker, None)
+            if event.state == WorkerState.ERROR and run_id is not None:
+                self.post_message(RunFailed(run_id, one_line(event.worker.error)))
 
     @property
     def playbacks(self) -> list[Playback]:
@@ -48,8 +58,9 @@ class Player(Static):
         if len(playbacks) == 1:
             self.cancel(1)
         for i, pb in enumerate(playbacks):
-            self.run_worker(partial(self._sample, pb.run, db), name="sampling", group=f"sample-{i}",
-                            exclusive=True, thread=True, exit_on_error=False)
+            worker = self.run_worker(partial(self._sample, pb.run, db), name="sampling", group=f"sample-{i}",
+                                     exclusive=True, thread=True, exit_on_error=False)
+            self._runs[worker] = pb.run.id
 
     def _sample(self, run: Run, db) -> None:
         """(worker thread) Compute the run's frames and post each one; then say it finished."""
@@ -79,8 +90,9 @@ class Player(Static):
         worker; the winner's batch then becomes the session's run (InfillChosen)."""
         self.cancel()
         token = self.infilling = next(self._infill_tokens)
-        self.run_worker(partial(self._infill, token, cfg, db), name="infill", group="sample-0", exclusive=True,
-                        thread=True, exit_on_error=False)
+        worker = self.run_worker(partial(self._infill, token, cfg, db), name="infill", group="sample-0",
+                                 exclusive=True, thread=True, exit_on_error=False)
+        self._runs[worker] = 0
 
     def _infill(self, token: int, cfg, db) -> None:
         """(worker thread) The infill's candidates, posted when all are ranked."""
@@ -179,8 +191,8 @@ class Player(Static):
             text.append("no run", style="dim")
         elif mode == "compare":
             seeds = {pb.run.settings.seed for pb in self.playbacks}
-            text.append("compare A | B", style="bold")
-            text.append(f" · seed {'/'.join(map(str, sorted(seeds)))} · keys change {SIDES[session.side]}"
+            text.append("compare A | B: separate draws", style="bold")  # a seed does not hold a draw across settings
+            text.append(f", seed {'/'.join(map(str, sorted(seeds)))} · keys change {SIDES[session.side]}"
                         " (Tab: switch) · c: end")
         else:
             pb = self.playbacks[0]
@@ -193,6 +205,8 @@ class Player(Static):
                             style="bold yellow")
             if inspecting is not None:
                 text.append_text(inspecting)
+            elif rec is None and pb.run.failed:
+                text.append(f"step 0/{pb.run.settings.steps} · failed (Space or r: again)", style="bold red")
             elif rec is None:
                 text.append(f"step 0/{pb.run.settings.steps} · starting", style="dim")
             else:

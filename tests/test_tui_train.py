@@ -1,0 +1,43 @@
+"""The Train screen's runs beside the Generate screen's sampling, driven with Pilot."""
+
+from __future__ import annotations
+
+import pytest
+
+from dbert_core.storage import store
+from dbert_tui.app import create_app
+from dbert_tui.controller import Settings
+from helpers import SIZE, TINYSTORIES, finished, wait_for
+
+pytestmark = pytest.mark.anyio
+
+
+def stats(tr) -> str:
+    return str(tr.query_one("#tr-stats").render())
+
+
+async def test_training_validates_in_a_thread_that_sampled_before(tiny_db):
+    """Textual runs thread workers in one reused pool: the training worker gets the thread the
+    Generate screen's bf16 sampler ran in, whose attention workspace (maths/model.py) was made
+    under torch.inference_mode and is larger than validation needs. Validation (no_grad, bf16)
+    writes into it: it must train on, validate and save."""
+    from dbert_core.storage.checkpoint import read_meta
+
+    app = create_app(checkpoint=tiny_db.path, loader=lambda p: tiny_db, train_data=[str(TINYSTORIES)],
+                     settings=Settings(pace_ms=0, steps=8, length=120, sampler="ancestral", top_k=0, dtype="bf16"),
+                     deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app), what="the bf16 run")
+        await pilot.press("3")
+        await wait_for(pilot, lambda: app.current_mode == "train")
+        tr = app.train_screen
+        for wid, value in {"tr-out": "validated", "tr-steps": "6", "tr-batch": "8", "tr-seq": "16", "tr-T": "64",
+                           "tr-eval": "3", "tr-sample": "2", "tr-warmup": "2", "tr-save": "0"}.items():
+            tr.query_one(f"#{wid}").value = value
+        tr.query_one("#tr-unit").value = "sentence"
+        tr.query_one("#tr-dtype").value = "bf16"
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: "finished" in stats(tr) or "failed" in stats(tr), timeout=120, what="the run")
+        assert "finished at step 6" in stats(tr), stats(tr)
+        assert [s for s, _ in tr.vals] == [3, 6]
+        assert read_meta(store.store_dir() / "validated")["step"] == 6
