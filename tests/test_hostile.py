@@ -989,7 +989,9 @@ def test_a_10_mb_story_trains_in_2_gb_of_address_space_and_leaves_no_lock(tmp_pa
                        env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", RUST_BACKTRACE="0"))
     assert r.returncode == 0, r.stderr[-2000:]
     checkpoint.load(tmp_path / "out")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.txt", "out"]  # no lock file, no temp folder
+    home = tmp_path / "dbert_home"  # the test's DBERT_HOME: the story's token cache entry and tables
+    assert sorted(p.name for p in tmp_path.iterdir() if p != home) == ["long.txt", "out"]  # no lock file, no temp folder
+    assert all((e / "info.json").is_file() for e in (home / "cache" / "tokens").iterdir())  # whole entries only
 
 
 def test_a_full_disk_while_taking_the_lock_is_one_line_naming_it_and_leaves_no_file(tmp_path, monkeypatch):

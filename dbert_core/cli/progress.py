@@ -54,12 +54,44 @@ class TrainProgress(Callback):
             self.live = False
         self.progress = None
         self.failed = False
+        self._shown = None  # when the last tokenizing line was written (None: none yet)
+        self._open_line = False  # a live tokenizing line waits for its end
 
     def _line(self, text: str) -> None:
         if self.progress is not None:
             self.progress.console.print(text, highlight=False)
         else:
             print(text, file=self.stream, flush=True)
+
+    @_quiet
+    def on_prepare(self, trainer, info):
+        """The corpus being tokenized into the token cache: MB read, MB/s, tokens, ETA (a live line on a
+        terminal, else a line every 5 s); then one line saying where the cache is."""
+        if not trainer.is_main:
+            return
+        if info.get("stage") == "tokenize":
+            now = time.perf_counter()
+            if self._shown is not None and now - self._shown < (0.25 if self.live else 5.0):
+                return
+            self._shown = now
+            done, total, secs = info["bytes"], info.get("total") or 0, max(1e-9, info["seconds"])
+            left = eta(secs, done, total - done) if total >= done else None
+            text = (f"tokenizing {done / 1e6:,.1f}" + (f"/{total / 1e6:,.1f}" if total >= done else "") +
+                    f" MB, {done / 1e6 / secs:,.1f} MB/s, {info['tokens']:,} tokens" +
+                    (f", eta {duration(left)}" if left is not None else ""))
+            if self.live:
+                self.stream.write("\r" + text + "\x1b[K")
+                self.stream.flush()
+                self._open_line = True
+            else:
+                self._line(text)
+            return
+        if self._open_line:
+            self.stream.write("\n")
+            self._open_line = False
+        how = "tokenized now" if info.get("stage") == "built" else "reused, nothing tokenized"
+        self._line(f"token cache: {info['tokens']:,} tokens of {info['documents']:,} documents ({how}): "
+                   f"{info['folder']}")
 
     @_quiet
     def on_start(self, trainer):

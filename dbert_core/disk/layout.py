@@ -38,6 +38,15 @@ UNCHECKED = (TOKENIZER,)                     # big (the vocabulary), and no load
 TUI_STATE = "tui.json"                       # in $DBERT_HOME: the checkpoint the TUI last used
 TUI_ERRORS = "tui-errors.log"                # in $DBERT_HOME: the tracebacks of the TUI's unexpected worker errors
 BENCH_JSON, BENCH_MD = "bench.json", "bench.md"  # `dbert bench --out DIR`'s report
+CACHE = "cache"                              # in $DBERT_HOME: what dbert can make again from the data
+TOKEN_CACHE = "tokens"                       #   cache/tokens/KEY/: a corpus tokenized (text/token_cache.py)
+CACHE_TOKENS = "tokens.bin"                  #     every document's ids, flat (uint16 or uint32)
+CACHE_OFFSETS = "offsets.npy"                #     where each document starts (int64, documents + 1)
+CACHE_WORDS = "words.npy"                    #     each document's word count
+CACHE_PARAGRAPHS = "paragraphs.npy"          #     each document's paragraph count
+CACHE_INFO = "info.json"                     #     the key's parts and the counts, written last
+CACHE_COUNTS = "counts-{key}.npy"            #     token counts of one run's windows (cached_windows.py)
+TABLES_CACHE = "tables"                      #   cache/tables/KEY.json: the truecasing table and words learnt
 MARK = ".dbert-temp"                         # in a temp folder: the marker that makes it dbert's own
 LOCK = ".{name}.dbert-lock"                  # beside an output folder NAME: a training run's lock (OutLock)
 

@@ -3,7 +3,7 @@
 Everything dbert writes is built in a hidden temporary folder beside its destination and
 renamed into place:
 
-    .NAME.dbert-KIND-PID-XXXXXXXX/     KIND: swap (a save), fetch, import or remove
+    .NAME.dbert-KIND-PID-XXXXXXXX/     KIND: swap (a save), fetch, import, remove or cache (a token cache entry)
         .dbert-temp                    marker: {"pid", "host", "created", "kind"}
 
 A folder is dbert's own only when its name has that shape AND it holds the marker (or, killed
@@ -36,7 +36,7 @@ from ..errors import DbertError
 from .layout import MARK, META
 from .lock import stale_lock
 
-KINDS = ("swap", "fetch", "import", "remove")
+KINDS = ("swap", "fetch", "import", "remove", "cache")
 STALE_SECONDS = 24 * 3600  # an owner alive for longer is taken for a reused pid
 _NAME = re.compile(r"^\.(?P<name>.+)\.dbert-(?P<kind>" + "|".join(KINDS) + r")-(?P<pid>\d+)-[A-Za-z0-9_]+$")
 

@@ -1,7 +1,7 @@
 """Walking a folder tree as dbert does (walk): top down, never following a link, without
 recursion, and within limits (MAX_TREE_DEPTH folders deep, MAX_TREE_ENTRIES entries): a
 checkpoint holds a dozen files, and a link to / or 990 nested folders must not turn a listing
-into a walk of the disk."""
+into a walk of the disk. A data folder's files (folder_files), for --data, in sorted order."""
 
 from __future__ import annotations
 
@@ -46,3 +46,14 @@ def walk(root, max_depth: int = MAX_TREE_DEPTH, max_entries: int = MAX_TREE_ENTR
                 raise DbertError(f"{root} nests folders more than {max_depth} deep; refusing it")
             continue
         stack.extend((folder / d, level + 1) for d in reversed(dirs))
+
+
+def folder_files(folder: str) -> list[str]:
+    """A data folder's files, every level down, in sorted order (hidden names skipped)."""
+    found = []
+    for top, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found.extend(os.path.join(top, f) for f in sorted(files) if not f.startswith("."))
+    if not found:
+        raise DbertError(f"data folder holds no files: {folder}")
+    return found

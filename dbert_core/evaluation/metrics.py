@@ -22,7 +22,7 @@ import torch
 from ..text.contractions import broken_in_text
 from ..sampling.blocks import is_story_model
 from ..text.data import (DocumentStats, Special, collate, count_words, document_sentences, document_windows,
-                         encode_stories, iter_encode, read_documents, read_examples, scored_tokens, story_texts)
+                         iter_encode, read_documents, read_examples, scored_tokens, story_texts)
 from ..maths.diffusion import RowDraws, elbo
 from .story_metrics import story_report
 from ..errors import DbertError
@@ -246,15 +246,20 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     if unit == "story":  # whole documents, in the whole-story windows the checkpoint trained on
         from ..sampling.settings import window_length
 
-        docs = read_documents(data, doc_sep)
-        documents = DocumentStats.of(docs)
-        docs = docs[:limit or None]  # --limit counts stories, each in as many windows as it takes
+        import numpy as np
+
+        from ..text.cached_windows import StoryWindows
+        from ..text.token_cache import cached
+        from ..training.story_data import cache_root, file_prints
+
+        # a training run's entry, reused where it read the files with the same --doc-sep
+        entry = cached(data, doc_sep, db.tokenizer, cache_root(), files=file_prints(data))
+        documents = entry.stats()
         context = (db.meta.get("train_config") or {}).get("story_context")
-        kept = []
-        for doc, text in zip(docs, story_texts(docs)):
-            windows = encode_stories([doc], db.tokenizer, window_length(db), context)
-            kept.extend(windows)
-            kept_words.extend([count_words(text)] + [0] * (len(windows) - 1))  # a story's words count once
+        kept = StoryWindows(entry, window_length(db), db.tokenizer.sep_token_id, context)
+        if limit:  # --limit counts stories, each in as many windows as it takes
+            kept = kept.select(np.flatnonzero(kept.doc < limit))
+        kept_words = np.where(kept.at == 0, entry.words[kept.doc], 0).tolist()  # a story's words count once
     elif unit == "window":  # the checkpoint's own training windows of the documents: the trainer's validation bound
         from ..sampling.settings import window_length
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..disk.tree import folder_files
 from ..errors import DbertError
 
 # A sentence ends at . ! or ? (closing quotes and brackets stay with it) followed by white space and
@@ -30,18 +31,17 @@ _SENTENCE_END_UNCASED = re.compile(rf"[.!?][{_CLOSERS}]*(\s+)(?=[{_OPENERS}]?[a-
 
 
 def expand_paths(patterns: list[str]) -> list[str]:
-    """Files named by paths or globs, in order; one clear error for anything missing. A name
-    that exists is that file even if it holds glob characters (`a[1].txt`); only regular files
-    are read: a FIFO or a device would block or never end."""
+    """Files named by paths, globs or folders (their files, every level down, sorted), in order;
+    one clear error for anything missing. A name that exists is that file even if it holds glob
+    characters (`a[1].txt`); only regular files are read: a FIFO or a device would block or never end."""
     paths: list[str] = []
     for pattern in patterns:
         literal = os.path.expanduser(pattern)
         matches = [literal] if os.path.lexists(literal) else sorted(glob.glob(literal))
         if not matches:
             raise DbertError(f"data file not found: {pattern}")
+        matches = [f for m in matches for f in (folder_files(m) if os.path.isdir(m) else [m])]
         for m in matches:
-            if os.path.isdir(m):
-                raise DbertError(f"data path is a directory, not a text file: {m}")
             if os.path.exists(m) and not os.path.isfile(m):
                 raise DbertError(f"data path is not a regular file (a FIFO or a device): {m}")
         paths.extend(matches)

@@ -17,6 +17,7 @@ Torch-free.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections import Counter, defaultdict
@@ -31,6 +32,7 @@ _OPENERS = "\"'\u201c\u2018(["
 _SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)\]]*\s+")
 
 
+@functools.lru_cache(maxsize=1 << 17)  # a corpus writes the same words again and again: each keyed once
 def key(word: str) -> str:
     """A word as an uncased tokenizer writes it: lower case, accents stripped."""
     low = unicodedata.normalize("NFD", word.lower())
@@ -49,8 +51,15 @@ def learn(lines: Iterable[str], min_count: int = 2) -> dict[str, str]:
             continue
         for sentence in _SENTENCE_END.split(line):
             for j, m in enumerate(_WORD.finditer(sentence)):
+                if j == 0:
+                    continue
                 w = m.group()
-                if j == 0 or len(w) > _MAX_WORD or sentence[:m.start()].rstrip()[-1:] in _OPENERS:
+                if len(w) > _MAX_WORD:
+                    continue
+                p = m.start() - 1  # the last character before the word that is not white space
+                while p >= 0 and sentence[p].isspace():
+                    p -= 1
+                if p < 0 or sentence[p] in _OPENERS:
                     continue  # a sentence's or a quotation's first word: its capital is positional
                 forms[key(w)][w] += 1
     table = {}

@@ -17,12 +17,13 @@ import torch
 
 from ..storage import checkpoint as ckpt
 from ..storage.store import named
+from ..text import learnt_tables
 from ..disk import layout
 from ..config import TrainConfig
-from . import story_defaults
-from ..text.data import (DocumentStats, Special, document_sentences, document_windows, encode, encode_stories,
-                         fingerprints, pack, read_documents, read_examples, story_texts, text_lines, token_counts,
-                         tokenize, train_tokenizer)
+from . import story_data
+from .story_data import first_texts
+from ..text.data import (DocumentStats, Special, document_sentences, document_windows, fingerprints, pack,
+                         read_documents, read_examples, story_texts, token_counts, tokenize, train_tokenizer)
 from ..errors import DbertError
 from ..hardware import pick_device
 from ..disk.lock import OutLock
@@ -36,7 +37,7 @@ class Prepared:
 
     cfg: TrainConfig               # validated; when resuming, the checkpoint's own config continued
     db: object                     # checkpoint.DBert: model (on the CPU), tokenizer, schedule, meta
-    train: list[list[int]]         # tokenized training examples
+    train: list[list[int]]         # tokenized training examples (--unit story: StoryWindows, made when indexed)
     val: list[list[int]]           # tokenized held-out examples
     device: torch.device
     state: dict | None = None      # the trainer state to continue from (--resume)
@@ -252,9 +253,12 @@ def _device(name: str, rank: int, world: int, local_rank: int, notice=None) -> t
 
 
 # ---------------------------------------------------------------------------------- preparing
-def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0, notice=None) -> Prepared:
+def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0, notice=None,
+            report=None) -> Prepared:
     """Everything before the first step (the module's docstring says what); the output folder's
-    lock is released again if anything fails."""
+    lock is released again if anything fails. notice: called with a line for a person (a rank
+    waiting for an absent peer). report: called with a dict as the data is tokenized
+    (story_data: {"stage": "tokenize", "bytes", "total", "tokens", ...}, then "built" or "cached")."""
     cfg.validate(world)
     if cfg.preset is not None and not cfg.init and not cfg.resume:  # the preset's positions, before reading data
         from ..maths.model import PRESETS
@@ -263,6 +267,7 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
     out = Path(cfg.out)
     lock = None
     made: list[Path] = []  # the folders above --out this start made: removed again if it fails
+    undo: list = []  # what to stop if it fails
     try:
         if rank == 0:
             made = make_folders(out.parent)
@@ -270,15 +275,18 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
             with put_off_stops():  # a Ctrl-C waits until `lock` holds it, so the clean-up below sees it
                 lock = OutLock(out)  # before anything touches out; released when the run ends
             ckpt.recover(out)
-        return _prepare(cfg, out, lock, rank, world, local_rank, notice)
+        return _prepare(cfg, out, lock, rank, world, local_rank, notice, report, undo)
     except BaseException:
+        for cancel in undo:  # the tables' thread
+            cancel()
         if lock is not None:
             lock.release()
         remove_empty(made)  # `--out a/b/c/ck` with bad --data leaves no a/
         raise
 
 
-def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank: int, notice=None) -> Prepared:
+def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank: int, notice=None, report=None,
+             undo: list | None = None) -> Prepared:
     if c.resume:
         c = resumed(c)
     device = _device(c.device, rank, world, local_rank, notice)
@@ -291,14 +299,15 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
     elif out.exists() and any(out.iterdir()):
         raise DbertError(f"{out} already holds files; pass --resume to continue it or choose another --out")
 
-    documents = None
-    if c.by_document:
+    documents, sampling, entry, tables = None, None, None, None
+    db, init, trimmed, keep = None, named(c.init), None, None  # a store name: its folder
+    if c.by_document and not c.by_story:  # --unit story reads its documents into the token cache (story_data)
         train_raw = read_documents(c.data, c.doc_sep)
         val_raw = read_documents(c.val_data, c.doc_sep) if c.val_data else None
         documents = document_lines(train_raw, val_raw, c.doc_sep)
-    if c.by_story:
-        train_docs, val_docs = train_raw, val_raw
-        texts = train_texts = story_texts(train_docs)
+    if c.by_story:  # the texts only where a tokenizer is learnt from them or a vocabulary trimmed to them
+        texts = train_texts = (story_texts(read_documents(c.data, c.doc_sep)) if c.trim_vocab and state is None
+                               else first_texts(c, 200_000) if init is None and state is None else [])
     elif c.by_document:
         train_docs = document_sentences(train_raw)
         val_docs = document_sentences(val_raw) if val_raw is not None else None
@@ -306,7 +315,6 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
     else:
         texts = read_examples(c.data, c.unit, c.doc_sep)
         train_texts, val_texts = _hold_out(c, texts, read_examples(c.val_data, c.unit, c.doc_sep) if c.val_data else None)
-    db, init, trimmed, keep = None, named(c.init), None, None  # a store name: its folder
     if state is not None:
         db = ckpt.load(out, device="cpu")
         check_model(db, c)
@@ -317,9 +325,13 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         tokenizer = _tokenizer(c, texts, init)
     special = Special.of(tokenizer)
     if c.by_story:
-        train = encode_stories(train_docs, tokenizer, c.seq_len, c.story_context)
-        train, val = _hold_out(c, train, None if val_docs is None else
-                               encode_stories(val_docs, tokenizer, c.seq_len, c.story_context))
+        if rank == 0:  # the tables' pass over the lines, in a thread while the corpus is tokenized
+            tables = learnt_tables.Tables(c.data, tokenizer, story_data.tables_root(), story_data.file_prints(c.data),
+                                          story=True, sep=c.doc_sep)
+            (undo if undo is not None else []).append(tables.cancel)
+        got = story_data.stories(c, tokenizer, report)
+        train, val, sampling, entry = got.train, got.val, got.sampling, got.cache
+        documents = stats_lines(got.stats, got.val_stats, c.doc_sep)
     elif c.by_document:
         train = document_windows(train_docs, tokenizer, c.seq_len, short=c.short_windows, seed=c.seed)
         train, val = _hold_out(c, train, None if val_docs is None else document_windows(val_docs, tokenizer, c.seq_len))
@@ -335,26 +347,27 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
     if db is None:
         db = _build(c, init, trimmed, tokenizer, special, train)
         if c.by_story:  # what its sampler should hold to: the shortest story, the openings (story_defaults)
-            db.meta["sampling"] = story_defaults.recommend(encode(train_texts, tokenizer))
+            db.meta["sampling"] = sampling
     check_memory_for(c, db.model.config, world)
-    if rank == 0:  # learnt afresh on every start (a resumed run of an older dbert gets one too)
-        from ..text.truecase import learn
-
-        from ..text import lexicon
-
-        lines = text_lines(c.data, c.doc_sep)  # the documents' text as training reads it, once for both tables
-        db.truecase = learn(lines)
-        db.words = lexicon.learn(lines, db.tokenizer)
+    if rank == 0:  # on every start (a resumed run of an older dbert gets them too), from the cache when it has them
+        if tables is None:  # the documents' text as training reads it (learnt_tables.text_of: data.text_lines)
+            tables = learnt_tables.Tables(c.data, db.tokenizer, story_data.tables_root(), story_data.file_prints(c.data),
+                                          sep=c.doc_sep)
+        db.truecase, db.words, _ = tables.end(entry)
     return Prepared(c, db, train, val, device, state=state, lock=lock, keep=keep, documents=documents)
 
 
 def document_lines(train_docs, val_docs, sep: str) -> list[str]:
     """What a user reads first about the documents: how many and how long, and a warning line
     when their boundaries look wrong (DocumentStats.warning)."""
-    stats = DocumentStats.of(train_docs)
+    return stats_lines(DocumentStats.of(train_docs), None if val_docs is None else DocumentStats.of(val_docs), sep)
+
+
+def stats_lines(stats: DocumentStats, val_stats: DocumentStats | None, sep: str) -> list[str]:
+    """document_lines from the documents' statistics."""
     lines = ["training data: " + stats.line()]
-    if val_docs is not None:
-        lines.append("held-out data: " + DocumentStats.of(val_docs).line())
+    if val_stats is not None:
+        lines.append("held-out data: " + val_stats.line())
     warning = stats.warning(sep)
     return lines + ([warning] if warning else [])
 
@@ -394,7 +407,7 @@ def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) ->
     """A new model for a fresh run: a preset's random init or --init's BERT, with its record."""
     from ..storage.pretrained import build_bert
 
-    counts = token_counts(train, len(tokenizer))
+    counts = train.token_counts(len(tokenizer)) if hasattr(train, "token_counts") else token_counts(train, len(tokenizer))
     bert = build_bert(c.preset, init, vocab_size=len(tokenizer), special_ids=dict(
         pad_token_id=special.pad), from_scratch=c.from_scratch)
     if bert.config.vocab_size != len(tokenizer):  # checkpoint.load refuses a mismatch too
@@ -408,10 +421,10 @@ def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) ->
             "unit": c.unit, "data": [str(p) for p in c.data], "end_padding": "hidden" if c.hide_end_padding else "seen"}
     if trimmed is not None:
         meta["trim_vocab"] = trimmed
-    meta.update({"train_examples": len(train), "train_tokens": sum(len(e) for e in train)},
-                data_files=fingerprints(c.data))
+    tokens = train.total_tokens() if hasattr(train, "total_tokens") else sum(len(e) for e in train)
+    meta.update({"train_examples": len(train), "train_tokens": tokens}, data_files=story_data.file_prints(c.data))
     if c.val_data:
-        meta["val_data_files"] = fingerprints(c.val_data)
+        meta["val_data_files"] = story_data.file_prints(c.val_data)
     return ckpt.assemble(bert, tokenizer, c.schedule, c.T, counts, c.lam, c.time, meta)
 
 

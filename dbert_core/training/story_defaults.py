@@ -18,7 +18,6 @@ reads.
 
 from __future__ import annotations
 
-from collections import Counter
 
 OPENING_SHARE = 0.001  # a token opens at least this share of the training stories to be an opening
 SHORTEST_PERCENTILE = 1.0
@@ -27,15 +26,25 @@ SHORTEST_PERCENTILE = 1.0
 def recommend(stories: list[list[int]]) -> dict:
     """{min_length, openings} from the training stories' token ids (empty stories skipped)."""
     stories = [s for s in stories if s]
-    if not stories:
+    return from_counts([len(s) for s in stories], [s[0] for s in stories])
+
+
+def from_counts(lengths, firsts) -> dict:
+    """recommend() from each non-empty story's length and first token (what a token cache holds:
+    arrays, counted with numpy, no list of the stories)."""
+    import numpy as np
+
+    lengths, firsts = np.asarray(lengths, dtype=np.int64), np.asarray(firsts, dtype=np.int64)
+    n = len(lengths)
+    if not n:
         return {}
-    lengths = sorted(len(s) for s in stories)
-    at = min(len(lengths) - 1, int(len(lengths) * SHORTEST_PERCENTILE / 100))
-    first = Counter(s[0] for s in stories)
-    least = max(2, -(-len(stories) * OPENING_SHARE // 1))
-    openings = sorted(int(t) for t, k in first.items() if k >= least)
-    return {"min_length": int(lengths[at]), "openings": openings,
-            "from_stories": len(stories), "openings_cover": round(sum(first[t] for t in openings) / len(stories), 4)}
+    at = min(n - 1, int(n * SHORTEST_PERCENTILE / 100))
+    shortest = int(np.partition(lengths, at)[at])  # the at-th of the lengths sorted
+    ids, seen = np.unique(firsts, return_counts=True)
+    least = max(2, -(-n * OPENING_SHARE // 1))
+    common = seen >= least
+    return {"min_length": shortest, "openings": [int(t) for t in ids[common]],
+            "from_stories": n, "openings_cover": round(int(seen[common].sum()) / n, 4)}
 
 
 def from_files(paths: list[str], tokenizer, sep: str = "auto") -> dict:

@@ -81,6 +81,7 @@ def check_optimizer_state(saved: dict, optimizer, where: str) -> None:
 class Callback:
     """Hooks a trainer calls; override what you need. Metrics are plain dicts."""
 
+    def on_prepare(self, trainer, info: dict): ...  # the data being tokenized (prepare's report)
     def on_notice(self, trainer, line: str): ...  # a line about the start for a person (before on_start)
     def on_start(self, trainer): ...
     def on_step(self, trainer, metrics: dict): ...
@@ -123,7 +124,12 @@ class Trainer:
 
     def prepare(self) -> None:
         """Prepare the run (prepare.prepare: data, tokenizer, model, the resume rule) and take it on."""
-        self._adopt(prepare(self.cfg, self.rank, self.world, self.local_rank, notice=self._notice))
+        def report(info: dict) -> None:
+            for cb in self.callbacks:
+                getattr(cb, "on_prepare", lambda *a: None)(self, info)
+
+        self._adopt(prepare(self.cfg, self.rank, self.world, self.local_rank,
+                            notice=self._notice, report=report))
 
     def _notice(self, line: str) -> None:
         """A line about the start for a person (a rank waiting for the others): the callbacks' on_notice."""
@@ -138,7 +144,10 @@ class Trainer:
         self.cfg, self.db, self.device = prepared.cfg, prepared.db, prepared.device
         self.special = prepared.special
         self.train_examples, self.val_examples = prepared.train, prepared.val
-        self.lengths = [len(e) for e in prepared.train]
+        # examples of one length (cached story windows) are never sorted by it: epoch_batches' stable
+        # sort of equal keys keeps the order, so None gives the same batches without a list of lengths
+        uniform = getattr(prepared.train, "uniform_length", None)
+        self.lengths = None if uniform is not None else [len(e) for e in prepared.train]
         try:
             self._attach()
             if prepared.state is not None:

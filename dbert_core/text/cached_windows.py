@@ -1,0 +1,132 @@
+"""Whole-story windows drawn from a token cache when asked, not held as lists.
+
+`StoryWindows(cache, seq_len, sep_id, context)` is the sequence data.story_windows makes of the
+cache's documents, in its order, window for window (a test pins them equal): two integers a
+window (its document, where in the document's stream it starts) computed with numpy, and the
+window itself (a data.Window) made from the memory-mapped tokens when it is indexed. `select`
+keeps some windows (the held-out split); `token_counts` is data.token_counts of all of them,
+counted in bounded chunks and kept beside the entry (a second run of the same split reads them). Every window is seq_len tokens long (`uniform_length`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..disk import layout
+from ..errors import DbertError
+from .data import Window
+
+CHUNK_TOKENS = 1 << 21  # tokens of the flat array token_counts reads at a time
+
+
+class StoryWindows:
+    def __init__(self, cache, seq_len: int, sep_id: int, context: int | None = None, doc=None, at=None):
+        ctx = seq_len // 2 if context is None else context
+        if not 0 < ctx < seq_len:
+            raise DbertError(f"story context must be in [1, {seq_len - 1}] tokens (got {ctx})")
+        self.cache, self.seq_len, self.sep, self.ctx = cache, seq_len, sep_id, ctx
+        self.step = seq_len - ctx
+        self.uniform_length = seq_len
+        if doc is None:
+            n = cache.lengths  # a story's stream is its n tokens and one [SEP]
+            extra = np.maximum(0, n + 1 - (seq_len - 1))
+            k = np.where(n > 0, 1 + -(-extra // self.step), 0)
+            doc = np.repeat(np.arange(len(n), dtype=np.int64), k)
+            j = np.arange(len(doc), dtype=np.int64) - np.repeat(np.cumsum(k) - k, k)
+            at = np.where(j == 0, 0, (seq_len - 1) + (j - 1) * self.step)
+        self.doc, self.at = doc, at
+
+    def __len__(self) -> int:
+        return len(self.doc)
+
+    def select(self, index) -> "StoryWindows":
+        """The windows at these positions, in that order."""
+        index = np.asarray(index, dtype=np.int64)
+        return StoryWindows(self.cache, self.seq_len, self.sep, self.ctx, self.doc[index], self.at[index])
+
+    def _stream(self, d: int, a: int, b: int) -> list[int]:
+        """The story's stream (its tokens, then [SEP]) from a to b."""
+        off, n = int(self.cache.offsets[d]), int(self.cache.offsets[d + 1] - self.cache.offsets[d])
+        out = self.cache.tokens[off + a:off + min(b, n)].tolist()
+        return out + [self.sep] if b > n >= a else out
+
+    def __getitem__(self, i) -> Window:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        d, at, L, sep = int(self.doc[i]), int(self.at[i]), self.seq_len, self.sep
+        if at == 0:
+            first = self._stream(d, 0, L - 1)
+            return Window.of([sep, *first, *[sep] * (L - 1 - len(first))], 1, len(first))
+        new = self._stream(d, at, at + self.step)
+        given = self._stream(d, max(0, at - self.ctx), at)
+        if len(given) < self.ctx:
+            given = [sep, *given][-self.ctx:]
+        body = [*given, *new]
+        return Window.of([*body, *[sep] * (L - len(body))], len(given), len(new))
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def _ranges(self):
+        """Each window's run of the flat token array (start, length): its story tokens."""
+        offsets = self.cache.offsets
+        n = offsets[self.doc + 1] - offsets[self.doc]
+        lo = np.where(self.at == 0, 0, np.maximum(0, self.at - self.ctx))
+        hi = np.where(self.at == 0, self.seq_len - 1, self.at + self.step)
+        hi = np.minimum(hi, n)
+        return offsets[self.doc] + lo, np.maximum(0, hi - lo)
+
+    def token_counts(self, vocab_size: int) -> torch.Tensor:
+        """data.token_counts of the windows (count_tokens), kept in the entry's folder under a key
+        of the windows' shape and which they are: a second run of the same split reads them."""
+        import hashlib
+
+        h = hashlib.sha256(np.array([self.seq_len, self.ctx, vocab_size], dtype=np.int64).tobytes())
+        h.update(np.ascontiguousarray(self.doc).tobytes())
+        h.update(np.ascontiguousarray(self.at).tobytes())
+        path = Path(self.cache.folder) / layout.CACHE_COUNTS.format(key=h.hexdigest()[:32])
+        try:
+            counts = np.load(path)
+            if counts.shape == (vocab_size,) and counts.dtype == np.int64:
+                return torch.from_numpy(counts)
+        except (OSError, ValueError):
+            pass
+        counts = self.count_tokens(vocab_size)
+        part = path.with_name(f".{path.name}.{os.getpid()}.part")
+        try:
+            with open(part, "wb") as f:
+                np.save(f, counts.numpy())
+            os.replace(part, path)
+        except OSError:  # a read-only cache: counted again next time
+            part.unlink(missing_ok=True)
+        return counts
+
+    def count_tokens(self, vocab_size: int) -> torch.Tensor:
+        """data.token_counts of the windows: (V,) int64; all that is not a story token is [SEP]. Each
+        token is counted once with the number of windows that hold it (a difference array over a
+        stretch of about CHUNK_TOKENS of the flat array at a time), not once a window."""
+        starts, lens = self._ranges()
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], starts[order] + lens[order]
+        counts = np.zeros(vocab_size, dtype=np.float64)  # sums of whole numbers far below 2**53: exact
+        i = 0
+        while i < len(starts):
+            j = max(i + 1, int(np.searchsorted(starts, starts[i] + CHUNK_TOKENS, side="left")))
+            lo, hi = int(starts[i]), int(ends[i:j].max())
+            if hi > lo:
+                n = hi - lo
+                cover = np.cumsum(np.bincount(starts[i:j] - lo, minlength=n + 1)[:n + 1] -
+                                  np.bincount(ends[i:j] - lo, minlength=n + 1)[:n + 1])[:n]
+                counts += np.bincount(self.cache.read(lo, hi), weights=cover,
+                                      minlength=vocab_size)[:vocab_size]
+            i = j
+        out = counts.astype(np.int64)
+        out[self.sep] += len(self) * self.seq_len - int(lens.sum())
+        return torch.from_numpy(out)
+
+    def total_tokens(self) -> int:
+        return len(self) * self.seq_len

@@ -1,0 +1,185 @@
+"""Data files read as a stream: lines and documents one at a time, never the whole corpus in memory.
+
+The same documents as data.read_documents and the same lines as data.read_lines (the token cache
+and the learnt tables are built from these), from files of any size: a file is read line by
+line, and its format (jsonl, eot or blank; data.document_format) is found by a look ahead that
+stops at the first <|endoftext|> line. Compressed files (`.gz`; `.zst` with the zstandard
+package) are read through their decompressor; `.jsonl.gz` is JSONL. A `.parquet` file (with
+pyarrow) is one document a row, from its "text" column, read a batch of rows at a time. Every bad
+input is one DbertError line naming the file: unreadable, not UTF-8, binary (NUL bytes), empty,
+a JSONL line or Parquet column without a "text" string.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Iterator
+
+from ..errors import DbertError
+from .data import DOC_SEPS, EOT, expand_paths
+
+COMPRESSED = (".gz", ".zst")
+
+
+def plain_name(path: str) -> str:
+    """The file's name without its compression suffix (`a.jsonl.gz` -> `a.jsonl`)."""
+    for suffix in COMPRESSED:
+        if path.endswith(suffix):
+            return path[: -len(suffix)]
+    return path
+
+
+def _open_bytes(path: str):
+    if path.endswith(".gz"):
+        import gzip
+
+        return gzip.open(path, "rb")
+    if path.endswith(".zst"):
+        try:
+            import zstandard
+        except ImportError:
+            raise DbertError(f"{path}: reading .zst needs the zstandard package (pip install zstandard)") from None
+        return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
+    return open(path, "rb")
+
+
+PARQUET_ROWS = 4096
+
+
+def parquet_texts(path: str) -> Iterator[str]:
+    """The "text" column of a Parquet file, a batch of rows at a time."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DbertError(f"{path}: reading .parquet needs the pyarrow package (pip install pyarrow)") from None
+    try:
+        f = pq.ParquetFile(path)
+        names = f.schema_arrow.names
+        if "text" not in names:
+            raise DbertError(f"{path}: a Parquet file needs a \"text\" column (it has: {', '.join(names[:8])})")
+        kind = f.schema_arrow.field("text").type
+        if str(kind) not in ("string", "large_string", "string_view"):
+            raise DbertError(f"{path}: its \"text\" column holds {kind}, not strings")
+        for batch in f.iter_batches(columns=["text"], batch_size=PARQUET_ROWS):
+            yield from (t for t in batch.column(0).to_pylist() if t is not None)
+    except DbertError:
+        raise
+    except Exception as e:  # pyarrow.ArrowInvalid and its kin: not a Parquet file, or a broken one
+        raise DbertError(f"cannot read data file {path} as Parquet: {str(e).splitlines()[0][:160]}") from None
+
+
+def raw_lines(path: str) -> Iterator[str]:
+    """A UTF-8 file's lines, stripped, blank ones included, read as a stream (a BOM is dropped); a
+    Parquet file's texts' lines."""
+    if path.endswith(".parquet"):
+        for text in parquet_texts(path):
+            if "\x00" in text:
+                raise DbertError(f"data file is not text (it holds NUL bytes): {path}")
+            yield from (ln.strip() for ln in text.splitlines())
+        return
+    try:
+        with _open_bytes(path) as raw:
+            text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline=None)
+            for ln in text:
+                if "\x00" in ln:  # valid UTF-8, but a binary file, not text
+                    raise DbertError(f"data file is not text (it holds NUL bytes): {path}")
+                yield ln.strip()
+    except UnicodeDecodeError:
+        raise DbertError(f"data file is not UTF-8 text: {path}") from None
+    except (OSError, EOFError) as e:  # gzip's BadGzipFile is an OSError; a cut .gz an EOFError
+        raise DbertError(f"cannot read data file {path}: {getattr(e, 'strerror', None) or e}") from None
+    except Exception as e:  # zstandard.ZstdError: a corrupt frame
+        if type(e).__module__.startswith("zstandard"):
+            raise DbertError(f"cannot read data file {path}: {e}") from None
+        raise
+
+
+def file_lines(path: str) -> Iterator[str]:
+    """raw_lines, and one clear error at the end when the file had no text at all."""
+    seen = False
+    for ln in raw_lines(path):
+        seen = seen or bool(ln)
+        yield ln
+    if not seen:
+        raise DbertError(f"data file is empty: {path}")
+
+
+def iter_lines(patterns: list[str]) -> Iterator[str]:
+    """Non-empty stripped lines of the files, in order (data.read_lines, streamed)."""
+    for path in expand_paths(patterns):
+        yield from (ln for ln in file_lines(path) if ln)
+
+
+def file_format(path: str) -> str:
+    """data.document_format without reading the file whole: jsonl by name or first line, eot when
+    some line is <|endoftext|> (the look ahead stops there), else blank."""
+    if path.endswith(".parquet"):
+        return "parquet"
+    first = None
+    for ln in file_lines(path):
+        if first is None and ln:
+            first = ln
+            if plain_name(path).endswith(".jsonl") or (ln.startswith("{") and ln.endswith("}")):
+                return "jsonl"
+        if ln == EOT:
+            return "eot"
+    return "blank"
+
+
+def _jsonl(path: str) -> Iterator[list[str]]:
+    for i, ln in enumerate(file_lines(path), 1):
+        if not ln:
+            continue
+        try:
+            row = json.loads(ln)
+        except ValueError:
+            raise DbertError(f"{path}:{i}: not a JSON object (JSONL reads one {{\"text\": ...}} per line)") from None
+        text = row.get("text") if isinstance(row, dict) else None
+        if not isinstance(text, str):
+            raise DbertError(f"{path}:{i}: a JSONL line needs a \"text\" string field")
+        paras = [p.strip() for p in text.splitlines() if p.strip()]
+        if paras:
+            yield paras
+
+
+def iter_documents(patterns: list[str], sep: str = "auto") -> Iterator[list[str]]:
+    """The documents of the files, each a list of its paragraphs, one at a time: the documents of
+    data.read_documents, in its order, by its rules."""
+    if sep not in DOC_SEPS:
+        raise DbertError(f"--doc-sep must be one of: {', '.join(DOC_SEPS)} (got {sep!r})")
+    for path in expand_paths(patterns):
+        fmt = file_format(path) if sep == "auto" or path.endswith(".parquet") else sep
+        if fmt == "parquet":  # a document a row, whatever --doc-sep says: rows are its documents
+            seen = False
+            for text in parquet_texts(path):
+                paras = [p.strip() for p in text.splitlines() if p.strip()]
+                if paras:
+                    seen = True
+                    yield paras
+            if not seen:
+                raise DbertError(f"data file is empty: {path}")
+            continue
+        if fmt == "jsonl":
+            yield from _jsonl(path)
+            continue
+        if fmt == "line":
+            yield from ([ln] for ln in file_lines(path) if ln and ln != EOT)
+            continue
+        doc: list[str] = []
+        for ln in file_lines(path):
+            if ln == EOT or (fmt == "blank" and not ln):
+                if doc:
+                    yield doc
+                doc = []
+            elif ln:
+                doc.append(ln)
+        if doc:
+            yield doc
+
+
+def total_bytes(patterns: list[str]) -> int:
+    """The files' size on disk (what progress counts against)."""
+    return sum(os.path.getsize(p) for p in expand_paths(patterns))
+
