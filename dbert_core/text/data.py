@@ -111,24 +111,24 @@ def document_format(path: str, lines: list[str] | None = None) -> str:
     return "blank"
 
 
-def _jsonl_documents(path: str, lines: list[str]) -> list[list[str]]:
+def jsonl_paragraphs(path: str, i: int, line: str) -> list[str]:
+    """The paragraphs of line i of a JSONL file (its "text" field's non-empty lines); a line that is no
+    JSON object with a "text" string is one DbertError naming the file and line."""
     import json
 
-    docs = []
-    for i, ln in enumerate(lines, 1):
-        if not ln:
-            continue
-        try:
-            row = json.loads(ln)
-        except ValueError:
-            raise DbertError(f"{path}:{i}: not a JSON object (JSONL reads one {{\"text\": ...}} per line)") from None
-        text = row.get("text") if isinstance(row, dict) else None
-        if not isinstance(text, str):
-            raise DbertError(f"{path}:{i}: a JSONL line needs a \"text\" string field")
-        paras = [p.strip() for p in text.splitlines() if p.strip()]
-        if paras:
-            docs.append(paras)
-    return docs
+    try:
+        row = json.loads(line)
+    except ValueError:
+        raise DbertError(f"{path}:{i}: not a JSON object (JSONL reads one {{\"text\": ...}} per line)") from None
+    text = row.get("text") if isinstance(row, dict) else None
+    if not isinstance(text, str):
+        raise DbertError(f"{path}:{i}: a JSONL line needs a \"text\" string field")
+    return [p.strip() for p in text.splitlines() if p.strip()]
+
+
+def _jsonl_documents(path: str, lines: list[str]) -> list[list[str]]:
+    docs = (jsonl_paragraphs(path, i, ln) for i, ln in enumerate(lines, 1) if ln)
+    return [paras for paras in docs if paras]
 
 
 def read_documents(patterns: list[str], sep: str = "auto") -> list[list[str]]:

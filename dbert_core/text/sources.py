@@ -13,12 +13,11 @@ a JSONL line or Parquet column without a "text" string.
 from __future__ import annotations
 
 import io
-import json
 import os
 from collections.abc import Iterator
 
 from ..errors import DbertError
-from .data import DOC_SEPS, EOT, expand_paths
+from .data import DOC_SEPS, EOT, expand_paths, jsonl_paragraphs
 
 COMPRESSED = (".gz", ".zst")
 
@@ -130,16 +129,7 @@ def file_format(path: str) -> str:
 
 def _jsonl(path: str) -> Iterator[list[str]]:
     for i, ln in enumerate(file_lines(path), 1):
-        if not ln:
-            continue
-        try:
-            row = json.loads(ln)
-        except ValueError:
-            raise DbertError(f"{path}:{i}: not a JSON object (JSONL reads one {{\"text\": ...}} per line)") from None
-        text = row.get("text") if isinstance(row, dict) else None
-        if not isinstance(text, str):
-            raise DbertError(f"{path}:{i}: a JSONL line needs a \"text\" string field")
-        paras = [p.strip() for p in text.splitlines() if p.strip()]
+        paras = jsonl_paragraphs(path, i, ln) if ln else []
         if paras:
             yield paras
 
