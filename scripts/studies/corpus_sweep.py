@@ -32,7 +32,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAD = ROOT.parent / "shared" / "data" / "tinystories" / "TinyStories-train-head.txt"
+def _data_dir() -> Path:
+    """The shared corpora: $DBERT_DATA, ../shared/data beside the checkout, or /work/shared/data (as the tests find them)."""
+    for candidate in (os.environ.get("DBERT_DATA"), ROOT.parent / "shared" / "data", "/work/shared/data"):
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate)
+    return ROOT.parent / "shared" / "data"
+
+
+HEAD = _data_dir() / "tinystories" / "TinyStories-train-head.txt"
 
 CHILD = r"""
 import json, os, resource, sys, time
