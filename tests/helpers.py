@@ -390,3 +390,17 @@ def serving(app, grace: float = 2.0):
         srv.should_exit = True
         thread.join(20)
         sock.close()
+
+
+def post_json(url: str, body: dict, timeout: float = 120) -> tuple[int, dict]:
+    """POST body as JSON to a test server; (status, the JSON answer), an HTTP error's too."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())

@@ -5,14 +5,11 @@ goes on after it (docs/stories.md, "Sampling a story")."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 
 import pytest
 import torch
 
-from helpers import ROOT, run
+from helpers import ROOT, post_json, run
 
 SHIPPED = ROOT / "assets" / "dbert-minilm-stories"
 SENTENCE = "Once upon a time there was a little girl named Lily. She loved to play with her dog Max in the park. "
@@ -103,22 +100,13 @@ def test_a_story_does_not_end_inside_its_prompt(shipped):
     assert all(t.startswith("Tom ") and "the end of the road" in t for t in texts), texts
 
 
-def _post(url: str, body: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def test_serve_echoes_a_prompt_longer_than_a_window_intact(shipped):
     from dbert_core.serving.serve import create_app
     from helpers import serving
 
     prompt = long_prompt(shipped, 290)
     with serving(create_app(shipped, "story", models=[])) as (url, _):
-        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": prompt, "max_tokens": 30, "echo": True,
+        code, body = post_json(f"{url}/v1/completions", {"model": "story", "prompt": prompt, "max_tokens": 30, "echo": True,
                                                     "seed": 1, "dbert": {"steps": 2}})
         assert code == 200, body
         (choice,) = body["choices"]

@@ -11,7 +11,7 @@ import torch
 from dbert_core.text.data import (EOT, DocumentStats, Special, Window, collate, read_documents, scored_tokens,
                              story_windows)
 from dbert_core.errors import DbertError
-from helpers import DATA, TINYSTORIES, train_stories
+from helpers import DATA, TINYSTORIES, post_json, train_stories
 
 HEAD = DATA / "tinystories" / "TinyStories-train-head.txt"
 
@@ -380,25 +380,13 @@ def test_a_checkpoint_recommends_its_shortest_story(story_model, tiny_db):
     assert resolve(SampleConfig(), tiny_db).min_length == 0
 
 
-def _post(url: str, body: dict) -> tuple[int, dict]:
-    import urllib.error
-    import urllib.request
-
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def test_serve_continues_a_story_to_its_end(story_model):
     from dbert_core.serving.serve import create_app
     from helpers import serving
 
     app = create_app(story_model, "story", models=[])
     with serving(app) as (url, _):
-        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom had a red kite.",
+        code, body = post_json(f"{url}/v1/completions", {"model": "story", "prompt": "Tom had a red kite.",
                                                     "max_tokens": 40, "n": 2, "seed": 3, "dbert": {"steps": 6}})
         assert code == 200, body
         choices = body["choices"]
@@ -407,18 +395,18 @@ def test_serve_continues_a_story_to_its_end(story_model):
             assert c["finish_reason"] in ("stop", "length") and "\u00b6" not in c["text"] and "[SEP]" not in c["text"]
             assert not c["text"].lstrip().startswith("Tom had a red kite")  # the prompt is not repeated
         # a suffix is the story's last words: the span between is filled, the story ends with the suffix
-        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom had a kite.", "suffix": "The end.",
+        code, body = post_json(f"{url}/v1/completions", {"model": "story", "prompt": "Tom had a kite.", "suffix": "The end.",
                                                     "max_tokens": 8, "seed": 1, "dbert": {"steps": 6}})
         assert code == 200, body
         (c,) = body["choices"]
         assert c["finish_reason"] == "stop" and c["text"].strip() and "[SEP]" not in c["text"]
-        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom", "suffix": "The end.",
+        code, body = post_json(f"{url}/v1/completions", {"model": "story", "prompt": "Tom", "suffix": "The end.",
                                                     "max_tokens": 40})
         assert code == 400 and body["error"]["param"] == "max_tokens" and "one window" in body["error"]["message"]
-        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom", "min_tokens": 10,
+        code, body = post_json(f"{url}/v1/completions", {"model": "story", "prompt": "Tom", "min_tokens": 10,
                                                     "max_tokens": 20, "seed": 1, "dbert": {"steps": 6}})
         assert code == 200, body
-        code, body = _post(f"{url}/v1/completions", {"model": "story", "prompt": "Tom had a kite.", "min_tokens": 30,
+        code, body = post_json(f"{url}/v1/completions", {"model": "story", "prompt": "Tom had a kite.", "min_tokens": 30,
                                                     "max_tokens": 20})
         assert code == 400 and body["error"]["param"] == "min_tokens"  # the client's own numbers, not the story's
         assert body["error"]["message"] == "min_tokens (30) is more than max_tokens (20): no story could end"

@@ -227,8 +227,9 @@ def quality(meta: dict) -> tuple[float, str] | None:
 def _val_ppl(path: Path, meta: dict) -> float | None:
     """The checkpoint's quality figure (quality()), else the last validation bound: dbert.json's (saved since
     dbert records it), else the trainer state's."""
-    if quality(meta) is not None:
-        return quality(meta)[0]
+    measured = quality(meta)
+    if measured is not None:
+        return measured[0]
     if isinstance(meta.get("val_ppl_token"), (int, float)):
         return float(meta["val_ppl_token"])
     from ..disk.jsonfile import read_json
