@@ -17,8 +17,8 @@ from .errors import DbertError
 # ---------------------------------------------------------------------------------- choices
 SCHEDULES = ("linear", "spindle")
 TIME_MODES = ("none", "prefix", "layerwise")      # time-agnostic (TAD), prefix token (PTE), layer-wise (LTE)
-SAMPLERS = strategies.EXACT                        # the exact samplers: the model's own law
-STRATEGIES = strategies.NAMES                      # every --sampler choice: exact and heuristic (strategies.py)
+SAMPLERS = strategies.EXACT                        # the built-in exact samplers: the model's own law
+STRATEGIES = strategies.NAMES                      # the built-in strategies; strategies.names(): every registered one
 DEVICES = ("auto", "cpu", "cuda", "mps")
 UNITS = ("line", "sentence", "story")             # story: a whole document, in windows that end with its end
 EVAL_UNITS = UNITS + ("window",)  # eval also scores the sentence-start windows a checkpoint trained on
@@ -286,8 +286,8 @@ class SampleConfig:
         if self.min_length is not None:
             _int("--min-length", self.min_length, 0)
         if self.sampler is not None:
-            _one_of("--sampler", self.sampler, STRATEGIES)
-            strategies.check_pair(self.sampler, strategies.get(self.sampler).resolve(self.params))
+            strategy = strategies.get(self.sampler)  # "--sampler must be one of: ..." for a name it has not
+            strategy.check(strategy.resolve(self.params))
         else:
             _need(not self.params, "--param needs --sampler (the default sampler has no parameters)")
         _int("--batch-size", self.batch_size, 1)

@@ -428,10 +428,10 @@ class Session:
         self.change(db, top_p=next_in(TOP_PS, self.active.top_p))
 
     def next_sampler(self, db) -> None:
-        """The next strategy (config.STRATEGIES order: the exact samplers, then the heuristic ones)
-        the checkpoint allows, after the one the run uses, at its default parameters."""
-        from dbert_core.config import STRATEGIES
+        """The next strategy (strategies.names() order: the exact samplers, the heuristic ones, then
+        those registered since) the checkpoint allows, after the one the run uses, at its default parameters."""
         from dbert_core.errors import DbertError
+        from dbert_core.strategies import names
         from dbert_core.sampling.sample import resolve
 
         def allowed(name: str) -> bool:
@@ -441,7 +441,7 @@ class Session:
             except DbertError:
                 return False
 
-        self.change(db, sampler=next_in([s for s in STRATEGIES if allowed(s)], self.shown_settings().sampler),
+        self.change(db, sampler=next_in([s for s in names() if allowed(s)], self.shown_settings().sampler),
                     params=None)
 
     def new_seed(self) -> None:

@@ -42,7 +42,7 @@ def field_of(message: str) -> str | None:
 
 def settings_form(s, side: int | None) -> tuple[str, list]:
     """The settings dialog of settings `s`: its title (naming the side in a comparison) and fields."""
-    from dbert_core.config import STRATEGIES
+    from dbert_core.strategies import names
 
     fields = [
         ("steps", "steps (1..T)", "" if s.steps is None else str(s.steps), "the checkpoint's"),
@@ -54,7 +54,7 @@ def settings_form(s, side: int | None) -> tuple[str, list]:
          "the checkpoint's (story models)"),
         ("n", "samples", str(s.n), ""),
         ("seed", "seed", str(s.seed), ""),
-        ("sampler", "sampler", s.sampler or "", "auto: " + " | ".join(STRATEGIES)),
+        ("sampler", "sampler", s.sampler or "", "auto: " + " | ".join(names())),
         ("params", "sampler parameters", " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                                   for k, v in (s.params or {}).items()), "NAME=VALUE ...: defaults"),
         ("cache_refresh", "cache refresh (0: exact)", "" if s.cache_refresh is None else str(s.cache_refresh),

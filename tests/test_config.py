@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+import typer
 from helpers import TINYSTORIES, tiny_config
 
 from dbert_core.storage import checkpoint
@@ -72,10 +73,15 @@ def test_cli_choices_are_the_config_tuples():
     from dbert_core import cli
 
     pairs = [(cli.Schedule, config.SCHEDULES), (cli.Time, config.TIME_MODES), (cli.Device, config.DEVICES),
-             (cli.Sampler, config.STRATEGIES), (cli.Unit, config.UNITS), (cli.Loss, config.LOSSES),
+             (cli.Unit, config.UNITS), (cli.Loss, config.LOSSES),
              (cli.Decay, config.DECAYS), (cli.Dtype, config.DTYPES), (cli.Preset, config.PRESETS)]
     for enum, values in pairs:
         assert tuple(e.value for e in enum) == values
+    from dbert_core import strategies
+
+    assert cli.options.strategy_name("remdm") == "remdm"  # --sampler: the registry's names when the line is read
+    with pytest.raises(typer.BadParameter, match="one of: " + ", ".join(strategies.names())):
+        cli.options.strategy_name("nope")
     from dbert_core.maths.model import PRESETS
 
     assert tuple(PRESETS) == config.PRESETS

@@ -32,13 +32,13 @@ from .commands.serve import serve
 from .commands.train import train
 from .commands.tui import tui
 from .ending import exit_code, is_the_process, quiet_exit, restore_signals, saved_handlers, stop_signals
-from .options import (Decay, Device, DocSep, Dtype, EvalUnit, Loss, Preset, Sampler, Schedule, Time, Unit,
+from .options import (SAMPLER, Decay, Device, DocSep, Dtype, EvalUnit, Loss, Preset, Schedule, Time, Unit,
                       flags_without_type)
 from .short_help import short_help
 from .streams import DataStream, ReaderGone, std_streams
 
 __all__ = ["app", "main", "flags_without_type", "sample", "Decay", "Device", "DocSep", "Dtype", "EvalUnit", "Loss",
-           "Preset", "Sampler", "Schedule", "Time", "Unit"]  # what scripts and tests import from dbert_core.cli
+           "Preset", "SAMPLER", "Schedule", "Time", "Unit"]  # what scripts and tests import from dbert_core.cli
 
 flags_without_type()
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,

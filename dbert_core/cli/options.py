@@ -11,7 +11,7 @@ from enum import Enum
 
 import typer
 
-from .. import config
+from .. import config, strategies
 from ..errors import DbertError
 
 
@@ -39,7 +39,6 @@ def _choice(name: str, values: tuple[str, ...]) -> type[Enum]:
 Schedule = _choice("Schedule", config.SCHEDULES)
 Time = _choice("Time", config.TIME_MODES)
 Device = _choice("Device", config.DEVICES)
-Sampler = _choice("Sampler", config.STRATEGIES)
 Unit = _choice("Unit", config.UNITS)
 EvalUnit = _choice("EvalUnit", config.EVAL_UNITS)
 DocSep = _choice("DocSep", config.DOC_SEPS)
@@ -47,6 +46,20 @@ Loss = _choice("Loss", config.LOSSES)
 Decay = _choice("Decay", config.DECAYS)
 Dtype = _choice("Dtype", config.DTYPES)
 Preset = _choice("Preset", config.PRESETS)
+def strategy_name(value: str | None) -> str | None:
+    """--sampler's value: the name of a strategy registered when the command line is read
+    (strategies.names(): one registered after this module was imported is a choice too)."""
+    if value is not None and value not in strategies.names():
+        raise typer.BadParameter(f"{value!r} is not one of: {', '.join(strategies.names())}")
+    return value
+
+
+def _strategy_names(incomplete: str) -> list[str]:
+    return [n for n in strategies.names() if n.startswith(incomplete)]
+
+
+# --sampler: a strategy's name (typer.Option(**SAMPLER)), checked against the registry as it is then
+SAMPLER = {"callback": strategy_name, "metavar": "NAME", "autocompletion": _strategy_names}
 TRAIN = config.TrainConfig(data=[], out="")  # the defaults the options below show
 SAMPLE = config.SampleConfig()
 

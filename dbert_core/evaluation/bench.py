@@ -37,6 +37,7 @@ import torch
 from ..disk import layout
 from ..hardware import auto_dtype, compute_dtype, cpu_name, native_bf16
 from ..disk.atomic import atomic_write_text
+from .. import strategies
 from ..errors import DbertError
 from ..maths.model import attention_path, forward_flops
 from .rates import (_sig, _sync, best_time, fraction, linear_rate, matmul_peak, model_shapes,  # noqa: F401 - bench.X as before
@@ -213,7 +214,7 @@ class Bench:
                            "batch": batch, "seconds": sec,
                            "samples_per_s": round(batch / sec, 4), "calls_per_batch": st["nfe"],
                            "rows_per_sample": round(st["rows"] / batch, 2), **self._compute(st)}
-                    if sampler == "ancestral":
+                    if strategies.get(sampler).baseline:
                         base = sec
                     if base is not None:
                         row["speedup_vs_ancestral"] = round(base / sec, 2)

@@ -22,13 +22,13 @@ from typing import Iterator
 
 import torch
 
-from .base import Frame
+from .base import Frame, State
 from .draw import draw_tokens
 
 
-def ancestral(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, cached: bool,
-              top=None) -> Iterator[Frame]:
+def ancestral(state: State, cached: bool = False) -> Iterator[Frame]:
     """ancestral and cached: one frame per step, the same random draws in both."""
+    x, masked, kern, net, gen = state.x, state.masked, state.kern, state.net, state.gen
     B, L = x.shape
     S = len(kern.grid) - 1
     token_free = kern.inverse is None
@@ -75,14 +75,8 @@ def ancestral(x, masked, confidence, kern, net, gen, shaping, no_draw, block_rep
                 else:
                     chosen_logits = logits[revealed[masked].to(logits.device)]
                 r_v = kern.r_vocab(torch.tensor([k]))
-                chosen, conf = draw_tokens(x, masked, revealed, chosen_logits, r_v, no_draw, shaping,
-                                           u_token[revealed], block_repeats, top)
-                if top is not None:
-                    top.put(revealed)
-                x[revealed] = chosen
-                confidence[revealed] = conf
-                masked &= ~revealed
+                chosen, conf = draw_tokens(x, masked, revealed, chosen_logits, r_v, state.no_draw, state.shaping,
+                                           u_token[revealed], state.block_repeats, state.top)
+                state.reveal(revealed, chosen, conf)
                 stale |= revealed.any(1)
-        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
-                    step=k + 1, steps=S, t=kern.grid[k + 1], nfe=net.nfe, rows=net.rows, flops=net.flops,
-                    row_steps=torch.full((B,), k + 1))
+        yield state.frame(revealed, k + 1)

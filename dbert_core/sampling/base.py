@@ -3,22 +3,24 @@ and the network and reveal probabilities it is handed.
 
 A sampler family is a generator function (the Sampler protocol below)
 
-    family(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, top=None,
-           **its own parameters) -> Iterator[Frame]
+    family(state: State, **options) -> Iterator[Frame]
 
-that fills in the [MASK]s of x (B, L) in place: masked (B, L) and confidence (B, L) are written as
-positions are revealed, and revealed tokens are never masked again (carry-over; remdm is the one
-family that masks on purpose, and says so in Frame.remasked). It calls the model only through net
-(a Net, which counts calls, rows and FLOPs), draws its uniforms from gen in a fixed order (same
-seed, same samples), chooses tokens only through draw.draw_tokens (so temperature, top-k, top-p
-(shaping), the never-drawn ids (no_draw) and the repeat block apply alike to every family) and
-yields a Frame after each step or reveal event, the last one with nothing masked. kern holds the
-reveal probabilities of the step budget; top, when given, records the candidates of each reveal
-(inspector.TopK).
+that fills in the [MASK]s of state.x (B, L) in place: state.masked (B, L) and state.confidence
+(B, L) are written as positions are revealed, and revealed tokens are never masked again
+(carry-over; remdm is the one family that masks on purpose, and says so in Frame.remasked). It
+calls the model only through state.net (a Net, which counts calls, rows and FLOPs), draws its
+uniforms from state.gen in a fixed order (same seed, same samples), chooses tokens only through
+draw.draw_tokens (so the Shaping: temperature, top-k, top-p; the never-drawn ids, no_draw; and the
+repeat block apply alike to every family), writes them in with state.reveal and yields
+state.frame(...) after each step or reveal event, the last one with nothing masked.
+state.kern holds the reveal probabilities of the step budget (a family with a path of its own,
+remdm, puts its kernel there first); state.top, when given, records the candidates of each reveal
+(inspector.TopK); state.params are the strategy's resolved parameters and the options its fixed
+keywords (strategies.py declares both).
 
 The families: ancestral.py (ancestral, cached), first_hitting.py, ordered.py (confidence, margin,
-entropy, threshold, entropy-bounded), remdm.py. strategies.py names them; sample._reverse hands a
-strategy's family this state.
+entropy, threshold, entropy-bounded), remdm.py. strategies.py names them; sample._reverse builds
+the State and hands it to the strategy's family.
 
 The reveal probabilities per class: r(v) depends on v only through the schedule's per-token
 constant (spindle: the centred information f(v) - fbar), so the vocabulary splits into C classes
@@ -31,7 +33,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Iterator, Protocol
+from typing import Iterator, NamedTuple, Protocol
 
 import torch
 
@@ -92,12 +94,61 @@ class Frame:
         return self.step == self.steps and not self.touch_up
 
 
+class Shaping(NamedTuple):
+    """How a revealed position's token is drawn from p (draw.shape_probs reads it in this order)."""
+
+    temperature: float
+    top_k: int      # 0: off
+    top_p: float    # 1: off
+    keep: int = -1  # the id whose unshaped chance is kept (a story's end mark with natural_length); -1: none
+
+
+@dataclass
+class State:
+    """What a sampler family works on (the module docstring): the batch it writes in, the network,
+    the random stream, the token choice and the run's strategy parameters."""
+
+    x: torch.Tensor                 # (B, L) ids, [MASK] where still masked
+    masked: torch.Tensor            # (B, L) bool
+    confidence: torch.Tensor        # (B, L) float64, p' of each revealed token (nan: masked or given)
+    kern: Kernel
+    net: Net
+    gen: torch.Generator
+    shaping: Shaping
+    no_draw: list[int]              # ids never drawn
+    block_repeats: RepeatBlock | None
+    db: object = None               # the checkpoint (a family may read its schedule or model)
+    steps: int = 0                  # the step budget S asked for
+    params: dict = field(default_factory=dict)  # the strategy's resolved parameters
+    top: object = None              # an inspector.TopK, or None
+
+    def reveal(self, revealed: torch.Tensor, chosen: torch.Tensor, conf: torch.Tensor) -> None:
+        """Write the tokens drawn at the revealed (B, L) positions in (carry-over: they stay)."""
+        if self.top is not None:
+            self.top.put(revealed)
+        self.x[revealed] = chosen
+        self.confidence[revealed] = conf
+        self.masked &= ~revealed
+
+    def frame(self, revealed: torch.Tensor, step: int, row_steps: torch.Tensor | None = None,
+              remasked: torch.Tensor | None = None) -> Frame:
+        """The Frame of the batch now, `step` steps into the budget (row_steps: each row's; default: all at step)."""
+        B = self.x.shape[0]
+        return Frame(ids=self.x.clone(), masked=self.masked.clone(), revealed=revealed,
+                     confidence=self.confidence.clone(), step=step, steps=len(self.kern.grid) - 1,
+                     t=self.kern.grid[step], nfe=self.net.nfe, rows=self.net.rows, flops=self.net.flops,
+                     row_steps=torch.full((B,), step) if row_steps is None else row_steps, remasked=remasked)
+
+    def nothing_to_fill(self) -> Iterator[Frame]:
+        """The one frame of a family that found no [MASK] and made no call, else nothing."""
+        if self.net.nfe == 0:
+            yield self.frame(torch.zeros_like(self.masked), len(self.kern.grid) - 1)
+
+
 class Sampler(Protocol):
     """A sampler family (see the module docstring)."""
 
-    def __call__(self, x: torch.Tensor, masked: torch.Tensor, confidence: torch.Tensor, kern: Kernel, net: Net,
-                 gen: torch.Generator, shaping: tuple[float, int, float], no_draw: list[int],
-                 block_repeats: RepeatBlock | None, top=None, **params) -> Iterator[Frame]: ...
+    def __call__(self, state: State, **options) -> Iterator[Frame]: ...
 
 
 CLASS_MASS_BLOCK = 2**20  # values per block of Kernel.class_mass (4 MB of float32; measured in docs/performance.md)

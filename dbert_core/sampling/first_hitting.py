@@ -31,7 +31,7 @@ from typing import Iterator
 import torch
 
 from ..errors import DbertError
-from .base import Frame
+from .base import Frame, State
 from .draw import draw_tokens
 
 
@@ -81,8 +81,9 @@ def next_event(P: torch.Tensor, mk: torch.Tensor, k: torch.Tensor, r: torch.Tens
     return m, R_at
 
 
-def first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, top=None) -> Iterator[Frame]:
+def first_hitting(state: State) -> Iterator[Frame]:
     """One network call per reveal event; each row jumps straight to its next event."""
+    x, masked, kern, net, gen = state.x, state.masked, state.kern, state.net, state.gen
     B, L = x.shape
     S = len(kern.grid) - 1
     token_free = kern.inverse is None
@@ -135,22 +136,12 @@ def first_hitting(x, masked, confidence, kern, net, gen, shaping, no_draw, block
         else:  # (folded: the first len(logits) of rev[mk] repeat for every row)
             logits = logits[(rev[mk].nonzero().squeeze(1) % len(logits)).to(logits.device)]
         row_of = rev.nonzero()[:, 0]
-        chosen, conf = draw_tokens(x[active], mk, rev, logits, kern.r_vocab(m[row_of]), no_draw, shaping,
-                                   u_token[rev], block_repeats, top)
+        chosen, conf = draw_tokens(x[active], mk, rev, logits, kern.r_vocab(m[row_of]), state.no_draw, state.shaping,
+                                   u_token[rev], state.block_repeats, state.top)
         revealed = torch.zeros_like(masked)
         revealed[active] = rev
-        if top is not None:
-            top.put(revealed)
-        x[revealed] = chosen
-        confidence[revealed] = conf
-        masked &= ~revealed
+        state.reveal(revealed, chosen, conf)
         k[active] = m + 1
         left = masked.any(1)
-        step = int(k[left].min()) if left.any() else S
-        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
-                    step=step, steps=S, t=kern.grid[step], nfe=net.nfe, rows=net.rows, flops=net.flops,
-                    row_steps=k.clone())
-    if net.nfe == 0:  # nothing to fill in
-        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=torch.zeros_like(masked),
-                    confidence=confidence.clone(), step=S, steps=S, t=0, nfe=0, rows=0,
-                    row_steps=torch.full((B,), S))
+        yield state.frame(revealed, int(k[left].min()) if left.any() else S, row_steps=k.clone())
+    yield from state.nothing_to_fill()

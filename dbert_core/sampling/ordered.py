@@ -24,7 +24,7 @@ from typing import Iterator
 
 import torch
 
-from .base import Frame
+from .base import Frame, State, masked_curve
 from .draw import draw_tokens
 
 
@@ -50,29 +50,27 @@ def position_scores(logits: torch.Tensor, no_draw: list[int], by: str) -> torch.
     return out.cpu().double()
 
 
-def _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token, block_repeats, top=None):
+def _reveal_tokens(state: State, rows, mk, rev, logits, u_token):
     """Draw tokens from p' at the rev (R, L) positions of batch rows `rows` (their masked
     positions mk, the logits of those in row-major order) and write them in; returns the (B, L)
     revealed mask."""
-    revealed = torch.zeros_like(masked)
+    revealed = torch.zeros_like(state.masked)
     if not rev.any():
         return revealed
-    chosen, conf = draw_tokens(x[rows], mk, rev, logits[rev[mk].to(logits.device)], None, no_draw, shaping,
-                               u_token[rows][rev], block_repeats, top)
+    chosen, conf = draw_tokens(state.x[rows], mk, rev, logits[rev[mk].to(logits.device)], None, state.no_draw,
+                               state.shaping, u_token[rows][rev], state.block_repeats, state.top)
     revealed[rows] = rev
-    if top is not None:
-        top.put(revealed)
-    x[revealed] = chosen
-    confidence[revealed] = conf
-    masked &= ~revealed
+    state.reveal(revealed, chosen, conf)
     return revealed
 
 
-def ordered(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, by: str,
-             curve: torch.Tensor, top=None) -> Iterator[Frame]:
-    """confidence, margin, entropy: each step reveals the k surest masked positions of each row,
-    k such that the row's revealed count is round(n0 (1 - curve[k+1])) after step k."""
-    B, L = x.shape
+def ordered(state: State, by: str) -> Iterator[Frame]:
+    """confidence, margin, entropy (by: the position_scores score): each step reveals the k surest
+    masked positions of each row, k such that the row's revealed count is round(n0 (1 - curve[k+1]))
+    after step k (curve: the expected masked fraction, base.masked_curve)."""
+    x, masked, kern, net, gen, no_draw = state.x, state.masked, state.kern, state.net, state.gen, state.no_draw
+    curve = masked_curve(state.db, state.steps)
+    L = x.shape[1]
     S = len(kern.grid) - 1
     n0 = masked.sum(1)
     target = torch.round(n0.double().unsqueeze(0) * (1.0 - curve[1:]).unsqueeze(1)).long()  # (S, B)
@@ -93,18 +91,18 @@ def ordered(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repea
             order = torch.argsort(full, dim=1, descending=True, stable=True)  # ties: leftmost first
             rank = torch.empty_like(order).scatter_(1, order, torch.arange(L).expand_as(order).contiguous())
             rev = mk & (rank < need[rows].unsqueeze(1))
-            revealed = _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token,
-                                      block_repeats, top)
-        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
-                    step=k + 1, steps=S, t=kern.grid[k + 1], nfe=net.nfe, rows=net.rows, flops=net.flops,
-                    row_steps=torch.full((B,), k + 1))
+            revealed = _reveal_tokens(state, rows, mk, rev, logits, u_token)
+        yield state.frame(revealed, k + 1)
 
 
-def adaptive(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, rule: str, value: float,
-              curve: torch.Tensor, top=None) -> Iterator[Frame]:
-    """threshold and entropy-bounded: one call per frame, each row revealing as many positions as
-    its rule allows (at least one), until nothing is masked."""
-    B, L = x.shape
+def adaptive(state: State, rule: str, value: str) -> Iterator[Frame]:
+    """threshold (rule "above": the top-1 probability above the parameter `value`) and
+    entropy-bounded (rule "budget": the entropy budget `value`): one call per frame, each row
+    revealing as many positions as its rule allows (at least one), until nothing is masked."""
+    x, masked, kern, net, gen, no_draw = state.x, state.masked, state.kern, state.net, state.gen, state.no_draw
+    bound = state.params[value]
+    curve = masked_curve(state.db, state.steps)
+    B = x.shape[0]
     S = len(kern.grid) - 1
     grid = torch.tensor(kern.grid)
     n0 = masked.sum(1).clamp_min(1)
@@ -121,28 +119,21 @@ def adaptive(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repe
         u_token = torch.rand(x.shape, generator=gen, dtype=torch.float64)
         k = step_of(mk.sum(1), rows).clamp_max(S - 1)
         logits = net(x[rows], mk, grid[k], rows=rows)
-        if rule == "threshold":
+        if rule == "above":
             full = torch.full(mk.shape, float("-inf"), dtype=torch.float64)
             full[mk] = position_scores(logits, no_draw, "confidence")
-            rev = mk & (full > value)
+            rev = mk & (full > bound)
             rev[torch.arange(len(rows)), full.argmax(1)] = True  # at least the most confident one
         else:  # entropy-bounded: sorted by entropy, the longest prefix with sum(H) - max(H) <= gamma
             full = torch.full(mk.shape, float("inf"), dtype=torch.float64)
             full[mk] = position_scores(logits, no_draw, "entropy")
             h, order = torch.sort(full, dim=1, stable=True)
             before = h.cumsum(1) - h  # the sum of the smaller entropies: sum(H) - max(H) of the prefix
-            ok = torch.isfinite(h) & (before <= value + 1e-12)
+            ok = torch.isfinite(h) & (before <= bound + 1e-12)
             ok[:, 0] = True
             rev = torch.zeros_like(mk).scatter_(1, order, ok) & mk
-        revealed = _reveal_tokens(x, masked, confidence, rows, mk, rev, logits, no_draw, shaping, u_token,
-                                  block_repeats, top)
+        revealed = _reveal_tokens(state, rows, mk, rev, logits, u_token)
         row_steps = step_of(masked.sum(1), everyone).clamp_min(1)
         left = masked.any(1)
-        step = int(row_steps[left].min()) if left.any() else S
-        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
-                    step=step, steps=S, t=kern.grid[step], nfe=net.nfe, rows=net.rows, flops=net.flops,
-                    row_steps=row_steps)
-    if net.nfe == 0:  # nothing to fill in
-        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=torch.zeros_like(masked),
-                    confidence=confidence.clone(), step=S, steps=S, t=0, nfe=0, rows=0,
-                    row_steps=torch.full((B,), S))
+        yield state.frame(revealed, int(row_steps[left].min()) if left.any() else S, row_steps=row_steps)
+    yield from state.nothing_to_fill()

@@ -13,7 +13,7 @@ from typing import Iterator
 import torch
 
 from ..maths.schedule import step_grid
-from .base import Frame, Kernel, masked_at
+from .base import Frame, Kernel, State, masked_at
 from .draw import draw_tokens
 
 
@@ -71,11 +71,13 @@ def remdm_kernel(db, steps: int, params: dict) -> tuple[Kernel, torch.Tensor]:
     return Kernel(path, r.contiguous(), inverse), sigma.contiguous()
 
 
-def remdm(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats, sigma, mask_id: int,
-           time_agnostic: bool, top=None) -> Iterator[Frame]:
+def remdm(state: State) -> Iterator[Frame]:
     """ancestral with remasking: per step, masked positions reveal as in ancestral with r', and
-    revealed ones (not the prompt's) are masked again with sigma of their token's class."""
-    B, L = x.shape
+    revealed ones (not the prompt's) are masked again with sigma of their token's class. Its
+    kernel (over its own path: remdm_kernel) takes the place of the step budget's in state."""
+    state.kern, sigma = remdm_kernel(state.db, state.steps, state.params)
+    x, masked, confidence, kern, net, gen = state.x, state.masked, state.confidence, state.kern, state.net, state.gen
+    mask_id, time_agnostic = state.db.model.mask_id, state.db.model.time == "none"
     S = kern.r.shape[0]
     token_free = kern.inverse is None
     given = ~masked.clone()
@@ -87,7 +89,6 @@ def remdm(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats
         u_remask = torch.rand(x.shape, generator=gen, dtype=torch.float64)
         shown = ~masked & ~given
         revealed = torch.zeros_like(masked)
-        chosen = conf = None
         if masked.any():
             rows = masked.any(1).nonzero().squeeze(1)
             if dirty or not time_agnostic or logits is None:
@@ -101,23 +102,16 @@ def remdm(x, masked, confidence, kern, net, gen, shaping, no_draw, block_repeats
                 revealed[masked] = u_reveal[masked] < kern.class_mass(logits) @ kern.r[k]
             if revealed.any():
                 chosen, conf = draw_tokens(x, masked, revealed, logits[revealed[masked].to(logits.device)],
-                                           kern.r_vocab(torch.tensor([k])), no_draw, shaping, u_token[revealed],
-                                           block_repeats, top)
-                if top is not None:
-                    top.put(revealed)
+                                           kern.r_vocab(torch.tensor([k])), state.no_draw, state.shaping,
+                                           u_token[revealed], state.block_repeats, state.top)
+                state.reveal(revealed, chosen, conf)  # at positions masked before: shown's tokens stay as they were
         remasked = torch.zeros_like(masked)
         if shown.any() and float(sigma[k].max()) > 0:
             sig = sigma[k, 0] if token_free else sigma[k][kern.inverse[x[shown]]]
             remasked[shown] = u_remask[shown] < sig
-        if chosen is not None:
-            x[revealed] = chosen
-            confidence[revealed] = conf
-            masked &= ~revealed
         if remasked.any():
             x[remasked] = mask_id
             confidence[remasked] = float("nan")
             masked |= remasked
         dirty = dirty or bool(revealed.any()) or bool(remasked.any())
-        yield Frame(ids=x.clone(), masked=masked.clone(), revealed=revealed, confidence=confidence.clone(),
-                    step=k + 1, steps=S, t=kern.grid[k + 1], nfe=net.nfe, rows=net.rows, flops=net.flops,
-                    row_steps=torch.full((B,), k + 1), remasked=remasked)
+        yield state.frame(revealed, k + 1, remasked=remasked)

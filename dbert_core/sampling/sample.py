@@ -2,8 +2,9 @@
 
 frames() runs the reverse process of one batch and yields a Frame after each step; generate()
 runs cfg.n samples in batches, side by side on a CPU's cores (parallel.py), and returns their
-texts. A run's settings are resolved once (settings.py); the sampler family of cfg.sampler does
-the steps (base.py says what a family is):
+texts. A run's settings are resolved once (settings.py); the sampler family that cfg.sampler's
+strategy declares (strategies.py, the registry) does the steps on one base.State (base.py says what a
+family is):
 
     exact, drawing from the reverse process's own law (docs/method.md section 2):
         ancestral, cached   ancestral.py   one step at a time: the reverse step
@@ -21,6 +22,7 @@ on block by block past one window (story_stream).
 
 from __future__ import annotations
 
+import importlib
 import time as _time
 from dataclasses import replace
 from functools import partial
@@ -32,15 +34,13 @@ from .. import strategies
 from ..config import SampleConfig
 from ..errors import DbertError
 from . import parallel, settings
-from .ancestral import ancestral
 from .blocks import (is_story_model, prompt_end, story_canvas, story_frames, story_of, story_rules, story_template,
                      with_end_rule)
-from .base import Frame, Kernel, Net, Sampler, kernel, masked_curve
+from .base import Frame, Kernel, Net, Sampler, Shaping, State, kernel, masked_curve
 from .draw import RepeatBlock, categorical, neighbours, repeat_block, shape_probs
-from .first_hitting import first_hitting
-from .ordered import adaptive, ordered, position_scores
+from .ordered import position_scores
 from .prompt import expand_template, parse_prompt, prompt_ids, prompt_notes, prompt_words
-from .remdm import remdm, remdm_kernel, remdm_path
+from .remdm import remdm_kernel, remdm_path
 from .settings import MAX_STORY, default_length, default_sampler, resolve, validate
 from .touchup import touch_up
 
@@ -104,11 +104,11 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
         yield tagged(f)
 
 
-def shaping(db, cfg: SampleConfig) -> tuple[float, int, float, int]:
+def shaping(db, cfg: SampleConfig) -> Shaping:
     """The token shaping every family hands to draw.shape_probs: temperature, top-k, top-p, and the id
     whose unshaped chance is kept (a story model's end mark with cfg.natural_length; -1: none)."""
     end = db.tokenizer.sep_token_id if is_story_model(db) and cfg.natural_length else -1
-    return (cfg.temperature, cfg.top_k, cfg.top_p, end)
+    return Shaping(cfg.temperature, cfg.top_k, cfg.top_p, end)
 
 
 def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbid=(), top=None,
@@ -117,36 +117,32 @@ def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbi
     in); top: an inspector.TopK recorder of the candidates at each reveal, or None; offset: the
     story canvas column of x's column 0 (blocks.story_rules); prefix: x's first columns kept in the
     network's PrefixCache (0: none, the exact forward)."""
-    mask_id = db.model.mask_id
     rules = story_rules(db, x.shape[1], offset, cfg) if is_story_model(db) else None
-    state = dict(
-        x=x, masked=x == mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
-        kern=kernel(db.schedule, cfg.steps), net=Net(db, cfg.dtype, rules, prefix, cfg.cache_refresh or 0, bool(cfg.cache_masked)), gen=gen, shaping=shaping(db, cfg),
+    strategy = strategies.get(cfg.sampler)
+    state = State(
+        x=x, masked=x == db.model.mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
+        kern=kernel(db.schedule, cfg.steps),
+        net=Net(db, cfg.dtype, rules, prefix, cfg.cache_refresh or 0, bool(cfg.cache_masked)), gen=gen,
+        shaping=shaping(db, cfg),
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id} | set(forbid)),  # never sampled
         block_repeats=repeat_block(db) if cfg.block_repeats else None,
-    )
-    if top is not None:
-        state["top"] = top
-    params = strategies.get(cfg.sampler).resolve(cfg.params)
-    family: Sampler  # the strategy's sampler family (base.py) and its own parameters
-    if cfg.sampler == "first-hitting":
-        family, own = first_hitting, {}
-    elif cfg.sampler in ("ancestral", "cached"):
-        family, own = ancestral, {"cached": cfg.sampler == "cached"}
-    elif cfg.sampler in ("confidence", "margin", "entropy"):
-        family, own = ordered, {"by": cfg.sampler, "curve": masked_curve(db, cfg.steps)}
-    elif cfg.sampler in ("threshold", "entropy-bounded"):
-        family, own = adaptive, {"rule": cfg.sampler, "value": params.get("tau", params.get("gamma")),
-                                 "curve": masked_curve(db, cfg.steps)}
-    elif cfg.sampler == "remdm":
-        state["kern"], sigma = remdm_kernel(db, cfg.steps, params)
-        family, own = remdm, {"sigma": sigma, "mask_id": mask_id, "time_agnostic": db.model.time == "none"}
-    else:  # a name in the registry with no sampler here is a bug, not a user error
-        raise AssertionError(f"no sampler for strategy {cfg.sampler!r}")
-    stream = family(**state, **own)
+        db=db, steps=cfg.steps, params=strategy.resolve(cfg.params), top=top)
+    stream = family(strategy)(state, **strategy.options)
     if is_story_model(db):  # after a story's end, the rest of its row is end padding, decided at once
-        stream = with_end_rule(stream, x, state["masked"], db.tokenizer.sep_token_id)
+        stream = with_end_rule(stream, x, state.masked, db.tokenizer.sep_token_id)
     yield from stream
+
+
+def family(strategy: strategies.Strategy) -> Sampler:
+    """The sampler family a strategy declares: its function, or the one its "module:function" names."""
+    if callable(strategy.family):
+        return strategy.family
+    module, _, name = strategy.family.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise DbertError(f"the {strategy.name} strategy's sampler family {strategy.family!r} cannot be loaded "
+                         f"({type(e).__name__}: {e})") from None
 
 
 def decided_cache(db, cfg: SampleConfig) -> bool:
@@ -219,6 +215,6 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
         stats["prefix_cache"] = True
     if decided_cache(db, cfg):
         stats["cache_refresh"] = cfg.cache_refresh
-        if cfg.cache_masked and cfg.sampler == "first-hitting":  # the one family that reads fewer than every mask
+        if cfg.cache_masked and strategy.cache_masked:  # a family that reads fewer than every mask
             stats["cache_masked"] = True
     return texts, stats

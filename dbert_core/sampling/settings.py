@@ -32,18 +32,16 @@ def validate(db, steps: int, length: int, sampler: str, params: dict | None = No
         raise DbertError("--min-length needs a story checkpoint (trained with --unit story); this one has no story end")
     if min_length > length:
         raise DbertError(f"--min-length ({min_length}) is more than --length ({length}): no story could end")
-    if sampler == "cached" and db.model.time != "none":
-        raise DbertError(f"the cached sampler needs a time-agnostic model; this one uses time={db.model.time!r}")
-    if sampler == "first-hitting" and db.model.time != "none" and not db.schedule.token_free:
-        raise DbertError("the first-hitting sampler needs a time-agnostic model with the "
-                         f"{db.schedule.name} schedule; this one uses time={db.model.time!r}")
-    if sampler == "remdm" and (params or {}).get("schedule") == "loop" and steps < 2:
-        raise DbertError("remdm's loop schedule needs --steps >= 2 (one step to reveal, one to finish)")
+    strategy = strategies.get(sampler)
+    reason = strategy.supports(db)
+    if reason is not None:
+        raise DbertError(reason)
+    strategy.check(strategy.resolve(params), steps)
 
 
 def default_sampler(db) -> str:
     """The fastest exact sampler this model allows (what `dbert sample` uses unless told)."""
-    return "first-hitting" if db.model.time == "none" or db.schedule.token_free else "ancestral"
+    return strategies.default_for(db).name
 
 
 def window_length(db) -> int:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from starlette.requests import ClientDisconnect, Request
 
-from ..config import MAX_SEED, SAMPLERS, SampleConfig
+from .. import strategies
+from ..config import MAX_SEED, SampleConfig
 from ..errors import DbertError
 from ..sampling.blocks import is_story_model, window
 from ..sampling.infill import has_range
@@ -24,8 +25,8 @@ from .api_error import ApiError
 from .options import Limits
 
 MASK = "[MASK]"
-DBERT_FIELDS = ("steps", "top_k", "sampler", "block_repeats", "end_at_sentence", "start_as_trained", "template",
-                "stream_steps", "lowercase")
+DBERT_FIELDS = ("steps", "top_k", "sampler", "params", "block_repeats", "end_at_sentence", "start_as_trained",
+                "template", "stream_steps", "lowercase")
 # SampleConfig's messages name CLI options; a request names JSON fields
 _FIELD_OF_FLAG = {"--steps": "dbert.steps", "--top-k": "dbert.top_k", "--sampler": "dbert.sampler",
                   "--temperature": "temperature", "--top-p": "top_p", "--n": "n", "--seed": "seed",
@@ -120,7 +121,7 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
     base = SampleConfig()
     steps = _optional(extra, "steps", int, "a whole number", base.steps)
     top_k = _optional(extra, "top_k", int, "a whole number", base.top_k)
-    sampler = _optional(extra, "sampler", str, f"one of {', '.join(SAMPLERS)}")
+    sampler, params = _strategy(extra)
     block_repeats = _optional(extra, "block_repeats", bool, "true or false", base.block_repeats)
     end_at_sentence = _optional(extra, "end_at_sentence", bool, "true or false", base.end_at_sentence)
     start_as_trained = _optional(extra, "start_as_trained", bool, "true or false", base.start_as_trained)
@@ -171,7 +172,8 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
                                     f"one window of this model ({window(db) - 1} tokens)", param="max_tokens")
             least = max(least or 0, length - s)
         cfg = SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
-                           min_length=least, sampler=sampler, seed=seed, device=device, prompt=text, block_repeats=block_repeats,
+                           min_length=least, sampler=sampler, params=params, seed=seed, device=device, prompt=text,
+                           block_repeats=block_repeats,
                            end_at_sentence=end_at_sentence, start_as_trained=start_as_trained, dtype=dtype)
         try:
             cfg = resolve(cfg, db)
@@ -182,6 +184,30 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
             raise ApiError(400, message) from None
         out.append(Prepared(cfg, h, s, whole))
     return Plan(out, n, stream, stream_steps, include_usage, cased=not lowercase)
+
+
+def _strategy(extra: dict) -> tuple[str | None, dict | None]:
+    """dbert.sampler (a registered strategy's name) and dbert.params (that strategy's own parameters,
+    checked against their declared types and ranges), or a 400 naming the field."""
+    every = ", ".join(strategies.names())
+    sampler = _optional(extra, "sampler", str, f"one of {every}")
+    if sampler is not None and sampler not in strategies.names():
+        raise ApiError(400, f"dbert.sampler must be one of: {every} (got {sampler!r})", param="dbert.sampler")
+    params = extra.get("params")
+    if params is None:
+        return sampler, None
+    if sampler is None:
+        raise ApiError(400, "dbert.params needs dbert.sampler (the default sampler has no parameters)",
+                       param="dbert.params")
+    _type("dbert.params", params, dict, "an object")
+    strategy = strategies.get(sampler)
+    try:
+        strategy.check(strategy.resolve(params, prefix="dbert.params"))
+    except strategies.ParamError as e:
+        raise ApiError(400, str(e), param=f"dbert.params.{e.param}") from None
+    except DbertError as e:  # a check between parameters (remdm's t_off < t_on)
+        raise ApiError(400, f"dbert.params: {e}", param="dbert.params") from None
+    return sampler, params
 
 
 CHAT_FIELDS = ("model", "max_tokens", "max_completion_tokens", "min_tokens", "temperature", "top_p", "n", "seed",

@@ -95,7 +95,7 @@ def completion_body(db, plan: Plan, jobs: list[Job], results: dict, meta: dict, 
     stats = [results[i][3] for i in sorted(results)]
     cfg = plan.prompts[0].cfg
     return {**meta, "choices": choices, "usage": _usage(plan),
-            "dbert": {"steps": cfg.steps, "sampler": cfg.sampler, "length": [p.cfg.length for p in plan.prompts],
+            "dbert": {"steps": cfg.steps, "sampler": cfg.sampler, "params": cfg.params, "length": [p.cfg.length for p in plan.prompts],
                       "nfe": sum(s["nfe"] for s in stats), "seconds": max(s["seconds"] for s in stats)}}
 
 

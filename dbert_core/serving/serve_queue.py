@@ -13,7 +13,7 @@ thread; it must be thread-safe):
 
 A job runs through the very function `dbert sample` uses, `sample.generate(db, cfg)`, so a
 seeded request gives the CLI's text. Unseeded jobs whose settings agree (length, steps,
-temperature, top-k, top-p, sampler, repeat block, precision) may share one sampler call
+temperature, top-k, top-p, sampler and its parameters, repeat block, precision) may share one sampler call
 (`sample.frames` with one template per row, decoded by `DBert.decode` as generate() does): a
 seeded job never does, because the rows of a batch share one random stream. Between reverse
 steps the worker checks each job's cancel flag (a client that went away) and deadline
@@ -85,7 +85,8 @@ class Job:
         c = self.cfg
         if c.seed is not None:
             return None
-        return (c.length, c.steps, c.temperature, c.top_k, c.top_p, c.sampler, c.block_repeats, c.dtype)
+        params = tuple(sorted((c.params or {}).items()))  # resolved: the same values, whether given or defaults
+        return (c.length, c.steps, c.temperature, c.top_k, c.top_p, c.sampler, params, c.block_repeats, c.dtype)
 
     def check(self) -> None:
         """Between steps: stop if the client went away or the time limit passed."""

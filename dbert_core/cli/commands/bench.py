@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ... import config
+from ... import config, strategies
 from ...errors import DbertError
 from .. import options
 from ..options import Device
@@ -43,7 +43,7 @@ def bench(
     quick: Annotated[bool, typer.Option("--quick", help="Steps 16,128 only, fewer repetitions (minutes, not an hour).")] = False,
     steps: Annotated[Optional[str], typer.Option(help="Step budgets, comma-separated (default 16,128,512,2048).")] = None,
     batch: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "1,32",
-    samplers: Annotated[str, typer.Option(help="Samplers, comma-separated (any of: " + ", ".join(config.STRATEGIES) + "; each at its default parameters).")] = ",".join(config.SAMPLERS),
+    samplers: Annotated[str, typer.Option(help="Samplers, comma-separated (any of: " + ", ".join(strategies.names()) + "; each at its default parameters).")] = ",".join(config.SAMPLERS),
     length: Annotated[int, typer.Option(help="Tokens per sample.")] = 64,
     measure_train: Annotated[bool, typer.Option("--train/--no-train", help="Measure training tokens/s.")] = True,
     bf16: Annotated[bool, typer.Option(help="Also time the forward pass in bfloat16.")] = True,
@@ -74,9 +74,9 @@ def bench(
         if os.path.lexists(Path(out) / report):
             check_output(Path(out) / report, "--out")
     chosen = [s.strip() for s in samplers.split(",") if s.strip()]
-    unknown = [s for s in chosen if s not in config.STRATEGIES]
+    unknown = [s for s in chosen if s not in strategies.names()]
     if unknown or not chosen:
-        raise DbertError(f"--samplers: choose from {', '.join(config.STRATEGIES)}, got {samplers!r}")
+        raise DbertError(f"--samplers: choose from {', '.join(strategies.names())}, got {samplers!r}")
     if threads is not None:
         from ...evaluation.bench import check_threads
 
@@ -85,8 +85,10 @@ def bench(
     start = time.perf_counter()
     db = options.load(checkpoint, device.value)
     load_seconds = time.perf_counter() - start
-    if db.model.time != "none":
-        chosen = [s for s in chosen if s != "cached"]
+    unsupported = [s for s in chosen if strategies.get(s).supports(db) is not None]
+    for name in unsupported:
+        say(f"bench: skipping {name}: {strategies.get(name).supports(db)}")
+    chosen = [s for s in chosen if s not in unsupported]
     from ...evaluation.bench import check_batches
 
     check_batches(db, batches, length)  # before the first measurement

@@ -11,7 +11,7 @@ import typer
 from ... import config, strategies
 from ...errors import DbertError
 from .. import options
-from ..options import SAMPLE, Device, DocSep, EvalUnit, Sampler, no_params
+from ..options import SAMPLE, SAMPLER, Device, DocSep, EvalUnit, no_params
 from ..streams import say
 
 
@@ -33,7 +33,7 @@ def evaluate(
     pair_quotes: Annotated[bool, typer.Option("--pair-quotes/--unpaired-quotes", help="As in `dbert sample`.")] = SAMPLE.pair_quotes,
     fix_contractions: Annotated[bool, typer.Option("--fix-contractions/--raw-contractions", help="As in `dbert sample`.")] = SAMPLE.fix_contractions,
     known_words: Annotated[bool, typer.Option("--known-words/--made-up-words", help="As in `dbert sample`.")] = SAMPLE.known_words,
-    sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy of the samples, as in `dbert sample`. Default: the model's fastest exact sampler.")] = None,
+    sampler: Annotated[Optional[str], typer.Option(**SAMPLER, help="Decoding strategy of the samples, as in `dbert sample`. Default: the model's fastest exact sampler.")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable).")] = None,
     temperature: Annotated[Optional[float], typer.Option(help="Softmax temperature of the samples' token choice (default: as `dbert sample`).", show_default=False)] = SAMPLE.temperature,
     judge: Annotated[Optional[str], typer.Option(metavar="MODEL", help="Also score the samples and as much held-out --data text under this Hugging Face causal LM (a local folder or a hub id such as gpt2-large; safetensors only, no remote code): gen-PPL and unigram entropy.")] = None,
@@ -68,8 +68,8 @@ def evaluate(
         from ...evaluation.judge import check_judge
 
         check_judge(judge)  # missing, empty or not a causal LM: before the scoring and sampling
-    params = strategies.parse_params(sampler.value, param) if sampler else no_params(param)
-    config.SampleConfig(sampler=sampler.value if sampler else None, params=params, temperature=temperature,
+    params = strategies.parse_params(sampler, param) if sampler else no_params(param)
+    config.SampleConfig(sampler=sampler, params=params, temperature=temperature,
                         top_k=top_k, top_p=top_p).validate()
     import math
 
@@ -113,7 +113,7 @@ def evaluate(
         length = sample_length if sample_length is not None else default_length(db)
         result.update(quality(db, data, samples, steps=sample_steps, length=length, top_k=top_k,
                               top_p=top_p, batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
-                              sampler=sampler.value if sampler else None, params=params, temperature=temperature,
+                              sampler=sampler, params=params, temperature=temperature,
                               judge=judge, on_frame=sampling, pair_quotes=pair_quotes,
                               fix_contractions=fix_contractions, known_words=known_words, doc_sep=doc_sep.value))
         sampling.close()

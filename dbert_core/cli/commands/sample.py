@@ -14,7 +14,7 @@ import typer
 from ... import config, strategies
 from ...errors import DbertError
 from .. import options
-from ..options import SAMPLE, Device, Dtype, Sampler, no_params
+from ..options import SAMPLE, SAMPLER, Device, Dtype, no_params
 from ..short_help import show_all
 from ..streams import say
 
@@ -42,7 +42,7 @@ def sample(
     prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Template with [MASK] slots ([MASK*N]: N of them; [MASK*A-B]: A to B tokens, see --candidates); masks are appended up to --length.")] = SAMPLE.prompt,
     prompt_file: Annotated[Optional[Path], typer.Option("--prompt-file", help="Prompts from a file, one per line (- : stdin); --n samples each.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the samples to this JSON Lines file: text, prompt, seed and settings per sample.")] = None,
-    sampler: Annotated[Optional[Sampler], typer.Option(help="Decoding strategy. " + strategies.help_text() + ". Default: first-hitting where the model allows it, else ancestral.")] = None,
+    sampler: Annotated[Optional[str], typer.Option(**SAMPLER, help="Decoding strategy. " + strategies.help_text() + ". Default: first-hitting where the model allows it, else ancestral.")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable), e.g. --param tau=0.8.")] = None,
     block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="Never draw a token equal to an already revealed neighbour (no \"there there\"); --allow-repeats samples the model's own distribution.")] = SAMPLE.block_repeats,
     pair_quotes: Annotated[bool, typer.Option("--pair-quotes/--unpaired-quotes", help="Refill the quote marks that pair with none (quotes excluded) after sampling; --unpaired-quotes prints the model's own quotes.")] = SAMPLE.pair_quotes,
@@ -70,9 +70,9 @@ def sample(
     prompts = _prompts(prompt_arg, prompt, prompt_file)
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
                               min_length=min_length, end_at_sentence=end_at_sentence, natural_length=natural_length,
-                              start_as_trained=start_as_trained, sampler=sampler.value if sampler else None, batch_size=batch_size, seed=seed,
+                              start_as_trained=start_as_trained, sampler=sampler, batch_size=batch_size, seed=seed,
                               workers=1 if trajectory is not None and workers is None else workers,
-                              params=strategies.parse_params(sampler.value, param) if sampler else no_params(param),
+                              params=strategies.parse_params(sampler, param) if sampler else no_params(param),
                               device=device.value, prompt=None, block_repeats=block_repeats,
                               pair_quotes=pair_quotes, fix_contractions=fix_contractions, known_words=known_words,
                               dtype=dtype.value, prefix_cache=prefix_cache, cache_refresh=cache_refresh,

@@ -39,12 +39,17 @@ CONTROLS = (
 def _value(settings, name: str) -> str:
     value = getattr(settings, name)
     if name == "sampler" and value is not None:  # a heuristic strategy says so, with its parameters
-        from dbert_core.strategies import STRATEGIES
+        from dbert_core.errors import DbertError
+        from dbert_core.strategies import get
 
-        strategy = STRATEGIES.get(value)
+        try:
+            strategy = get(value)
+        except DbertError:  # a name no strategy has (a replay's, written by another dbert)
+            strategy = None
         shown = strategy.short(getattr(settings, "params", None)) if strategy is not None else str(value)
         refresh = getattr(settings, "cache_refresh", None)
-        masks = "+masks" if refresh and getattr(settings, "cache_masked", None) and value == "first-hitting" else ""
+        reads = strategy is not None and strategy.cache_masked  # a family that reads the kept [MASK] states
+        masks = "+masks" if refresh and getattr(settings, "cache_masked", None) and reads else ""
         return shown + (f" cache {refresh}{masks}" if refresh else "")  # the decided-position cache: an approximation
     if value is None:  # filled in when a checkpoint loads (its length, sampler, decoding)
         return "auto"
