@@ -60,13 +60,8 @@ def ancestral(state: State, cached: bool = False) -> Iterator[Frame]:
                 logits = net(x, masked, torch.full((B,), t))
             elif not token_free and (stale & masked.any(1)).any():
                 refresh(stale & masked.any(1), t)
-            if k == S - 1:
-                revealed = masked.clone()
-            elif token_free:
-                revealed = masked & (u_reveal < kern.r[k, 0])
-            else:
-                P = kern.class_mass(logits) if logits is not None else mass[masked]
-                revealed[masked] = u_reveal[masked] < P @ kern.r[k]
+            revealed = kern.reveals(k, masked, u_reveal,
+                                    lambda: kern.class_mass(logits) if logits is not None else mass[masked])
             if revealed.any():
                 if cached:
                     if (stale & revealed.any(1)).any():

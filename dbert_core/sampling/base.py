@@ -183,6 +183,18 @@ class Kernel:
             self._table = self.r[:, self.inverse]
         return self.r[k][:, self.inverse] if self._table is None else self._table[k]
 
+    def reveals(self, k: int, masked: torch.Tensor, u: torch.Tensor, mass) -> torch.Tensor:
+        """(B, L) bool: the masked positions that reveal at step k, u (B, L) their uniforms. Every
+        one at the last step (r = 1); else u < R = P . r[k], mass() giving P (M, C) of the masked
+        positions in row-major order (not called where r is the same for every token)."""
+        if k == self.r.shape[0] - 1:
+            return masked.clone()
+        if self.inverse is None:
+            return masked & (u < self.r[k, 0])
+        revealed = torch.zeros_like(masked)
+        revealed[masked] = u[masked] < mass() @ self.r[k]
+        return revealed
+
     def class_mass(self, logits: torch.Tensor) -> torch.Tensor:
         """P (M, C) float64 on the host: the mass softmax(logits) puts on each class, the softmax
         in float32 (logits float32 or bfloat16).

@@ -94,12 +94,7 @@ def remdm(state: State) -> Iterator[Frame]:
             if dirty or not time_agnostic or logits is None:
                 logits = net(x[rows], masked[rows], torch.full((len(rows),), t), rows=rows)
                 dirty = False
-            if k == S - 1:
-                revealed = masked.clone()
-            elif token_free:
-                revealed = masked & (u_reveal < kern.r[k, 0])
-            else:
-                revealed[masked] = u_reveal[masked] < kern.class_mass(logits) @ kern.r[k]
+            revealed = kern.reveals(k, masked, u_reveal, lambda: kern.class_mass(logits))
             if revealed.any():
                 chosen, conf = draw_tokens(x, masked, revealed, logits[revealed[masked].to(logits.device)],
                                            kern.r_vocab(torch.tensor([k])), state.no_draw, state.shaping,

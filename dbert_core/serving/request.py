@@ -173,8 +173,7 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
             least = max(least or 0, length - s)
         cfg = SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
                            min_length=least, sampler=sampler, params=params, seed=seed, device=device, prompt=text,
-                           block_repeats=block_repeats,
-                           end_at_sentence=end_at_sentence, start_as_trained=start_as_trained, dtype=dtype)
+                           block_repeats=block_repeats, end_at_sentence=end_at_sentence, start_as_trained=start_as_trained, dtype=dtype)
         try:
             cfg = resolve(cfg, db)
         except DbertError as e:
