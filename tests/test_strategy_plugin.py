@@ -5,7 +5,6 @@ controller, with nothing but this module written (the touch list in docs/archite
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 import torch
@@ -16,7 +15,7 @@ from dbert_core.errors import DbertError
 from dbert_core.sampling.draw import draw_tokens
 from dbert_core.sampling.sample import frames, resolve
 
-from helpers import post_json, serving
+from helpers import post_json, run, serving
 
 
 def left_to_right(state, greedy: bool = False):
@@ -88,15 +87,9 @@ def test_it_samples_through_the_shared_frame_path(tiny_db):
 
 
 def test_the_cli_runs_it(tiny_checkpoint, capsys, monkeypatch):
-    from dbert_core.cli import main
-
     def sample(*args):
-        monkeypatch.setattr(sys, "argv", ["dbert", "sample", "--checkpoint", str(tiny_checkpoint), "--n", "2",
-                                          "--length", "8", "--steps", "16", "--seed", "1", *args])
-        with pytest.raises(SystemExit) as e:
-            main()
-        out, err = capsys.readouterr()
-        return e.value.code or 0, out, err
+        return run(["sample", "--checkpoint", str(tiny_checkpoint), "--n", "2", "--length", "8", "--steps", "16",
+                    "--seed", "1", *args], capsys, monkeypatch)
 
     code, out, err = sample("--sampler", "toy", "--param", "width=4", "--stats")
     assert code == 0 and len(out.splitlines()) == 2
