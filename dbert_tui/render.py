@@ -12,7 +12,7 @@ from rich.text import Text
 
 from dbert_core.text.detok import MASK_GLYPH, spans, special_names
 
-from .controller import Recorded
+from .runs import Recorded
 
 EARLY, MID, LATE = (95, 135, 255), (95, 215, 135), (255, 95, 95)
 LOW, HIGH = (255, 95, 95), (95, 215, 135)

@@ -10,8 +10,9 @@ import pytest
 
 from dbert_core.errors import DbertError
 from dbert_core.sampling.sample import resolve
-from dbert_tui.controller import (GRID_N, TEMPERATURES, TOP_KS, Playback, Recorded, Run, Session, Settings,
-                                  compare_partner, differences, next_in, produce, steps_by, temperature_by)
+from dbert_tui.controller import (GRID_N, TEMPERATURES, TOP_KS, Session, Settings, compare_partner, differences, next_in,
+                                  steps_by, temperature_by)
+from dbert_tui.runs import Playback, Recorded, Run, produce
 
 
 def test_control_steps():

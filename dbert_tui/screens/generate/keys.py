@@ -6,13 +6,20 @@ owns what it changes and redrawing. Keys are the screen's because no part of it 
 from __future__ import annotations
 
 from functools import partial
+from typing import Protocol
 
 from textual.binding import Binding
 
-from ...controller import BRANCHES, Playback, Run
+from ...controller import BRANCHES, Session
+from ...runs import Playback
 from ...files import EXPORT_TITLE, default_name, export_run, save_texts, save_title, texts_of
 from ...forms import PROMPT_TITLE
 from ...widgets.keybar import Key
+from ...widgets.generate.canvas import Canvas
+from ...widgets.generate.controls import Controls
+from ...widgets.generate.editor import Editor
+from ...widgets.generate.grid import SampleGrid
+from ...widgets.generate.player import Player
 from ..dialogs import FormDialog
 
 KEYS = [  # the key bar (widgets.keybar): rank 1 stays longest, `?` lists every key
@@ -76,8 +83,44 @@ BINDINGS = [  # the order of the key help (`?`); the key bar shows KEYS, the con
 ]
 
 
+class KeyHost(Protocol):
+    """What KeyActions asks of the screen it is mixed into (GenerateScreen), all of it public: the
+    App's state as the screen reads it, the screen's parts, and four verbs."""
+
+    app: object
+    size: object
+    session: Session        # the App's: the settings, runs and selection every key changes
+    db: object              # the checkpoint being run (None: none yet)
+    replay: object          # a trajectory being played instead of sampling, or None
+    playbacks: list         # the session's playbacks
+    draft: object           # the sample being inspected (the editor's), or None
+    player: Player
+    canvas: Canvas
+    grid: SampleGrid
+    editor: Editor
+    controls: Controls
+
+    def view_mode(self) -> str: ...
+
+    def start_runs(self, playbacks: list[Playback]) -> None:
+        """Play these runs: fresh cards and panels, a worker each."""
+
+    def restart(self) -> None:
+        """New runs of every side with the same seed, at once."""
+
+    def restart_soon(self) -> None:
+        """The same, once, after the changes already queued (a burst of control keys)."""
+
+    def redraw(self, layout: bool = False, settings: bool = False) -> None:
+        """Draw again: with `layout` the views shown first, with `settings` the schedule and the control bar."""
+
+    def prompt_words(self) -> dict[int, str] | None:
+        """The prompt's own words by position, as typed (an export shows them so)."""
+
+
 class KeyActions:
-    """The actions of BINDINGS, mixed into GenerateScreen (its parts: self.player, self.canvas, ...)."""
+    """The actions of BINDINGS, mixed into GenerateScreen: each uses the host's public interface
+    (KeyHost) and the members here, nothing else of the screen (tests/test_tui_keys.py checks it)."""
 
     # ------------------------------------------------------------------ playback
     def action_toggle_play(self) -> None:
@@ -87,12 +130,15 @@ class KeyActions:
             self._leave_inspect()
         if self.player.finished():
             if self.editor.versions:  # an edited text: play its recorded frames again (the versions stay)
-                self._start(self.editor.play_again(self.playbacks[0].run))
+                run = self.playbacks[0].run
+                again = self.session.play_again([run])
+                self.editor.replace_run(run, again[0].run)  # the version it showed is now the copy
+                self.start_runs(again)
                 return
             self._replay_recorded()
             return
         self.player.toggle()
-        self._draw()
+        self.redraw()
 
     def _replay_recorded(self) -> None:
         """Space on a finished run: its recorded frames played again from the start through the
@@ -101,23 +147,19 @@ class KeyActions:
         if any(pb.run.failed or not pb.frames for pb in self.playbacks):
             self.restart()
             return
-        again = [Playback(Run(next(self.session._ids), pb.run.settings, playing=True, template=pb.run.template,
-                              source=[rec.frame for rec in pb.frames], source_order=pb.frames[-1].order,
-                              source_prompt=pb.run.source_prompt)) for pb in self.playbacks]
-        self.session.playbacks = again
-        self._start(again)
+        self.start_runs(self.session.play_again([pb.run for pb in self.playbacks]))
 
     def action_step(self) -> None:
         """One reverse step (pauses first); while scrubbing, one recorded step forward."""
         self.player.step()
-        self._draw()
+        self.redraw()
 
     def action_scrub(self, delta: int) -> None:
         if self.draft is not None:  # inspect mode: the arrows move the cursor
             self.draft.move(delta, self.canvas.positions)
         else:
             self.player.scrub(delta)
-        self._draw()
+        self.redraw()
 
     def action_scrub_back(self) -> None:
         """A click on the key bar's ←→: one step back."""
@@ -126,12 +168,12 @@ class KeyActions:
     def action_scrub_to(self, index: int) -> None:
         self.player.scrub_to(index)
         self.canvas.follow_writing()  # Home: the first step, where it writes (a long text's top)
-        self._draw()
+        self.redraw()
 
     def action_live(self) -> None:
         self.player.live()
         self.canvas.follow_writing()
-        self._draw()
+        self.redraw()
 
     def action_page(self, direction: int) -> None:
         """PgUp / PgDn: the long text (or the grid) a page up or down."""
@@ -147,7 +189,7 @@ class KeyActions:
     def _change(self, method, *args) -> None:
         """A Session change (a control key), then a restart at once with the same seed."""
         if self.controls.change(self.db, self.replay, method, *args):
-            self._restart_soon()
+            self.restart_soon()
 
     def action_steps(self, factor: float) -> None:
         self._change(self.session.steps, self.db, factor)
@@ -169,12 +211,11 @@ class KeyActions:
 
     def action_toggle_colour(self) -> None:
         self.controls.toggle_colour()
-        self._show_controls()
-        self._draw()
+        self.redraw(settings=True)
 
     def action_toggle_stable(self) -> None:
         self.controls.toggle_stable()
-        self._draw()
+        self.redraw()
 
     def action_edit(self) -> None:
         title, fields = self.controls.settings_form()
@@ -203,26 +244,26 @@ class KeyActions:
         self.grid.mark(self.session.selected)
         if self.view_mode() == "grid":
             self.grid.reveal(self.session.selected)
-        self._draw()
+        self.redraw()
 
     def action_zoom(self) -> None:
         if self.draft is not None:  # inspect mode: Enter selects / unselects the token under the cursor
             self.draft.toggle_select()
-            self._draw()
+            self.redraw()
             return
-        if self._pick_branch(self.session.selected):
+        if self.pick_branch(self.session.selected):
             return
         if self.session.zoom():
-            self._arrange()
-            self._draw()
+            self.redraw(layout=True)
 
-    def _pick_branch(self, row: int) -> bool:
-        """In a finished branch grid, choosing a sample makes it the new version."""
-        if not self.editor.pick_branch(self.playbacks[0] if self.playbacks else None, row):
+    def pick_branch(self, row: int) -> bool:
+        """In a finished branch grid, choosing a sample makes it the new version (shown large)."""
+        version = self.editor.pick_branch(self.playbacks[0] if self.playbacks else None, row)
+        if version is None:
             return False
+        self.session.show_version(version.run, version.row)
         self.grid.mark(self.session.selected)
-        self._arrange()
-        self._draw()
+        self.redraw(layout=True)
         return True
 
     def action_unzoom(self) -> None:
@@ -230,8 +271,7 @@ class KeyActions:
             self._leave_inspect()
             return
         if self.session.unzoom():
-            self._arrange()
-            self._draw()
+            self.redraw(layout=True)
 
     def action_compare(self) -> None:
         """Start a comparison (side B: side A with an eighth, or 8x, of the steps; the keys
@@ -244,16 +284,11 @@ class KeyActions:
             return
         self.session.end_compare()
         self.player.cancel(1)
-        self._arrange()
-        self._show_curve()
-        self._show_controls()
-        self._draw()
+        self.redraw(layout=True, settings=True)
 
     def action_switch_side(self) -> None:
         if self.session.switch_side():
-            self._show_curve()
-            self._show_controls()
-            self._draw()
+            self.redraw(settings=True)
 
     # ------------------------------------------------------------------ inspect and edit
     def action_inspect(self) -> None:
@@ -261,40 +296,40 @@ class KeyActions:
         if self.draft is not None:
             self._leave_inspect()
             return
-        self._enter_inspect()
+        self.enter_inspect()
 
-    def _enter_inspect(self, cursor: int | None = None) -> bool:
+    def enter_inspect(self, cursor: int | None = None) -> bool:
+        """Inspect mode on (a grid shows its selected sample large); False when there is nothing to inspect."""
         if not self.editor.enter(self.db, cursor):
             return False
-        self._arrange()
-        self._draw()
+        self.session.zoom()
+        self.redraw(layout=True)
         return True
 
     def _leave_inspect(self) -> None:
         self.editor.end()
-        self._arrange()
-        self._draw()
+        self.redraw(layout=True)
 
     def action_extend(self, delta: int) -> None:
         self.editor.edit("move", delta, self.canvas.positions, True)
-        self._draw()
+        self.redraw()
 
     def action_remask(self) -> None:
         self.editor.remask()
-        self._draw()
+        self.redraw()
 
     def action_lock(self) -> None:
         self.editor.edit("toggle_lock")
-        self._draw()
+        self.redraw()
 
     def action_insert_slot(self) -> None:
         if self.db is not None:
             self.editor.insert_slot(self.db.model.max_length)
-            self._draw()
+            self.redraw()
 
     def action_delete_slot(self) -> None:
         self.editor.delete_slot()
-        self._draw()
+        self.redraw()
 
     def action_refill(self) -> None:
         """Fill the draft's masked positions in (a normal run, shown filling in): a new version."""
@@ -305,23 +340,27 @@ class KeyActions:
         self._refill(BRANCHES)
 
     def _refill(self, n: int) -> None:
-        pb = self.editor.refill(self.db, self.playbacks[0].run if self.playbacks else None, n)
-        if pb is not None:
-            self._start([pb])
+        edit = self.editor.refill(self.db, self.playbacks[0].run if self.playbacks else None, n, self.session.settings.seed)
+        if edit is not None:
+            template, seed = edit
+            pb = self.session.edit_run(template, n, seed)
+            self.editor.refill_started(pb.run, n)
+            self.start_runs([pb])
 
     def action_undo(self) -> None:
-        self._show_version(self.editor.undo())
+        self.show_version(self.editor.undo())
 
     def action_redo(self) -> None:
-        self._show_version(self.editor.redo())
+        self.show_version(self.editor.redo())
 
-    def _show_version(self, version) -> None:
+    def show_version(self, version) -> None:
+        """Show a version (undo, redo, a failed refill's) large, out of inspect mode."""
         if version is None:
             return
         self.player.cancel(0)
-        self.editor.show(version)
-        self._arrange()
-        self._draw()
+        self.session.show_version(version.run, version.row)
+        self.editor.drop_draft()
+        self.redraw(layout=True)
 
     # ------------------------------------------------------------------ files
     def action_save(self) -> None:
@@ -371,7 +410,7 @@ class KeyActions:
         if not values or not values["path"]:
             return
         rows = [self.session.selected] if pb.run.frames[-1].frame.ids.shape[0] > 1 and self.view_mode() == "single" else None
-        self._report(*export_run(values["path"], self.db, pb.run, rows, self.size.width, self._prompt_words(), self.replay))
+        self._report(*export_run(values["path"], self.db, pb.run, rows, self.size.width, self.prompt_words(), self.replay))
 
     def _default_name(self, ext: str) -> str:
         return default_name(self.db, self.session.active.seed, ext)
