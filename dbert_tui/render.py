@@ -168,7 +168,7 @@ def step_label(step: int, steps: int, per_window: int) -> str:
 
 def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True) -> Text:
     """'[window w/W · ]step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame
-    (or one row of it); `pb` a controller.Playback, `timed` False hides the seconds (deterministic
+    (or one row of it); `pb` a runs.Playback, `timed` False hides the seconds (deterministic
     snapshots). A story's steps are per window, as the control bar's."""
     f = rec.frame
     if row is None:
