@@ -1,20 +1,20 @@
-"""The Generate screen's keys: every binding in the order of the key help (`?`), the ones the
-key bar shows (widgets.keybar: rank 1 stays longest), and `KeyActions`, what each key does:
-the screen's actions (GenerateScreen mixes them in), each handing the key to the widget that
-owns what it changes and redrawing. Keys are the screen's because no part of it takes focus."""
+"""The Generate screen's keys: `CATALOGUE`, every key written once (keymap.KeySpec) in the order of
+the key help (`?`), from which its BINDINGS, its key bar's KEYS and its palette commands are made;
+and `KeyActions`, what each key does: the screen's actions (GenerateScreen mixes them in), each
+asking the Session or the widget that owns what it changes and redrawing, through the screen's
+public interface (`KeyHost`) only. Keys are the screen's because no part of it takes focus."""
 
 from __future__ import annotations
 
 from functools import partial
 from typing import Protocol
 
-from textual.binding import Binding
-
 from ...controller import BRANCHES, Session
 from ...runs import Playback
 from ...files import EXPORT_TITLE, default_name, export_run, save_texts, save_title, texts_of
 from ...forms import PROMPT_TITLE
-from ...widgets.keybar import Key
+from ...keymap import KeySpec, bindings
+from ...widgets.keybar import bar_keys
 from ...widgets.generate.canvas import Canvas
 from ...widgets.generate.controls import Controls
 from ...widgets.generate.editor import Editor
@@ -22,65 +22,53 @@ from ...widgets.generate.grid import SampleGrid
 from ...widgets.generate.player import Player
 from ..dialogs import FormDialog
 
-KEYS = [  # the key bar (widgets.keybar): rank 1 stays longest, `?` lists every key
-    Key("space", "Play/Pause", "screen.toggle_play", 1),
-    Key(".", "Step", "screen.step", 3),
-    Key("←→", "Scrub", "screen.scrub_back", 3),
-    Key("g", "Grid", "screen.grid", 2),
-    Key("i", "Inspect", "screen.inspect", 2),
-    Key("c", "Compare", "screen.compare", 4),
-    Key("e", "Settings", "screen.edit", 1),
-    Key("p", "Prompt", "screen.prompt", 5),
-    Key("s", "Save", "screen.save", 6),
-    Key("x", "Export", "screen.export", 7),
-    Key("v", "Colour", "screen.toggle_colour", 6),
-]
-
-
-BINDINGS = [  # the order of the key help (`?`); the key bar shows KEYS, the control bar the setting keys
-    Binding("space", "toggle_play", "Play / pause; a finished run: its frames again"),
-    Binding("full_stop", "step", "One reverse step (pauses first)", key_display="."),
-    Binding("left", "scrub(-1)", "Scrub back one step", key_display="←"),
-    Binding("right", "scrub(1)", "Scrub forward one step", key_display="→"),
-    Binding("g", "grid", "Grid of several samples, or back to one"),
-    Binding("c", "compare", "Compare two settings (separate draws, one seed), or end it"),
-    Binding("r", "restart", "Restart the run (same settings and seed)"),
-    Binding("e", "edit", "Settings dialog: every sampling setting"),
-    Binding("p", "prompt", "Prompt / infill template"),
-    Binding("s", "save", "Save the text(s) and settings; one sample shown: that one"),
-    Binding("C", "copy", "Copy the selected sample to the clipboard (OSC 52)", key_display="C"),
-    Binding("x", "export", "Export the run: .json trajectory, .cast asciinema, .html text"),
-    Binding("v", "toggle_colour", "Colour by reveal order / confidence"),
-    Binding("left_square_bracket", "steps(0.5)", "Halve the steps", key_display="["),
-    Binding("right_square_bracket", "steps(2)", "Double the steps", key_display="]"),
-    Binding("minus", "temperature(-1)", "Temperature down", key_display="-"),
-    Binding("equals_sign,plus", "temperature(1)", "Temperature up", key_display="+"),
-    Binding("k", "top_k", "Next top-k"),
-    Binding("o", "top_p", "Next top-p"),
-    Binding("m", "cycle_sampler", "Next sampler"),
-    Binding("n", "new_seed", "New seed"),
-    Binding("tab", "switch_side", "Other side (compare)"),
-    Binding("up", "select(-1)", "Previous sample", key_display="↑"),
-    Binding("down", "select(1)", "Next sample", key_display="↓"),
-    Binding("enter", "zoom", "Selected sample large"),
-    Binding("escape", "unzoom", "All samples"),
-    Binding("home", "scrub_to(0)", "First step (a long text from its top)"),
-    Binding("end", "live", "Live; a long text follows the writing again"),
-    Binding("pageup", "page(-1)", "Page up a long text (stops following; End follows)", key_display="PgUp"),
-    Binding("pagedown", "page(1)", "Page down a long text (or the grid)", key_display="PgDn"),
-    Binding("i", "inspect", "Inspect and edit tokens (a click on a token too); Esc leaves"),
-    Binding("shift+left", "extend(-1)", "Inspect: extend the selection left", key_display="⇧←"),
-    Binding("shift+right", "extend(1)", "Inspect: extend the selection right", key_display="⇧→"),
-    Binding("backspace", "remask", "Inspect: remask the selection (or the token under the cursor)", key_display="⌫"),
-    Binding("l", "lock", "Inspect: lock / unlock the selection (never remasked)"),
-    Binding("a", "insert_slot", "Inspect: insert a masked slot at the cursor"),
-    Binding("d", "delete_slot", "Inspect: delete the masked slot at the cursor"),
-    Binding("f", "refill", "Refill the masked positions (a new version)"),
-    Binding("b", "branch", f"Branch: {BRANCHES} refills at once, Enter picks one"),
-    Binding("u", "undo", "Undo: the previous version"),
-    Binding("y", "redo", "Redo: the next version"),
-    Binding("w", "toggle_stable", "Stable layout (words keep their lines) / free"),
-]
+CATALOGUE = (  # every key, in the order of the key help (`?`); the key bar shows those with a label, in `at` order
+    # KeySpec(key, action, help, shown, bar, rank, at, palette, about): keymap.KeySpec says what each is
+    KeySpec("space", "toggle_play", "Play / pause; a finished run: its frames again", "", "Play/Pause", 1, 1, "", ""),
+    KeySpec("full_stop", "step", "One reverse step (pauses first)", ".", "Step", 3, 2, "", ""),
+    KeySpec("left", "scrub(-1)", "Scrub back one step", "←", "Scrub", 3, 3, "", ""),
+    KeySpec("right", "scrub(1)", "Scrub forward one step", "→", "Scrub", 3, 3, "", ""),
+    KeySpec("g", "grid", "Grid of several samples, or back to one", "", "Grid", 2, 4, "Several samples", "A grid of samples of one run, or back to one"),
+    KeySpec("c", "compare", "Compare two settings (separate draws, one seed), or end it", "", "Compare", 4, 6, "Compare two settings", "Two settings side by side: separate draws with one seed"),
+    KeySpec("r", "restart", "Restart the run (same settings and seed)", "", "", 5, 0, "Restart sampling", "A new run with the same settings"),
+    KeySpec("e", "edit", "Settings dialog: every sampling setting", "", "Settings", 1, 7, "Sampling settings", "Steps, temperature, top-k/p, length, seed, sampler"),
+    KeySpec("p", "prompt", "Prompt / infill template", "", "Prompt", 5, 8, "Prompt / infill template", r"Text with \[MASK] slots"),
+    KeySpec("s", "save", "Save the text(s) and settings; one sample shown: that one", "", "Save", 6, 9, "Save texts", "Write the generated text(s) to a file"),
+    KeySpec("C", "copy", "Copy the selected sample to the clipboard (OSC 52)", "C", "", 5, 0, "Copy sample", "The selected sample's text to the clipboard"),
+    KeySpec("x", "export", "Export the run: .json trajectory, .cast asciinema, .html text", "", "Export", 7, 10, "Export trajectory", "Every frame as JSON, or an asciinema .cast, or .html"),
+    KeySpec("v", "toggle_colour", "Colour by reveal order / confidence", "", "Colour", 6, 11, "Toggle colouring", "Reveal order / confidence"),
+    KeySpec("left_square_bracket", "steps(0.5)", "Halve the steps", "[", "", 5, 0, "", ""),
+    KeySpec("right_square_bracket", "steps(2)", "Double the steps", "]", "", 5, 0, "", ""),
+    KeySpec("minus", "temperature(-1)", "Temperature down", "-", "", 5, 0, "", ""),
+    KeySpec("equals_sign,plus", "temperature(1)", "Temperature up", "+", "", 5, 0, "", ""),
+    KeySpec("k", "top_k", "Next top-k", "", "", 5, 0, "", ""),
+    KeySpec("o", "top_p", "Next top-p", "", "", 5, 0, "", ""),
+    KeySpec("m", "cycle_sampler", "Next sampler", "", "", 5, 0, "", ""),
+    KeySpec("n", "new_seed", "New seed", "", "", 5, 0, "New seed", "Restart with another seed"),
+    KeySpec("tab", "switch_side", "Other side (compare)", "", "", 5, 0, "", ""),
+    KeySpec("up", "select(-1)", "Previous sample", "↑", "", 5, 0, "", ""),
+    KeySpec("down", "select(1)", "Next sample", "↓", "", 5, 0, "", ""),
+    KeySpec("enter", "zoom", "Selected sample large", "", "", 5, 0, "", ""),
+    KeySpec("escape", "unzoom", "All samples", "", "", 5, 0, "", ""),
+    KeySpec("home", "scrub_to(0)", "First step (a long text from its top)", "", "", 5, 0, "", ""),
+    KeySpec("end", "live", "Live; a long text follows the writing again", "", "", 5, 0, "", ""),
+    KeySpec("pageup", "page(-1)", "Page up a long text (stops following; End follows)", "PgUp", "", 5, 0, "", ""),
+    KeySpec("pagedown", "page(1)", "Page down a long text (or the grid)", "PgDn", "", 5, 0, "", ""),
+    KeySpec("i", "inspect", "Inspect and edit tokens (a click on a token too); Esc leaves", "", "Inspect", 2, 5, "Inspect tokens", "The token under a cursor: reveal step, p', top candidates; edit"),
+    KeySpec("shift+left", "extend(-1)", "Inspect: extend the selection left", "⇧←", "", 5, 0, "", ""),
+    KeySpec("shift+right", "extend(1)", "Inspect: extend the selection right", "⇧→", "", 5, 0, "", ""),
+    KeySpec("backspace", "remask", "Inspect: remask the selection (or the token under the cursor)", "⌫", "", 5, 0, "", ""),
+    KeySpec("l", "lock", "Inspect: lock / unlock the selection (never remasked)", "", "", 5, 0, "", ""),
+    KeySpec("a", "insert_slot", "Inspect: insert a masked slot at the cursor", "", "", 5, 0, "", ""),
+    KeySpec("d", "delete_slot", "Inspect: delete the masked slot at the cursor", "", "", 5, 0, "", ""),
+    KeySpec("f", "refill", "Refill the masked positions (a new version)", "", "", 5, 0, "Refill", "Fill the remasked tokens in: a new version"),
+    KeySpec("b", "branch", f"Branch: {BRANCHES} refills at once, Enter picks one", "", "", 5, 0, "Branch", "Several refills at once; Enter picks one"),
+    KeySpec("u", "undo", "Undo: the previous version", "", "", 5, 0, "Undo edit", "The previous version"),
+    KeySpec("y", "redo", "Redo: the next version", "", "", 5, 0, "Redo edit", "The next version"),
+    KeySpec("w", "toggle_stable", "Stable layout (words keep their lines) / free", "", "", 5, 0, "Stable layout", "Words keep the final text's lines while they fill in"),
+)
+BINDINGS = bindings(CATALOGUE)  # the screen's (the key help lists them)
+KEYS = bar_keys(CATALOGUE, "screen")  # the key bar's; the control bar shows the setting keys beside their values
 
 
 class KeyHost(Protocol):
@@ -160,10 +148,6 @@ class KeyActions:
         else:
             self.player.scrub(delta)
         self.redraw()
-
-    def action_scrub_back(self) -> None:
-        """A click on the key bar's ←→: one step back."""
-        self.action_scrub(-1)
 
     def action_scrub_to(self, index: int) -> None:
         self.player.scrub_to(index)

@@ -47,7 +47,7 @@ from ...widgets.generate.player import Player
 from ...widgets.keybar import KeyBar
 from ...widgets.schedule import SchedulePanel, ScheduleStrip
 from ...workers import ReportWorkerErrors
-from .keys import BINDINGS, KEYS, KeyActions
+from .keys import BINDINGS, CATALOGUE, KEYS, KeyActions
 
 WIDE = 120  # columns from which the schedule gets its panel (below: the one-line strip)
 
@@ -61,7 +61,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
             "A text taller than the screen follows the writing as later windows fill in; PgUp and PgDn "
             "(or the mouse wheel) scroll it, End follows the writing again.")
 
-    BINDINGS = BINDINGS  # screens/generate/keys.py: every key, in the order of the key help
+    CATALOGUE, BINDINGS, KEYS = CATALOGUE, BINDINGS, KEYS  # screens/generate/keys.py: every key, written once
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)

@@ -5,7 +5,7 @@ sampling worker per side of the session (a sampler, or a replay's recorded frame
 through the same gate), or the infill worker that draws and ranks every length of a
 [MASK*A-B] prompt; it records each frame on the UI thread and tells the screen (RunAdvanced,
 InfillChosen), which draws. Play / pause, one step, scrubbing and going live act on the
-session's playbacks (controller.Playback).
+session's playbacks (runs.Playback).
 """
 
 from __future__ import annotations
