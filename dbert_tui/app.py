@@ -15,7 +15,6 @@ import typer
 
 from textual import work
 from textual.app import App, SystemCommand
-from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
 from textual.worker import Worker, WorkerState
@@ -26,8 +25,10 @@ from dbert_core.errors import DbertError
 from .messages import CheckpointLoaded, StoreChanged
 from .controller import Session, Settings
 from .files import read_state, remember
+from .keymap import APP_KEYS, bindings, commands
 from .screens.checkpoints import CheckpointsScreen
 from .screens.generate import GenerateScreen
+from .screens.generate.keys import CATALOGUE as GENERATE_KEYS
 from .screens.train import TrainScreen
 from .workers import one_line
 
@@ -72,13 +73,7 @@ class DbertApp(App):
     Generate screen runs whatever it becomes and the Checkpoints screen marks it, both by
     watching it. The App owns the TUI's state: this checkpoint, the generation `session`, the
     `replay` being played and `load_error`; screens read them from here and keep no copy."""
-    BINDINGS = [
-        Binding("ctrl+q", "quit", "Quit", priority=True),
-        Binding("f1,1", "mode('generate')", "Generate"),
-        Binding("f2,2", "mode('checkpoints')", "Checkpoints"),
-        Binding("f3,3", "mode('train')", "Train"),
-        Binding("question_mark", "toggle_keys", "Keys", key_display="?"),
-    ]
+    BINDINGS = bindings(APP_KEYS, priority=("quit",))  # keymap.APP_KEYS: every screen's keys, written once
 
     def __init__(self, checkpoint: str | Path | None = None, loader: Callable | None = None,
                  settings: Settings | None = None, train_data: list[str] | None = None,
@@ -227,31 +222,8 @@ class DbertApp(App):
         for command in super().get_system_commands(screen):
             if command.title != "Keys":  # Textual's help panel: ours is the key help screen below
                 yield command
-        yield SystemCommand("Keys", "Every key of this screen, described in full (?)", self.action_toggle_keys)
-        g = self.generate_screen
-        yield SystemCommand("Generate screen", "Watch reverse diffusion (1)", lambda: self.action_mode("generate"))
-        yield SystemCommand("Checkpoints screen", "List, choose, fetch, import, delete (2)",
-                            lambda: self.action_mode("checkpoints"))
-        yield SystemCommand("Train screen", "Train a model on your text files (3)", lambda: self.action_mode("train"))
-        yield SystemCommand("Restart sampling", "A new run with the same settings (r)", g.action_restart)
-        yield SystemCommand("New seed", "Restart with another seed (n)", g.action_new_seed)
-        yield SystemCommand("Sampling settings", "Steps, temperature, top-k/p, length, seed, sampler (e)", g.action_edit)
-        yield SystemCommand("Several samples", "A grid of samples of one run, or back to one (g)", g.action_grid)
-        yield SystemCommand("Compare two settings", "Two settings side by side: separate draws with one seed (c)",
-                            g.action_compare)
-        yield SystemCommand("Prompt / infill template", r"Text with \[MASK] slots (p)", g.action_prompt)
-        yield SystemCommand("Save texts", "Write the generated text(s) to a file (s)", g.action_save)
-        yield SystemCommand("Copy sample", "The selected sample's text to the clipboard (C)", g.action_copy)
-        yield SystemCommand("Export trajectory", "Every frame as JSON, or an asciinema .cast, or .html (x)", g.action_export)
-        yield SystemCommand("Toggle colouring", "Reveal order / confidence (v)", g.action_toggle_colour)
-        yield SystemCommand("Inspect tokens", "The token under a cursor: reveal step, p', top candidates; edit (i)",
-                            g.action_inspect)
-        yield SystemCommand("Refill", "Fill the remasked tokens in: a new version (f)", g.action_refill)
-        yield SystemCommand("Branch", "Several refills at once; Enter picks one (b)", g.action_branch)
-        yield SystemCommand("Undo edit", "The previous version (u)", g.action_undo)
-        yield SystemCommand("Redo edit", "The next version (y)", g.action_redo)
-        yield SystemCommand("Stable layout", "Words keep the final text's lines while they fill in (w)",
-                            g.action_toggle_stable)
+        yield from commands(APP_KEYS, self)  # the palette's commands: the key catalogues' (keymap), then the fetch
+        yield from commands(GENERATE_KEYS, self.generate_screen)
         yield SystemCommand("Fetch a checkpoint", "From the Hugging Face Hub or an https URL",
                             lambda: (self.action_mode("checkpoints"), self.call_later(self.checkpoints_screen.action_fetch)))
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .controller import Recorded, Run
+from .runs import Recorded, Run
 
 
 @dataclass

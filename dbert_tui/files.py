@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .controller import Recorded, Run
+from .runs import Recorded, Run
 
 
 def texts_of(db, rec: Recorded) -> list[str]:

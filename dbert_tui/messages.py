@@ -20,7 +20,7 @@ from textual.message import Message
 
 @dataclass
 class FrameReady(Message, bubble=False):
-    """Frame number `index` of run `run_id`, computed by its worker (a controller.Recorded)."""
+    """Frame number `index` of run `run_id`, computed by its worker (a runs.Recorded)."""
 
     run_id: int
     index: int
@@ -150,5 +150,11 @@ class RunAdvanced(Message):
 
 @dataclass
 class InfillChosen(Message):
-    """The player ranked an infill's candidates and made the best one the session's run: the
-    screen starts playing it."""
+    """The player ranked an infill's candidates: the best one's batch, its recorded `frames` (compact)
+    and reveal `order`, the `template` its length made and its `row`; the screen makes it the
+    session's run (controller.Session.play_infill) and plays it."""
+
+    frames: list
+    order: object
+    template: str
+    row: int

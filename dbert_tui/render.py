@@ -12,7 +12,7 @@ from rich.text import Text
 
 from dbert_core.text.detok import MASK_GLYPH, spans, special_names
 
-from .controller import Recorded
+from .runs import Recorded
 
 EARLY, MID, LATE = (95, 135, 255), (95, 215, 135), (255, 95, 95)
 LOW, HIGH = (255, 95, 95), (95, 215, 135)
@@ -168,7 +168,7 @@ def step_label(step: int, steps: int, per_window: int) -> str:
 
 def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True) -> Text:
     """'[window w/W · ]step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame
-    (or one row of it); `pb` a controller.Playback, `timed` False hides the seconds (deterministic
+    (or one row of it); `pb` a runs.Playback, `timed` False hides the seconds (deterministic
     snapshots). A story's steps are per window, as the control bar's."""
     f = rec.frame
     if row is None:

@@ -15,7 +15,7 @@
 - every on-disk file name is a constant of disk/layout.py;
 - a sampling run resolves its settings once and hands them down;
 - the TUI's state has one owner, the App (the checkpoint, the generation session, the replay,
-  the last load error): no screen assigns those names, no module outside screens/ sets a screen's
+  the last load error): no screen assigns those names, only the Session's methods set its fields, no module outside screens/ sets a screen's
   attributes and none reaches into a screen's private ones; a worker thread only posts messages
   (or hands a callable to call_from_thread), so widgets and screen lists change on the UI thread;
 - no test module imports another (shared helpers: tests/helpers.py);
@@ -51,7 +51,7 @@ LAYERS = {  # each package of dbert_core -> the packages it may import besides t
     "evaluation": {"disk", "text", "maths", "sampling", "storage", "training"},
     "serving": {"disk", "text", "maths", "sampling", "storage"},
 }
-TEXTUAL_FREE = ("controller.py", "editing.py", "files.py", "forms.py", "render.py")  # dbert_tui's modules without widgets
+TEXTUAL_FREE = ("controller.py", "runs.py", "editing.py", "files.py", "forms.py", "render.py")  # dbert_tui's modules without widgets
 NAMES = ("dbert.json", "config.json", "model.safetensors", "dbert_tokens.safetensors", "dbert_time.safetensors",
          "dbert_truecase.json", "dbert_words.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
          "trainer_state", "state.json", "optimizer.pt", "rng.pt", "tui.json", "bench.json", "bench.md")
@@ -359,6 +359,33 @@ def test_the_app_owns_the_tuis_state():
                 found.append(f"dbert_tui/{name}:{node.lineno}: sets a screen's {target.attr} from outside the screens")
             if name.startswith("screens/") and target.attr in APP_STATE and _root(target) == "self":
                 found.append(f"dbert_tui/{name}:{node.lineno}: a screen keeps its own {target.attr} (the App's)")
+    assert not found, "\n".join(found)
+
+
+def _sessionish(node: ast.AST) -> bool:
+    """`session`, `self.session`, `self.app.session`: an expression naming the generation Session."""
+    return (isinstance(node, ast.Name) and node.id == "session") or (isinstance(node, ast.Attribute) and node.attr == "session")
+
+
+def test_the_session_owns_its_fields():
+    """The generation Session (controller.Session) changes its fields in its own methods only: no
+    widget, screen or key action assigns them or draws run ids from its private counter; a widget
+    tells its screen in a message (messages.py) and the screen asks the Session."""
+    found = []
+    for name, tree in _tui_modules().items():
+        if name == "controller.py":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "_ids":
+                found.append(f"dbert_tui/{name}:{node.lineno}: draws from the Session's private _ids")
+        for node, target in _targets(tree):
+            if isinstance(target, ast.Tuple):
+                targets = target.elts
+            else:
+                targets = [target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and _sessionish(t.value):
+                    found.append(f"dbert_tui/{name}:{node.lineno}: sets the Session's {t.attr}")
     assert not found, "\n".join(found)
 
 

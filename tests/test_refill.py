@@ -10,7 +10,7 @@ import torch
 from dbert_core.storage import checkpoint
 from dbert_core.sampling.base import Net
 from dbert_core.sampling.sample import frames, kernel
-from dbert_tui.controller import Recorded
+from dbert_tui.runs import Recorded
 from dbert_tui.editing import Draft
 from helpers import goodness_p
 

@@ -177,6 +177,38 @@ async def test_control_bar_shows_the_settings_and_its_keys_restart_with_the_same
         assert all((a == b).all() for a, b in zip(final_ids(app), first_ids))
 
 
+async def test_the_control_bar_shows_the_values_in_force_as_dbert_sample_resolves_them(tiny_checkpoint, tmp_path,
+                                                                                       capsys, monkeypatch):
+    """No "auto": what the checkpoint recommends (dbert.json's sampling.decoding) shows as its number,
+    marked "(checkpoint)", and the numbers are those `dbert sample` uses for the same checkpoint."""
+    from dbert_core.storage import checkpoint
+    from helpers import run
+
+    folder = tmp_path / "recommends"
+    shutil.copytree(tiny_checkpoint, folder)
+    meta = json.loads((folder / "dbert.json").read_text())
+    meta["sampling"] = {**meta.get("sampling", {}), "decoding": {"steps": 12, "top_p": 0.93}}
+    (folder / "dbert.json").write_text(json.dumps(meta))
+    code, _, err = run(["sample", "--checkpoint", str(folder), "--n", "1", "--length", "8", "--sampler", "ancestral",
+                        "--output", str(tmp_path / "out.jsonl")], capsys, monkeypatch)
+    assert code == 0, err
+    cli = json.loads((tmp_path / "out.jsonl").read_text().splitlines()[0])["settings"]
+    app = create_app(checkpoint=folder, loader=checkpoint.load, deterministic=True,
+                     settings=Settings(length=8, pace_ms=0, sampler="ancestral"))
+    async with app.run_test(size=(160, 30)) as pilot:
+        await wait_for(pilot, finished(app))
+        bar = app.generate_screen.query_one(ControlBar).plain()
+        shown = {name: re.search(rf"{name} (\S+)( \(checkpoint\))?", bar) for name in ("steps", "temp", "top-k", "top-p")}
+        assert "auto" not in bar
+        assert [float(shown[n].group(1)) for n in ("steps", "temp", "top-k", "top-p")] == \
+            [cli["steps"], cli["temperature"], cli["top_k"], cli["top_p"]] == [12, 1.0, 30, 0.93]
+        assert {n for n, m in shown.items() if m.group(2)} == {"steps", "top-p"}  # the general defaults claim nothing
+        await pilot.press("right_square_bracket")  # a value the user chose is no longer the checkpoint's
+        await wait_for(pilot, lambda: app.generate_screen.run.settings.steps == 24 and finished(app)())
+        bar = app.generate_screen.query_one(ControlBar).plain()
+        assert "steps 24 " in bar + " " and "steps 24 (checkpoint)" not in bar and "top-p 0.93 (checkpoint)" in bar
+
+
 async def test_a_control_key_restarts_a_run_in_progress(tiny_db):
     app = make_app(tiny_db, steps=64, pace_ms=150)
     async with app.run_test(size=SIZE) as pilot:

@@ -10,8 +10,9 @@ import pytest
 
 from dbert_core.errors import DbertError
 from dbert_core.sampling.sample import resolve
-from dbert_tui.controller import (GRID_N, TEMPERATURES, TOP_KS, Playback, Recorded, Run, Session, Settings,
-                                  compare_partner, differences, next_in, produce, steps_by, temperature_by)
+from dbert_tui.controller import (GRID_N, TEMPERATURES, TOP_KS, Session, Settings, compare_partner, differences, next_in,
+                                  steps_by, temperature_by)
+from dbert_tui.runs import Playback, Recorded, Run, produce
 
 
 def test_control_steps():
@@ -144,6 +145,31 @@ def test_session_fits_a_checkpoint(tiny_db):
     s = Session(Settings(length=10 * max_len))
     s.fit(tiny_db)
     assert s.settings.length == max_len and not s.auto_length
+
+
+def test_session_origins_say_which_values_the_checkpoint_chose(tiny_db):
+    """The control bar's marks (Session.origins, by the engine's decoding_origins): a value the
+    session follows from the checkpoint's recommendation is the checkpoint's; one a key or the
+    comparison changed, or one given at the start, is set; the rest are the general defaults."""
+    had, sampling = "sampling" in tiny_db.meta, tiny_db.meta.setdefault("sampling", {})
+    try:
+        sampling["decoding"] = {"steps": 12, "top_p": 0.93}
+        s = Session(Settings(top_k=5, sampler="ancestral"))
+        s.fit(tiny_db)
+        assert (s.settings.steps, s.settings.top_p, s.settings.top_k) == (12, 0.93, 5)
+        origins = s.origins(tiny_db)
+        assert {f: origins[f] for f in ("steps", "temperature", "top_k", "top_p")} == \
+            {"steps": "checkpoint", "temperature": "default", "top_k": "set", "top_p": "checkpoint"}
+        s.start_compare(tiny_db.schedule.T)  # side B: an eighth of the steps, the keys change it
+        assert s.origins(tiny_db)["steps"] == "set" and s.origins(tiny_db)["top_p"] == "checkpoint"
+        s.switch_side()
+        assert s.origins(tiny_db)["steps"] == "checkpoint"
+        s.steps(tiny_db, 2)  # a key: the value is yours now
+        assert s.settings.steps == 24 and s.origins(tiny_db)["steps"] == "set"
+    finally:
+        sampling.pop("decoding", None)
+        if not had:  # the session's shared checkpoint as it was
+            tiny_db.meta.pop("sampling")
 
 
 def test_session_control_keys_change_the_active_side_and_keep_the_seed(tiny_db):

@@ -64,7 +64,7 @@ def test_token_view_colours_each_token_and_keeps_words(tiny_db):
     import torch
 
     from dbert_core.sampling.sample import Frame
-    from dbert_tui.controller import Recorded
+    from dbert_tui.runs import Recorded
     from dbert_tui.render import render_row, render_tokens
 
     tok = tiny_db.tokenizer
@@ -100,7 +100,7 @@ def test_confidence_colouring_spreads_over_the_run_and_the_legend_gives_numbers(
     import torch
 
     from dbert_core.sampling.sample import Frame
-    from dbert_tui.controller import Recorded
+    from dbert_tui.runs import Recorded
     from dbert_tui.render import confidence_edges, legend, render_row
 
     tok = tiny_db.tokenizer

@@ -70,26 +70,45 @@ def default_min_length(db) -> int:
 
 
 # the decoding of a checkpoint that recommends none: 96 reverse steps (read as 128 do, docs/decoding.md),
-# the paper's top-k 30, no nucleus
+# the paper's top-k 30, no nucleus, the exact forward (no decided-position cache, so no [MASK] states kept)
 STEPS, TEMPERATURE, TOP_K, TOP_P = 96, 1.0, 30, 1.0
+GENERAL_DECODING = {"steps": STEPS, "temperature": TEMPERATURE, "top_k": TOP_K, "top_p": TOP_P,
+                    "cache_refresh": 0, "cache_masked": False}
+
+
+def recommended_decoding(db) -> dict:
+    """The DECODING values the checkpoint's dbert.json recommends (`sampling.decoding`, measured for
+    it: the shipped story model's, 32 steps at top-k 30, in docs/stories.md), only those it gives and
+    gives well (a malformed value in a meta not loaded from disk is left out: load refuses it, schema.py)."""
+    given = (db.meta.get("sampling") or {}).get("decoding") or {}
+    given = given if isinstance(given, dict) else {}
+    T, whole, real = db.schedule.T, int, (int, float)
+    ok = {"steps": (whole, lambda v: 1 <= v <= T), "temperature": (real, lambda v: 0.0 <= v <= 1e6),
+          "top_k": (whole, lambda v: v >= 0), "top_p": (real, lambda v: 0.0 < v <= 1.0),
+          "cache_refresh": (whole, lambda v: 0 <= v <= T)}
+    found = {name: given[name] for name, (kinds, within) in ok.items()
+             if isinstance(given.get(name), kinds) and not isinstance(given[name], bool) and within(given[name])}
+    for name in ("temperature", "top_p"):
+        if name in found:
+            found[name] = float(found[name])
+    if "cache_refresh" in found and isinstance(given.get("cache_masked"), bool):
+        found["cache_masked"] = given["cache_masked"]  # kept [MASK] states only with a cache it recommends
+    return found
 
 
 def default_decoding(db) -> dict:
-    """{steps, temperature, top_k, top_p, cache_refresh, cache_masked} a sample uses unless told: what the checkpoint's dbert.json recommends
-    (`sampling.decoding`, measured for it: the shipped story model's, 32 steps at top-k 30, in docs/stories.md), each
-    value that is missing (or malformed in a meta not loaded from disk: load refuses it, schema.py) replaced by the general default (96 steps, temperature 1, top-k 30, top-p off, the exact
-    forward: no decided-position cache, and so no [MASK] states kept)."""
-    given = (db.meta.get("sampling") or {}).get("decoding") or {}
-    given = given if isinstance(given, dict) else {}
-    s, k, p, c = given.get("steps"), given.get("top_k"), given.get("top_p"), given.get("cache_refresh")
-    m, t = given.get("cache_masked"), given.get("temperature")
-    ok_s = isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= db.schedule.T
-    ok_k = isinstance(k, int) and not isinstance(k, bool) and k >= 0
-    ok_p = isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 < p <= 1.0
-    ok_t = isinstance(t, (int, float)) and not isinstance(t, bool) and 0.0 <= t <= 1e6
-    ok_c = isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= db.schedule.T
-    return {"steps": s if ok_s else STEPS, "temperature": float(t) if ok_t else TEMPERATURE, "top_k": k if ok_k else TOP_K, "top_p": float(p) if ok_p else TOP_P,
-            "cache_refresh": c if ok_c else 0, "cache_masked": m if isinstance(m, bool) and ok_c else False}
+    """{steps, temperature, top_k, top_p, cache_refresh, cache_masked} a sample uses unless told: what
+    the checkpoint recommends (recommended_decoding), each value it does not replaced by the general
+    default (GENERAL_DECODING: 96 steps, temperature 1, top-k 30, top-p off, no decided-position cache)."""
+    return {**GENERAL_DECODING, **recommended_decoding(db)}
+
+
+def decoding_origins(cfg: SampleConfig, db) -> dict[str, str]:
+    """Where each DECODING value of resolve(cfg, db) comes from: "set" (cfg gives it), "checkpoint"
+    (dbert.json recommends it) or "default" (GENERAL_DECODING). The TUI's control bar says so."""
+    recommended = recommended_decoding(db)
+    return {f: "set" if getattr(cfg, f) is not None else "checkpoint" if f in recommended else "default"
+            for f in DECODING}
 
 
 def resolve(cfg: SampleConfig, db) -> SampleConfig:

@@ -7,15 +7,15 @@ from pathlib import Path
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from dbert_core.storage.store import human_size
 
+from ..keymap import KeySpec, bindings
 from ..messages import FetchProgress, StoreChanged
-from ..widgets.keybar import Key, KeyBar
+from ..widgets.keybar import KeyBar, bar_keys
 from ..workers import ReportWorkerErrors
 from .dialogs import ConfirmDialog, FormDialog
 
@@ -97,17 +97,17 @@ def entry_details(entry) -> Text:
 
 
 class CheckpointsScreen(ReportWorkerErrors, Screen):
-    BINDINGS = [
-        Binding("enter", "use", "Use the selected checkpoint", priority=False),
-        Binding("f", "fetch", "Fetch one from the Hugging Face Hub or a URL"),
-        Binding("i", "import_dir", "Import a local checkpoint folder"),
-        Binding("d,delete", "delete", "Delete the selected checkpoint from the store"),
-        Binding("r", "refresh", "Refresh the list"),
-        Binding("escape", "cancel_fetch", "Cancel a download"),
-    ]
+    CATALOGUE = (  # keymap.KeySpec: the key help's order; the bar shows those with a label
+        KeySpec("enter", "use", "Use the selected checkpoint", "⏎", "Use", 1, 1, "", ""),
+        KeySpec("f", "fetch", "Fetch one from the Hugging Face Hub or a URL", "", "Fetch", 2, 2, "", ""),
+        KeySpec("i", "import_dir", "Import a local checkpoint folder", "", "Import", 2, 3, "", ""),
+        KeySpec("d,delete", "delete", "Delete the selected checkpoint from the store", "", "Delete", 3, 4, "", ""),
+        KeySpec("r", "refresh", "Refresh the list", "", "", 5, 0, "", ""),
+        KeySpec("escape", "cancel_fetch", "Cancel a download", "", "", 5, 0, "", ""),
+    )
+    BINDINGS = bindings(CATALOGUE)
+    KEYS = bar_keys(CATALOGUE, "screen")
     HELP = "The checkpoint store: ● marks the one in use. Enter uses the selected one."
-    KEYS = [Key("⏎", "Use", "screen.use", 1), Key("f", "Fetch", "screen.fetch", 2),
-            Key("i", "Import", "screen.import_dir", 2), Key("d", "Delete", "screen.delete", 3)]
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)

@@ -11,6 +11,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Label, Static
 
+from ..keymap import APP_KEYS
+
 
 def key_rows(app, screen: Screen) -> list[tuple[str, str]]:
     """(keys as shown, description) for every binding of `screen`, then the app's, once each."""
@@ -22,7 +24,7 @@ def key_rows(app, screen: Screen) -> list[tuple[str, str]]:
         keys = binding.key_display or " ".join(
             app.get_key_display(Binding(k.strip(), binding.action)) for k in binding.key.split(","))
         rows.append((keys, binding.description))
-    rows.append(("^p", "Command palette: every action and screen by name"))
+    rows.extend((s.label, s.help) for s in APP_KEYS if not s.bound)  # the keys Textual binds itself (ctrl+p)
     return rows
 
 

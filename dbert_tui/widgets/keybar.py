@@ -11,6 +11,8 @@ from textual.markup import escape
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from ..keymap import APP_KEYS
+
 
 @dataclass(frozen=True)
 class Key:
@@ -20,15 +22,18 @@ class Key:
     rank: int = 5     # 0: always shown; higher ranks make room first when the bar is narrow
 
 
-# on every screen: the screen keys, help, quit (rank 0), and the palette when there is room
-COMMON = (
-    Key("1", "Gen", "app.mode('generate')", 0),
-    Key("2", "Ckpts", "app.mode('checkpoints')", 0),
-    Key("3", "Train", "app.mode('train')", 0),
-    Key("?", "Keys", "app.toggle_keys", 0),
-    Key("^q", "Quit", "app.quit", 0),
-    Key("^p", "Palette", "app.command_palette", 9),
-)
+def bar_keys(specs, target: str) -> tuple[Key, ...]:
+    """The bar's keys of a key catalogue (keymap.KeySpec): those with a bar label, in their bar order
+    (`at`); keys that share a label are one key of the bar ("←→ Scrub"), running the first one's
+    action on `target` ("screen" or "app") when clicked."""
+    merged: dict[str, list] = {}
+    for s in sorted((s for s in specs if s.bar), key=lambda s: s.at):
+        merged.setdefault(s.bar, []).append(s)
+    return tuple(Key("".join(s.label for s in same), label, f"{target}.{same[0].action}", same[0].rank)
+                 for label, same in merged.items())
+
+
+COMMON = bar_keys(APP_KEYS, "app")  # on every screen: the screen keys, help, quit (rank 0), and the palette when there is room
 GAP = "  "
 
 
@@ -66,7 +71,7 @@ class KeyBar(Widget):
     def render(self) -> Content:
         parts = []
         for k in self.shown():
-            parts.append(f"[@click={k.action}][bold $footer-key-foreground]{escape(k.key)}[/] {escape(k.label)}[/]")
+            parts.append(f'[@click="{k.action}"][bold $footer-key-foreground]{escape(k.key)}[/] {escape(k.label)}[/]')  # quoted: scrub(-1)
         return Content.from_markup(GAP.join(parts))
 
     def plain(self) -> str:

@@ -1,6 +1,6 @@
 """Issue 39: how many frames a second the TUI's worker makes for one story (the Generate screen's defaults).
 
-Runs the TUI's own worker loop (dbert_tui.controller.produce) on the shipped checkpoint with the
+Runs the TUI's own worker loop (dbert_tui.runs.produce) on the shipped checkpoint with the
 Generate screen's settings (one story, seed 0, the CLI's sampler and length) and no pacing
 (pace_ms 0: as fast as the model goes), and reports the frames it hands to the screen, their rate,
 and the time between frames (median and 90th percentile). Drawing a frame happens on the UI thread
@@ -36,7 +36,8 @@ def main() -> int:
     from dbert_core.hardware import cpu_name
     from dbert_core.sampling.sample import resolve
     from dbert_core.storage import checkpoint, store
-    from dbert_tui.controller import Run, Settings, produce
+    from dbert_tui.controller import Settings
+    from dbert_tui.runs import Run, produce
 
     db = checkpoint.load(Path(args.checkpoint) if args.checkpoint else store.default_checkpoint())
     rows = []

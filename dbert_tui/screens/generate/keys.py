@@ -1,83 +1,114 @@
-"""The Generate screen's keys: every binding in the order of the key help (`?`), the ones the
-key bar shows (widgets.keybar: rank 1 stays longest), and `KeyActions`, what each key does:
-the screen's actions (GenerateScreen mixes them in), each handing the key to the widget that
-owns what it changes and redrawing. Keys are the screen's because no part of it takes focus."""
+"""The Generate screen's keys: `CATALOGUE`, every key written once (keymap.KeySpec) in the order of
+the key help (`?`), from which its BINDINGS, its key bar's KEYS and its palette commands are made;
+and `KeyActions`, what each key does: the screen's actions (GenerateScreen mixes them in), each
+asking the Session or the widget that owns what it changes and redrawing, through the screen's
+public interface (`KeyHost`) only. Keys are the screen's because no part of it takes focus."""
 
 from __future__ import annotations
 
 from functools import partial
+from typing import Protocol
 
-from textual.binding import Binding
-
-from ...controller import BRANCHES, Playback, Run
+from ...controller import BRANCHES, Session
+from ...runs import Playback
 from ...files import EXPORT_TITLE, default_name, export_run, save_texts, save_title, texts_of
 from ...forms import PROMPT_TITLE
-from ...widgets.keybar import Key
+from ...keymap import KeySpec, bindings
+from ...widgets.keybar import bar_keys
+from ...widgets.generate.canvas import Canvas
+from ...widgets.generate.controls import Controls
+from ...widgets.generate.editor import Editor
+from ...widgets.generate.grid import SampleGrid
+from ...widgets.generate.player import Player
 from ..dialogs import FormDialog
 
-KEYS = [  # the key bar (widgets.keybar): rank 1 stays longest, `?` lists every key
-    Key("space", "Play/Pause", "screen.toggle_play", 1),
-    Key(".", "Step", "screen.step", 3),
-    Key("←→", "Scrub", "screen.scrub_back", 3),
-    Key("g", "Grid", "screen.grid", 2),
-    Key("i", "Inspect", "screen.inspect", 2),
-    Key("c", "Compare", "screen.compare", 4),
-    Key("e", "Settings", "screen.edit", 1),
-    Key("p", "Prompt", "screen.prompt", 5),
-    Key("s", "Save", "screen.save", 6),
-    Key("x", "Export", "screen.export", 7),
-    Key("v", "Colour", "screen.toggle_colour", 6),
-]
+CATALOGUE = (  # every key, in the order of the key help (`?`); the key bar shows those with a label, in `at` order
+    # KeySpec(key, action, help, shown, bar, rank, at, palette, about): keymap.KeySpec says what each is
+    KeySpec("space", "toggle_play", "Play / pause; a finished run: its frames again", "", "Play/Pause", 1, 1, "", ""),
+    KeySpec("full_stop", "step", "One reverse step (pauses first)", ".", "Step", 3, 2, "", ""),
+    KeySpec("left", "scrub(-1)", "Scrub back one step", "←", "Scrub", 3, 3, "", ""),
+    KeySpec("right", "scrub(1)", "Scrub forward one step", "→", "Scrub", 3, 3, "", ""),
+    KeySpec("g", "grid", "Grid of several samples, or back to one", "", "Grid", 2, 4, "Several samples", "A grid of samples of one run, or back to one"),
+    KeySpec("c", "compare", "Compare two settings (separate draws, one seed), or end it", "", "Compare", 4, 6, "Compare two settings", "Two settings side by side: separate draws with one seed"),
+    KeySpec("r", "restart", "Restart the run (same settings and seed)", "", "", 5, 0, "Restart sampling", "A new run with the same settings"),
+    KeySpec("e", "edit", "Settings dialog: every sampling setting", "", "Settings", 1, 7, "Sampling settings", "Steps, temperature, top-k/p, length, seed, sampler"),
+    KeySpec("p", "prompt", "Prompt / infill template", "", "Prompt", 5, 8, "Prompt / infill template", r"Text with \[MASK] slots"),
+    KeySpec("s", "save", "Save the text(s) and settings; one sample shown: that one", "", "Save", 6, 9, "Save texts", "Write the generated text(s) to a file"),
+    KeySpec("C", "copy", "Copy the selected sample to the clipboard (OSC 52)", "C", "", 5, 0, "Copy sample", "The selected sample's text to the clipboard"),
+    KeySpec("x", "export", "Export the run: .json trajectory, .cast asciinema, .html text", "", "Export", 7, 10, "Export trajectory", "Every frame as JSON, or an asciinema .cast, or .html"),
+    KeySpec("v", "toggle_colour", "Colour by reveal order / confidence", "", "Colour", 6, 11, "Toggle colouring", "Reveal order / confidence"),
+    KeySpec("left_square_bracket", "steps(0.5)", "Halve the steps", "[", "", 5, 0, "", ""),
+    KeySpec("right_square_bracket", "steps(2)", "Double the steps", "]", "", 5, 0, "", ""),
+    KeySpec("minus", "temperature(-1)", "Temperature down", "-", "", 5, 0, "", ""),
+    KeySpec("equals_sign,plus", "temperature(1)", "Temperature up", "+", "", 5, 0, "", ""),
+    KeySpec("k", "top_k", "Next top-k", "", "", 5, 0, "", ""),
+    KeySpec("o", "top_p", "Next top-p", "", "", 5, 0, "", ""),
+    KeySpec("m", "cycle_sampler", "Next sampler", "", "", 5, 0, "", ""),
+    KeySpec("n", "new_seed", "New seed", "", "", 5, 0, "New seed", "Restart with another seed"),
+    KeySpec("tab", "switch_side", "Other side (compare)", "", "", 5, 0, "", ""),
+    KeySpec("up", "select(-1)", "Previous sample", "↑", "", 5, 0, "", ""),
+    KeySpec("down", "select(1)", "Next sample", "↓", "", 5, 0, "", ""),
+    KeySpec("enter", "zoom", "Selected sample large", "", "", 5, 0, "", ""),
+    KeySpec("escape", "unzoom", "All samples", "", "", 5, 0, "", ""),
+    KeySpec("home", "scrub_to(0)", "First step (a long text from its top)", "", "", 5, 0, "", ""),
+    KeySpec("end", "live", "Live; a long text follows the writing again", "", "", 5, 0, "", ""),
+    KeySpec("pageup", "page(-1)", "Page up a long text (stops following; End follows)", "PgUp", "", 5, 0, "", ""),
+    KeySpec("pagedown", "page(1)", "Page down a long text (or the grid)", "PgDn", "", 5, 0, "", ""),
+    KeySpec("i", "inspect", "Inspect and edit tokens (a click on a token too); Esc leaves", "", "Inspect", 2, 5, "Inspect tokens", "The token under a cursor: reveal step, p', top candidates; edit"),
+    KeySpec("shift+left", "extend(-1)", "Inspect: extend the selection left", "⇧←", "", 5, 0, "", ""),
+    KeySpec("shift+right", "extend(1)", "Inspect: extend the selection right", "⇧→", "", 5, 0, "", ""),
+    KeySpec("backspace", "remask", "Inspect: remask the selection (or the token under the cursor)", "⌫", "", 5, 0, "", ""),
+    KeySpec("l", "lock", "Inspect: lock / unlock the selection (never remasked)", "", "", 5, 0, "", ""),
+    KeySpec("a", "insert_slot", "Inspect: insert a masked slot at the cursor", "", "", 5, 0, "", ""),
+    KeySpec("d", "delete_slot", "Inspect: delete the masked slot at the cursor", "", "", 5, 0, "", ""),
+    KeySpec("f", "refill", "Refill the masked positions (a new version)", "", "", 5, 0, "Refill", "Fill the remasked tokens in: a new version"),
+    KeySpec("b", "branch", f"Branch: {BRANCHES} refills at once, Enter picks one", "", "", 5, 0, "Branch", "Several refills at once; Enter picks one"),
+    KeySpec("u", "undo", "Undo: the previous version", "", "", 5, 0, "Undo edit", "The previous version"),
+    KeySpec("y", "redo", "Redo: the next version", "", "", 5, 0, "Redo edit", "The next version"),
+    KeySpec("w", "toggle_stable", "Stable layout (words keep their lines) / free", "", "", 5, 0, "Stable layout", "Words keep the final text's lines while they fill in"),
+)
+BINDINGS = bindings(CATALOGUE)  # the screen's (the key help lists them)
+KEYS = bar_keys(CATALOGUE, "screen")  # the key bar's; the control bar shows the setting keys beside their values
 
 
-BINDINGS = [  # the order of the key help (`?`); the key bar shows KEYS, the control bar the setting keys
-    Binding("space", "toggle_play", "Play / pause; a finished run: its frames again"),
-    Binding("full_stop", "step", "One reverse step (pauses first)", key_display="."),
-    Binding("left", "scrub(-1)", "Scrub back one step", key_display="←"),
-    Binding("right", "scrub(1)", "Scrub forward one step", key_display="→"),
-    Binding("g", "grid", "Grid of several samples, or back to one"),
-    Binding("c", "compare", "Compare two settings (separate draws, one seed), or end it"),
-    Binding("r", "restart", "Restart the run (same settings and seed)"),
-    Binding("e", "edit", "Settings dialog: every sampling setting"),
-    Binding("p", "prompt", "Prompt / infill template"),
-    Binding("s", "save", "Save the text(s) and settings; one sample shown: that one"),
-    Binding("C", "copy", "Copy the selected sample to the clipboard (OSC 52)", key_display="C"),
-    Binding("x", "export", "Export the run: .json trajectory, .cast asciinema, .html text"),
-    Binding("v", "toggle_colour", "Colour by reveal order / confidence"),
-    Binding("left_square_bracket", "steps(0.5)", "Halve the steps", key_display="["),
-    Binding("right_square_bracket", "steps(2)", "Double the steps", key_display="]"),
-    Binding("minus", "temperature(-1)", "Temperature down", key_display="-"),
-    Binding("equals_sign,plus", "temperature(1)", "Temperature up", key_display="+"),
-    Binding("k", "top_k", "Next top-k"),
-    Binding("o", "top_p", "Next top-p"),
-    Binding("m", "cycle_sampler", "Next sampler"),
-    Binding("n", "new_seed", "New seed"),
-    Binding("tab", "switch_side", "Other side (compare)"),
-    Binding("up", "select(-1)", "Previous sample", key_display="↑"),
-    Binding("down", "select(1)", "Next sample", key_display="↓"),
-    Binding("enter", "zoom", "Selected sample large"),
-    Binding("escape", "unzoom", "All samples"),
-    Binding("home", "scrub_to(0)", "First step (a long text from its top)"),
-    Binding("end", "live", "Live; a long text follows the writing again"),
-    Binding("pageup", "page(-1)", "Page up a long text (stops following; End follows)", key_display="PgUp"),
-    Binding("pagedown", "page(1)", "Page down a long text (or the grid)", key_display="PgDn"),
-    Binding("i", "inspect", "Inspect and edit tokens (a click on a token too); Esc leaves"),
-    Binding("shift+left", "extend(-1)", "Inspect: extend the selection left", key_display="⇧←"),
-    Binding("shift+right", "extend(1)", "Inspect: extend the selection right", key_display="⇧→"),
-    Binding("backspace", "remask", "Inspect: remask the selection (or the token under the cursor)", key_display="⌫"),
-    Binding("l", "lock", "Inspect: lock / unlock the selection (never remasked)"),
-    Binding("a", "insert_slot", "Inspect: insert a masked slot at the cursor"),
-    Binding("d", "delete_slot", "Inspect: delete the masked slot at the cursor"),
-    Binding("f", "refill", "Refill the masked positions (a new version)"),
-    Binding("b", "branch", f"Branch: {BRANCHES} refills at once, Enter picks one"),
-    Binding("u", "undo", "Undo: the previous version"),
-    Binding("y", "redo", "Redo: the next version"),
-    Binding("w", "toggle_stable", "Stable layout (words keep their lines) / free"),
-]
+class KeyHost(Protocol):
+    """What KeyActions asks of the screen it is mixed into (GenerateScreen), all of it public: the
+    App's state as the screen reads it, the screen's parts, and four verbs."""
+
+    app: object
+    size: object
+    session: Session        # the App's: the settings, runs and selection every key changes
+    db: object              # the checkpoint being run (None: none yet)
+    replay: object          # a trajectory being played instead of sampling, or None
+    playbacks: list         # the session's playbacks
+    draft: object           # the sample being inspected (the editor's), or None
+    player: Player
+    canvas: Canvas
+    grid: SampleGrid
+    editor: Editor
+    controls: Controls
+
+    def view_mode(self) -> str: ...
+
+    def start_runs(self, playbacks: list[Playback]) -> None:
+        """Play these runs: fresh cards and panels, a worker each."""
+
+    def restart(self) -> None:
+        """New runs of every side with the same seed, at once."""
+
+    def restart_soon(self) -> None:
+        """The same, once, after the changes already queued (a burst of control keys)."""
+
+    def redraw(self, layout: bool = False, settings: bool = False) -> None:
+        """Draw again: with `layout` the views shown first, with `settings` the schedule and the control bar."""
+
+    def prompt_words(self) -> dict[int, str] | None:
+        """The prompt's own words by position, as typed (an export shows them so)."""
 
 
 class KeyActions:
-    """The actions of BINDINGS, mixed into GenerateScreen (its parts: self.player, self.canvas, ...)."""
+    """The actions of BINDINGS, mixed into GenerateScreen: each uses the host's public interface
+    (KeyHost) and the members here, nothing else of the screen (tests/test_tui_keys.py checks it)."""
 
     # ------------------------------------------------------------------ playback
     def action_toggle_play(self) -> None:
@@ -87,12 +118,15 @@ class KeyActions:
             self._leave_inspect()
         if self.player.finished():
             if self.editor.versions:  # an edited text: play its recorded frames again (the versions stay)
-                self._start(self.editor.play_again(self.playbacks[0].run))
+                run = self.playbacks[0].run
+                again = self.session.play_again([run])
+                self.editor.replace_run(run, again[0].run)  # the version it showed is now the copy
+                self.start_runs(again)
                 return
             self._replay_recorded()
             return
         self.player.toggle()
-        self._draw()
+        self.redraw()
 
     def _replay_recorded(self) -> None:
         """Space on a finished run: its recorded frames played again from the start through the
@@ -101,37 +135,29 @@ class KeyActions:
         if any(pb.run.failed or not pb.frames for pb in self.playbacks):
             self.restart()
             return
-        again = [Playback(Run(next(self.session._ids), pb.run.settings, playing=True, template=pb.run.template,
-                              source=[rec.frame for rec in pb.frames], source_order=pb.frames[-1].order,
-                              source_prompt=pb.run.source_prompt)) for pb in self.playbacks]
-        self.session.playbacks = again
-        self._start(again)
+        self.start_runs(self.session.play_again([pb.run for pb in self.playbacks]))
 
     def action_step(self) -> None:
         """One reverse step (pauses first); while scrubbing, one recorded step forward."""
         self.player.step()
-        self._draw()
+        self.redraw()
 
     def action_scrub(self, delta: int) -> None:
         if self.draft is not None:  # inspect mode: the arrows move the cursor
             self.draft.move(delta, self.canvas.positions)
         else:
             self.player.scrub(delta)
-        self._draw()
-
-    def action_scrub_back(self) -> None:
-        """A click on the key bar's ←→: one step back."""
-        self.action_scrub(-1)
+        self.redraw()
 
     def action_scrub_to(self, index: int) -> None:
         self.player.scrub_to(index)
         self.canvas.follow_writing()  # Home: the first step, where it writes (a long text's top)
-        self._draw()
+        self.redraw()
 
     def action_live(self) -> None:
         self.player.live()
         self.canvas.follow_writing()
-        self._draw()
+        self.redraw()
 
     def action_page(self, direction: int) -> None:
         """PgUp / PgDn: the long text (or the grid) a page up or down."""
@@ -147,7 +173,7 @@ class KeyActions:
     def _change(self, method, *args) -> None:
         """A Session change (a control key), then a restart at once with the same seed."""
         if self.controls.change(self.db, self.replay, method, *args):
-            self._restart_soon()
+            self.restart_soon()
 
     def action_steps(self, factor: float) -> None:
         self._change(self.session.steps, self.db, factor)
@@ -169,12 +195,11 @@ class KeyActions:
 
     def action_toggle_colour(self) -> None:
         self.controls.toggle_colour()
-        self._show_controls()
-        self._draw()
+        self.redraw(settings=True)
 
     def action_toggle_stable(self) -> None:
         self.controls.toggle_stable()
-        self._draw()
+        self.redraw()
 
     def action_edit(self) -> None:
         title, fields = self.controls.settings_form()
@@ -203,26 +228,26 @@ class KeyActions:
         self.grid.mark(self.session.selected)
         if self.view_mode() == "grid":
             self.grid.reveal(self.session.selected)
-        self._draw()
+        self.redraw()
 
     def action_zoom(self) -> None:
         if self.draft is not None:  # inspect mode: Enter selects / unselects the token under the cursor
             self.draft.toggle_select()
-            self._draw()
+            self.redraw()
             return
-        if self._pick_branch(self.session.selected):
+        if self.pick_branch(self.session.selected):
             return
         if self.session.zoom():
-            self._arrange()
-            self._draw()
+            self.redraw(layout=True)
 
-    def _pick_branch(self, row: int) -> bool:
-        """In a finished branch grid, choosing a sample makes it the new version."""
-        if not self.editor.pick_branch(self.playbacks[0] if self.playbacks else None, row):
+    def pick_branch(self, row: int) -> bool:
+        """In a finished branch grid, choosing a sample makes it the new version (shown large)."""
+        version = self.editor.pick_branch(self.playbacks[0] if self.playbacks else None, row)
+        if version is None:
             return False
+        self.session.show_version(version.run, version.row)
         self.grid.mark(self.session.selected)
-        self._arrange()
-        self._draw()
+        self.redraw(layout=True)
         return True
 
     def action_unzoom(self) -> None:
@@ -230,8 +255,7 @@ class KeyActions:
             self._leave_inspect()
             return
         if self.session.unzoom():
-            self._arrange()
-            self._draw()
+            self.redraw(layout=True)
 
     def action_compare(self) -> None:
         """Start a comparison (side B: side A with an eighth, or 8x, of the steps; the keys
@@ -244,16 +268,11 @@ class KeyActions:
             return
         self.session.end_compare()
         self.player.cancel(1)
-        self._arrange()
-        self._show_curve()
-        self._show_controls()
-        self._draw()
+        self.redraw(layout=True, settings=True)
 
     def action_switch_side(self) -> None:
         if self.session.switch_side():
-            self._show_curve()
-            self._show_controls()
-            self._draw()
+            self.redraw(settings=True)
 
     # ------------------------------------------------------------------ inspect and edit
     def action_inspect(self) -> None:
@@ -261,40 +280,40 @@ class KeyActions:
         if self.draft is not None:
             self._leave_inspect()
             return
-        self._enter_inspect()
+        self.enter_inspect()
 
-    def _enter_inspect(self, cursor: int | None = None) -> bool:
+    def enter_inspect(self, cursor: int | None = None) -> bool:
+        """Inspect mode on (a grid shows its selected sample large); False when there is nothing to inspect."""
         if not self.editor.enter(self.db, cursor):
             return False
-        self._arrange()
-        self._draw()
+        self.session.zoom()
+        self.redraw(layout=True)
         return True
 
     def _leave_inspect(self) -> None:
         self.editor.end()
-        self._arrange()
-        self._draw()
+        self.redraw(layout=True)
 
     def action_extend(self, delta: int) -> None:
         self.editor.edit("move", delta, self.canvas.positions, True)
-        self._draw()
+        self.redraw()
 
     def action_remask(self) -> None:
         self.editor.remask()
-        self._draw()
+        self.redraw()
 
     def action_lock(self) -> None:
         self.editor.edit("toggle_lock")
-        self._draw()
+        self.redraw()
 
     def action_insert_slot(self) -> None:
         if self.db is not None:
             self.editor.insert_slot(self.db.model.max_length)
-            self._draw()
+            self.redraw()
 
     def action_delete_slot(self) -> None:
         self.editor.delete_slot()
-        self._draw()
+        self.redraw()
 
     def action_refill(self) -> None:
         """Fill the draft's masked positions in (a normal run, shown filling in): a new version."""
@@ -305,23 +324,27 @@ class KeyActions:
         self._refill(BRANCHES)
 
     def _refill(self, n: int) -> None:
-        pb = self.editor.refill(self.db, self.playbacks[0].run if self.playbacks else None, n)
-        if pb is not None:
-            self._start([pb])
+        edit = self.editor.refill(self.db, self.playbacks[0].run if self.playbacks else None, n, self.session.settings.seed)
+        if edit is not None:
+            template, seed = edit
+            pb = self.session.edit_run(template, n, seed)
+            self.editor.refill_started(pb.run, n)
+            self.start_runs([pb])
 
     def action_undo(self) -> None:
-        self._show_version(self.editor.undo())
+        self.show_version(self.editor.undo())
 
     def action_redo(self) -> None:
-        self._show_version(self.editor.redo())
+        self.show_version(self.editor.redo())
 
-    def _show_version(self, version) -> None:
+    def show_version(self, version) -> None:
+        """Show a version (undo, redo, a failed refill's) large, out of inspect mode."""
         if version is None:
             return
         self.player.cancel(0)
-        self.editor.show(version)
-        self._arrange()
-        self._draw()
+        self.session.show_version(version.run, version.row)
+        self.editor.drop_draft()
+        self.redraw(layout=True)
 
     # ------------------------------------------------------------------ files
     def action_save(self) -> None:
@@ -371,7 +394,7 @@ class KeyActions:
         if not values or not values["path"]:
             return
         rows = [self.session.selected] if pb.run.frames[-1].frame.ids.shape[0] > 1 and self.view_mode() == "single" else None
-        self._report(*export_run(values["path"], self.db, pb.run, rows, self.size.width, self._prompt_words(), self.replay))
+        self._report(*export_run(values["path"], self.db, pb.run, rows, self.size.width, self.prompt_words(), self.replay))
 
     def _default_name(self, ext: str) -> str:
         return default_name(self.db, self.session.active.seed, ext)

@@ -13,8 +13,9 @@ each part of the screen is a widget that owns the rest of its state (widgets/gen
 player (workers, frames, playback, the status line), the canvas (one sample large), the grid,
 the comparison, the token inspector, the editor (remask, refill, branch, undo) and the controls
 (the legend and the control bar: settings, colouring, layout). This screen composes them, turns
-keys into calls on them, routes their messages (a frame recorded, a card clicked, a token
-pointed at) and draws them all at most once per burst of frames.
+keys into calls on them (keys.py; what the keys need of it is its public KeyHost interface),
+routes their messages (a frame recorded, an infill ranked, a card clicked, a token pointed at)
+to the Session and the parts, and draws them all at most once per burst of frames.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from textual.widgets import Header
 
 from dbert_core.errors import DbertError
 
-from ...controller import Playback, Run, Session
+from ...controller import Session
+from ...runs import Playback, Run
 from ...messages import InfillChosen, RunAdvanced, RunFailed, SampleChosen, TokenPointed
 from ...render import prompt_words_of, window_step
 from ...widgets.generate.canvas import Canvas, final_of
@@ -45,7 +47,7 @@ from ...widgets.generate.player import Player
 from ...widgets.keybar import KeyBar
 from ...widgets.schedule import SchedulePanel, ScheduleStrip
 from ...workers import ReportWorkerErrors
-from .keys import BINDINGS, KEYS, KeyActions
+from .keys import BINDINGS, CATALOGUE, KEYS, KeyActions
 
 WIDE = 120  # columns from which the schedule gets its panel (below: the one-line strip)
 
@@ -59,7 +61,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
             "A text taller than the screen follows the writing as later windows fill in; PgUp and PgDn "
             "(or the mouse wheel) scroll it, End follows the writing again.")
 
-    BINDINGS = BINDINGS  # screens/generate/keys.py: every key, in the order of the key help
+    CATALOGUE, BINDINGS, KEYS = CATALOGUE, BINDINGS, KEYS  # screens/generate/keys.py: every key, written once
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -178,7 +180,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
             self.restart()
 
     # ------------------------------------------------------------------ runs
-    def _restart_soon(self) -> None:
+    def restart_soon(self) -> None:
         """Coalesce several control changes into one restart."""
         if self.db is None or self._restart_pending:
             return
@@ -202,7 +204,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
             self.app.notify(str(e), title="settings", severity="error")
             return
         self.editor.reset()
-        self._start(playbacks)
+        self.start_runs(playbacks)
 
     def _start_infill(self) -> None:
         """A prompt with [MASK*A-B]: the player draws and ranks every length; the winner's batch
@@ -216,8 +218,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
             return
         self.player.cancel()
         self.editor.reset(keep_locks=True)
-        self.session.partner, self.session.side = None, 0
-        self.session.playbacks = []
+        self.session.drop_runs()
         self.canvas.say(Text("infill: drawing every length and ranking them by the model's ELBO per token…",
                              style="dim"))
         self._arrange()
@@ -225,10 +226,10 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         self._status()
 
     @on(InfillChosen)
-    def _infill_chosen(self) -> None:
-        self._start(self.session.playbacks)
+    def _infill_chosen(self, message: InfillChosen) -> None:
+        self.start_runs(self.session.play_infill(message.frames, message.order, message.template, message.row))
 
-    def _start(self, playbacks: list[Playback]) -> None:
+    def start_runs(self, playbacks: list[Playback]) -> None:
         """Play these runs: fresh cards and panels, then a worker each (the player's)."""
         self.frames_drawn = 0
         self.drawn = None
@@ -273,7 +274,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         version = self.editor.versions.current()
         if run.template is not None and version is not None and version.run is not run:
             self.editor.branch_run = None
-            self._show_version(version)  # the text before the refill, as it was
+            self.show_version(version)  # the text before the refill, as it was
             return
         self._arrange()
         self._draw()
@@ -288,6 +289,16 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
             self._draw_pending = True
             self.call_later(self._draw)
 
+    def redraw(self, layout: bool = False, settings: bool = False) -> None:
+        """Draw again after a key (KeyHost): with `layout` the views shown first, with `settings`
+        the schedule's curve and the control bar."""
+        if layout:
+            self._arrange()
+        if settings:
+            self._show_curve()
+            self._show_controls()
+        self._draw()
+
     def _draw(self) -> None:
         self._draw_pending = False
         if not self.playbacks or self.db is None:
@@ -300,9 +311,9 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         rec = pb.shown()
         if mode == "compare":
             self.compare.draw(self.db, self.playbacks, self.session.side, self.session.selected, colour, edges,
-                              self._prompt_words, not self.app.deterministic)
+                              self.prompt_words, not self.app.deterministic)
         elif rec is not None and mode == "grid":
-            self.grid.draw(self.db, rec, colour, edges, self._prompt_words(), final_of(pb.run, controls.stable),
+            self.grid.draw(self.db, rec, colour, edges, self.prompt_words(), final_of(pb.run, controls.stable),
                            pb.run.settings.steps)
         elif rec is not None and self.draft is not None:
             shown = self.canvas.draw_draft(self.db, self.draft, colour, edges)
@@ -311,7 +322,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
             self.query_one(InspectorLine).show(info, shown.frame.steps, self.db.schedule.T, per_window)
         elif rec is not None:
             row = self.session.selected if rec.frame.ids.shape[0] > 1 else None
-            self.canvas.draw(self.db, rec, row, colour, edges, self._prompt_words(), final_of(pb.run, controls.stable))
+            self.canvas.draw(self.db, rec, row, colour, edges, self.prompt_words(), final_of(pb.run, controls.stable))
         if rec is not None and rec is not self.drawn:
             self.drawn = rec
             self.frames_drawn += 1
@@ -324,7 +335,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
                 widget.set_position(within, float(f.masked.double().mean()))
         self._status()
 
-    def _prompt_words(self, prompt: str | None = None) -> dict[int, str] | None:
+    def prompt_words(self, prompt: str | None = None) -> dict[int, str] | None:
         """The prompt's own words by position (shown as typed), for the session's prompt or this one."""
         return prompt_words_of(self.db, self.run, self.session.settings.prompt if prompt is None else prompt,
                                given=prompt is not None)
@@ -356,12 +367,17 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
             widget.set_curve(curve, title)
 
     def _show_controls(self) -> None:
-        self.controls.show(self.playbacks)
+        """The control bar: the values in force and which the checkpoint chose (a replay's are its file's)."""
+        if self.db is None:
+            origins = None
+        else:
+            origins = self.session.origins(self.db) if self.replay is None else {}
+        self.controls.show(self.playbacks, origins)
 
     # ------------------------------------------------------------------ messages from the parts
     @on(SampleChosen)
     def _sample_chosen(self, message: SampleChosen) -> None:
-        if self._pick_branch(message.index):
+        if self.pick_branch(message.index):
             return
         if self.session.zoom(message.index):
             self.grid.mark(self.session.selected)
@@ -374,7 +390,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         press to here, a hover moves the cursor while inspecting."""
         pos = message.position
         if self.draft is None:
-            if message.press and self._enter_inspect(pos):
+            if message.press and self.enter_inspect(pos):
                 self.draft.anchor = pos
             return
         self.editor.point(pos, message.press, message.drag, self.canvas.positions)

@@ -9,8 +9,9 @@
     controls.py   Controls       the legend and the control bar; settings keys and dialogs, colouring, layout
 
 The App owns the shared state (the checkpoint, the controller.Session); a widget reads it from
-`self.app` and keeps the rest of its state itself. A widget tells the screen what happened by
-posting a message upward (messages.py: RunAdvanced, InfillChosen, SampleChosen, TokenPointed);
-the screen calls widgets' methods downward and draws. A widget never imports a screen, and no
+`self.app`, sets none of the Session's fields and keeps the rest of its state itself. A widget
+tells the screen what happened by posting a message upward (messages.py: RunAdvanced,
+InfillChosen, SampleChosen, TokenPointed) or returning it; the screen asks the Session for the
+change, calls widgets' methods downward and draws. A widget never imports a screen, and no
 module here is over 400 lines (tests/test_architecture.py).
 """

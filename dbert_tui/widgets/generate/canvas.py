@@ -57,7 +57,7 @@ class TokenView(Static):
 def final_of(run, stable: bool):
     """The run's final frame where it is known already (a replay, a finished run), for the
     stable layout; None when the layout is free or the end is not known yet."""
-    from ...controller import Recorded
+    from ...runs import Recorded
 
     if not stable:
         return None

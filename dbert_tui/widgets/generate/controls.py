@@ -51,8 +51,8 @@ def _value(settings, name: str) -> str:
         reads = strategy is not None and strategy.cache_masked  # a family that reads the kept [MASK] states
         masks = "+masks" if refresh and getattr(settings, "cache_masked", None) and reads else ""
         return shown + (f" cache {refresh}{masks}" if refresh else "")  # the decided-position cache: an approximation
-    if value is None:  # filled in when a checkpoint loads (its length, sampler, decoding)
-        return "auto"
+    if value is None:  # a replayed file that does not record it (a run's settings are resolved before it starts)
+        return "?"
     if name == "top_k" and value == 0:
         return "off"
     if name == "top_p" and value >= 1.0:
@@ -79,6 +79,7 @@ class ControlBar(Widget):
                          "controlbar--side"}
 
     settings = reactive(None, layout=True)
+    from_checkpoint: reactive[frozenset] = reactive(frozenset(), layout=True)  # fields the checkpoint recommended
     side = reactive("", layout=True)
     differs: reactive[frozenset] = reactive(frozenset())
 
@@ -99,6 +100,8 @@ class ControlBar(Widget):
             if name:
                 t.append(name + " ", style=label)
             t.append(_value(s, field), style=value_style)
+            if field in self.from_checkpoint:  # the value in force is the checkpoint's, as `dbert sample` resolves it
+                t.append(" (checkpoint)", style=label)
             out.append(t)
         return out
 
@@ -146,10 +149,12 @@ class Controls(Vertical):
         yield ControlBar(id="gen-controls")
 
     # ------------------------------------------------------------------ what is shown
-    def show(self, playbacks) -> None:
-        """The shown side's settings (in a comparison: which side, and where the two differ) and the legend."""
+    def show(self, playbacks, origins: dict[str, str] | None) -> None:
+        """The shown side's settings (in a comparison: which side, and where the two differ), where
+        each comes from (`origins`: controller.Session.origins; None: no checkpoint yet) and the legend."""
         bar, session = self.query_one(ControlBar), self.app.session
-        bar.settings = dataclasses.replace(session.shown_settings())
+        bar.settings = None if origins is None else dataclasses.replace(session.shown_settings())
+        bar.from_checkpoint = frozenset(f for f, origin in (origins or {}).items() if origin == "checkpoint")
         bar.side = SIDES[session.side] if session.partner is not None else ""
         runs = [pb.run.settings for pb in playbacks]
         fields = {f for _, _, f in CONTROLS}
@@ -221,15 +226,11 @@ class Controls(Vertical):
         if not values:
             return False
         session = self.app.session
-        old = session.active
         try:
-            fields = settings_fields(values, old, db)
-            session.change(db, **fields)
+            session.change(db, **settings_fields(values, session.active, db))
         except (FieldError, DbertError) as e:  # the dialog checked them; the checkpoint may have changed since
             self.app.notify(str(e), title="settings", severity="error")
             return False
-        if fields["length"] != old.length:
-            session.auto_length = False
         return True
 
     def prompt_form(self) -> list:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from ...controller import Playback, Run
+from ...runs import Playback, Run
 from ...editing import Draft, Version, Versions
 from ...render import row_spans
 
@@ -37,7 +37,7 @@ class Editor(Widget):
     # ------------------------------------------------------------------ inspect mode
     def enter(self, db, cursor: int | None = None) -> bool:
         """Inspect mode on: the shown sample of side A becomes the draft (the run pauses; a grid
-        shows the sample large), the cursor at `cursor` or its first token; False if there is none."""
+        shows the sample large: the screen's part), the cursor at `cursor` or its first token; False if there is none."""
         session = self.app.session
         if session.view_mode() == "compare" and session.playbacks:
             self.app.notify("inspect works on one run: end the comparison first (c)", severity="warning")
@@ -50,8 +50,6 @@ class Editor(Widget):
             return False
         if not pb.run.finished:
             pb.run.set_playing(False)
-        if session.view_mode() == "grid":
-            session.zoomed = True
         row = session.selected if rec.frame.ids.shape[0] > 1 else 0
         if cursor is None:
             positions = [sp.index for sp in row_spans(db, rec, row)]
@@ -107,28 +105,32 @@ class Editor(Widget):
             return False
         return True
 
-    def refill(self, db, run: Run, n: int) -> Playback | None:
-        """n refills of the draft's masked positions as a new run of the session (n > 1: a
-        branch, picked later); None when there is nothing to refill (and it says why)."""
+    def refill(self, db, run: Run, n: int, seed: int) -> tuple[object, int] | None:
+        """The draft ends for n refills of its masked positions (n > 1: a branch, picked later): the
+        template and seed of the refill's run (the screen asks the session for it, Session.edit_run),
+        each refill its own seed from the session's `seed`; None when there is nothing to refill (it says why)."""
         if not self.can_refill(db):
             return None
-        session, d = self.app.session, self.draft
+        d = self.draft
         if not self.versions:  # the text edited is the first version
             self.versions.add(Version(run, d.row))
         self.locked = set(d.locked)
         self.draft = None
-        pb = session.edit_run(d.template(), n, seed=session.settings.seed * 7919 + 104729 * len(self.versions.items) + n)
-        self.branch_run = pb.run.id if n > 1 else None
-        return pb
+        return d.template(), seed * 7919 + 104729 * len(self.versions.items) + n
 
-    def pick_branch(self, pb: Playback | None, row: int) -> bool:
-        """In a finished branch grid, choosing a sample makes it the new version."""
+    def refill_started(self, run: Run, n: int) -> None:
+        """The refill's run (controller.Session.edit_run): a branch (n > 1) waits for its pick."""
+        self.branch_run = run.id if n > 1 else None
+
+    def pick_branch(self, pb: Playback | None, row: int) -> Version | None:
+        """In a finished branch grid, choosing a sample makes it the new version (returned; the
+        screen shows it); None when no branch waits for its pick."""
         if pb is None or self.branch_run != pb.run.id or not pb.run.finished:
-            return False
+            return None
         self.branch_run = None
-        self.versions.add(Version(pb.run, row))
-        self.app.session.show_version(pb.run, row)
-        return True
+        version = Version(pb.run, row)
+        self.versions.add(version)
+        return version
 
     def run_finished(self, run: Run) -> None:
         """A run ended: a refill of one sample is a new version."""
@@ -147,22 +149,16 @@ class Editor(Widget):
             self.app.notify(f"nothing to {what}", severity="warning")
         return version
 
-    def show(self, version: Version) -> None:
-        """Show a version (undo, redo): its run and row, out of inspect mode."""
-        self.app.session.show_version(version.run, version.row)
+    def drop_draft(self) -> None:
+        """Out of inspect mode without keeping the draft's locks (a version shown in its place)."""
         self.draft = None
 
-    def play_again(self, run: Run) -> list[Playback]:
-        """A finished run's recorded frames as a new run that plays them again through the gate
-        (nothing is sampled); the version it showed is now the copy."""
-        session = self.app.session
-        again = Run(next(session._ids), run.settings, playing=True, template=run.template,
-                    source=[rec.frame for rec in run.frames], source_order=run.frames[-1].order)
-        session.playbacks = [Playback(again)]
+    def replace_run(self, run: Run, again: Run) -> None:
+        """`again` plays `run`'s recorded frames again (controller.Session.play_again): the versions
+        that showed `run` show the copy."""
         for i, v in enumerate(self.versions.items):
             if v.run is run:
                 self.versions.items[i] = Version(again, v.row)
-        return session.playbacks
 
     # ------------------------------------------------------------------ the status line's part
     def inspecting(self) -> Text | None:

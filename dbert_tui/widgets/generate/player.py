@@ -5,12 +5,11 @@ sampling worker per side of the session (a sampler, or a replay's recorded frame
 through the same gate), or the infill worker that draws and ranks every length of a
 [MASK*A-B] prompt; it records each frame on the UI thread and tells the screen (RunAdvanced,
 InfillChosen), which draws. Play / pause, one step, scrubbing and going live act on the
-session's playbacks (controller.Playback).
+session's playbacks (runs.Playback).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from functools import partial
 
@@ -19,7 +18,7 @@ from textual import on
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from ...controller import Playback, Run, produce
+from ...runs import Playback, Run, produce
 from ...forms import SIDES
 from ...messages import FrameReady, InfillChosen, InfillReady, RunAdvanced, RunFailed, RunFinished
 from ...render import progress_line
@@ -87,7 +86,7 @@ class Player(ReportWorkerErrors, Static):
     # ------------------------------------------------------------------ infill of unknown length
     def start_infill(self, cfg, db) -> None:
         """A prompt with [MASK*A-B]: every length drawn and ranked (dbert_core.sampling.infill) in a
-        worker; the winner's batch then becomes the session's run (InfillChosen)."""
+        worker; the screen then plays the winner's batch (InfillChosen)."""
         self.cancel()
         token = self.infilling = next(self._infill_tokens)
         worker = self.run_worker(partial(self._infill, token, cfg, db), name="infill", group="sample-0",
@@ -98,7 +97,7 @@ class Player(ReportWorkerErrors, Static):
         """(worker thread) The infill's candidates, posted when all are ranked."""
         from dbert_core.sampling.infill import infill
 
-        from ...controller import TOPK
+        from ...runs import TOPK
 
         worker = get_current_worker()
 
@@ -123,24 +122,18 @@ class Player(ReportWorkerErrors, Static):
         from dbert_core.sampling.infill import variants
         from dbert_core.sampling.trajectory import reveal_order
 
-        from ...controller import compact
+        from ...runs import compact
 
-        session = self.app.session
         self.infilling = 0
         self.ranking = message.candidates
         best = message.candidates[0]
         frames = [compact(f) for f in message.keep[best.lengths]]
-        s = dataclasses.replace(session.settings, n=frames[-1].ids.shape[0], length=frames[-1].ids.shape[1])
-        template = dict(variants(session.settings.prompt))[best.lengths]
-        run = Run(next(session._ids), s, playing=True, source=frames, source_order=reveal_order(frames),
-                  source_prompt=template)
-        session.playbacks = [Playback(run)]
-        session.selected, session.zoomed = best.row, s.n > 1
+        template = dict(variants(self.app.session.settings.prompt))[best.lengths]
         lines = [f"#{i + 1} {c.score:.3f} nats/token, {'+'.join(map(str, c.lengths))} token(s)"
                  for i, c in enumerate(message.candidates[:3])]
         self.app.notify(f"infill: {len(message.candidates)} candidates ranked by ELBO per token; shown: the best\n"
                         + "\n".join(lines), title="infill", timeout=10)
-        self.post_message(InfillChosen())
+        self.post_message(InfillChosen(frames, reveal_order(frames), template, best.row))
 
     # ------------------------------------------------------------------ playback
     def finished(self) -> bool:
