@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +29,10 @@ from torch import nn
 from ..config import TIME_MODES
 from ..errors import DbertError
 from .end_padding import hidden_keys
+
+if TYPE_CHECKING:  # maths.prefix_cache and maths.decided_cache import this module: named here, not imported
+    from .decided_cache import DecidedCache
+    from .prefix_cache import PrefixCache
 
 
 # BERT sizes: tiny for tests, mini/small after Turc et al. 2019, base = bert-base.
@@ -42,7 +47,7 @@ PRESETS = {  # keys: config.PRESETS
                  max_position_embeddings=512, vocab_size=30522),
 }
 
-ACTIVATIONS = {  # transformers' names for the ones BERTs use
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # transformers' names for the ones BERTs use
     "gelu": F.gelu,
     "gelu_new": partial(F.gelu, approximate="tanh"),
     "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
@@ -50,7 +55,7 @@ ACTIVATIONS = {  # transformers' names for the ones BERTs use
 }
 
 
-_LIMITS = {"vocab_size": (1, 10_000_000), "hidden_size": (1, 65_536), "num_hidden_layers": (1, 512),
+_LIMITS: dict[str, tuple[float, float]] = {"vocab_size": (1, 10_000_000), "hidden_size": (1, 65_536), "num_hidden_layers": (1, 512),
            "num_attention_heads": (1, 4096), "intermediate_size": (1, 1 << 20),
            "max_position_embeddings": (1, 1 << 20), "type_vocab_size": (1, 4096)}  # config.json's sizes
 
@@ -357,7 +362,7 @@ class Bert(nn.Module):
                 m.attn_dropout = p
 
     def forward(self, ids: torch.Tensor, attention: torch.Tensor, time_token: torch.Tensor | None = None,
-                layer_time: torch.Tensor | None = None, cache: PrefixCache | None = None) -> torch.Tensor:  # noqa: F821 - maths.prefix_cache / decided_cache import this module: named, not imported
+                layer_time: torch.Tensor | None = None, cache: PrefixCache | None = None) -> torch.Tensor:
         """Hidden states (B, N', H) for ids (B, N) with attention (B, N) bool (False: padding).
 
         time_token (B, H): an extra input embedding inserted after [CLS] (N' = N + 1).
@@ -400,9 +405,9 @@ class TimeEmbedding(nn.Module):
     def __init__(self, hidden: int, T: int):
         super().__init__()
         self.T = T
-        self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
-        nn.init.zeros_(self.mlp[2].weight)  # starts as a no-op on a pretrained BERT
-        nn.init.zeros_(self.mlp[2].bias)
+        self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.SiLU(), out := nn.Linear(hidden, hidden))
+        nn.init.zeros_(out.weight)  # starts as a no-op on a pretrained BERT
+        nn.init.zeros_(out.bias)
 
     def forward(self, t):
         return self.mlp(sinusoid(t, self.mlp[0].in_features, self.T))
@@ -438,7 +443,7 @@ class DiffusionBert(nn.Module):
         return {} if self.time_embed is None else {f"time_embed.{k}": v for k, v in self.time_embed.state_dict().items()}
 
     def hidden(self, ids: torch.Tensor, attention: torch.Tensor, t: torch.Tensor | None = None,
-               cache: PrefixCache | None = None) -> torch.Tensor:  # noqa: F821 - maths.prefix_cache / decided_cache import this module: named, not imported
+               cache: PrefixCache | None = None) -> torch.Tensor:
         """Final hidden states (B, N, H) of the encoder for ids (B, N); with a cache that holds the
         rows' prefix, of the positions after it only (Bert.forward)."""
         if self.hide_end_padding:
@@ -454,7 +459,7 @@ class DiffusionBert(nn.Module):
         return self.bert(ids, attention, layer_time=temb.unsqueeze(1))
 
     def forward(self, ids, attention, select: torch.Tensor, t: torch.Tensor | None = None,
-                cache: PrefixCache | None = None, decided: DecidedCache | None = None,  # noqa: F821 - maths.prefix_cache / decided_cache import this module: named, not imported
+                cache: PrefixCache | None = None, decided: DecidedCache | None = None,
                 rows: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (M, V) at the M positions where select (B, N) is True, in row-major order.
 

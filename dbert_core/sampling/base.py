@@ -206,7 +206,7 @@ class Net:
         network's output dtype (rows: their indices in the batch, for the decided-position cache)."""
         attention = torch.ones(inp.shape, dtype=torch.bool, device=self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            cache = {} if self.cache is None else {"cache": self.cache}  # the model's own call, unless caching
+            cache: dict = {} if self.cache is None else {"cache": self.cache}  # the model's own call, unless caching
             if self.decided is not None:
                 cache = {"decided": self.decided, "rows": rows}
             out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device), **cache)
@@ -276,11 +276,11 @@ class Net:
                 out = self._forward(inp[:, :keep], sel[:, :keep], t)
             else:
                 per_row: list = [None] * R
-                for rows in groups:
-                    keep = max(needed[r] for r in rows)
-                    idx = torch.tensor(rows)
+                for group in groups:  # not `rows`: that is the argument, the batch indices
+                    keep = max(needed[r] for r in group)
+                    idx = torch.tensor(group)
                     part = self._forward(inp[idx, :keep], sel[idx, :keep], t[idx] if t.dim() and len(t) == R else t)
-                    for r, chunk in zip(rows, part.split(sel[idx].sum(1).tolist())):
+                    for r, chunk in zip(group, part.split(sel[idx].sum(1).tolist())):
                         per_row[r] = chunk
                 out = torch.cat(per_row)
         total = float(out.detach().sum())  # one pass: -inf marks forbidden tokens; NaN or +inf anywhere makes it NaN or +inf
