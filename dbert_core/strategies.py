@@ -87,7 +87,7 @@ class Strategy:
             has = ", ".join(known) if known else "none"
             raise DbertError(f"the {self.name} sampler has no parameter {', '.join(map(repr, unknown))} "
                              f"(its parameters: {has})")
-        out = {}
+        out: dict = {}
         for p in self.params:
             if p.when is not None and out.get(p.when[0]) != p.when[1]:
                 if p.name in given:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 from ...controller import BRANCHES, Playback, Run
 from ...files import EXPORT_TITLE, default_name, export_run, save_texts, save_title, texts_of
@@ -30,7 +30,7 @@ KEYS = [  # the key bar (widgets.keybar): rank 1 stays longest, `?` lists every 
 ]
 
 
-BINDINGS = [  # the order of the key help (`?`); the key bar shows KEYS, the control bar the setting keys
+BINDINGS: list[BindingType] = [  # the order of the key help (`?`); the key bar shows KEYS, the control bar the setting keys
     Binding("space", "toggle_play", "Play / pause; a finished run: its frames again"),
     Binding("full_stop", "step", "One reverse step (pauses first)", key_display="."),
     Binding("left", "scrub(-1)", "Scrub back one step", key_display="←"),
