@@ -23,6 +23,9 @@ def pytest_configure(config):
 
 
 def _in_corpora(value) -> bool:
+    """A path in the corpora, or a list or tuple holding one (a command line: TRAIN = [..., str(TINYSTORIES)])."""
+    if isinstance(value, (list, tuple)):
+        return any(_in_corpora(v) for v in value)
     return isinstance(value, (str, Path)) and str(value).startswith(str(DATA))
 
 
