@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import shutil
 import textwrap
+from typing import Any
 
-import click
 import typer
 from typer.core import TyperCommand
 
@@ -38,8 +38,9 @@ def show_all(ctx: typer.Context, value: bool) -> None:
         return
     width = max(40, min(100, shutil.get_terminal_size((80, 24)).columns)) - 1
     lines = [f"Usage: {ctx.command_path} [OPTIONS] [PROMPT]", "", "Every option (--help lists the common ones):"]
+    p: Any  # typer's own parameter classes (not click's): hidden, help, show_default
     for p in ctx.command.params:
-        if not isinstance(p, click.Option) or p.hidden:  # the options (param_type_name "option")
+        if p.param_type_name != "option" or p.hidden:
             continue
         lines.append("")
         lines.append("  " + ", ".join([*p.opts, *p.secondary_opts]))
