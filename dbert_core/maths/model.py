@@ -34,6 +34,9 @@ if TYPE_CHECKING:  # maths.prefix_cache and maths.decided_cache import this modu
     from .decided_cache import DecidedCache
     from .prefix_cache import PrefixCache
 
+# a layer's keys and values (B, h, N, d) -> the ones its queries attend to (Layer.forward's kv)
+KeysValues = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
 
 # BERT sizes: tiny for tests, mini/small after Turc et al. 2019, base = bert-base.
 PRESETS = {  # keys: config.PRESETS
@@ -283,20 +286,14 @@ class Layer(nn.Module):
         self.dropout = Dropout(c.hidden_dropout_prob)
         self.attn_dropout = c.attention_probs_dropout_prob
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, past: tuple | None = None,
-                keep: list | None = None, merge: Callable | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, kv: KeysValues | None = None) -> torch.Tensor:
         """x (B, N, H); mask (B, 1, 1, N) bool, True where a key may be attended, or None (all).
-        past: keys and values (B, h, P, d) of P positions before x's (a PrefixCache's), attended to
-        beside x's own (mask then covers the P + N keys); keep: a list this call appends its (keys, values) to;
-        merge: (k, v) -> (keys, values) the queries attend to instead of x's own (a DecidedCache's)."""
+        kv: a cache's part in this layer (maths/prefix_cache.py, decided_cache.py): given x's own keys
+        and values (B, h, N, d), the ones its queries attend to (mask covers those)."""
         B, N, H = x.shape
         q, k, v = self.qkv(x).view(B, N, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)  # 3 x (B, h, N, d)
-        if keep is not None:
-            keep.append((k, v))
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        if merge is not None:
-            k, v = merge(k, v)
+        if kv is not None:
+            k, v = kv(k, v)
         y = attention(q, k, v, mask, self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(B, N, H)
         x = self.attn_ln(x + self.dropout(self.attn_out(y)))

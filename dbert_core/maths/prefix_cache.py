@@ -5,6 +5,7 @@ Used by maths/model.Bert.forward (its `cache`) and sampling/base.Net (one cache 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -50,12 +51,23 @@ class PrefixCache:
             x = bert.embeddings(bert.embeddings.word_embeddings(ids[:, P:]), start=P)
             for i, layer in enumerate(bert.layers):
                 past = (torch.stack([r[i][0] for r in kept]), torch.stack([r[i][1] for r in kept]))
-                x = layer(x, mask, past=past)
+                x = layer(x, mask, kv=partial(_after, past))
             return x
         x = bert.embeddings(bert.embeddings.word_embeddings(ids))
         got: list = []
         for layer in bert.layers:
-            x = layer(x, mask, keep=got)
+            x = layer(x, mask, kv=partial(_kept, got))
         for b, key in enumerate(keys):
             self.rows.setdefault(key, [(k[b, :, :P].clone(), v[b, :, :P].clone()) for k, v in got])
         return x
+
+
+def _after(past: tuple[torch.Tensor, torch.Tensor], k: torch.Tensor, v: torch.Tensor):
+    """A later call's layer: its queries attend to the kept prefix's keys and values (B, h, P, d), then their own."""
+    return torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+
+
+def _kept(got: list, k: torch.Tensor, v: torch.Tensor):
+    """The first call's layer: its keys and values, appended to `got` (the prefix is cut from them after)."""
+    got.append((k, v))
+    return k, v
