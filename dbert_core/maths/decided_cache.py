@@ -1,6 +1,6 @@
 """The decided-position cache (`dbert sample --cache-refresh K`, an approximation).
 
-Used by maths/model.DiffusionBert.forward (its `decided`) and sampling/base.Net (one cache per
+Used by maths/model.DiffusionBert.forward (its `cache`) and sampling/base.Net (one cache per
 reverse run).
 """
 

@@ -359,19 +359,12 @@ class Bert(nn.Module):
                 m.attn_dropout = p
 
     def forward(self, ids: torch.Tensor, attention: torch.Tensor, time_token: torch.Tensor | None = None,
-                layer_time: torch.Tensor | None = None, cache: PrefixCache | None = None) -> torch.Tensor:
+                layer_time: torch.Tensor | None = None) -> torch.Tensor:
         """Hidden states (B, N', H) for ids (B, N) with attention (B, N) bool (False: padding).
 
         time_token (B, H): an extra input embedding inserted after [CLS] (N' = N + 1).
         layer_time (B, 1, H): added to the input of every layer.
-        cache: a PrefixCache (no time input): where it holds every row's prefix, only the
-        positions after it are computed and returned (N' = N - cache.length); else the whole forward
-        runs and the cache keeps its rows' prefix keys and values.
         """
-        if cache is not None:
-            cache.reused = 0  # until this call takes its prefix from it
-            if time_token is None and layer_time is None:
-                return cache.forward(self, ids, None if bool(attention.all()) else attention[:, None, None, :].bool())
         x = self.embeddings.word_embeddings(ids)  # (B, N, H)
         if time_token is not None:
             x = torch.cat([x[:, :1], time_token.unsqueeze(1).to(x.dtype), x[:, 1:]], dim=1)
@@ -439,14 +432,12 @@ class DiffusionBert(nn.Module):
     def time_state_dict(self) -> dict:
         return {} if self.time_embed is None else {f"time_embed.{k}": v for k, v in self.time_embed.state_dict().items()}
 
-    def hidden(self, ids: torch.Tensor, attention: torch.Tensor, t: torch.Tensor | None = None,
-               cache: PrefixCache | None = None) -> torch.Tensor:
-        """Final hidden states (B, N, H) of the encoder for ids (B, N); with a cache that holds the
-        rows' prefix, of the positions after it only (Bert.forward)."""
+    def hidden(self, ids: torch.Tensor, attention: torch.Tensor, t: torch.Tensor | None = None) -> torch.Tensor:
+        """Final hidden states (B, N, H) of the encoder for ids (B, N)."""
         if self.hide_end_padding:
             attention = attention & ~hidden_keys(ids, self.sep_id).to(attention.device)
         if self.time == "none":
-            return self.bert(ids, attention, cache=cache)
+            return self.bert(ids, attention)
         if t is None:
             raise ValueError(f"a model with time conditioning {self.time!r} needs t")
         temb = self.time_embed(t.to(ids.device))  # (B, H)
@@ -456,24 +447,20 @@ class DiffusionBert(nn.Module):
         return self.bert(ids, attention, layer_time=temb.unsqueeze(1))
 
     def forward(self, ids, attention, select: torch.Tensor, t: torch.Tensor | None = None,
-                cache: PrefixCache | None = None, decided: DecidedCache | None = None,
-                rows: torch.Tensor | None = None) -> torch.Tensor:
+                cache: PrefixCache | DecidedCache | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (M, V) at the M positions where select (B, N) is True, in row-major order.
 
-        Forbidden ids get -inf, so p(x_0 | x_t) never puts mass on special tokens. cache: a
-        PrefixCache (time-agnostic models; an approximation, see there); select must then be False
-        in the prefix. decided: a DecidedCache (time-agnostic models; an approximation, see there)
-        holding the batch's rows `rows` (B,) (None: rows 0..B-1).
+        Forbidden ids get -inf, so p(x_0 | x_t) never puts mass on special tokens. cache: the
+        keys and values kept between calls, an approximation (see there), used by time-agnostic
+        models: a PrefixCache (select then False in the prefix) or a DecidedCache holding the
+        batch's rows `rows` (B,) (None: rows 0..B-1). The end padding stays hidden from either.
         """
-        if decided is not None and self.time == "none":
+        if cache is not None and self.time == "none":
             if self.hide_end_padding:
                 attention = attention & ~hidden_keys(ids, self.sep_id).to(attention.device)
-            h = decided.hidden(self.bert, ids, attention, select, rows, self.mask_id)
+            h = cache.hidden(self.bert, ids, attention, select, rows, self.mask_id)
         else:
-            h = self.hidden(ids, attention, t, cache)
-            if h.shape[1] < ids.shape[1]:  # the prefix came from the cache: h holds the positions after it
-                select = select[:, ids.shape[1] - h.shape[1]:]
-            h = h[select]
+            h = self.hidden(ids, attention, t)[select]
         forbidden = torch.tensor(self.forbidden, device=h.device) if self.forbidden else None
         return self.bert.logits(h, forbidden)
 

@@ -1,6 +1,6 @@
 """The prefix cache of a story's continuation windows (`dbert sample --prefix-cache`, an approximation).
 
-Used by maths/model.Bert.forward (its `cache`) and sampling/base.Net (one cache per window).
+Used by maths/model.DiffusionBert.forward (its `cache`) and sampling/base.Net (one cache per window).
 """
 
 from __future__ import annotations
@@ -40,6 +40,14 @@ class PrefixCache:
     def holds(self, ids: torch.Tensor) -> bool:
         """Every row's prefix is kept: a call on ids computes only the positions after it."""
         return self._holds(ids, self._keys(ids))
+
+    def hidden(self, bert: Bert, ids: torch.Tensor, attention: torch.Tensor, select: torch.Tensor,
+               rows: torch.Tensor | None = None, mask_id: int | None = None) -> torch.Tensor:
+        """Final hidden states (M, H) at the select (B, N) positions of ids (B, N), row-major (select
+        False in the prefix); attention (B, N) bool. Rows are kept by their prefix: `rows` and
+        `mask_id` (a DecidedCache's) are not needed here."""
+        h = self.forward(bert, ids, None if bool(attention.all()) else attention[:, None, None, :].bool())
+        return h[select[:, ids.shape[1] - h.shape[1]:]]  # h: the positions after the prefix when it was kept
 
     def forward(self, bert: Bert, ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Bert.forward with this cache (no time input; mask (B, 1, 1, N) over all N keys, or None);

@@ -206,11 +206,9 @@ class Net:
         network's output dtype (rows: their indices in the batch, for the decided-position cache)."""
         attention = torch.ones(inp.shape, dtype=torch.bool, device=self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            cache: dict = {} if self.cache is None else {"cache": self.cache}  # the model's own call, unless caching
-            if self.decided is not None:
-                cache = {"decided": self.decided, "rows": rows}
+            kept = self.cache if self.cache is not None else self.decided  # keys and values kept between calls
+            cache: dict = {} if kept is None else {"cache": kept, "rows": rows}  # the model's own call, unless caching
             out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device), **cache)
-        kept = self.cache if self.cache is not None else self.decided
         reused = kept.reused if kept is not None else 0  # positions this call took from a cache
         self.flops += forward_flops(self.model.config, inp.shape[0], inp.shape[1], int(sel.sum()), prefix=reused)
         return out
