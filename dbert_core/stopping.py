@@ -9,6 +9,7 @@ since a handler can run again inside itself when a second signal comes.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from .errors import Interrupted
 
@@ -36,7 +37,7 @@ def stop(signum: int, frame=None) -> None:
 
 _pending: int | None = None  # a stop signal put off until the import it landed in is over
 _NONE = object()
-_alarm_before = _NONE  # SIGALRM's handler before a put-off put _again there
+_alarm_before: Any = _NONE  # SIGALRM's handler before a put-off put _again there
 
 
 def _put_off(signum: int) -> None:

@@ -129,7 +129,7 @@ class Strategy:
             where = f"{prefix}: the" if prefix else "the"
             raise ParamError(f"{where} {self.name} sampler has no parameter {', '.join(map(repr, unknown))} "
                              f"(its parameters: {has})", unknown[0])
-        out = {}
+        out: dict = {}
         for p in self.params:
             where = f"{prefix}.{p.name}" if prefix else f"{self.name}'s {p.name}"
             if p.when is not None and out.get(p.when[0]) != p.when[1]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Iterable, Optional
 
 import typer
 
@@ -31,6 +31,9 @@ from .screens.generate import GenerateScreen
 from .screens.generate.keys import CATALOGUE as GENERATE_KEYS
 from .screens.train import TrainScreen
 from .workers import one_line
+
+if TYPE_CHECKING:
+    from dbert_core.storage.checkpoint import DBert
 
 
 def initial_checkpoint(requested: str | None) -> tuple[Path | None, str]:
@@ -68,7 +71,7 @@ class DbertApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "dbert"
 
-    db = reactive(None, always_update=True)
+    db: reactive[DBert | None] = reactive(None, always_update=True)
     """The checkpoint in use (a DBert), or None. Set in one place (on_checkpoint_loaded); the
     Generate screen runs whatever it becomes and the Checkpoints screen marks it, both by
     watching it. The App owns the TUI's state: this checkpoint, the generation `session`, the
@@ -208,7 +211,7 @@ class DbertApp(App):
         from .screens.help import HelpScreen
 
         if isinstance(self.screen, HelpScreen):
-            self.screen.dismiss(None)
+            self.screen.dismiss(None)  # type: ignore[attr-defined]  # mypy narrows Screen[object] to ModalScreen[None] as None
         elif not isinstance(self.screen, ModalScreen):
             self.push_screen(HelpScreen(self.screen))
 
@@ -225,7 +228,7 @@ class DbertApp(App):
         yield from commands(APP_KEYS, self)  # the palette's commands: the key catalogues' (keymap), then the fetch
         yield from commands(GENERATE_KEYS, self.generate_screen)
         yield SystemCommand("Fetch a checkpoint", "From the Hugging Face Hub or an https URL",
-                            lambda: (self.action_mode("checkpoints"), self.call_later(self.checkpoints_screen.action_fetch)))
+                            lambda: (self.action_mode("checkpoints"), self.call_later(self.checkpoints_screen.action_fetch)))  # type: ignore[func-returns-value]  # two calls in one lambda
 
 
 async def in_daemon_thread(function, *args):

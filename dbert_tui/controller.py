@@ -173,7 +173,7 @@ class Session:
         tokens revealed evenly over that time. Raises DbertError if a side's settings do not suit db (the current runs stay)."""
         from dbert_core.sampling.sample import resolve
 
-        resolved = [resolve(s, db) for s in self.sides()]
+        resolved: list[Settings] = [resolve(s, db) for s in self.sides()]  # type: ignore[misc]  # resolve keeps the class
         first = self.run is None
         self.playbacks = []
         for s in resolved:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from typing import Any
 
 
 def _is_dbert_tui() -> bool:
@@ -26,7 +27,7 @@ def hold() -> None:
         if not (_is_dbert_tui() and os.isatty(0)):
             return
         before = termios.tcgetattr(0)
-        held = [list(x) if isinstance(x, list) else x for x in before]
+        held: list[Any] = [list(x) if isinstance(x, list) else x for x in before]  # flags (int), then cc (a list)
         held[0] &= ~(termios.IXON | termios.IXOFF)  # iflag: Ctrl-Q and Ctrl-S are keys, not flow control
         held[3] &= ~(termios.ICANON | termios.ECHO)  # lflag: each key at once, not echoed onto the screen
         termios.tcsetattr(0, termios.TCSANOW, held)

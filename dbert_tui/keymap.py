@@ -12,7 +12,7 @@ from typing import Iterable
 
 from textual.actions import parse
 from textual.app import SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class KeySpec:
         return self.shown or min(self.key.split(","), key=len)
 
 
-def bindings(specs: Iterable[KeySpec], priority: Iterable[str] = ()) -> list[Binding]:
+def bindings(specs: Iterable[KeySpec], priority: Iterable[str] = ()) -> list[BindingType]:
     """The Textual bindings of the catalogue's bound keys, in its order (the key help's); the
     actions in `priority` run before a focused widget's own bindings."""
     urgent = set(priority)

@@ -14,8 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.message import Message
+
+if TYPE_CHECKING:
+    from dbert_core.storage.checkpoint import DBert
 
 
 @dataclass
@@ -52,7 +56,7 @@ class SampleChosen(Message):
 
 @dataclass
 class CheckpointLoaded(Message):
-    db: object
+    db: DBert
     path: Path
 
 

@@ -20,6 +20,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
+    import torch
+    from dbert_core.sampling.base import Frame
+
     from .controller import Settings
 
 TOPK = 5                               # candidates recorded at each reveal (the token inspector shows them)
@@ -30,8 +33,8 @@ class Recorded:
     """One recorded reverse step. `order` is shared by all frames of a run: a position's entry is written once,
     when it is revealed, so it is exact wherever a frame shows a token (later ones are still masked there)."""
 
-    frame: object          # dbert_core.sampling.sample.Frame, stored compactly (int32 ids, float32 confidence)
-    order: object          # (B, L) int32: step at which each position was revealed (0: given / not yet)
+    frame: Frame           # dbert_core.sampling.base.Frame, stored compactly (int32 ids, float32 confidence)
+    order: torch.Tensor    # (B, L) int32: step at which each position was revealed (0: given / not yet)
     seconds: float         # model time spent so far in this run
 
 
@@ -54,9 +57,9 @@ class Run:
     step_budget: int = 0
     min_seconds: float = 0.0           # played, the run lasts at least this long (the app's first: FIRST_RUN_S)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    template: object = None            # (n, L) or (L,) token ids with [MASK]s to fill (a refill), else the prompt's
-    source: list | None = None         # a replay: the frames to play back (compact Frames) instead of sampling
-    source_order: object = None        # the replay's reveal order (B, L)
+    template: torch.Tensor | None = None           # (n, L) or (L,) token ids with [MASK]s to fill (a refill), else the prompt's
+    source: list | None = None          # a replay: the frames to play back (compact Frames) instead of sampling
+    source_order: torch.Tensor | None = None       # the replay's reveal order (B, L)
     source_prompt: str | None = None   # the template its positions follow, when not settings.prompt (an infill)
     failed: str = ""                   # why its worker failed (one line), if it did: the run is over
 
@@ -98,7 +101,7 @@ class Run:
                 self.step_budget += 1
 
 
-def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Recorded], None]) -> bool:
+def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Recorded], object]) -> bool:
     """The worker's loop: compute `run`'s frames (dbert_core.sampling.sample.frames, seeded by its
     settings) and hand each to `emit`, waiting at the run's gate between frames. True when the
     run reached its last frame, False when cancelled first."""

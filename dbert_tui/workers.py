@@ -17,7 +17,7 @@ MOST = 200  # characters of a notification's line
 
 class ReportWorkerErrors:
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        self.app.report_worker(event.worker, event.state)
+        self.app.report_worker(event.worker, event.state)  # type: ignore[attr-defined]  # a screen's: DbertApp's
 
 
 def clip(text: str, most: int = MOST) -> str:

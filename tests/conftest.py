@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, TINYSTORIES, tiny_config, train_tiny  # noqa: F401 - the fixtures below use them
+from helpers import DATA, HAVE_DATA, NO_DATA, ROOT, TINYSTORIES, tiny_config, train_tiny  # noqa: F401 - the fixtures below use them
+
+TESTS = Path(__file__).resolve().parent
+
 
 def pytest_configure(config):
     """One torch thread, everywhere: the SVG snapshots and seeded samples depend on the tiny
@@ -17,6 +20,47 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(int(os.environ.get("DBERT_TEST_THREADS", "1")))
+
+
+def _in_corpora(value) -> bool:
+    """A path in the corpora, or a list or tuple holding one (a command line: TRAIN = [..., str(TINYSTORIES)])."""
+    if isinstance(value, (list, tuple)):
+        return any(_in_corpora(v) for v in value)
+    return isinstance(value, (str, Path)) and str(value).startswith(str(DATA))
+
+
+def _reads_corpora(func, seen: set) -> bool:
+    """Whether `func` (a test, a fixture or a helper defined under tests/) names a path in the
+    corpora (helpers.DATA, TINYSTORIES, a module's HEAD = DATA / ...), itself or through the tests'
+    own functions it calls."""
+    func = getattr(func, "__func__", func)
+    code = getattr(func, "__code__", None)
+    if code is None or code in seen or not code.co_filename.startswith(str(TESTS)):
+        return False
+    seen.add(code)
+    names, stack = set(), [code]
+    while stack:  # the names of the function and of its nested functions, lambdas and comprehensions
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+    found = [func.__globals__.get(n) for n in names]
+    return any(_in_corpora(v) for v in found) or any(_reads_corpora(v, seen) for v in found)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without the shared corpora the suite still collects and runs: the tests that read them
+    (or use a fixture that does, such as the tiny checkpoints trained on TinyStories) skip."""
+    if HAVE_DATA:
+        return
+    skip = pytest.mark.skip(reason=NO_DATA)
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        defs = [d for ds in (fixtures.name2fixturedefs.values() if fixtures else ()) for d in ds]
+        params = getattr(getattr(item, "callspec", None), "params", {}).values()  # a parametrize over corpus files
+        seen: set = set()
+        if any(_in_corpora(p) for p in params) or any(
+                _reads_corpora(f, seen) for f in [getattr(item, "obj", None), *(d.func for d in defs)]):
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,7 @@
 """What several test modules share, in one place (no test module imports another):
 
-- the corpora and the repository: ROOT, DATA, TINYSTORIES, TINYSTORIES_VALID;
+- the corpora and the repository: ROOT, DATA, TINYSTORIES, TINYSTORIES_VALID; HAVE_DATA and
+  needs_data, the skip where the corpora are not here (conftest marks the tests that read them);
 - tiny trained checkpoints: tiny_config, train_tiny (conftest's session fixtures use them);
 - the CLI in this process: run;
 - a local HTTP server playing an archive host and the Hugging Face Hub: HubServer, SHA, online,
@@ -45,22 +46,34 @@ def study_script(name: str):
     return mod
 
 
-def _data_dir() -> Path:
-    """The shared corpora: $DBERT_DATA, ../shared/data beside the checkout, or /work/shared/data."""
-    for candidate in (os.environ.get("DBERT_DATA"), ROOT.parent / "shared" / "data", "/work/shared/data"):
-        if candidate and (Path(candidate) / "tinystories").is_dir():
+def _data_dir() -> Path | None:
+    """The shared corpora: $DBERT_DATA when it is set (a folder without them there means none),
+    else ../shared/data beside the checkout or /work/shared/data; None where they are not."""
+    given = os.environ.get("DBERT_DATA")
+    for candidate in [given] if given else [ROOT.parent / "shared" / "data", "/work/shared/data"]:
+        if (Path(candidate) / "tinystories").is_dir():
             return Path(candidate)
-    raise RuntimeError("corpora not found: set DBERT_DATA to the shared data folder")
+    return None
 
 
-DATA = _data_dir()
+HAVE_DATA = _data_dir() is not None
+NO_DATA = "the shared corpora are not here (set DBERT_DATA to the shared data folder)"
+DATA = _data_dir() or ROOT.parent / "shared" / "data"  # without them, where they would be: their tests skip
 TINYSTORIES = DATA / "tinystories" / "train.txt"
 TINYSTORIES_VALID = DATA / "tinystories" / "valid.txt"
 
 
 # ------------------------------------------------------------------ tiny checkpoints
+def needs_data() -> None:
+    """Skip the calling test, with the reason, where the shared corpora are not here."""
+    if not HAVE_DATA:
+        pytest.skip(NO_DATA)
+
+
 def tiny_config(out, **overrides):
     from dbert_core.config import TrainConfig
+
+    needs_data()
 
     cfg = dict(data=[str(TINYSTORIES)], out=str(out), preset="tiny", unit="sentence", seq_len=24,
                batch_size=16, max_steps=60, lr=3e-3, warmup=10, eval_every=0, save_every=0,
@@ -91,6 +104,7 @@ def train_stories(tmp: Path, **overrides):
     from dbert_core.text.data import EOT, read_documents
     from dbert_core.training.train import Trainer
 
+    needs_data()
     stories = tmp / "stories.txt"
     head = DATA / "tinystories" / "TinyStories-train-head.txt"
     stories.write_text("".join("\n".join(d) + f"\n{EOT}\n" for d in read_documents([str(head)])[:40]))

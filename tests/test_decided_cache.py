@@ -50,14 +50,14 @@ def test_a_call_on_what_the_cache_saw_is_the_exact_forward(model, request):
     cache = DecidedCache(every=100)
     with torch.no_grad():
         exact = _exact(db, ids, select)
-        whole = db.model(ids, att, select, decided=cache)
+        whole = db.model(ids, att, select, cache=cache)
         assert cache.reused == 0
         torch.testing.assert_close(whole, exact, rtol=1e-5, atol=1e-5)
-        again = db.model(ids, att, select, decided=cache)
+        again = db.model(ids, att, select, cache=cache)
         assert cache.reused > 0  # only the masked positions were computed
         torch.testing.assert_close(again, exact, rtol=1e-4, atol=1e-4)
         rows = torch.tensor([3, 1])
-        part = db.model(ids[rows], att[rows], select[rows], decided=cache, rows=rows)
+        part = db.model(ids[rows], att[rows], select[rows], cache=cache, rows=rows)
         torch.testing.assert_close(part, _exact(db, ids[rows], select[rows]), rtol=1e-4, atol=1e-4)
 
 
@@ -71,10 +71,10 @@ def test_calls_on_changing_subsets_read_each_rows_own_states(story_model):
     cache = DecidedCache(every=100)
     with torch.no_grad():
         exact = [_exact(db, ids[r:r + 1], select[r:r + 1]) for r in range(5)]
-        db.model(ids, att, select, decided=cache)
+        db.model(ids, att, select, cache=cache)
         for order in ([3, 1], [4, 3, 1], [0, 2], [2], [1, 0, 4, 3, 2], [4, 0]):
             rows = torch.tensor(order)
-            part = db.model(ids[rows], att[rows], select[rows], decided=cache, rows=rows)
+            part = db.model(ids[rows], att[rows], select[rows], cache=cache, rows=rows)
             assert cache.reused > 0
             assert torch.equal(cache.slot[rows], torch.arange(len(order)))  # the rows read are the front slice
             torch.testing.assert_close(part, torch.cat([exact[r] for r in order]), rtol=1e-4, atol=1e-4)
@@ -89,19 +89,19 @@ def test_a_revealed_token_is_computed_and_the_rest_is_kept_until_the_refresh(sto
     att = torch.ones_like(ids, dtype=torch.bool)
     cache = DecidedCache(every=3)
     with torch.no_grad():
-        db.model(ids, att, ids == db.model.mask_id, decided=cache)  # call 1: whole
+        db.model(ids, att, ids == db.model.mask_id, cache=cache)  # call 1: whole
         later = ids.clone()
         first = (later == db.model.mask_id).nonzero()[:4]
         later[first[:, 0], first[:, 1]] = db.model.config.vocab_size // 2 + torch.arange(4)  # four reveals
         select = later == db.model.mask_id
-        approx = db.model(later, att, select, decided=cache)  # call 2: partial
+        approx = db.model(later, att, select, cache=cache)  # call 2: partial
         assert cache.reused > 0
         exact = _exact(db, later, select)
         finite = exact.isfinite()
         assert not torch.allclose(approx[finite], exact[finite], atol=1e-6)  # stale decided states
         assert (approx - exact)[finite].abs().max() < 0.5  # but close: a few tokens changed
-        db.model(later, att, select, decided=cache)  # call 3: partial
-        refreshed = db.model(later, att, select, decided=cache)  # call 4: whole again
+        db.model(later, att, select, cache=cache)  # call 3: partial
+        refreshed = db.model(later, att, select, cache=cache)  # call 4: whole again
         assert cache.reused == 0
         torch.testing.assert_close(refreshed, exact, rtol=1e-5, atol=1e-5)
 
@@ -134,19 +134,19 @@ def test_keeping_masked_states_computes_only_what_changed_or_is_read(story_model
         read[r, masked[r].nonzero()[:2, 0]] = True
     cache = DecidedCache(every=100, masked=True)
     with torch.no_grad():
-        db.model(ids, att, masked, decided=cache)  # whole
-        got = db.model(ids, att, read, decided=cache)
+        db.model(ids, att, masked, cache=cache)  # whole
+        got = db.model(ids, att, read, cache=cache)
         assert cache.reused == ids.shape[1] - 2  # the two read positions, nothing else
         torch.testing.assert_close(got, _exact(db, ids, read), rtol=1e-4, atol=1e-4)
         later = ids.clone()
         later[0, masked[0].nonzero()[-1, 0]] = db.model.config.vocab_size // 2  # one reveal in row 0
         fresh = DecidedCache(every=100)  # the same calls with every [MASK] computed
-        db.model(ids, att, masked, decided=fresh)
+        db.model(ids, att, masked, cache=fresh)
         unread = int(masked[0].nonzero()[3, 0])  # a mask of row 0 no call reads
         before = cache.kv[-1][0][0, :, unread].clone()
-        db.model(later, att, read, decided=cache)
+        db.model(later, att, read, cache=cache)
         assert cache.reused == ids.shape[1] - 3  # row 0: its two read positions and the reveal
-        db.model(later, att, read, decided=fresh)
+        db.model(later, att, read, cache=fresh)
         assert fresh.reused == ids.shape[1] - 10  # every mask left and the reveal (10 in each row)
         assert torch.equal(cache.kv[-1][0][0, :, unread], before)  # kept: it has not seen the reveal
         assert not torch.equal(fresh.kv[-1][0][0, :, unread], before)  # computed afresh: it has

@@ -570,7 +570,7 @@ def test_a_prefix_cache_reuses_the_prefix_and_computes_the_rest(tiny_db):
         assert not cache.holds(ids)
         first = model(ids, att, sel, cache=cache)
         assert torch.equal(first, exact) and cache.holds(ids) and len(cache.rows) == 3
-        h = model.hidden(ids[[2, 0]], att[[2, 0]], cache=cache)
+        h = cache.forward(model.bert, ids[[2, 0]])
         assert h.shape == (2, 12, model.config.hidden_size)  # only the positions after the prefix
         again = model(ids[[2, 0]], att[[2, 0]], sel[[2, 0]], cache=cache)
         per_row = exact.view(3, 8, -1)

@@ -80,7 +80,7 @@ def main() -> None:
     std_streams()
     stop_reset()
     saved_handlers.update(stop_signals())
-    code = 0
+    code: int | str | None = 0  # SystemExit.code: a status, a message or None
     try:  # typer itself prints usage errors and help, and exits (SystemExit) for them
         app()
         stop_under_way()

@@ -8,6 +8,7 @@ Light on imports: torch and transformers load only inside load(), when a command
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -27,25 +28,41 @@ def flags_without_type() -> None:
     def display_type_rich(self, ctx):
         return None if self.is_flag else shown(self, ctx)
 
-    display_type_rich.dbert = True
-    TyperOption.display_type_rich = display_type_rich
+    display_type_rich.dbert = True  # type: ignore[attr-defined]  # the mark that it is ours
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]  # typer's hook, replaced
 
 
 def _choice(name: str, values: tuple[str, ...]) -> type[Enum]:
     """A Typer option type built from one of config's tuples of choices."""
-    return Enum(name, [(v.replace("-", "_"), v) for v in values], type=str)
+    return Enum(name, [(v.replace("-", "_"), v) for v in values], type=str)  # type: ignore[return-value]  # a class
 
 
-Schedule = _choice("Schedule", config.SCHEDULES)
-Time = _choice("Time", config.TIME_MODES)
-Device = _choice("Device", config.DEVICES)
-Unit = _choice("Unit", config.UNITS)
-EvalUnit = _choice("EvalUnit", config.EVAL_UNITS)
-DocSep = _choice("DocSep", config.DOC_SEPS)
-Loss = _choice("Loss", config.LOSSES)
-Decay = _choice("Decay", config.DECAYS)
-Dtype = _choice("Dtype", config.DTYPES)
-Preset = _choice("Preset", config.PRESETS)
+if TYPE_CHECKING:  # the type checker cannot read classes built at run time: to it each one is a str Enum
+    from enum import StrEnum
+
+    class Decay(StrEnum): ...
+    class Device(StrEnum): ...
+    class DocSep(StrEnum): ...
+    class Dtype(StrEnum): ...
+    class EvalUnit(StrEnum): ...
+    class Loss(StrEnum): ...
+    class Preset(StrEnum): ...
+    class Schedule(StrEnum): ...
+    class Time(StrEnum): ...
+    class Unit(StrEnum): ...
+else:
+    Schedule = _choice("Schedule", config.SCHEDULES)
+    Time = _choice("Time", config.TIME_MODES)
+    Device = _choice("Device", config.DEVICES)
+    Unit = _choice("Unit", config.UNITS)
+    EvalUnit = _choice("EvalUnit", config.EVAL_UNITS)
+    DocSep = _choice("DocSep", config.DOC_SEPS)
+    Loss = _choice("Loss", config.LOSSES)
+    Decay = _choice("Decay", config.DECAYS)
+    Dtype = _choice("Dtype", config.DTYPES)
+    Preset = _choice("Preset", config.PRESETS)
+
+
 def strategy_name(value: str | None) -> str | None:
     """--sampler's value: the name of a strategy registered when the command line is read
     (strategies.names(): one registered after this module was imported is a choice too)."""
@@ -81,7 +98,7 @@ def load(checkpoint: str | None, device: str):
     return ckpt.load(resolve(checkpoint), device=pick_device(device))
 
 
-def no_params(param: list[str] | None) -> None:
+def no_params(param: list[str] | None) -> dict | None:  # the default sampler's params: none
     if param:
         raise DbertError("--param needs --sampler (the default sampler has no parameters)")
     return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import textwrap
+from typing import Any
 
 import typer
 from typer.core import TyperCommand
@@ -19,14 +20,14 @@ def short_help(common: tuple[str, ...]) -> type[TyperCommand]:
 
     class ShortHelp(TyperCommand):
         def format_help(self, ctx, formatter) -> None:
-            rest = [p for p in self.params if p.name not in common and not p.hidden]
+            rest = [p for p in self.params if p.name not in common and not getattr(p, "hidden", False)]
             for p in rest:
-                p.hidden = True
+                p.hidden = True  # type: ignore[attr-defined]  # typer's options and arguments have it
             try:
                 return super().format_help(ctx, formatter)
             finally:
                 for p in rest:
-                    p.hidden = False
+                    p.hidden = False  # type: ignore[attr-defined]  # (as above)
 
     return ShortHelp
 
@@ -37,6 +38,7 @@ def show_all(ctx: typer.Context, value: bool) -> None:
         return
     width = max(40, min(100, shutil.get_terminal_size((80, 24)).columns)) - 1
     lines = [f"Usage: {ctx.command_path} [OPTIONS] [PROMPT]", "", "Every option (--help lists the common ones):"]
+    p: Any  # typer's own parameter classes (not click's): hidden, help, show_default
     for p in ctx.command.params:
         if p.param_type_name != "option" or p.hidden:
             continue

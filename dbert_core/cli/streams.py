@@ -49,7 +49,7 @@ def std_streams() -> None:
         sys.stdin = open(os.devnull)
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.reconfigure(errors="backslashreplace")
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]  # not every stream: caught below
         except (AttributeError, ValueError, OSError):
             pass
     sys.argv[1:] = [_argument_text(a) for a in sys.argv[1:]]

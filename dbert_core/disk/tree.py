@@ -34,7 +34,8 @@ def walk(root, max_depth: int = MAX_TREE_DEPTH, max_entries: int = MAX_TREE_ENTR
             if strict:
                 raise DbertError(f"{root} holds more than {max_entries} files and folders; refusing it")
             return
-        dirs, others = [], []
+        dirs: list[str] = []
+        others: list[str] = []
         for e in entries:
             try:
                 (dirs if e.is_dir(follow_symlinks=False) else others).append(e.name)
@@ -50,7 +51,7 @@ def walk(root, max_depth: int = MAX_TREE_DEPTH, max_entries: int = MAX_TREE_ENTR
 
 def folder_files(folder: str) -> list[str]:
     """A data folder's files, every level down, in sorted order (hidden names skipped)."""
-    found = []
+    found: list[str] = []
     for top, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         found.extend(os.path.join(top, f) for f in sorted(files) if not f.startswith("."))

@@ -31,6 +31,7 @@ import os
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -122,7 +123,7 @@ class Bench:
         (side_by_side_rate, "side_by_side"), and the limit is the higher of the two. Kept in
         result["rates"][name]."""
         cfg, base_threads = self.db.model.config, torch.get_num_threads()
-        entry = {"batch": B, "tokens": N, "projected": M, "rows": []}
+        entry: dict[str, Any] = {"batch": B, "tokens": N, "projected": M, "rows": []}
         self.result["rates"][name] = entry
         for dtype in dtypes:
             for n in threads:

@@ -94,7 +94,7 @@ class Judge:
                              f"{str(e).splitlines()[0][:200] if str(e) else type(e).__name__}") from None
         self.name = name
         self.device = torch.device(device)
-        self.model.to(self.device).eval()
+        self.model.to(self.device).eval()  # type: ignore[arg-type]  # transformers' stub of to() is the decorated one's
         tok = self.tokenizer
         config_bos = getattr(self.model.config, "bos_token_id", None)  # the model's own start token, where
         if not (isinstance(config_bos, int) and 0 <= config_bos < len(tok)):  # its tokenizer names none
@@ -124,14 +124,14 @@ class Judge:
             if not idx:
                 continue
             width = max(len(rows[i]) for i in idx)
-            ids = torch.full((len(idx), width), pad, dtype=torch.long)
+            batch = torch.full((len(idx), width), pad, dtype=torch.long)  # not `ids`: a text's list above
             att = torch.zeros((len(idx), width), dtype=torch.long)
             for j, i in enumerate(idx):
-                ids[j, : len(rows[i])] = torch.tensor(rows[i])
+                batch[j, : len(rows[i])] = torch.tensor(rows[i])
                 att[j, : len(rows[i])] = 1
-            logits = self.model(input_ids=ids.to(self.device), attention_mask=att.to(self.device)).logits.float()
+            logits = self.model(input_ids=batch.to(self.device), attention_mask=att.to(self.device)).logits.float()
             logp = torch.log_softmax(logits[:, :-1], dim=-1)
-            target = ids[:, 1:].to(self.device)
+            target = batch[:, 1:].to(self.device)
             got = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1) * att[:, 1:].to(self.device)
             for j, i in enumerate(idx):
                 nats[i] = -float(got[j].sum())

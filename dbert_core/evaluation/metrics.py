@@ -16,6 +16,7 @@ import math
 import re
 from bisect import bisect_left
 from collections import Counter
+from typing import Any
 
 import torch
 
@@ -123,7 +124,7 @@ class _OthersN:
 
 def distinct_n(samples: list[str], n: int) -> float:
     """Unique n-grams / all n-grams over the samples."""
-    grams = Counter()
+    grams: Counter[tuple[str, ...]] = Counter()
     for s in samples:
         grams.update(ngrams(words(s), n))
     total = sum(grams.values())
@@ -242,7 +243,8 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     if mc < 1:
         raise DbertError("--mc-samples must be >= 1")
     max_len = db.model.max_length
-    kept, kept_words, skipped, documents = [], [], 0, None
+    kept: Any = []  # the examples scored: lists of ids, or StoryWindows (--unit story)
+    kept_words, skipped, documents = [], 0, None
     if unit == "story":  # whole documents, in the whole-story windows the checkpoint trained on
         from ..sampling.settings import window_length
 

@@ -40,7 +40,7 @@ def _twin(model: DiffusionBert) -> DiffusionBert:
     if kept is not None and kept[0] == version:
         return kept[1]
     _TWINS.pop(model, None)  # the old twin goes before the new one is made
-    memo = {id(p): p for p in model.parameters()}  # deepcopy shares the parameters, then Linears get bf16 copies
+    memo: dict[int, torch.Tensor] = {id(p): p for p in model.parameters()}  # deepcopy shares the parameters, then Linears get bf16 copies
     memo.update({id(b): b for b in model.buffers()})
     twin = copy.deepcopy(model, memo)
     # normal tensors even when the first caller samples under torch.inference_mode: a later call outside

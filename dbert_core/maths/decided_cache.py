@@ -1,6 +1,6 @@
 """The decided-position cache (`dbert sample --cache-refresh K`, an approximation).
 
-Used by maths/model.DiffusionBert.forward (its `decided`) and sampling/base.Net (one cache per
+Used by maths/model.DiffusionBert.forward (its `cache`) and sampling/base.Net (one cache per
 reverse run).
 """
 
@@ -73,7 +73,7 @@ class DecidedCache:
             self.reused = 0
             x = bert.embeddings(bert.embeddings.word_embeddings(ids))
             for i, layer in enumerate(bert.layers):
-                x = layer(x, mask, merge=lambda k, v, i=i: self._put(i, len(bert.layers), ids, rows, k, v))
+                x = layer(x, mask, kv=lambda k, v, i=i: self._put(i, len(bert.layers), ids, rows, k, v))
             self.ids[rows] = ids
             self.held[rows] = True
             return x[select]
@@ -100,7 +100,7 @@ class DecidedCache:
                 values.transpose(1, 2).index_put_(at, v.transpose(1, 2).to(values.dtype))
                 return keys, values
 
-            x = layer(x, mask, merge=merge)
+            x = layer(x, mask, kv=merge)
         self.ids[rows] = ids.to(self.ids.device)
         return x[select.gather(1, idx)]
 

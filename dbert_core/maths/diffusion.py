@@ -203,7 +203,7 @@ def draw_steps(B: int, steps: int, gen: "torch.Generator | RowDraws | None", str
     else:
         u = torch.rand(B, generator=gen, dtype=torch.float64)
     if stratified:
-        u = (torch.randperm(B, generator=gen).double() + u) / B
+        u = (torch.randperm(B, generator=gen).double() + u) / B  # type: ignore[arg-type]  # a Generator: RowDraws raised above
     return (u * steps).floor().long().clamp(0, steps - 1) + 1
 
 
@@ -239,6 +239,6 @@ def elbo(model, ids, attention, noisable, schedule, steps: int, gen=None,
             total += masked_kl(model, ids, attention, noisable, kk, steps, schedule, gen).double()
         return total
     for _ in range(mc):
-        k = draw_steps(B, steps, gen, stratified=False)
-        total += steps * masked_kl(model, ids, attention, noisable, k, steps, schedule, gen).double()
+        kk = draw_steps(B, steps, gen, stratified=False)  # not `k`: the int of the loop above
+        total += steps * masked_kl(model, ids, attention, noisable, kk, steps, schedule, gen).double()
     return total / mc

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +29,13 @@ from torch import nn
 from ..config import TIME_MODES
 from ..errors import DbertError
 from .end_padding import hidden_keys
+
+if TYPE_CHECKING:  # maths.prefix_cache and maths.decided_cache import this module: named here, not imported
+    from .decided_cache import DecidedCache
+    from .prefix_cache import PrefixCache
+
+# a layer's keys and values (B, h, N, d) -> the ones its queries attend to (Layer.forward's kv)
+KeysValues = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 # BERT sizes: tiny for tests, mini/small after Turc et al. 2019, base = bert-base.
@@ -42,7 +50,7 @@ PRESETS = {  # keys: config.PRESETS
                  max_position_embeddings=512, vocab_size=30522),
 }
 
-ACTIVATIONS = {  # transformers' names for the ones BERTs use
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # transformers' names for the ones BERTs use
     "gelu": F.gelu,
     "gelu_new": partial(F.gelu, approximate="tanh"),
     "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
@@ -50,7 +58,7 @@ ACTIVATIONS = {  # transformers' names for the ones BERTs use
 }
 
 
-_LIMITS = {"vocab_size": (1, 10_000_000), "hidden_size": (1, 65_536), "num_hidden_layers": (1, 512),
+_LIMITS: dict[str, tuple[float, float]] = {"vocab_size": (1, 10_000_000), "hidden_size": (1, 65_536), "num_hidden_layers": (1, 512),
            "num_attention_heads": (1, 4096), "intermediate_size": (1, 1 << 20),
            "max_position_embeddings": (1, 1 << 20), "type_vocab_size": (1, 4096)}  # config.json's sizes
 
@@ -278,20 +286,14 @@ class Layer(nn.Module):
         self.dropout = Dropout(c.hidden_dropout_prob)
         self.attn_dropout = c.attention_probs_dropout_prob
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, past: tuple | None = None,
-                keep: list | None = None, merge: Callable | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, kv: KeysValues | None = None) -> torch.Tensor:
         """x (B, N, H); mask (B, 1, 1, N) bool, True where a key may be attended, or None (all).
-        past: keys and values (B, h, P, d) of P positions before x's (a PrefixCache's), attended to
-        beside x's own (mask then covers the P + N keys); keep: a list this call appends its (keys, values) to;
-        merge: (k, v) -> (keys, values) the queries attend to instead of x's own (a DecidedCache's)."""
+        kv: a cache's part in this layer (maths/prefix_cache.py, decided_cache.py): given x's own keys
+        and values (B, h, N, d), the ones its queries attend to (mask covers those)."""
         B, N, H = x.shape
         q, k, v = self.qkv(x).view(B, N, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)  # 3 x (B, h, N, d)
-        if keep is not None:
-            keep.append((k, v))
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        if merge is not None:
-            k, v = merge(k, v)
+        if kv is not None:
+            k, v = kv(k, v)
         y = attention(q, k, v, mask, self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(B, N, H)
         x = self.attn_ln(x + self.dropout(self.attn_out(y)))
@@ -357,19 +359,12 @@ class Bert(nn.Module):
                 m.attn_dropout = p
 
     def forward(self, ids: torch.Tensor, attention: torch.Tensor, time_token: torch.Tensor | None = None,
-                layer_time: torch.Tensor | None = None, cache: PrefixCache | None = None) -> torch.Tensor:  # noqa: F821 - maths.prefix_cache / decided_cache import this module: named, not imported
+                layer_time: torch.Tensor | None = None) -> torch.Tensor:
         """Hidden states (B, N', H) for ids (B, N) with attention (B, N) bool (False: padding).
 
         time_token (B, H): an extra input embedding inserted after [CLS] (N' = N + 1).
         layer_time (B, 1, H): added to the input of every layer.
-        cache: a PrefixCache (no time input): where it holds every row's prefix, only the
-        positions after it are computed and returned (N' = N - cache.length); else the whole forward
-        runs and the cache keeps its rows' prefix keys and values.
         """
-        if cache is not None:
-            cache.reused = 0  # until this call takes its prefix from it
-            if time_token is None and layer_time is None:
-                return cache.forward(self, ids, None if bool(attention.all()) else attention[:, None, None, :].bool())
         x = self.embeddings.word_embeddings(ids)  # (B, N, H)
         if time_token is not None:
             x = torch.cat([x[:, :1], time_token.unsqueeze(1).to(x.dtype), x[:, 1:]], dim=1)
@@ -400,9 +395,9 @@ class TimeEmbedding(nn.Module):
     def __init__(self, hidden: int, T: int):
         super().__init__()
         self.T = T
-        self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
-        nn.init.zeros_(self.mlp[2].weight)  # starts as a no-op on a pretrained BERT
-        nn.init.zeros_(self.mlp[2].bias)
+        self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.SiLU(), out := nn.Linear(hidden, hidden))
+        nn.init.zeros_(out.weight)  # starts as a no-op on a pretrained BERT
+        nn.init.zeros_(out.bias)
 
     def forward(self, t):
         return self.mlp(sinusoid(t, self.mlp[0].in_features, self.T))
@@ -437,14 +432,12 @@ class DiffusionBert(nn.Module):
     def time_state_dict(self) -> dict:
         return {} if self.time_embed is None else {f"time_embed.{k}": v for k, v in self.time_embed.state_dict().items()}
 
-    def hidden(self, ids: torch.Tensor, attention: torch.Tensor, t: torch.Tensor | None = None,
-               cache: PrefixCache | None = None) -> torch.Tensor:  # noqa: F821 - maths.prefix_cache / decided_cache import this module: named, not imported
-        """Final hidden states (B, N, H) of the encoder for ids (B, N); with a cache that holds the
-        rows' prefix, of the positions after it only (Bert.forward)."""
+    def hidden(self, ids: torch.Tensor, attention: torch.Tensor, t: torch.Tensor | None = None) -> torch.Tensor:
+        """Final hidden states (B, N, H) of the encoder for ids (B, N)."""
         if self.hide_end_padding:
             attention = attention & ~hidden_keys(ids, self.sep_id).to(attention.device)
         if self.time == "none":
-            return self.bert(ids, attention, cache=cache)
+            return self.bert(ids, attention)
         if t is None:
             raise ValueError(f"a model with time conditioning {self.time!r} needs t")
         temb = self.time_embed(t.to(ids.device))  # (B, H)
@@ -454,24 +447,20 @@ class DiffusionBert(nn.Module):
         return self.bert(ids, attention, layer_time=temb.unsqueeze(1))
 
     def forward(self, ids, attention, select: torch.Tensor, t: torch.Tensor | None = None,
-                cache: PrefixCache | None = None, decided: DecidedCache | None = None,  # noqa: F821 - maths.prefix_cache / decided_cache import this module: named, not imported
-                rows: torch.Tensor | None = None) -> torch.Tensor:
+                cache: PrefixCache | DecidedCache | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (M, V) at the M positions where select (B, N) is True, in row-major order.
 
-        Forbidden ids get -inf, so p(x_0 | x_t) never puts mass on special tokens. cache: a
-        PrefixCache (time-agnostic models; an approximation, see there); select must then be False
-        in the prefix. decided: a DecidedCache (time-agnostic models; an approximation, see there)
-        holding the batch's rows `rows` (B,) (None: rows 0..B-1).
+        Forbidden ids get -inf, so p(x_0 | x_t) never puts mass on special tokens. cache: the
+        keys and values kept between calls, an approximation (see there), used by time-agnostic
+        models: a PrefixCache (select then False in the prefix) or a DecidedCache holding the
+        batch's rows `rows` (B,) (None: rows 0..B-1). The end padding stays hidden from either.
         """
-        if decided is not None and self.time == "none":
+        if cache is not None and self.time == "none":
             if self.hide_end_padding:
                 attention = attention & ~hidden_keys(ids, self.sep_id).to(attention.device)
-            h = decided.hidden(self.bert, ids, attention, select, rows, self.mask_id)
+            h = cache.hidden(self.bert, ids, attention, select, rows, self.mask_id)
         else:
-            h = self.hidden(ids, attention, t, cache)
-            if h.shape[1] < ids.shape[1]:  # the prefix came from the cache: h holds the positions after it
-                select = select[:, ids.shape[1] - h.shape[1]:]
-            h = h[select]
+            h = self.hidden(ids, attention, t)[select]
         forbidden = torch.tensor(self.forbidden, device=h.device) if self.forbidden else None
         return self.bert.logits(h, forbidden)
 

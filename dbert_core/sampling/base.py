@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Iterator, NamedTuple, Protocol
+from typing import Any, Iterator, NamedTuple, Protocol
 
 import torch
 
@@ -117,10 +117,10 @@ class State:
     shaping: Shaping
     no_draw: list[int]              # ids never drawn
     block_repeats: RepeatBlock | None
-    db: object = None               # the checkpoint (a family may read its schedule or model)
+    db: Any = None                  # the checkpoint (a family may read its schedule or model)
     steps: int = 0                  # the step budget S asked for
     params: dict = field(default_factory=dict)  # the strategy's resolved parameters
-    top: object = None              # an inspector.TopK, or None
+    top: Any = None                 # an inspector.TopK, or None
 
     def reveal(self, revealed: torch.Tensor, chosen: torch.Tensor, conf: torch.Tensor) -> None:
         """Write the tokens drawn at the revealed (B, L) positions in (carry-over: they stay)."""
@@ -269,11 +269,9 @@ class Net:
         network's output dtype (rows: their indices in the batch, for the decided-position cache)."""
         attention = torch.ones(inp.shape, dtype=torch.bool, device=self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            cache = {} if self.cache is None else {"cache": self.cache}  # the model's own call, unless caching
-            if self.decided is not None:
-                cache = {"decided": self.decided, "rows": rows}
+            kept = self.cache if self.cache is not None else self.decided  # keys and values kept between calls
+            cache: dict = {} if kept is None else {"cache": kept, "rows": rows}  # the model's own call, unless caching
             out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device), **cache)
-        kept = self.cache if self.cache is not None else self.decided
         reused = kept.reused if kept is not None else 0  # positions this call took from a cache
         self.flops += forward_flops(self.model.config, inp.shape[0], inp.shape[1], int(sel.sum()), prefix=reused)
         return out
@@ -339,11 +337,11 @@ class Net:
                 out = self._forward(inp[:, :keep], sel[:, :keep], t)
             else:
                 per_row: list = [None] * R
-                for rows in groups:
-                    keep = max(needed[r] for r in rows)
-                    idx = torch.tensor(rows)
+                for group in groups:  # not `rows`: that is the argument, the batch indices
+                    keep = max(needed[r] for r in group)
+                    idx = torch.tensor(group)
                     part = self._forward(inp[idx, :keep], sel[idx, :keep], t[idx] if t.dim() and len(t) == R else t)
-                    for r, chunk in zip(rows, part.split(sel[idx].sum(1).tolist())):
+                    for r, chunk in zip(group, part.split(sel[idx].sum(1).tolist())):
                         per_row[r] = chunk
                 out = torch.cat(per_row)
         total = float(out.detach().sum())  # one pass: -inf marks forbidden tokens; NaN or +inf anywhere makes it NaN or +inf

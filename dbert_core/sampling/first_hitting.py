@@ -110,7 +110,7 @@ def first_hitting(state: State) -> Iterator[Frame]:
             logits = None
             gone = held & ~mk  # revealed since (here, or filled by the caller's end rule)
             if bool(gone.any()):
-                kept[gone] = 0.0
+                kept[gone] = 0.0  # type: ignore[index]  # a tensor: held is not None only with it
                 held &= mk
             m, R = next_event(kept, mk, k[active], kern.r, u_time)
         else:  # time-agnostic model: p is fixed until this row's x changes

@@ -12,6 +12,8 @@ when it revealed the position, and, per token, the time the noise schedule masks
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -80,7 +82,7 @@ def token_info(frame, order, b: int, pos: int, piece, masking=None) -> dict:
     import math
 
     tid = int(frame.ids[b, pos])
-    out = {"position": pos, "id": tid, "masked": bool(frame.masked[b, pos])}
+    out: dict[str, Any] = {"position": pos, "id": tid, "masked": bool(frame.masked[b, pos])}
     if out["masked"]:
         out["piece"] = None
         return out

@@ -83,7 +83,7 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
     if x.shape[1] > db.model.max_length:  # the network has no position for the rest (refill.py goes in windows)
         raise DbertError(f"a template of {x.shape[1]} tokens is longer than the model's {db.model.max_length} positions")
     free = x == mask_id  # the positions the sampler fills (a prompt's own tokens are not among them)
-    top = TopK(x.shape, topk) if topk > 0 else None
+    top = TopK((x.shape[0], x.shape[1]), topk) if topk > 0 else None
 
     def tagged(f: Frame) -> Frame:
         if top is not None:

@@ -82,7 +82,7 @@ def recommended_decoding(db) -> dict:
     gives well (a malformed value in a meta not loaded from disk is left out: load refuses it, schema.py)."""
     given = (db.meta.get("sampling") or {}).get("decoding") or {}
     given = given if isinstance(given, dict) else {}
-    T, whole, real = db.schedule.T, int, (int, float)
+    T, whole, real = db.schedule.T, (int,), (int, float)
     ok = {"steps": (whole, lambda v: 1 <= v <= T), "temperature": (real, lambda v: 0.0 <= v <= 1e6),
           "top_k": (whole, lambda v: v >= 0), "top_p": (real, lambda v: 0.0 < v <= 1.0),
           "cache_refresh": (whole, lambda v: 0 <= v <= T)}

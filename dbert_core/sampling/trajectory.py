@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, is_dataclass
+from typing import Any
 
 import torch
 
@@ -78,7 +79,7 @@ def replay_fields(db, frames, steps: int) -> dict:
     if top is not None:
         seen |= {int(i) for i in top.flatten().tolist() if i >= 0}
     ids = sorted(seen)
-    out = {"pieces": dict(zip(map(str, ids), tok.convert_ids_to_tokens(ids))),
+    out: dict[str, Any] = {"pieces": dict(zip(map(str, ids), tok.convert_ids_to_tokens(ids))),
            "special": {"sep": tok.sep_token, "cls": tok.cls_token, "pad": tok.pad_token, "unk": tok.unk_token,
                        "mask": tok.mask_token},
            "masking_time": {str(i): round(float(t), 3) for i, t in zip(ids, masking_time(db.schedule, torch.tensor(ids)))},
@@ -107,7 +108,7 @@ def trajectory(db, settings, frames, order: torch.Tensor | None = None) -> dict:
     last = frames[-1] if frames else None
     if order is None:
         order = reveal_order(frames)
-    settings = asdict(settings) if is_dataclass(settings) else dict(settings)
+    settings = asdict(settings) if is_dataclass(settings) and not isinstance(settings, type) else dict(settings)
     extra = replay_fields(db, frames, last.steps) if last is not None else {}
     return {**extra, 
         "format": FORMAT,

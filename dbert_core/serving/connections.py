@@ -80,7 +80,7 @@ def protocol(limits: Limits):
             if len(live) > limits.max_connections:
                 idle = [c for c in live if c is not self and getattr(c, "idle", False)]
                 if idle:
-                    min(idle, key=lambda c: c._born).close()
+                    min(idle, key=lambda c: c._born).close()  # type: ignore[union-attr]  # ours: _born set above
                 else:
                     self.app = _overflow(self.app, limits.max_connections)
 

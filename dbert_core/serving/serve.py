@@ -104,7 +104,7 @@ def create_app(db, model_name: str, *, api_key: str | None = None, limits: Limit
         plan = parse(chat_body(data) if chat else data, db, model_name, limits, device=device, dtype=dtype)
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue = asyncio.Queue()
-        jobs = [Job(p.cfg, notify=lambda ev, i=i: loop.call_soon_threadsafe(inbox.put_nowait, (i, ev)),
+        jobs = [Job(p.cfg, notify=lambda ev, i=i: loop.call_soon_threadsafe(inbox.put_nowait, (i, ev)),  # type: ignore[misc]  # i=i: each its own
                     deadline=deadline, want_steps=plan.stream_steps, want_settled=plan.stream, cased=plan.cased)
                 for i, p in enumerate(plan.prompts)]
         try:
@@ -156,7 +156,8 @@ def create_app(db, model_name: str, *, api_key: str | None = None, limits: Limit
     app = Starlette(routes=[Route("/health", health), Route("/v1/models", list_models_route),
                             Route("/v1/completions", completions, methods=["POST"]),
                             Route("/v1/chat/completions", chat_completions, methods=["POST"])],
-                    exception_handlers={ApiError: api_error, HTTPException: http_error}, lifespan=lifespan,
+                    exception_handlers={ApiError: api_error, HTTPException: http_error},  # type: ignore[dict-item]  # each called with its own class
+                    lifespan=lifespan,
                     middleware=[Middleware(_HeadCheck)])
     app.state.scheduler = scheduler
     app.state.begin_shutdown = begin_shutdown

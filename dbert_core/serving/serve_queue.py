@@ -52,7 +52,7 @@ class _Stop(Exception):
 @dataclass(eq=False)
 class Job:
     cfg: SampleConfig                    # resolved for the model (SampleConfig.resolved): one prompt, n samples
-    notify: Callable[[tuple], None]      # receives the job's events, from the worker thread
+    notify: Callable[[tuple], object]    # receives the job's events, from the worker thread
     deadline: float = float("inf")       # time.monotonic() past which the job is abandoned
     want_steps: bool = False             # send a "step" event after every reverse step
     want_settled: bool = False           # send a "settled" event as a story's windows finish (a stream)

@@ -85,9 +85,9 @@ def server(app: Starlette, host: str = "127.0.0.1", port: int = 8000, grace: flo
                     signal.signal(hup, old)
 
     return Server(uvicorn.Config(app, host=host, port=port, log_config=log_config(), access_log=access_log,
-                                 timeout_graceful_shutdown=grace + 5, lifespan="on", http=protocol(limits),
-                                 timeout_keep_alive=limits.keep_alive, h11_max_incomplete_event_size=MAX_HEAD,
-                                 proxy_headers=False))
+                                 lifespan="on", http=protocol(limits), h11_max_incomplete_event_size=MAX_HEAD,
+                                 proxy_headers=False, timeout_graceful_shutdown=grace + 5,  # type: ignore[arg-type]
+                                 timeout_keep_alive=limits.keep_alive))  # type: ignore[arg-type]  # seconds: uvicorn annotates int, reads a float
 
 
 def run(app: Starlette, host: str, port: int, grace: float = 10.0) -> None:

@@ -157,7 +157,7 @@ def _untar(archive: Path, dest: Path, budget: _Budget, source: str) -> None:
                                                  (b"\xfd7zXZ\x00", "tar.xz", "r:xz"))
                       if head.startswith(magic)), ("tar", "r:"))
     try:
-        tf = tarfile.open(archive, mode)  # the format its bytes say, so a damaged one gets that format's error
+        tf = tarfile.open(archive, mode)  # type: ignore[call-overload]  # one of r:, r:gz, r:bz2, r:xz: the format its bytes say, so a damaged one gets that format's error
     except Exception as e:  # noqa: BLE001 - whatever a damaged stream raises (zlib, lzma, bz2, EOF)
         raise _damaged(fmt, e) from None
     with tf:

@@ -33,6 +33,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import re
 
@@ -48,6 +49,9 @@ from ..maths.model import DiffusionBert, count_parameters
 from ..maths.schedule import Schedule, make_schedule
 from ..disk.schema import FORMAT, check_with_model
 
+if TYPE_CHECKING:  # loaded with the checkpoint (tokenizer.py): this module never imports transformers
+    from transformers import PreTrainedTokenizerBase
+
 
 
 @dataclass
@@ -55,7 +59,7 @@ class DBert:
     """A loaded diffusion LM: everything sampling and evaluation need."""
 
     model: DiffusionBert
-    tokenizer: object
+    tokenizer: PreTrainedTokenizerBase
     schedule: Schedule
     counts: torch.Tensor
     meta: dict = field(default_factory=dict)

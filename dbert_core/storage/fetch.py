@@ -29,7 +29,7 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 CHUNK = 1 << 16
 
 # progress(done_bytes, total_bytes or None, what) is called from the fetching thread.
-Progress = Optional[Callable[[int, Optional[int], str], None]]
+Progress = Optional[Callable[[int, Optional[int], str], object]]  # what it returns is not read
 Cancel = Optional[Callable[[], bool]]
 
 

@@ -130,7 +130,7 @@ class _Pace:
         self.seconds, self.url, self.host, self.cancel = seconds, url, urlparse(url).netloc, cancel
         self.headers_by = time.monotonic() + seconds
         self.least = min_bytes()
-        self.window = None  # (start, bytes) once the body is being read
+        self.window: tuple[float, int] | None = None  # (start, bytes) once the body is being read
 
     def before(self) -> float:
         """Seconds the next read may wait (DbertError once the headers' deadline or the fetch's has passed)."""
@@ -251,7 +251,7 @@ def _paced_stream(response, pace: _Pace):
     base = importlib.import_module(type(response).__module__.split(".")[0]).SyncByteStream
     inner = response.stream
 
-    class PacedStream(base):
+    class PacedStream(base):  # type: ignore[valid-type,misc]  # the client's own class, found at run time
         def __iter__(self):
             for chunk in inner:
                 pace.after(len(chunk))

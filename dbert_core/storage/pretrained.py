@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -218,7 +219,7 @@ def write_torch(obj, file: Path) -> None:
     with open(file, "wb") as f:
         out = _Recording(f)
         try:
-            torch.save(obj, out)
+            torch.save(obj, out)  # type: ignore[arg-type]  # a file object: write() and flush()
         except RuntimeError:
             if out.error is not None:
                 raise out.error from None
@@ -281,7 +282,7 @@ def build_bert(preset: str | None = None, init: str | None = None, vocab_size: i
             raise DbertError(f"cannot load a {what} from --init {init}: {e}") from None
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
-    sizes = dict(PRESETS[preset])
+    sizes: dict[str, Any] = dict(PRESETS[preset])
     if vocab_size is not None:
         sizes["vocab_size"] = vocab_size
     return Bert(BertConfig(**sizes, **(special_ids or {})))

@@ -56,7 +56,7 @@ class StoryWindows:
 
     def __getitem__(self, i) -> Window:
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+            return [self[j] for j in range(*i.indices(len(self)))]  # type: ignore[return-value]  # a slice: the list of them
         d, at, L, sep = int(self.doc[i]), int(self.at[i]), self.seq_len, self.sep
         if at == 0:
             first = self._stream(d, 0, L - 1)

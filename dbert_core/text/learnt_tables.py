@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..disk.atomic import atomic_write_text
 from ..errors import DbertError
 from . import lexicon, truecase
 from .sources import iter_documents
 from .token_cache import cache_key
+
+if TYPE_CHECKING:
+    import threading
 
 CHUNK = 16_384        # paragraphs encoded at a time for the word list
 CHUNK_TOKENS = 1 << 21  # a token cache's ids read at a time
@@ -59,9 +63,10 @@ class Learning:
         self.patterns, self.tokenizer, self.sep = patterns, tokenizer, sep
         self.from_entry = from_entry
         self.words: set[str] = set()
-        self.table = self.error = None
+        self.table: dict[str, str] | None = None
+        self.error: BaseException | None = None
         self._stop = False
-        self.thread = None
+        self.thread: threading.Thread | None = None
 
     def start(self) -> "Learning":
         import threading

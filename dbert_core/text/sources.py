@@ -80,8 +80,8 @@ def raw_lines(path: str) -> Iterator[str]:
         return
     try:
         with _open_bytes(path) as raw:
-            text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline=None)
-            for ln in text:
+            lines = io.TextIOWrapper(raw, encoding="utf-8-sig", newline=None)  # not `text`: a str above
+            for ln in lines:
                 if "\x00" in ln:  # valid UTF-8, but a binary file, not text
                     raise DbertError(f"data file is not text (it holds NUL bytes): {path}")
                 yield ln.strip()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,14 +31,17 @@ from ..disk.lock import OutLock
 from ..stopping import put_off_stops
 from ..disk.output import check_writable, make_folders, remove_empty
 
+if TYPE_CHECKING:
+    from ..text.cached_windows import StoryWindows
+
 
 @dataclass
 class Prepared:
     """A run ready to train: what `Trainer` needs and nothing it has to work out again."""
 
     cfg: TrainConfig               # validated; when resuming, the checkpoint's own config continued
-    db: object                     # checkpoint.DBert: model (on the CPU), tokenizer, schedule, meta
-    train: list[list[int]]         # tokenized training examples (--unit story: StoryWindows, made when indexed)
+    db: ckpt.DBert                 # checkpoint.DBert: model (on the CPU), tokenizer, schedule, meta
+    train: list[list[int]] | StoryWindows  # tokenized training examples (--unit story: made when indexed)
     val: list[list[int]]           # tokenized held-out examples
     device: torch.device
     state: dict | None = None      # the trainer state to continue from (--resume)
@@ -165,6 +169,7 @@ def meet(rank: int, world: int, poll: float = 0.1, notice=None):
     try:
         if not serve:  # wait for the store quietly here: torch's client logs every failed try as a C++ stack
             _reachable(host, int(port), deadline, lambda: waiting(f"rank 0 at {host}:{port}"))
+        store: torch.distributed.Store  # the TCPStore, then the attempt's PrefixStore on it
         store = torch.distributed.TCPStore(host, int(port), world, serve, timeout=datetime.timedelta(seconds=limit),
                                            wait_for_workers=False)
         store = torch.distributed.PrefixStore(attempt, store)  # a restarted attempt never sees an old one's keys
@@ -324,6 +329,7 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
             keep, init, trimmed = _trim(c, train_texts)
         tokenizer = _tokenizer(c, texts, init)
     special = Special.of(tokenizer)
+    train: list[list[int]] | StoryWindows
     if c.by_story:
         if rank == 0:  # the tables' pass over the lines, in a thread while the corpus is tokenized
             tables = learnt_tables.Tables(c.data, tokenizer, story_data.tables_root(), story_data.file_prints(c.data),
@@ -403,7 +409,7 @@ def check_memory_for(c: TrainConfig, config, world: int) -> None:
                  f"{c.seq_len} tokens per micro-batch)", "--batch-size (or raise --grad-accum)")
 
 
-def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) -> object:
+def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) -> ckpt.DBert:
     """A new model for a fresh run: a preset's random init or --init's BERT, with its record."""
     from ..storage.pretrained import build_bert
 

@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -107,7 +108,7 @@ class Trainer:
         self.elapsed = 0.0
         self.history: list[dict] = []
         self.heap = HeapCeiling()  # a batch's arrays change size from step to step: freed heap pages go back
-        self.db = None
+        self.db: ckpt.DBert | None = None
         self.prepared: Prepared | None = None
         if prepared is not None:
             self._adopt(prepared)
@@ -169,7 +170,7 @@ class Trainer:
             model.bert.set_dropout(c.dropout)
         model.train()
         self.model = model
-        self.ddp = model
+        self.ddp: torch.nn.Module = model  # the model, or its DistributedDataParallel wrapper
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -240,7 +241,7 @@ class Trainer:
         """Checkpoint weights + trainer state (rank 0 writes; every rank's RNG is kept)."""
         rngs = [self._rng_state()]
         if self.world > 1:
-            gathered = [None] * self.world
+            gathered: list = [None] * self.world  # each rank's RNG state
             with self._collective():
                 torch.distributed.all_gather_object(gathered, rngs[0])
             rngs = gathered
@@ -332,11 +333,11 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         examples = self.next_batch()
-        sums = {"elbo": 0.0, "ce": 0.0, "tokens": 0}
+        sums: dict[str, Any] = {"elbo": 0.0, "ce": 0.0, "tokens": 0}
         for j in range(c.grad_accum):
             chunk = examples[j * micro:(j + 1) * micro]
             sync = self.world == 1 or j == c.grad_accum - 1
-            ctx = contextlib.nullcontext() if sync else self.ddp.no_sync()
+            ctx = contextlib.nullcontext() if sync else self.ddp.no_sync()  # type: ignore[operator]  # world > 1: DDP's
             with ctx:
                 loss, m = self.loss(chunk)
                 (loss / c.grad_accum).backward()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -257,7 +258,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
                                 dtype=self.query_one("#tr-dtype", Select).value, log_every=WATCH_LOG_EVERY)
             return cfg, sample_every
         def files(wid: str) -> list[str]:
-            out = []
+            out: list[str] = []
             for p in (p.strip() for p in self._value(wid).split(",") if p.strip()):
                 hits = sorted(glob.glob(str(Path(p).expanduser())))
                 if not hits:
@@ -272,7 +273,10 @@ class TrainScreen(ReportWorkerErrors, Screen):
         name = self._out_name()
         init = self._value("tr-init") or None
         vocab = self._value("tr-vocab")
-        select = lambda wid: self.query_one(f"#{wid}", Select).value  # noqa: E731
+
+        def select(wid: str) -> Any:  # a choice: these Selects have no blank (allow_blank=False)
+            return self.query_one(f"#{wid}", Select).value
+
         cfg = TrainConfig(
             data=data, val_data=val_data, out=str(out_path(name)), preset=None if init else select("tr-preset"),
             init=init, trim_vocab=self.query_one("#tr-trim", Checkbox).value,

@@ -40,12 +40,12 @@ def measure(db, cfg) -> dict:
     kls, flips, calls = [], 0, 0
     orig = DiffusionBert.forward
 
-    def forward(self, ids, attention, select, t=None, cache=None):
+    def forward(self, ids, attention, select, t=None, cache=None, rows=None):
         nonlocal flips, calls
         exact = orig(self, ids, attention, select, t)
         if cache is not None:
             used = cache.holds(ids)
-            approx = orig(self, ids, attention, select, t, cache=cache)  # the first call fills the cache
+            approx = orig(self, ids, attention, select, t, cache=cache, rows=rows)  # the first call fills the cache
             if used and exact.shape[0]:
                 calls += 1
                 kls.append(kl_rows(exact.float(), approx.float()))

@@ -48,7 +48,7 @@ def bench(
     measure_train: Annotated[bool, typer.Option("--train/--no-train", help="Measure training tokens/s.")] = True,
     bf16: Annotated[bool, typer.Option(help="Also time the forward pass in bfloat16.")] = True,
     threads: Annotated[Optional[int], typer.Option(help="torch threads (default: torch's choice); the forward is also timed with 1..cores.")] = None,
-    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
+    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device("auto"),
 ):
     """Measure sampling speed, training tokens/s and forward efficiency on this machine (Markdown on stdout).
 

@@ -40,7 +40,7 @@ def evaluate(
     batch_size: Annotated[int, typer.Option(help="Examples per batch.")] = 32,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
-    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device.auto,
+    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device("auto"),
 ):
     """ELBO perplexity (per token and per word) and, with --samples, BLEU-4 / Self-BLEU-4 (and gen-PPL with --judge).
 

@@ -114,7 +114,8 @@ def sample(
         for note in prompt_notes(db, variants(p)[0][1] if has_range(p) else p):
             say(f"dbert: note: {note}" + (f" ({p[:40]!r})" if len(prompts) > 1 else ""))
     progress = SampleProgress(cfg.n * len(prompts), cfg.batch_size)
-    texts, records, st = [], [], None
+    texts, st = [], None
+    records: list[dict] = []  # the --output file's lines, one a sample
     infill_stats: list[dict] = []  # one a [MASK*A-B] prompt: its drawing's and its ranking's cost
 
     def on_frame(frame):

@@ -34,7 +34,7 @@ from textual.widgets import Header
 from dbert_core.errors import DbertError
 
 from ...controller import Session
-from ...runs import Playback, Run
+from ...runs import Playback, Recorded, Run
 from ...messages import InfillChosen, RunAdvanced, RunFailed, SampleChosen, TokenPointed
 from ...render import prompt_words_of, window_step
 from ...widgets.generate.canvas import Canvas, final_of
@@ -68,7 +68,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         self._restart_pending = False
         self._draw_pending = False
         self._ready = False
-        self.drawn = None        # the frame of side A last drawn
+        self.drawn: Recorded | None = None  # the frame of side A last drawn
         self.frames_drawn = 0    # draws (bursts of frames coalesce into one)
         # the parts (widgets/generate/), each the owner of its own state
         self.player = Player(id="gen-status")          # the status line; workers, frames, playback

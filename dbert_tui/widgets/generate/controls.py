@@ -21,7 +21,7 @@ from textual.widgets import Static
 
 from dbert_core.errors import DbertError
 
-from ...controller import differences
+from ...controller import Settings, differences
 from ...forms import SIDES, FieldError, check_prompt, settings_fields, settings_form
 from ...render import FIXED_EDGES, confidence_edges, legend
 
@@ -78,7 +78,7 @@ class ControlBar(Widget):
     COMPONENT_CLASSES = {"controlbar--key", "controlbar--label", "controlbar--value", "controlbar--differs",
                          "controlbar--side"}
 
-    settings = reactive(None, layout=True)
+    settings: reactive[Settings | None] = reactive(None, layout=True)
     from_checkpoint: reactive[frozenset] = reactive(frozenset(), layout=True)  # fields the checkpoint recommended
     side = reactive("", layout=True)
     differs: reactive[frozenset] = reactive(frozenset())
@@ -141,7 +141,7 @@ class Controls(Vertical):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.edges = FIXED_EDGES   # the confidence bands (render.confidence_edges)
+        self.edges: tuple[float, ...] = FIXED_EDGES  # the confidence bands (render.confidence_edges)
         self.stable = True         # lay a known text out on its final line breaks
 
     def compose(self) -> ComposeResult:

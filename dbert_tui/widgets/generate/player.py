@@ -57,7 +57,7 @@ class Player(ReportWorkerErrors, Static):
         if len(playbacks) == 1:
             self.cancel(1)
         for i, pb in enumerate(playbacks):
-            worker = self.run_worker(partial(self._sample, pb.run, db), name="sampling", group=f"sample-{i}",
+            worker: Worker = self.run_worker(partial(self._sample, pb.run, db), name="sampling", group=f"sample-{i}",
                                      exclusive=True, thread=True, exit_on_error=False)
             self._runs[worker] = pb.run.id
 
@@ -89,7 +89,7 @@ class Player(ReportWorkerErrors, Static):
         worker; the screen then plays the winner's batch (InfillChosen)."""
         self.cancel()
         token = self.infilling = next(self._infill_tokens)
-        worker = self.run_worker(partial(self._infill, token, cfg, db), name="infill", group="sample-0",
+        worker: Worker = self.run_worker(partial(self._infill, token, cfg, db), name="infill", group="sample-0",
                                  exclusive=True, thread=True, exit_on_error=False)
         self._runs[worker] = 0
 
