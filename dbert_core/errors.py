@@ -25,6 +25,15 @@ class DbertError(Exception):
         text = Template(self.message).safe_substitute({r: name(r) for r in self.refs}) if self.refs else self.message
         return text if self.setting is None else f"{name(self.setting)} {text}"
 
+    def under(self, prefix: str, setting: str | None = None, value=None) -> "DbertError":
+        """This error at the end of another's message (`prefix`, about `setting`), its own settings
+        still named by whichever front end says the whole."""
+        if not self.setting and not self.refs:
+            return DbertError(prefix + self.message, setting, value)
+        body = self.message if self.refs else self.message.replace("$", "$$")  # a template from here on
+        lead = "$" + self.setting + " " if self.setting else ""
+        return DbertError(prefix + lead + body, setting, value, self.refs + ((self.setting,) if self.setting else ()))
+
     def __str__(self) -> str:
         return self.said()
 

@@ -451,7 +451,7 @@ def _tokenizer(c: TrainConfig, texts, init):
         try:
             return WordPieceTokenizer.load(folder)
         except DbertError as e:
-            raise DbertError(f"{c.init}: cannot load a tokenizer: {e}", "init", c.init) from None
+            raise e.under(f"{c.init}: cannot load a tokenizer: ", "init", c.init) from None
     from ..maths.model import PRESETS
 
     size = c.vocab_size or PRESETS[c.preset]["vocab_size"]
