@@ -33,6 +33,7 @@ from textual.widgets import Header
 from dbert_core.errors import DbertError
 
 from ...controller import Playback, Run, Session
+from ...forms import said
 from ...messages import InfillChosen, RunAdvanced, RunFailed, SampleChosen, TokenPointed
 from ...render import prompt_words_of, window_step
 from ...widgets.generate.canvas import Canvas, final_of
@@ -199,7 +200,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         try:
             playbacks = self.session.replay_runs(self.replay) if self.replay is not None else self.session.new_runs(self.db)
         except DbertError as e:
-            self.app.notify(str(e), title="settings", severity="error")
+            self.app.notify(said(e), title="settings", severity="error")
             return
         self.editor.reset()
         self._start(playbacks)
@@ -212,7 +213,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         try:
             cfg = resolve(dataclasses.replace(self.session.settings, n=1), self.db)
         except DbertError as e:
-            self.app.notify(str(e), title="settings", severity="error")
+            self.app.notify(said(e), title="settings", severity="error")
             return
         self.player.cancel()
         self.editor.reset(keep_locks=True)
