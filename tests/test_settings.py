@@ -170,3 +170,13 @@ def test_the_servers_dbert_fields_are_the_schemas():
     served = [s.field.split(".", 1)[1] for s in settings.SAMPLE if (s.field or "").startswith("dbert.")]
     assert list(request.DBERT_FIELDS[:len(served)]) == served
     assert set(request.DBERT_FIELDS) - set(served) == {"template", "stream_steps", "lowercase"}
+
+
+def test_dbert_tui_names_its_own_flags(capsys):
+    """dbert-tui's command line checks its settings before the app starts, naming the flag."""
+    from dbert_tui.app import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--top-p", "5"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err == "dbert-tui: error: --top-p must be a finite number in (0, 1] (got 5.0)\n"
