@@ -21,12 +21,11 @@ from .errors import DbertError
 @dataclass(frozen=True)
 class Setting:
     name: str                        # the config field (SampleConfig.top_p)
-    kind: type                       # int, float, bool or str (a choice: str with `choices`)
+    kind: type                       # int, float, bool or str (a choice's values: config's tuples)
     help: str                        # the CLI's --help line for it
     lo: float | None = None          # the range of a number; None: no bound below
     hi: float | None = None          # None: no bound above
     lo_open: bool = False            # lo itself is out of range: (lo, hi]
-    choices: tuple = ()              # a str setting's allowed values
     flag: str = ""                   # the CLI's option; "": --name with dashes (top_p: --top-p)
     field: str | None = None         # the server's JSON field; None: not a request field
     label: str | None = None         # the TUI form's name for it; None: not on a form
@@ -44,11 +43,7 @@ class Setting:
         return self.flag or "--" + self.name.replace("_", "-")
 
     def check(self, value) -> None:
-        """Raise DbertError(setting=self.name) unless `value` is of the setting's type and range."""
-        if self.choices:
-            if value not in self.choices:
-                raise DbertError(f"must be one of: {', '.join(self.choices)} (got {value!r})", self.name, value)
-            return
+        """Raise DbertError(setting=self.name) unless a number `value` is of the setting's type and range."""
         if self.kind not in (int, float):
             return
         number = isinstance(value, (int, float) if self.kind is float else int) and not isinstance(value, bool)
@@ -77,7 +72,7 @@ CHECKPOINTS = "the checkpoint's"
 # the settings of `dbert sample`, the server's requests and the Generate screen's settings form
 SAMPLE = (
     Setting("steps", int, "Reverse steps S (1..T). Default: what the checkpoint recommends (dbert.json's "
-            "sampling.decoding; the shipped model: 48), else 96.", 1, MAX_T, field="dbert.steps",
+            "sampling.decoding; the shipped model: 64), else 96.", 1, MAX_T, field="dbert.steps",
             label="steps", note="1..T", blank=CHECKPOINTS),
     Setting("temperature", float, "Softmax temperature of the token choice (0: greedy, the most likely token). "
             "Default: what the checkpoint recommends (dbert.json's sampling.decoding), else 1.", 0.0, 1e6,
