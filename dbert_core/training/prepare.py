@@ -69,8 +69,8 @@ def moved_data(saved: dict, meta: dict, given: dict, out) -> dict:
             raise DbertError(f"differs from the run's and {out} predates the record of its files' contents; give "
                              "the original paths to continue it ($resume)", key, paths, ("resume",))
         if [(f["size"], f["sha256"]) for f in fingerprints(paths)] != [(f["size"], f["sha256"]) for f in recorded]:
-            raise DbertError(f"names other files than the run's ({len(recorded)} files; sizes or SHA-256 differ): a "
-                             "resumed run ($resume) trains on the same data", key, paths, ("resume",))
+            raise DbertError(f"names files that are not the run's ({len(recorded)} files; sizes or SHA-256 differ): "
+                             "a resumed run ($resume) trains on the same data", key, paths, ("resume",))
         saved = {**saved, key: list(paths)}
     return saved
 
