@@ -28,7 +28,6 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from dbert_core.config import DECODING, SampleConfig
-from dbert_core.settings import label
 
 TEMPERATURES = (0.0, 0.1, 0.25, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
 TOP_KS = (0, 5, 10, 30, 100)           # `k` cycles through these (0: off)
@@ -334,7 +333,7 @@ class Session:
                 resolve(s, db)
             except DbertError as e:  # e.g. `cached` on a time-conditioned model: use the default
                 s.sampler = default_sampler(db)
-                notes.append(f"{e.said(label)}; using {s.sampler}")
+                notes.append(f"{e}; using {s.sampler}")
             return s
 
         self.settings = fitted(self.settings)
