@@ -3,7 +3,7 @@
 The engine, importable as a library; it never imports Textual or the TUI. Its packages, by role
 (docs/architecture.md draws which may import which; tests/test_architecture.py holds them to it):
 
-    errors, config, strategies, display, hardware   the floor every package stands on (torch-free but hardware)
+    errors, config, settings, strategies, display, hardware   the floor (torch-free but hardware)
     disk        every on-disk name, dbert.json's schema, what counts as code, JSON read safely
     text        tokenizer, text files -> windows -> batches, detokenizing, truecasing, quote and contraction rules
     maths       the schedules (linear, spindle), the BERT denoiser, the forward process and the ELBO

@@ -8,11 +8,11 @@ Importing this module costs nothing (no torch), so `dbert --help` stays instant.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields, replace
 
-from . import strategies
+from . import settings, strategies
 from .errors import DbertError
+from .settings import MAX_LAMBDA, MAX_SEED, MAX_T  # noqa: F401  (the ranges, declared with the settings)
 
 # ---------------------------------------------------------------------------------- choices
 SCHEDULES = ("linear", "spindle")
@@ -28,30 +28,15 @@ DECAYS = ("cosine", "constant")
 DTYPES = ("auto", "fp32", "bf16")
 DECODING = ("steps", "temperature", "top_k", "top_p", "cache_refresh", "cache_masked")  # SampleConfig's fields a checkpoint may recommend (settings.default_decoding)
 PRESETS = ("tiny", "mini", "small", "base")       # their sizes: model.PRESETS
-MAX_LAMBDA = 1 / math.pi                           # spindle strength that keeps a_t monotone
-MAX_SEED = 2**32 - 1
-MAX_T = 1_000_000
 
 
-def _need(ok: bool, message: str) -> None:
+def _need(ok: bool, message: str, setting: str | None = None, value=None, refs: tuple = ()) -> None:
     if not ok:
-        raise DbertError(message)
+        raise DbertError(message, setting, value, refs)
 
 
-def _one_of(option: str, value, choices: tuple) -> None:
-    _need(value in choices, f"{option} must be one of: {', '.join(choices)} (got {value!r})")
-
-
-def _int(option: str, value, lo: int, hi: int | None = None) -> None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
-    _need(ok, f"{option} must be a whole number {'>= ' + str(lo) if hi is None else f'in [{lo}, {hi}]'} (got {value!r})")
-
-
-def _float(option: str, value, lo: float, hi: float = math.inf, lo_open: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and \
-        (value > lo if lo_open else value >= lo) and value <= hi
-    bounds = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]" if math.isfinite(hi) else f"{'>' if lo_open else '>='} {lo:g}"
-    _need(ok, f"{option} must be a finite number {'in ' if math.isfinite(hi) else ''}{bounds} (got {value!r})")
+def _one_of(setting: str, value, choices: tuple) -> None:
+    _need(value in choices, f"must be one of: {', '.join(choices)} (got {value!r})", setting, value)
 
 
 # ---------------------------------------------------------------------------------- training
@@ -118,56 +103,41 @@ class TrainConfig:
 
     def validate(self, world: int = 1) -> "TrainConfig":
         """Raise DbertError naming the first bad field; returns self unchanged."""
-        _need(bool(self.data) and all(isinstance(p, str) and p for p in self.data), "--data: give at least one file")
-        _need(isinstance(self.out, str) and bool(self.out), "--out must name a directory")
+        _need(bool(self.data) and all(isinstance(p, str) and p for p in self.data), "needs at least one file", "data")
+        _need(isinstance(self.out, str) and bool(self.out), "must name a directory", "out", self.out)
         if self.init is None:
-            _one_of("--preset", self.preset, PRESETS)
-            _need(not self.from_scratch, "--from-scratch needs --init (a preset is always a random init)")
-            _need(not self.trim_vocab, "--trim-vocab needs --init (a preset learns a vocabulary from the data anyway)")
-        if self.vocab_size is not None:
-            _int("--vocab-size", self.vocab_size, 16, 1_000_000)
-        _one_of("--unit", self.unit, UNITS)
-        _int("--seq-len", self.seq_len, 1, 100_000)
-        _need(self.unit != "story" or self.seq_len >= 2, "--unit story needs --seq-len 2 or more (a window holds "
-              f"the [SEP] that opens a story, then at least one token), got {self.seq_len}")
-        _one_of("--doc-sep", self.doc_sep, DOC_SEPS)
+            _one_of("preset", self.preset, PRESETS)
+            _need(not self.from_scratch, "needs $init (a preset is always a random init)", "from_scratch",
+                  refs=("init",))
+            _need(not self.trim_vocab, "needs $init (a preset learns a vocabulary from the data anyway)",
+                  "trim_vocab", refs=("init",))
+        _check(self, TRAIN_SETTINGS)
+        _one_of("unit", self.unit, UNITS)
+        _need(self.unit != "story" or self.seq_len >= 2, f"story needs $seq_len 2 or more (a window holds "
+              f"the [SEP] that opens a story, then at least one token), got {self.seq_len!r}", "unit", self.unit,
+              refs=("seq_len",))
+        _one_of("doc_sep", self.doc_sep, DOC_SEPS)
         if self.story_context is not None:
-            _int("--story-context", self.story_context, 1, max(1, self.seq_len - 1))
-            _need(self.unit == "story", "--story-context is for --unit story")
-        _need(not (self.unit == "story" and self.pack), "--unit story makes whole-story windows itself: drop --pack")
-        _need(not self.hide_end_padding or self.unit == "story", "--hide-end-padding is for --unit story (its windows end in padding)")
-        _float("--short-windows", self.short_windows, 0.0, 1.0)
-        _need(not self.short_windows or (self.pack and self.unit == "sentence"),
-              "--short-windows shortens sentence-start windows: it needs --unit sentence --pack")
-        _int("--batch-size", self.batch_size, 1)
-        _int("--grad-accum", self.grad_accum, 1)
-        _need(self.batch_size % (world * self.grad_accum) == 0,
-              f"--batch-size {self.batch_size} must divide by processes x --grad-accum ({world} x {self.grad_accum})")
-        _int("--max-steps", self.max_steps, 1)
-        _float("--lr", self.lr, 0.0, 10.0, lo_open=True)
-        _int("--warmup", self.warmup, 0)
-        _one_of("--decay", self.decay, DECAYS)
-        _float("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
-        _float("weight_decay", self.weight_decay, 0.0, 10.0)
-        _float("clip", self.clip, 0.0, lo_open=True)
-        _one_of("--schedule", self.schedule, SCHEDULES)
-        _float("--lambda", self.lam, 0.0, MAX_LAMBDA)
-        _int("--T", self.T, 1, MAX_T)
-        _one_of("--time", self.time, TIME_MODES)
-        _one_of("--loss", self.loss, LOSSES)
-        _float("hybrid_weight", self.hybrid_weight, 0.0, 1e6)
-        _int("val_examples", self.val_examples, 1)
-        _int("--eval-every", self.eval_every, 0)
+            settings.Setting("story_context", int, "", 1, max(1, self.seq_len - 1)).check(self.story_context)
+            _need(self.unit == "story", "is for $unit story", "story_context", self.story_context, ("unit",))
+        _need(not (self.unit == "story" and self.pack), "story makes whole-story windows itself: drop $pack",
+              "unit", self.unit, ("pack",))
+        _need(not self.hide_end_padding or self.unit == "story", "is for $unit story (its windows end in padding)",
+              "hide_end_padding", True, ("unit",))
+        _need(not self.short_windows or (self.pack and self.unit == "sentence"), "shortens sentence-start "
+              "windows: it needs $unit sentence $pack", "short_windows", self.short_windows, ("unit", "pack"))
+        _need(self.batch_size % (world * self.grad_accum) == 0, f"{self.batch_size} must divide by processes x "
+              f"$grad_accum ({world} x {self.grad_accum})", "batch_size", self.batch_size, ("grad_accum",))
+        _one_of("decay", self.decay, DECAYS)
+        _one_of("schedule", self.schedule, SCHEDULES)
+        _one_of("time", self.time, TIME_MODES)
+        _one_of("loss", self.loss, LOSSES)
         if self.eval_steps is not None:
-            _int("--eval-steps", self.eval_steps, 1, self.T)
-        _int("--save-every", self.save_every, 0)
-        _int("--log-every", self.log_every, 1)
-        _one_of("--device", self.device, DEVICES)
-        _one_of("--dtype", self.dtype, DTYPES)
-        if self.dropout is not None:
-            _float("--dropout", self.dropout, 0.0, 1.0)
-            _need(self.dropout < 1.0, f"--dropout must be below 1 (got {self.dropout})")
-        _int("--seed", self.seed, 0, MAX_SEED)
+            settings.Setting("eval_steps", int, "", 1, self.T).check(self.eval_steps)
+        _one_of("device", self.device, DEVICES)
+        _one_of("dtype", self.dtype, DTYPES)
+        _need(self.dropout is None or self.dropout < 1.0, f"must be below 1 (got {self.dropout})", "dropout",
+              self.dropout)
         return self
 
     def to_dict(self) -> dict:
@@ -201,9 +171,9 @@ class TrainConfig:
             if f.name == "eval_steps":
                 mine, theirs = self.eval_budget, given.eval_budget
             if mine != theirs:
-                flag = "--" + f.name.replace("_", "-")
-                raise DbertError(f"--resume: {flag} is {mine!r} in the checkpoint, not {theirs!r}; "
-                                 f"a resumed run may change only {', '.join('--' + n.replace('_', '-') for n in self.RESUMABLE)}")
+                others = ", ".join("$" + n for n in self.RESUMABLE)
+                raise DbertError(f"is {mine!r} in the checkpoint, not {theirs!r}; a resumed run ($resume) may "
+                                 f"change only {others}", f.name, theirs, ("resume",) + self.RESUMABLE)
         return replace(self, out=given.out, resume=True, **{n: getattr(given, n) for n in self.RESUMABLE})
 
 
@@ -272,31 +242,31 @@ class SampleConfig:
 
     def validate(self) -> "SampleConfig":
         """Checks that need no checkpoint; `sample.resolve` adds the ones that do."""
-        _int("--n", self.n, 1)
-        if self.steps is not None:
-            _int("--steps", self.steps, 1, MAX_T)
-        if self.temperature is not None:
-            _float("--temperature", self.temperature, 0.0, 1e6)  # 0: greedy (the most likely token)
-        if self.top_k is not None:
-            _int("--top-k", self.top_k, 0)
-        if self.top_p is not None:
-            _float("--top-p", self.top_p, 0.0, 1.0, lo_open=True)
-        if self.length is not None:
-            _int("--length", self.length, 1)
-        if self.min_length is not None:
-            _int("--min-length", self.min_length, 0)
+        _check(self, SAMPLE_SETTINGS)
         if self.sampler is not None:
             strategy = strategies.get(self.sampler)  # "--sampler must be one of: ..." for a name it has not
             strategy.check(strategy.resolve(self.params))
         else:
-            _need(not self.params, "--param needs --sampler (the default sampler has no parameters)")
-        _int("--batch-size", self.batch_size, 1)
-        if self.workers is not None:
-            _int("--workers", self.workers, 1, 256)
-        if self.cache_refresh is not None:
-            _int("--cache-refresh", self.cache_refresh, 0, MAX_T)
-        if self.seed is not None:
-            _int("--seed", self.seed, 0, MAX_SEED)
-        _one_of("--device", self.device, DEVICES)
-        _one_of("--dtype", self.dtype, DTYPES)
+            _need(not self.params, "needs $sampler (the default sampler has no parameters)", "params", self.params,
+                  ("sampler",))
+        _one_of("device", self.device, DEVICES)
+        _one_of("dtype", self.dtype, DTYPES)
         return self
+
+
+def _bound(cls, table: tuple) -> dict[str, settings.Setting]:
+    """The settings of `table` with their defaults: the dataclass `cls`'s own (the one place they live)."""
+    defaults = {f.name: f.default for f in fields(cls)}
+    return {s.name: replace(s, default=defaults[s.name]) for s in table}
+
+
+def _check(cfg, table: dict) -> None:
+    """Each numeric setting of `cfg` that is given (not None) within its declared range."""
+    for s in table.values():
+        value = getattr(cfg, s.name)
+        if value is not None and s.kind in (int, float):
+            s.check(value)
+
+
+SAMPLE_SETTINGS = _bound(SampleConfig, settings.SAMPLE)  # the schema: settings.py, with the defaults above
+TRAIN_SETTINGS = _bound(TrainConfig, settings.TRAIN)

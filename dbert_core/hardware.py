@@ -79,9 +79,9 @@ def pick_device(name: str) -> torch.device:
             return torch.device("mps")
         return torch.device("cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise DbertError("CUDA was requested (--gpu / --device cuda) but no CUDA GPU is available")
+        raise DbertError("cuda was asked for but no CUDA GPU is available", "device", "cuda")
     if name == "mps" and not _mps():
-        raise DbertError("--device mps was requested but Apple's MPS backend is not available")
+        raise DbertError("mps was asked for but Apple's MPS backend is not available", "device", "mps")
     if name not in ("cpu", "cuda", "mps"):
         raise DbertError(f"unknown device {name!r}; choose auto, cpu, cuda or mps")
     return torch.device(name)
@@ -104,15 +104,17 @@ def free_memory(device) -> int | None:
         return None
 
 
-def check_memory(needed: float, device, what: str, lower: str) -> None:
+def check_memory(needed: float, device, what: str, lower: str, setting: str | None = None,
+                 refs: tuple[str, ...] = ()) -> None:
     """Refuse, before allocating, work whose tensors alone need more memory than `device` has
     free: one DbertError saying how much and what to lower (an estimate from the shapes, a floor:
     the allocator's own overhead comes on top). On Linux a CPU allocation past free memory is
-    not refused by malloc but ends in the kernel's OOM killer, with no message at all."""
+    not refused by malloc but ends in the kernel's OOM killer, with no message at all. `what`
+    and `lower` name settings as DbertError does: `setting` leads, others are `$name` in `refs`."""
     free = free_memory(device)
     if free is not None and needed > free:
         raise DbertError(f"{what} needs about {_gib(needed)} of memory, but only {_gib(free)} is free "
-                         f"on {torch.device(device).type}; lower {lower}")
+                         f"on {torch.device(device).type}; lower {lower}", setting, refs=tuple(refs) + (setting,) * bool(setting))
 
 
 def _gib(n: float) -> str:

@@ -41,8 +41,8 @@ from .errors import DbertError
 class ParamError(DbertError):
     """A strategy parameter that is unknown, of the wrong type or out of its range; `param` names it."""
 
-    def __init__(self, message: str, param: str):
-        super().__init__(message)
+    def __init__(self, message: str, param: str, setting: str | None = None):
+        super().__init__(message, setting)
         self.param = param
 
 
@@ -69,7 +69,7 @@ class Param:
             return int(text) if self.type is int else float(text)
         except ValueError:
             what = "a whole number" if self.type is int else "a number"
-            raise ParamError(f"--param {self.name} takes {what}, got {text!r}", self.name) from None
+            raise ParamError(f"{self.name} takes {what}, got {text!r}", self.name, "params") from None
 
     def check(self, value, where: str) -> None:
         """A ParamError (`where`: how the message names this parameter) unless value is one of its values."""
@@ -191,7 +191,7 @@ def _remdm_rules(params: dict, steps: int | None) -> None:
     if not params["t_off"] < params["t_on"]:
         raise DbertError(f"remdm's loop needs t_off < t_on (got t_on={params['t_on']:g}, t_off={params['t_off']:g})")
     if steps is not None and steps < 2:
-        raise DbertError("remdm's loop schedule needs --steps >= 2 (one step to reveal, one to finish)")
+        raise DbertError("must be >= 2 for remdm's loop schedule (one step to reveal, one to finish)", "steps", steps)
 
 
 _ORDERED, _ADAPTIVE = _SAMPLING + "ordered:ordered", _SAMPLING + "ordered:adaptive"
@@ -289,7 +289,7 @@ def get(name: str) -> Strategy:
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):
-        raise DbertError(f"--sampler must be one of: {', '.join(names())} (got {name!r})") from None
+        raise DbertError(f"must be one of: {', '.join(names())} (got {name!r})", "sampler", name) from None
 
 
 def default_for(db) -> Strategy:
@@ -306,7 +306,7 @@ def parse_params(name: str, items: list[str] | None) -> dict:
         key, sep, value = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key:
-            raise DbertError(f"--param takes NAME=VALUE, got {item!r}")
+            raise DbertError(f"takes NAME=VALUE, got {item!r}", "params", item)
         if key not in known:
             has = ", ".join(known) if known else "none"
             raise ParamError(f"the {name} sampler has no parameter {key!r} (its parameters: {has})", key)

@@ -313,6 +313,8 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
             print(f"{prog_name}: error: {safe_text(message, 2000)}", file=sys.stderr)
             sys.exit(2)
 
+        from dbert_core.settings import flag  # dbert-tui's own flags name its settings, as dbert does
+
         if device not in DEVICES:
             fail(f"--device must be one of {', '.join(DEVICES)} (got {device!r})")
         if checkpoint:
@@ -321,7 +323,7 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
             try:
                 resolve(checkpoint)
             except DbertError as e:
-                fail(str(e))
+                fail(e.said(flag))
             except OSError as e:  # a name too long for the file system, a folder it may not read
                 fail(f"--checkpoint {checkpoint[:60]}: {e.strerror or e}")
         loaded = None
@@ -331,17 +333,17 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
             try:
                 loaded = load_replay(replay)
             except DbertError as e:
-                fail(str(e))
+                fail(e.said(flag))
         settings = Settings(steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
                             seed=seed, device=device, pace_ms=max(0, pace_ms), prompt=prompt)
         try:
             settings.validate()
         except DbertError as e:
-            fail(str(e))
+            fail(e.said(flag))
         try:
             code = run(checkpoint, settings) if loaded is None else run(checkpoint, settings, replay=loaded)
         except DbertError as e:  # no terminal
-            fail(str(e))
+            fail(e.said(flag))
         sys.exit(code)
 
     typer.main.get_command(command)(args=sys.argv[1:] if argv is None else list(argv), prog_name=prog_name)

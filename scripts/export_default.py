@@ -40,7 +40,9 @@ def main() -> int:
     try:
         return export(args)
     except DbertError as e:  # a bad value, a missing checkpoint or card: one line
-        print(f"export_default: error: {e}", file=sys.stderr)
+        from dbert_core.settings import flag  # a setting named by the script's option, as dbert does
+
+        print(f"export_default: error: {e.said(flag)}", file=sys.stderr)
         return 2
 
 

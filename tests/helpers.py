@@ -418,3 +418,10 @@ def post_json(url: str, body: dict, timeout: float = 120) -> tuple[int, dict]:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
+
+
+def cli_words(error) -> str:
+    """A DbertError as `dbert` says it: each setting it is about named by its flag (settings.flag)."""
+    from dbert_core.settings import flag
+
+    return error.said(flag)

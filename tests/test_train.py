@@ -12,7 +12,7 @@ from dbert_core.storage import checkpoint
 from dbert_core.errors import DbertError
 from dbert_core.sampling.sample import frames
 from dbert_core.training.train import Callback, Trainer, lr_at
-from helpers import tiny_config
+from helpers import cli_words, tiny_config
 
 
 class Record(Callback):
@@ -189,8 +189,9 @@ def test_short_windows_train_on_shorter_windows_and_validate_on_full_ones(tmp_pa
     val = document_windows(document_sentences(read_documents([str(TINYSTORIES_VALID)])), tok, 24)
     assert all(e in val for e in tr.val_examples)  # validation windows are full ones
     for bad in (dict(short_windows=0.3, pack=False), dict(short_windows=1.5, pack=True)):
-        with pytest.raises(DbertError, match="--short-windows"):
+        with pytest.raises(DbertError) as e:
             tiny_config(tmp_path / "bad", val_data=[str(TINYSTORIES_VALID)], **bad).validate()
+        assert "--short-windows" in cli_words(e.value)
 
 
 def test_options_of_the_shipped_recipes(tmp_path):

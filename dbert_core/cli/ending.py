@@ -86,7 +86,9 @@ def exit_code(error: BaseException) -> int:
     if isinstance(error, ReaderGone):  # the reader stopped early (| head): nothing to say
         return 141
     if isinstance(error, DbertError):
-        say(f"dbert: error: {error}")
+        from ..settings import flag
+
+        say(f"dbert: error: {error.said(flag)}")  # a setting named by its flag: --top-p
         return 2
     if isinstance(error, OSError):
         if error.errno == errno.EPIPE:  # the reader stopped early (| head): nothing to say

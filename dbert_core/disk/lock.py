@@ -100,7 +100,7 @@ class OutLock:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise Busy(f"{out} is being written by another dbert run ({holder or 'another process'}); "
-                       "wait for it or choose another --out", holder or "another process") from None
+                       "wait for it or choose another output", holder or "another process") from None
         if not self._named(f):
             return False
         try:

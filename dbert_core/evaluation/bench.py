@@ -386,8 +386,8 @@ MAX_THREADS = 1024  # --threads at most: torch.set_num_threads(100000) kills the
 def check_threads(threads: int | None) -> None:
     """--threads within [1, MAX_THREADS], before torch is asked for them."""
     if threads is not None and not 1 <= threads <= MAX_THREADS:
-        raise DbertError(f"--threads must be in [1, {MAX_THREADS}] (this machine has {os.cpu_count() or 1} cores), "
-                         f"got {threads}")
+        raise DbertError(f"must be in [1, {MAX_THREADS}] (this machine has {os.cpu_count() or 1} cores), "
+                         f"got {threads}", "threads", threads)
 
 
 def check_batches(db, batches, length: int) -> None:
@@ -397,8 +397,8 @@ def check_batches(db, batches, length: int) -> None:
     from ..sampling.preflight import row_bytes
 
     largest = max(batches)
-    check_memory(largest * row_bytes(db, length), db.device, f"bench --batch {largest:,} at --length {length}",
-                 "--batch (or --length)")
+    check_memory(largest * row_bytes(db, length), db.device, f"bench $batch {largest:,} at $length {length}",
+                 "$batch (or $length)", refs=("batch", "length"))
 
 
 def run(db, out, load_seconds: float, samplers, steps_list, batches, length: int = 64, quick: bool = False,

@@ -33,7 +33,7 @@ def judge_dir(name: str) -> Path:
     if path.is_dir():
         return path
     if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise DbertError(f"--judge: no such directory: {name}")
+        raise DbertError(f"names no such directory: {name}", "judge", name)
     from huggingface_hub import snapshot_download
 
     from ..storage.net import configure_hub
@@ -42,7 +42,7 @@ def judge_dir(name: str) -> Path:
     try:
         return Path(snapshot_download(name, allow_patterns=HUB_FILES))
     except Exception as e:  # noqa: BLE001 - offline, no such repo, network errors: one line for the user
-        raise DbertError(f"--judge {name}: " + (str(e).splitlines()[0][:160] or type(e).__name__)) from None
+        raise DbertError(f"{name}: " + (str(e).splitlines()[0][:160] or type(e).__name__), "judge", name) from None
 
 
 ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "electra", "albert", "deberta", "deberta-v2",
@@ -58,20 +58,20 @@ def check_judge(name: str) -> Path:
     from ..disk.layout import refuse_code
 
     if not name or not name.strip():
-        raise DbertError("--judge must name a causal LM (a folder or a hub id such as gpt2-large)")
+        raise DbertError("must name a causal LM (a folder or a hub id such as gpt2-large)", "judge", name)
     path = judge_dir(name)
     refuse_code(path)
     if not list(path.glob("*.safetensors")):
-        raise DbertError(f"--judge {name}: no .safetensors weights in {path} (pickled weights are never read)")
+        raise DbertError(f"{name}: no .safetensors weights in {path} (pickled weights are never read)", "judge", name)
     config = read_json(path / layout.CONFIG) if (path / layout.CONFIG).is_file() else None
     if not isinstance(config, dict):
-        raise DbertError(f"--judge {name}: no readable {layout.CONFIG} in {path}")
+        raise DbertError(f"{name}: no readable {layout.CONFIG} in {path}", "judge", name)
     archs = [a for a in config.get("architectures") or [] if isinstance(a, str)]
     kind = str(config.get("model_type", ""))
     causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs) if archs else kind not in ENCODERS
     if not causal or (kind in ENCODERS and config.get("is_decoder") is not True):
         what = ", ".join(archs) or kind or "unknown"
-        raise DbertError(f"--judge {name} is not a causal language model ({what}); gen-PPL needs one that "
+        raise DbertError(f"{name} is not a causal language model ({what}); gen-PPL needs one that "
                          "reads left to right, such as gpt2-large")
     return path
 
@@ -90,7 +90,7 @@ class Judge:
         except DbertError:
             raise
         except Exception as e:  # noqa: BLE001 - a broken or foreign folder: one line, not a traceback
-            raise DbertError(f"--judge {name}: cannot load a causal LM from {path}: "
+            raise DbertError(f"{name}: cannot load a causal LM from {path}: "
                              f"{str(e).splitlines()[0][:200] if str(e) else type(e).__name__}") from None
         self.name = name
         self.device = torch.device(device)
@@ -144,7 +144,7 @@ class Judge:
         nats, counts, ids = self.nll(texts, batch_size)
         total = sum(counts)
         if total == 0:
-            raise DbertError("--judge: the texts have no tokens to score")
+            raise DbertError("the texts have no tokens to score")
         rate = sum(nats) / total
         n = len(texts)  # the ratio estimator's standard error (texts are the independent units)
         se = math.sqrt(n / max(n - 1, 1) * sum((a - rate * c) ** 2 for a, c in zip(nats, counts))) / total

@@ -239,9 +239,9 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     ("example_nats", "example_tokens"), for paired comparisons of models on the same data.
     progress: called with (examples scored, examples) after each batch."""
     if not 1 <= steps <= db.schedule.T:
-        raise DbertError(f"--steps must be between 1 and T={db.schedule.T}, got {steps}")
+        raise DbertError(f"must be between 1 and T={db.schedule.T}, got {steps}", "steps", steps)
     if mc < 1:
-        raise DbertError("--mc-samples must be >= 1")
+        raise DbertError("must be >= 1", "mc_samples")
     max_len = db.model.max_length
     kept: Any = []  # the examples scored: lists of ids, or StoryWindows (--unit story)
     kept_words, skipped, documents = [], 0, None

@@ -163,7 +163,7 @@ def story_canvas(db, prompt_ids: torch.Tensor | None, length: int) -> torch.Tens
     tokens (if any) and masks. A prompt longer than `length` is one DbertError (never cut)."""
     tok = db.tokenizer
     if prompt_ids is not None and len(prompt_ids) > length:
-        raise DbertError(f"the prompt is {len(prompt_ids)} tokens, longer than --length {length}")
+        raise DbertError(f"the prompt is {len(prompt_ids)} tokens, longer than $length {length}", refs=("length",))
     body = torch.full((length,), tok.mask_token_id, dtype=torch.long)
     if prompt_ids is not None:
         body[:len(prompt_ids)] = prompt_ids

@@ -216,7 +216,7 @@ def infill(db, cfg, per_length: int = PER_LENGTH, score_steps: int = SCORE_STEPS
     if not has_range(cfg.prompt):
         raise DbertError("infill needs a [MASK*A-B] span in the prompt")
     if per_length < 1:
-        raise DbertError("--candidates must be >= 1")
+        raise DbertError("must be >= 1", "candidates", per_length)
     start = time.perf_counter()
     seed = cfg.seed if cfg.seed is not None else torch.seed() % 2**63
     gen = torch.Generator().manual_seed(seed)

@@ -44,23 +44,24 @@ def check_sample(db, cfg, prompts: list, candidates: int) -> None:
         try:
             if has_range(p):
                 if not 1 <= candidates <= MAX_CANDIDATES:
-                    raise DbertError(f"--candidates must be in [1, {MAX_CANDIDATES:,}], got {candidates:,}")
+                    raise DbertError(f"must be in [1, {MAX_CANDIDATES:,}], got {candidates:,}", "candidates", candidates)
                 found = checked_variants(db, p)
                 drawn = len(found) * candidates
                 if run.n > drawn:
                     need = -(-run.n // len(found))
-                    raise DbertError(f"--n {run.n} asks for more texts than this infill draws: {len(found)} "
-                                     f"length(s) x --candidates {candidates} = {drawn}; give --candidates {need} "
-                                     f"or more, or --n {drawn} or less")
+                    raise DbertError(f"{run.n} asks for more texts than this infill draws: {len(found)} length(s) x "
+                                     f"$candidates {candidates} = {drawn}; give $candidates {need} or more, or $n "
+                                     f"{drawn} or less", "n", run.n, ("candidates", "n"))
                 longest = max(L for _, _, L in found)
                 check_memory(candidates * row_bytes(db, longest), db.device,
-                             f"--candidates {candidates:,} (one batch of {longest} tokens each)", "--candidates")
+                             f"{candidates:,} (one batch of {longest} tokens each)", "$candidates", "candidates")
                 infill_rows = max(infill_rows, candidates)
             else:  # a story model's prompt fits --length too: never cut
                 parse_prompt(db, p, run.length)
         except DbertError as e:
-            raise DbertError(f"{e}{where}") from None
+            raise DbertError(e.message + where, e.setting, e.value, e.refs) from None
     rows = min(run.n, run.batch_size)
     length = min(run.length, window(db)) if is_story_model(db) else run.length
     check_memory(rows * row_bytes(db, length), db.device,
-                 f"a batch of {rows:,} samples of {length} tokens", "--batch-size (or --length)")
+                 f"a batch of {rows:,} samples of {length} tokens", "$batch_size (or $length)",
+                 refs=("batch_size", "length"))

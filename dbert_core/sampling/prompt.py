@@ -92,7 +92,7 @@ def parse_prompt(db, template: str, length: int) -> torch.Tensor:
     bad = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id}
     ids = [tok.unk_token_id if i in bad else i for i in ids]
     if len(ids) > length:
-        raise DbertError(f"the prompt is {len(ids)} tokens, longer than --length {length}")
+        raise DbertError(f"the prompt is {len(ids)} tokens, longer than $length {length}", refs=("length",))
     return torch.tensor(ids + [tok.mask_token_id] * (length - len(ids)), dtype=torch.long)
 
 

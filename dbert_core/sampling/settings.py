@@ -17,21 +17,23 @@ from ..hardware import compute_dtype
 from .blocks import context, is_story_model, window
 from .parallel import auto_workers
 
-MAX_STORY = 8192  # tokens a story model may be asked for (--length), in windows one after another
+MAX_STORY = 8192  # tokens a story model may be asked for (SampleConfig.length), in windows one after another
 
 
 def validate(db, steps: int, length: int, sampler: str, params: dict | None = None, min_length: int = 0) -> None:
     """The checks that need the checkpoint (SampleConfig.validate makes the others)."""
     T = db.schedule.T
     if not 1 <= steps <= T:
-        raise DbertError(f"--steps must be between 1 and T={T}, got {steps}")
+        raise DbertError(f"must be between 1 and T={T}, got {steps}", "steps", steps)
     longest = MAX_STORY if is_story_model(db) else db.model.max_length  # a story continues block by block
     if not 1 <= length <= longest:
-        raise DbertError(f"--length must be between 1 and {longest} for this model, got {length}")
+        raise DbertError(f"must be between 1 and {longest} for this model, got {length}", "length", length)
     if min_length and not is_story_model(db):
-        raise DbertError("--min-length needs a story checkpoint (trained with --unit story); this one has no story end")
+        raise DbertError("needs a story checkpoint (one trained on whole stories); this one has no story end",
+                         "min_length", min_length)
     if min_length > length:
-        raise DbertError(f"--min-length ({min_length}) is more than --length ({length}): no story could end")
+        raise DbertError(f"({min_length}) is more than $length ({length}): no story could end", "min_length",
+                         min_length, ("length",))
     strategy = strategies.get(sampler)
     reason = strategy.supports(db)
     if reason is not None:

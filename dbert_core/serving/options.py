@@ -47,16 +47,16 @@ def check_options(*, api_key: str | None, port: int, timeout: float, grace: floa
         raise DbertError("DBERT_API_KEY is set but empty: set it to a key, or unset it to serve without one")
     if api_key is not None:
         if not api_key.strip():
-            raise DbertError("--api-key is empty: give a key, or leave the option out to serve without one")
+            raise DbertError("is empty: give a key, or leave the option out to serve without one", "api_key", api_key)
         if api_key != api_key.strip() or not all(" " <= c <= "~" for c in api_key):
-            raise DbertError("--api-key must be printable ASCII without spaces at its ends (it travels in an "
-                             "HTTP header: Authorization: Bearer KEY)")
+            raise DbertError("must be printable ASCII without spaces at its ends (it travels in an HTTP header: "
+                             "Authorization: Bearer KEY)", "api_key")
     for name, value in at_least_one.items():
         if value < 1:
-            raise DbertError(f"--{name.replace('_', '-')} must be >= 1")
+            raise DbertError("must be >= 1", name, value)
     if not 0 < port < 65536:
-        raise DbertError(f"--port must be in [1, 65535], got {port}")
+        raise DbertError(f"must be in [1, 65535], got {port}", "port", port)
     if not (math.isfinite(timeout) and timeout > 0):
-        raise DbertError(f"--timeout must be a number of seconds > 0, got {timeout}")
+        raise DbertError(f"must be a number of seconds > 0, got {timeout}", "timeout", timeout)
     if not (math.isfinite(grace) and grace >= 0):
-        raise DbertError(f"--grace must be a number of seconds >= 0, got {grace}")
+        raise DbertError(f"must be a number of seconds >= 0, got {grace}", "grace", grace)

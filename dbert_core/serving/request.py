@@ -17,6 +17,7 @@ from starlette.requests import ClientDisconnect, Request
 from .. import strategies
 from ..config import MAX_SEED, SampleConfig
 from ..errors import DbertError
+from ..settings import DBERT_FIELDS, field
 from ..sampling.blocks import is_story_model, window
 from ..sampling.infill import has_range
 from ..sampling.prompt import _MASK_RUN, expand_template, slots as _slots
@@ -25,12 +26,6 @@ from .api_error import ApiError
 from .options import Limits
 
 MASK = "[MASK]"
-DBERT_FIELDS = ("steps", "top_k", "sampler", "params", "block_repeats", "end_at_sentence", "start_as_trained",
-                "template", "stream_steps", "lowercase")
-# SampleConfig's messages name CLI options; a request names JSON fields
-_FIELD_OF_FLAG = {"--steps": "dbert.steps", "--top-k": "dbert.top_k", "--sampler": "dbert.sampler",
-                  "--temperature": "temperature", "--top-p": "top_p", "--n": "n", "--seed": "seed",
-                  "--length": "max_tokens", "--min-length": "min_tokens"}
 
 
 @dataclass
@@ -176,11 +171,8 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
                            block_repeats=block_repeats, end_at_sentence=end_at_sentence, start_as_trained=start_as_trained, dtype=dtype)
         try:
             cfg = resolve(cfg, db)
-        except DbertError as e:
-            message = str(e)
-            for flag, name in _FIELD_OF_FLAG.items():
-                message = message.replace(flag + " ", name + " ")
-            raise ApiError(400, message) from None
+        except DbertError as e:  # its setting named as the request names it (settings.py: length is max_tokens)
+            raise ApiError(400, e.said(field), param=field(e.setting) if e.setting else None) from None
         out.append(Prepared(cfg, h, s, whole))
     return Plan(out, n, stream, stream_steps, include_usage, cased=not lowercase)
 

@@ -66,7 +66,7 @@ def fetch(source: str, revision: str | None = None, name: str | None = None, pro
     if _is_url(source):
         check_url(source)
         if revision is not None:
-            raise DbertError("--revision applies to hub repos, not to URLs")
+            raise DbertError("applies to hub repos, not to URLs", "revision", revision)
     store.tidy()
     target = store.target(name or default_name(source))
     tmp = temp_folders.temp_dir(target, "fetch")

@@ -244,24 +244,25 @@ def local_dir(init: str) -> Path:
             if not list(got.glob("*.safetensors")):  # an older repo: pickled weights, read with weights_only
                 got = Path(snapshot_download(init, allow_patterns=HUB_FILES + ["pytorch_model.bin"]))
     except Exception as e:  # noqa: BLE001 - offline, no such repo, network errors: one line for the user
-        raise DbertError(_hub_failure(init, e)) from None
+        raise DbertError(_hub_failure(init, e), "init", init, ("init",)) from None
     return got
 
 
 def _hub_failure(init: str, error: Exception) -> str:
-    """What a failed hub download means, in one line: unreachable, or no such model."""
+    """What a failed hub download means, in one line after the setting's name (init): unreachable,
+    or no such model."""
     text = str(error).splitlines()[0][:160] if str(error).strip() else type(error).__name__
     names = " ".join(type(c).__name__ for c in (error, error.__cause__, error.__context__) if c is not None)
     unreachable = any(w in names + text for w in ("ConnectError", "ConnectionError", "ConnectTimeout", "Timeout",
                                                    "Name or service not known", "LocalEntryNotFound",
                                                    "OfflineModeIsEnabled", "offline", "Network is unreachable"))
     if unreachable:
-        return (f"the Hugging Face Hub is not reachable, so --init {init} (a hub id) cannot be downloaded; "
-                f"download it where there is a network (e.g. `hf download {init} --local-dir ./{init.split('/')[-1]}`) "
-                f"and pass the folder: --init ./{init.split('/')[-1]}")
+        return (f"{init} (a hub id) cannot be downloaded: the Hugging Face Hub is not reachable; download it "
+                f"where there is a network (e.g. `hf download {init} --local-dir ./{init.split('/')[-1]}`) and "
+                f"name the folder: $init ./{init.split('/')[-1]}")
     if any(w in names + text for w in ("RepositoryNotFound", "404")):
-        return f"--init {init}: no such model on the Hugging Face Hub (a local folder needs ./ or a path)"
-    return f"--init {init}: the download failed ({text})"
+        return f"{init}: no such model on the Hugging Face Hub (a local folder needs ./ or a path)"
+    return f"{init}: the download failed ({text})"
 
 
 def build_bert(preset: str | None = None, init: str | None = None, vocab_size: int | None = None,
@@ -279,7 +280,7 @@ def build_bert(preset: str | None = None, init: str | None = None, vocab_size: i
             return load(path, dtype=dtype or torch.float32, require_head=False)
         except DbertError as e:
             what = "BERT config" if from_scratch else "BERT"
-            raise DbertError(f"cannot load a {what} from --init {init}: {e}") from None
+            raise e.under(f"{init}: cannot load a {what}: ", "init", init) from None
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
     sizes: dict[str, Any] = dict(PRESETS[preset])
@@ -320,7 +321,8 @@ def upgrade_optimizer_state(state: dict, model) -> dict:
     old = _transformers_order(model.config.num_hidden_layers) + time
     old = [n for n in old if _is_matrix(n)] + [n for n in old if not _is_matrix(n)]
     if sizes != [sum(map(_is_matrix, old)), len(old) - sum(map(_is_matrix, old))]:
-        raise DbertError("the saved optimizer state does not fit this model; start a new run with --init instead")
+        raise DbertError("the saved optimizer state does not fit this model; start a new run from it ($init) "
+                         "instead", refs=("init",))
     index = {n: i for i, n in enumerate(old)}
     moments = {}
     for i, name in enumerate(groups[0] + groups[1]):

@@ -80,15 +80,15 @@ def out_path(out: str) -> Path:
     """Where `dbert train --out X` writes: a store entry for a bare name (even when a folder of
     that name exists here: write ./X for that), else the path."""
     if not out.strip():
-        raise DbertError("--out must name a checkpoint (a store name or a directory)")
+        raise DbertError("must name a checkpoint (a store name or a directory)", "out", out)
     if out in SHIPPED or out in SHIPPED.values():
-        raise DbertError(f"--out {out!r} is the name of a shipped checkpoint; choose another name")
+        raise DbertError(f"{out!r} is the name of a shipped checkpoint; choose another name", "out", out)
     path = store_dir() / out if is_name(out) else Path(out)
     if "/" not in out and os.sep not in out and not is_name(out):
-        raise DbertError(f"--out {out!r} is not a usable store name (at most {MAX_NAME} characters, not hidden, "
-                         "no control characters); give ./NAME for a folder here")
+        raise DbertError(f"{out!r} is not a usable store name (at most {MAX_NAME} characters, not hidden, "
+                         "no control characters); give ./NAME for a folder here", "out", out)
     if path.exists() and not path.is_dir():
-        raise DbertError(f"--out {path} is a file, not a checkpoint folder")
+        raise DbertError(f"{path} is a file, not a checkpoint folder", "out", out)
     return path
 
 
@@ -101,8 +101,8 @@ def resolve(name_or_path: str | None) -> Path:
     if name_or_path is None or name_or_path == DEFAULT_NAME:
         path = default_checkpoint()
         if path is None:
-            raise DbertError("no default checkpoint is installed; pass --checkpoint NAME_OR_DIR "
-                             "(see `dbert checkpoints list`)")
+            raise DbertError("no default checkpoint is installed; name one ($checkpoint NAME_OR_DIR; see `dbert "
+                             "checkpoints list`)", refs=("checkpoint",))
         return path
     p = Path(name_or_path).expanduser()
     if is_name(name_or_path):
@@ -294,11 +294,11 @@ def target(name: str) -> Path:
     path = store_dir() / name
     refuse_held(path, "import into")
     if temp_folders.exists(path):
-        raise DbertError(f"a checkpoint named {name!r} already exists in the store; choose another --name "
-                         "or remove it first")
+        raise DbertError(f"a checkpoint named {name!r} already exists in the store; choose another "
+                         "$name or remove it first", refs=("name",))
     if os.path.lexists(path):  # a dangling link or a stray file of that name
         raise DbertError(f"{path} is in the way (a link or a file, not a checkpoint); remove it or choose another "
-                         "--name")
+                         "$name", refs=("name",))
     return path
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..config import DOC_SEPS
 from ..disk.tree import folder_files
 from ..errors import DbertError
 
@@ -95,7 +96,6 @@ def read_lines(patterns: list[str]) -> list[str]:
 
 
 EOT = "<|endoftext|>"                       # TinyStories' own story separator, a line of its own
-DOC_SEPS = ("auto", "blank", "eot", "line", "jsonl")
 
 
 def document_format(path: str, lines: list[str] | None = None) -> str:
@@ -139,7 +139,7 @@ def read_documents(patterns: list[str], sep: str = "auto") -> list[list[str]]:
     line), "jsonl" (one {"text": ...} per line, its text's lines the paragraphs), or "auto": each
     file's own format (document_format). A file's end ends a document too."""
     if sep not in DOC_SEPS:
-        raise DbertError(f"--doc-sep must be one of: {', '.join(DOC_SEPS)} (got {sep!r})")
+        raise DbertError(f"must be one of: {', '.join(DOC_SEPS)} (got {sep!r})", "doc_sep", sep)
     docs: list[list[str]] = []
     for path in expand_paths(patterns):
         lines = _file_lines(path)

@@ -17,7 +17,8 @@ import os
 from collections.abc import Iterator
 
 from ..errors import DbertError
-from .data import DOC_SEPS, EOT, expand_paths, jsonl_paragraphs
+from ..config import DOC_SEPS
+from .data import EOT, expand_paths, jsonl_paragraphs
 
 COMPRESSED = (".gz", ".zst")
 
@@ -138,7 +139,7 @@ def iter_documents(patterns: list[str], sep: str = "auto") -> Iterator[list[str]
     """The documents of the files, each a list of its paragraphs, one at a time: the documents of
     data.read_documents, in its order, by its rules."""
     if sep not in DOC_SEPS:
-        raise DbertError(f"--doc-sep must be one of: {', '.join(DOC_SEPS)} (got {sep!r})")
+        raise DbertError(f"must be one of: {', '.join(DOC_SEPS)} (got {sep!r})", "doc_sep", sep)
     for path in expand_paths(patterns):
         fmt = file_format(path) if sep == "auto" or path.endswith(".parquet") else sep
         if fmt == "parquet":  # a document a row, whatever --doc-sep says: rows are its documents

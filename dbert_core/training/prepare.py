@@ -69,13 +69,12 @@ def moved_data(saved: dict, meta: dict, given: dict, out) -> dict:
         paths, recorded = given.get(key), meta.get(f"{key}_files")
         if not paths or paths == saved.get(key):
             continue
-        flag = "--" + key.replace("_", "-")
         if recorded is None:
-            raise DbertError(f"--resume: {flag} differs from the run's and {out} predates the record of its files' "
-                             "contents; give the original paths")
+            raise DbertError(f"differs from the run's and {out} predates the record of its files' contents; give "
+                             "the original paths to continue it ($resume)", key, paths, ("resume",))
         if [(f["size"], f["sha256"]) for f in fingerprints(paths)] != [(f["size"], f["sha256"]) for f in recorded]:
-            raise DbertError(f"--resume: the files of {flag} are not the run's ({len(recorded)} files; sizes or "
-                             "SHA-256 differ): a resumed run trains on the same data")
+            raise DbertError(f"names files that are not the run's ({len(recorded)} files; sizes or SHA-256 differ): "
+                             "a resumed run ($resume) trains on the same data", key, paths, ("resume",))
         saved = {**saved, key: list(paths)}
     return saved
 
@@ -85,7 +84,7 @@ def _saved_config(out, given: dict) -> dict | None:
     given --data / --val-data when they name the same files moved (moved_data)."""
     src = ckpt.readable(Path(out))
     if not (src / layout.STATE / layout.STATE_JSON).is_file():
-        raise DbertError(f"--resume: no trainer state in {out} (nothing to resume)")
+        raise DbertError(f"$resume: no trainer state in {out} (nothing to resume)", refs=("resume",))
     meta = ckpt.read_meta(src)
     saved = meta.get("train_config")
     return None if saved is None else moved_data(saved, meta, given, out)
@@ -97,7 +96,8 @@ def resume_config(out, **changes) -> TrainConfig:
     saved = _saved_config(out, changes)
     if saved is None:  # written before dbert kept its settings: the caller's, checked against the model
         if not changes.get("data"):
-            raise DbertError(f"--resume: {out} predates saved training settings; give them again (--data, ...)")
+            raise DbertError(f"$resume: {out} predates saved training settings; give them again ($data, ...)",
+                             refs=("resume", "data"))
         return TrainConfig(out=str(out), resume=True, **changes)
     return TrainConfig.resume_from(saved, str(out), **changes)
 
@@ -111,15 +111,13 @@ def resumed(cfg: TrainConfig) -> TrainConfig:
 
 def check_model(db, c: TrainConfig) -> None:
     """A resumed checkpoint must agree with the config the loss and data will use."""
-    found = {"--schedule": db.schedule.name, "--T": db.schedule.T, "--time": db.model.time,
-             "--seq-len": db.meta.get("seq_len", c.seq_len), "--pack": db.meta.get("pack", c.pack),
-             "--unit": db.meta.get("unit", c.unit),
-             "--hide-end-padding": db.model.hide_end_padding}
-    wanted = {"--schedule": c.schedule, "--T": c.T, "--time": c.time, "--seq-len": c.seq_len, "--pack": c.pack,
-              "--unit": c.unit, "--hide-end-padding": c.hide_end_padding}
-    for flag, value in found.items():
-        if value != wanted[flag]:
-            raise DbertError(f"--resume: the checkpoint was trained with {flag} {value}, not {wanted[flag]}")
+    found = {"schedule": db.schedule.name, "T": db.schedule.T, "time": db.model.time,
+             "seq_len": db.meta.get("seq_len", c.seq_len), "pack": db.meta.get("pack", c.pack),
+             "unit": db.meta.get("unit", c.unit), "hide_end_padding": db.model.hide_end_padding}
+    for name, value in found.items():
+        if value != getattr(c, name):
+            raise DbertError(f"{getattr(c, name)} does not continue the checkpoint ($resume), trained with {value}",
+                             name, getattr(c, name), ("resume",))
 
 
 # ---------------------------------------------------------------------------------- processes
@@ -300,9 +298,10 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
     if c.resume:
         state = ckpt.load_trainer_state(out)
         if state is None:
-            raise DbertError(f"--resume: no trainer state in {out} (nothing to resume)")
+            raise DbertError(f"$resume: no trainer state in {out} (nothing to resume)", refs=("resume",))
     elif out.exists() and any(out.iterdir()):
-        raise DbertError(f"{out} already holds files; pass --resume to continue it or choose another --out")
+        raise DbertError(f"{out} already holds files; continue it with $resume, or choose another $out",
+                         refs=("resume", "out"))
 
     documents, sampling, entry, tables = None, None, None, None
     db, init, trimmed, keep = None, named(c.init), None, None  # a store name: its folder
@@ -347,9 +346,10 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         if c.pack:
             train, val = pack(train, c.seq_len, special.sep), pack(val, c.seq_len, special.sep)
     if len(train) < c.batch_size:
-        raise DbertError(f"only {len(train)} training examples, fewer than --batch-size {c.batch_size}")
+        raise DbertError(f"{c.batch_size} is more than the {len(train)} training examples", "batch_size",
+                         c.batch_size)
     if not val:
-        raise DbertError("the validation slice is empty; give more data or --val-data")
+        raise DbertError("the validation slice is empty; give more data or $val_data", refs=("val_data",))
     if db is None:
         db = _build(c, init, trimmed, tokenizer, special, train)
         if c.by_story:  # what its sampler should hold to: the shortest story, the openings (story_defaults)
@@ -389,10 +389,11 @@ def check_positions(c: TrainConfig, positions: int) -> None:
     """--seq-len content tokens must fit the model's positions beside the ones it reserves:
     [CLS] at the start and [SEP] at the end of every example, and with --time prefix one more
     for the time token. One line that names them and the largest --seq-len that fits."""
-    reserved = ["[CLS]", "[SEP]"] + (["the --time prefix token"] if c.time == "prefix" else [])
+    reserved = ["[CLS]", "[SEP]"] + (["the time prefix token"] if c.time == "prefix" else [])
     if c.seq_len + len(reserved) > positions:
-        raise DbertError(f"--seq-len {c.seq_len} does not fit the model's {positions} positions: {len(reserved)} are "
-                         f"reserved ({', '.join(reserved)}), so --seq-len may be at most {positions - len(reserved)}")
+        raise DbertError(f"{c.seq_len} does not fit the model's {positions} positions: {len(reserved)} are reserved "
+                         f"({', '.join(reserved)}), so it may be at most {positions - len(reserved)}", "seq_len",
+                         c.seq_len)
 
 
 def check_memory_for(c: TrainConfig, config, world: int) -> None:
@@ -405,8 +406,8 @@ def check_memory_for(c: TrainConfig, config, world: int) -> None:
     L = c.seq_len + 3
     per_row = 4.0 * L * config.num_hidden_layers * (10 * config.hidden_size + 2 * config.intermediate_size +
                                                    config.num_attention_heads * L) + 12.0 * L * config.vocab_size
-    check_memory(rows * per_row, pick_device(c.device), f"--batch-size {c.batch_size} ({rows:,} examples of "
-                 f"{c.seq_len} tokens per micro-batch)", "--batch-size (or raise --grad-accum)")
+    check_memory(rows * per_row, pick_device(c.device), f"{c.batch_size} ({rows:,} examples of {c.seq_len} tokens "
+                 "per micro-batch)", "$batch_size (or raise $grad_accum)", "batch_size", ("grad_accum",))
 
 
 def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) -> ckpt.DBert:
@@ -456,7 +457,7 @@ def _tokenizer(c: TrainConfig, texts, init):
         try:
             return WordPieceTokenizer.load(folder)
         except DbertError as e:
-            raise DbertError(f"cannot load a tokenizer from --init {c.init}: {e}") from None
+            raise e.under(f"{c.init}: cannot load a tokenizer: ", "init", c.init) from None
     from ..maths.model import PRESETS
 
     size = c.vocab_size or PRESETS[c.preset]["vocab_size"]

@@ -212,7 +212,7 @@ class Trainer:
         a moment of the wrong shape would make the fused update write out of bounds)."""
         from ..storage.pretrained import upgrade_optimizer_state
 
-        where = f"--resume: {Path(self.cfg.out) / layout.STATE / layout.OPTIMIZER}"
+        where = f"the trainer state's {Path(self.cfg.out) / layout.STATE / layout.OPTIMIZER}"
         try:
             saved = upgrade_optimizer_state(state["optimizer"], self.model)  # runs of older dbert
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:
@@ -224,14 +224,14 @@ class Trainer:
             group.update(own)                                         # not whatever the file says
         rng = state["rng"].get(f"rank{self.rank}", state["rng"].get("rank0"))
         if rng is None:
-            raise DbertError(f"--resume: the trainer state has no random-number state for rank {self.rank}")
+            raise DbertError(f"the trainer state has no random-number state for rank {self.rank}")
         self.gen.set_state(rng["noise"])
         torch.set_rng_state(rng["torch"])
         if "cuda" in rng and torch.cuda.is_available():
             try:
                 torch.cuda.set_rng_state(rng["cuda"])
             except RuntimeError:
-                raise DbertError("--resume: the saved CUDA random-number state does not fit this GPU") from None
+                raise DbertError("the trainer state's CUDA random-number state does not fit this GPU") from None
         s = state["state"]
         self.step, self.epoch, self.batch_in_epoch = s["step"], s["epoch"], s["batch_in_epoch"]
         self.tokens_seen, self.elapsed = s.get("tokens_seen", 0), float(s.get("elapsed", 0.0))
@@ -246,8 +246,8 @@ class Trainer:
                 torch.distributed.all_gather_object(gathered, rngs[0])
             rngs = gathered
         if not all(torch.isfinite(p).all() for p in self.model.parameters()):
-            raise DbertError(f"training diverged by step {self.step}: the weights are not finite (try a lower --lr); "
-                             f"the last good checkpoint in {self.cfg.out}, if any, is kept")
+            raise DbertError(f"training diverged by step {self.step}: the weights are not finite (try a lower $lr); "
+                             f"the last good checkpoint in {self.cfg.out}, if any, is kept", refs=("lr",))
         path = None
         if self.is_main:
             import datetime
@@ -349,7 +349,7 @@ class Trainer:
             kept = f"the last good checkpoint in {c.out} is kept" if (Path(c.out) / layout.META).exists() \
                 else "nothing was saved"
             raise DbertError(f"training diverged at step {self.step + 1}: the loss or gradient is not finite "
-                             f"(try a lower --lr); {kept}")
+                             f"(try a lower $lr); {kept}", refs=("lr",))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
@@ -379,7 +379,7 @@ class Trainer:
                 raise
             raise DbertError(f"rank {self.rank}: another process of this {self.world}-process run stopped "
                              f"({' '.join(str(e).split())[:120]}); the last checkpoint in {self.cfg.out} stays "
-                             "(rerun with --resume)") from None
+                             "(rerun with $resume)", refs=("resume",)) from None
 
     def run(self) -> dict:
         """Train until max_steps or stop(); returns the last metrics.

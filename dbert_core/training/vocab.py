@@ -82,7 +82,7 @@ def trim(src, texts: list[str], dst) -> dict:
     config = _read_json(src / layout.CONFIG)
     V = config.get("vocab_size")
     if tok.model.__class__.__name__ != "WordPiece":
-        raise DbertError(f"--trim-vocab needs a WordPiece tokenizer; {src} has {tok.model.__class__.__name__}")
+        raise DbertError(f"needs a WordPiece tokenizer; {src} has {tok.model.__class__.__name__}", "trim_vocab", True)
     if V != tok.get_vocab_size(with_added_tokens=True):
         raise DbertError(f"cannot trim {src}: config.json says vocab_size {V}, the tokenizer has "
                          f"{tok.get_vocab_size(with_added_tokens=True)} pieces")

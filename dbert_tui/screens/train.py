@@ -17,8 +17,9 @@ from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Header, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
-from dbert_core.config import DEVICES, DTYPES, LOSSES, PRESETS, SCHEDULES, TIME_MODES, UNITS, TrainConfig
+from dbert_core.config import DEVICES, DTYPES, LOSSES, PRESETS, SCHEDULES, TIME_MODES, TRAIN_SETTINGS, UNITS, TrainConfig
 from dbert_core.display import duration, eta
+from dbert_core.settings import TRAIN, label
 
 from ..messages import StoreChanged, TrainEval, TrainFailed, TrainFinished, TrainPreview, TrainProgress
 from ..widgets.chart import Chart
@@ -26,27 +27,21 @@ from ..widgets.keybar import Key, KeyBar
 from ..workers import ReportWorkerErrors, one_line
 from .dialogs import FileDialog
 
-D = TrainConfig(data=[], out="")  # the form opens with `dbert train`'s defaults
+D_VALUES = {name: s.default for name, s in TRAIN_SETTINGS.items()}  # the form opens with `dbert train`'s defaults
+# the form's field of each setting it shows (its labels: dbert_core/settings.py TRAIN)
+WIDGET = {"max_steps": "tr-steps", "batch_size": "tr-batch", "seq_len": "tr-seq", "lr": "tr-lr",
+          "warmup": "tr-warmup", "vocab_size": "tr-vocab", "seed": "tr-seed", "lam": "tr-lam", "T": "tr-T",
+          "eval_every": "tr-eval", "save_every": "tr-save", "unit": "tr-unit", "dtype": "tr-dtype",
+          "device": "tr-device", "schedule": "tr-schedule", "time": "tr-time", "loss": "tr-objective"}
 WATCH_LOG_EVERY = 1  # the one setting the screen changes from `dbert train`: the chart keeps every step
 LOSS_SMOOTHING = 0.6  # EMA weight of the loss line (the raw latest value is shown beside it)
 MAX_POINTS = 2000     # a long run's loss is thinned to this many points for drawing
 
-# dbert train's option names in error messages, as the form labels them
-FORM_WORDS = {"--max-steps": "steps", "--batch-size": "batch", "--seq-len": "seq len", "--lr": "lr",
-              "--warmup": "warm-up", "--vocab-size": "vocab", "--lambda": "lambda", "--eval-every": "eval every",
-              "--save-every": "save every", "--data": "data", "--out": "the output name", "--init": "init",
-              "--preset": "preset", "--unit": "unit", "--pack": "pack", "--loss": "loss", "--dtype": "dtype",
-              "--seed": "seed", "--schedule": "schedule", "--time": "time", "--device": "device",
-              "--resume": "F7 (resume)", "-T": "T", "--T": "T"}
 
 
-def form_words(message: str) -> str:
-    """A training error as the Train screen says it: the form's field names, not dbert train's flags."""
-    import re
-
-    message = message.replace("pass --resume to continue it or choose another --out",
-                              "F7 resumes it, or change the output name")
-    return re.sub(r"(?<![\w-])--?[A-Za-z][\w-]*", lambda m: FORM_WORDS.get(m.group(0), m.group(0)), message)
+def said(error) -> str:
+    """A training error as the Train screen says it: its settings by the form's labels (settings.TRAIN)."""
+    return error.said(lambda name: label(name, TRAIN))
 
 
 def thinned(points: list, most: int = MAX_POINTS) -> tuple:
@@ -147,8 +142,8 @@ class TrainScreen(ReportWorkerErrors, Screen):
         def field(*pairs) -> Horizontal:
             """One form line: each widget after its own label (one or two to a line)."""
             parts = []
-            for label, widget in pairs:
-                parts += [Label(label), widget]
+            for text, widget in pairs:
+                parts += [Label(text), widget]
             return Horizontal(*parts, classes="tr-field")
 
         def num(wid: str, value, placeholder: str = "") -> Input:
@@ -157,36 +152,44 @@ class TrainScreen(ReportWorkerErrors, Screen):
         def choice(wid: str, options, value) -> Select:
             return Select([(o, o) for o in options], value=value, allow_blank=False, id=wid, compact=True)
 
+        def entry(name: str, value=None, placeholder: str = "") -> tuple:
+            """A setting's label and its field, opening with `dbert train`'s default."""
+            default = D_VALUES[name] if value is None else value
+            return label(name, TRAIN), num(WIDGET[name], f"{default:g}" if isinstance(default, float) else default,
+                                           placeholder)
+
+        def pick(name: str, options) -> tuple:
+            return label(name, TRAIN), choice(WIDGET[name], options, D_VALUES[name])
+
         yield Header()
         with Horizontal(id="tr-main"):
             with VerticalScroll(id="tr-form"):
                 yield Label("data: files or globs (^o adds one)", classes="tr-wide")
                 yield Input(", ".join(self.default_data), placeholder="corpus.txt, more/*.txt", id="tr-data",
                             compact=True)
-                yield field(("output", Input("my-dbert", id="tr-out", placeholder="a store name", compact=True)))
+                yield field((label("out", TRAIN), Input("my-dbert", id="tr-out", placeholder="a store name", compact=True)))
                 yield Label("model", classes="tr-head")
-                yield field(("preset", choice("tr-preset", PRESETS, D.preset)))
-                yield field(("or init", Input("", placeholder="BERT dir or hub id (optional)", id="tr-init",
+                yield field((label("preset", TRAIN), choice("tr-preset", PRESETS, D_VALUES["preset"])))
+                yield field(("or " + label("init", TRAIN), Input("", placeholder="BERT dir or hub id (optional)", id="tr-init",
                                               compact=True)))
-                yield Horizontal(Label("init +"), Checkbox("trim vocab", id="tr-trim", compact=True),
-                                 Checkbox("scratch", id="tr-scratch", compact=True), classes="tr-field")
-                yield field(("vocab", num("tr-vocab", "", "learnt")), ("seed", num("tr-seed", D.seed)))
+                yield Horizontal(Label("init +"), Checkbox(label("trim_vocab", TRAIN), id="tr-trim", compact=True),
+                                 Checkbox(label("from_scratch", TRAIN), id="tr-scratch", compact=True), classes="tr-field")
+                yield field(entry("vocab_size", "", "learnt"), entry("seed"))
                 yield Label("data and run", classes="tr-head")
-                yield field(("val data", Input("", placeholder="held-out files (optional)", id="tr-val-data",
+                yield field((label("val_data", TRAIN), Input("", placeholder="held-out files (optional)", id="tr-val-data",
                                                compact=True)))
-                yield field(("unit", choice("tr-unit", UNITS, D.unit)),
-                            ("pack", Checkbox("", D.pack, id="tr-pack", compact=True)))
-                yield field(("steps", num("tr-steps", D.max_steps)), ("batch", num("tr-batch", D.batch_size)))
-                yield field(("seq len", num("tr-seq", D.seq_len)), ("dtype", choice("tr-dtype", DTYPES, D.dtype)))
-                yield field(("lr", num("tr-lr", f"{D.lr:g}")), ("warm-up", num("tr-warmup", D.warmup)))
-                yield field(("device", choice("tr-device", DEVICES, D.device)))
+                yield field(pick("unit", UNITS), (label("pack", TRAIN), Checkbox("", bool(D_VALUES["pack"]), id="tr-pack",
+                                                                                 compact=True)))
+                yield field(entry("max_steps"), entry("batch_size"))
+                yield field(entry("seq_len"), pick("dtype", DTYPES))
+                yield field(entry("lr"), entry("warmup"))
+                yield field(pick("device", DEVICES))
                 yield Label("diffusion", classes="tr-head")
-                yield field(("schedule", choice("tr-schedule", SCHEDULES, D.schedule)),
-                            ("lambda", num("tr-lam", f"{D.lam:g}")))
-                yield field(("T", num("tr-T", D.T)), ("time", choice("tr-time", TIME_MODES, D.time)))
-                yield field(("loss", choice("tr-objective", LOSSES, D.loss)))
+                yield field(pick("schedule", SCHEDULES), entry("lam"))
+                yield field(entry("T"), pick("time", TIME_MODES))
+                yield field(pick("loss", LOSSES))
                 yield Label("every N steps (0: never)", classes="tr-head")
-                yield field(("eval", num("tr-eval", D.eval_every)), ("save", num("tr-save", D.save_every)))
+                yield field(entry("eval_every"), entry("save_every"))
                 yield field(("preview", num("tr-sample", 100)))
                 with Horizontal(classes="tr-row"):
                     yield Button("Start F5", id="tr-start", variant="primary")
@@ -214,23 +217,28 @@ class TrainScreen(ReportWorkerErrors, Screen):
     def _value(self, wid: str) -> str:
         return self.query_one(f"#{wid}", Input).value.strip()
 
-    def _int(self, wid: str, label: str) -> int:
+    def _read(self, name: str):
+        """The form's value of setting `name`: its choice, or its text as the schema's number type."""
         from dbert_core.errors import DbertError
 
-        text = self._value(wid)
+        widget = self.query_one(f"#{WIDGET[name]}")
+        if isinstance(widget, Select):
+            return widget.value
+        text, kind = widget.value.strip(), TRAIN_SETTINGS[name].kind
+        try:
+            return kind(text)
+        except ValueError:
+            whole = "a whole number" if kind is int else "a number"
+            raise DbertError(f"must be {whole}, got {text!r}", name, text) from None
+
+    def _preview_every(self) -> int:
+        from dbert_core.errors import DbertError
+
+        text = self._value("tr-sample")
         try:
             return int(text)
         except ValueError:
-            raise DbertError(f"{label} must be a whole number, got {text!r}") from None
-
-    def _float(self, wid: str, label: str) -> float:
-        from dbert_core.errors import DbertError
-
-        text = self._value(wid)
-        try:
-            return float(text)
-        except ValueError:
-            raise DbertError(f"{label} must be a number, got {text!r}") from None
+            raise DbertError(f"preview every must be a whole number, got {text!r}") from None
 
     def _out_name(self) -> str:
         from dbert_core.errors import DbertError
@@ -238,7 +246,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
 
         name = self._value("tr-out")
         if not is_name(name):
-            raise DbertError(f"the output must be a plain store name, got {name!r}")
+            raise DbertError(f"must be a plain store name, got {name!r}", "out", name)
         return name
 
     def config(self, resume: bool):
@@ -249,14 +257,10 @@ class TrainScreen(ReportWorkerErrors, Screen):
         from dbert_core.storage.store import out_path
         from dbert_core.training.prepare import resume_config
 
-        sample_every = self._int("tr-sample", "preview every")
+        sample_every = self._preview_every()
         if resume:
-            cfg = resume_config(out_path(self._out_name()), max_steps=self._int("tr-steps", "steps"),
-                                eval_every=self._int("tr-eval", "eval every"),
-                                save_every=self._int("tr-save", "save every"),
-                                device=self.query_one("#tr-device", Select).value,
-                                dtype=self.query_one("#tr-dtype", Select).value, log_every=WATCH_LOG_EVERY)
-            return cfg, sample_every
+            changes = {name: self._read(name) for name in ("max_steps", "eval_every", "save_every", "device", "dtype")}
+            return resume_config(out_path(self._out_name()), **changes, log_every=WATCH_LOG_EVERY), sample_every
         def files(wid: str) -> list[str]:
             out: list[str] = []
             for p in (p.strip() for p in self._value(wid).split(",") if p.strip()):
@@ -272,24 +276,15 @@ class TrainScreen(ReportWorkerErrors, Screen):
         val_data = files("tr-val-data") or None
         name = self._out_name()
         init = self._value("tr-init") or None
-        vocab = self._value("tr-vocab")
-
-        def select(wid: str) -> Any:  # a choice: these Selects have no blank (allow_blank=False)
-            return self.query_one(f"#{wid}", Select).value
-
+        values = {n: self._read(n) for n in WIDGET if n != "vocab_size"}
+        preset: Any = self.query_one("#tr-preset", Select).value  # a choice: this Select has no blank
         cfg = TrainConfig(
-            data=data, val_data=val_data, out=str(out_path(name)), preset=None if init else select("tr-preset"),
+            data=data, val_data=val_data, out=str(out_path(name)),
+            preset=None if init else preset,
             init=init, trim_vocab=self.query_one("#tr-trim", Checkbox).value,
             from_scratch=self.query_one("#tr-scratch", Checkbox).value,
-            vocab_size=self._int("tr-vocab", "vocab") if vocab else None, seed=self._int("tr-seed", "seed"),
-            unit=select("tr-unit"), pack=self.query_one("#tr-pack", Checkbox).value,
-            max_steps=self._int("tr-steps", "steps"), batch_size=self._int("tr-batch", "batch"),
-            seq_len=self._int("tr-seq", "seq len"), dtype=select("tr-dtype"), lr=self._float("tr-lr", "lr"),
-            warmup=self._int("tr-warmup", "warm-up"), device=select("tr-device"),
-            schedule=select("tr-schedule"), lam=self._float("tr-lam", "lambda"), T=self._int("tr-T", "T"),
-            time=select("tr-time"), loss=select("tr-objective"),
-            eval_every=self._int("tr-eval", "eval every"), save_every=self._int("tr-save", "save every"),
-            log_every=WATCH_LOG_EVERY,
+            vocab_size=self._read("vocab_size") if self._value("tr-vocab") else None,
+            pack=self.query_one("#tr-pack", Checkbox).value, log_every=WATCH_LOG_EVERY, **values,
         ).validate()
         return cfg, sample_every
 
@@ -306,7 +301,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
             if not resume and out.exists() and any(out.iterdir()):
                 raise DbertError(f"{out.name} already exists: F7 resumes it, or change the output name")
         except DbertError as e:
-            self.app.notify(form_words(str(e)), title="train", severity="error")
+            self.app.notify(said(e), title="train", severity="error")
             return
         self.out = Path(cfg.out)
         self._starting = True
@@ -371,7 +366,7 @@ class TrainScreen(ReportWorkerErrors, Screen):
             self.app.call_from_thread(self._set_trainer, trainer)
             metrics = trainer.run()
         except DbertError as e:
-            self.post_message(TrainFailed(form_words(str(e))))
+            self.post_message(TrainFailed(said(e)))
             return
         except Exception as e:
             self.post_message(TrainFailed(one_line(e), notify=False))

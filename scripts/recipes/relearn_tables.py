@@ -47,7 +47,9 @@ def main() -> int:
         words = lexicon.learn(lines, db.tokenizer)
         table = truecase.learn(lines)
     except DbertError as e:
-        print(f"relearn_tables: error: {e}", file=sys.stderr)
+        from dbert_core.settings import flag  # a setting named by the script's option, as dbert does
+
+        print(f"relearn_tables: error: {e.said(flag)}", file=sys.stderr)
         return 2
     old_words, old_table = db.words or frozenset(), db.truecase or {}
     gone, new = sorted(old_words - words), sorted(words - old_words)

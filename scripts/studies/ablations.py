@@ -337,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         metas = {r.n: train(r, a, train_file, held) for r in rows}
         evals = {r.n: evaluate(r, a, held) for r in rows}
     except DbertError as e:
-        print(f"ablations: error: {e}", file=sys.stderr)
+        from dbert_core.settings import flag  # a setting named by the script's option, as dbert does
+
+        print(f"ablations: error: {e.said(flag)}", file=sys.stderr)
         return 2
     write_doc(rows, metas, evals, a)
     print(f"ablations: wrote {a.doc}", file=sys.stderr)

@@ -557,7 +557,9 @@ def main(argv: list[str] | None = None) -> int:
             a.preliminary = json.loads((a.out / "preliminary.json").read_text())["note"]
         write_doc(a)
     except DbertError as e:
-        say(f"decoding: error: {e}")
+        from dbert_core.settings import flag  # a setting named by the script's option, as dbert does
+
+        say(f"decoding: error: {e.said(flag)}")
         return 2
     return 0
 

@@ -82,7 +82,9 @@ def main() -> int:
     try:
         results = measure_sets(args)
     except DbertError as e:  # a missing or unreadable file, a judge that cannot judge: one line
-        print(f"stories: error: {e}", file=sys.stderr)
+        from dbert_core.settings import flag  # a setting named by the script's option, as dbert does
+
+        print(f"stories: error: {e.said(flag)}", file=sys.stderr)
         return 2
     for name, m in results.items():
         print(json.dumps({"file": name, **m}))

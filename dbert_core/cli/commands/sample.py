@@ -11,13 +11,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from ... import config, strategies
+from ... import config, settings, strategies
 from ...errors import DbertError
 from .. import options
 from ..options import SAMPLE, SAMPLER, Device, Dtype, no_params
 from ..short_help import show_all
 from ..streams import say
 
+ABOUT = {s.name: s.help for s in settings.SAMPLE}  # the options' help, declared with the settings
 TOPK = 5  # candidates recorded per reveal in a --trajectory file (the token inspector shows them)
 COMMON = ("prompt_arg", "checkpoint", "n", "steps", "temperature", "top_k", "top_p", "length", "seed", "prompt",
           "prompt_file", "output", "stats", "candidates", "help_all")  # `dbert sample --help`; --help-all: every option
@@ -26,25 +27,25 @@ COMMON = ("prompt_arg", "checkpoint", "n", "steps", "temperature", "top_k", "top
 def sample(
     prompt_arg: Annotated[Optional[str], typer.Argument(metavar="[PROMPT]", show_default=False, help="A prompt template with [MASK] slots (\"Once upon a time [MASK*20]\"), or - to read prompts from stdin, one per line.")] = None,
     checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
-    n: Annotated[int, typer.Option("--n", "-n", help="Number of samples (lines on stdout), for each prompt.")] = SAMPLE.n,
-    steps: Annotated[Optional[int], typer.Option(help="Reverse steps S (1..T). Default: what the checkpoint recommends (dbert.json's sampling.decoding; the shipped model: 48), else 96.", show_default=False)] = SAMPLE.steps,
-    temperature: Annotated[Optional[float], typer.Option(help="Softmax temperature of the token choice (0: greedy, the most likely token). Default: what the checkpoint recommends (dbert.json's sampling.decoding), else 1.", show_default=False)] = SAMPLE.temperature,
-    top_k: Annotated[Optional[int], typer.Option(help="Keep the k most likely tokens (0: off). Default: what the checkpoint recommends (dbert.json's sampling.decoding), else 30.", show_default=False)] = SAMPLE.top_k,
-    top_p: Annotated[Optional[float], typer.Option(help="Nucleus sampling: keep the most likely tokens that make up this much of the probability, in (0, 1] (1: off). Default: what the checkpoint recommends, else 1.", show_default=False)] = SAMPLE.top_p,
-    length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length). A story model (the shipped one) writes one story of at most this many tokens and chooses where it ends (default 383: a 255-token window and one continuation window, room for nearly every story); a story that has not ended when a window is full continues block by block, up to 8,192.")] = SAMPLE.length,
-    min_length: Annotated[Optional[int], typer.Option(help="A story model's shortest story, in tokens: before it the story may not end (the model's p given \"not the end\"). Default: what the checkpoint recommends (dbert.json's sampling.min_length: the 1st percentile of its training stories' lengths; 0 where it says nothing).")] = SAMPLE.min_length,
-    end_at_sentence: Annotated[bool, typer.Option("--end-at-sentence/--end-anywhere", help="A story model ends a story only after a sentence end (. ! ? or a closing quote; never after \"And\"): p given that rule; --end-anywhere lets the model end where it likes.")] = SAMPLE.end_at_sentence,
+    n: Annotated[int, typer.Option("--n", "-n", help=ABOUT["n"])] = SAMPLE.n,
+    steps: Annotated[Optional[int], typer.Option(help=ABOUT["steps"], show_default=False)] = SAMPLE.steps,
+    temperature: Annotated[Optional[float], typer.Option(help=ABOUT["temperature"], show_default=False)] = SAMPLE.temperature,
+    top_k: Annotated[Optional[int], typer.Option(help=ABOUT["top_k"], show_default=False)] = SAMPLE.top_k,
+    top_p: Annotated[Optional[float], typer.Option(help=ABOUT["top_p"], show_default=False)] = SAMPLE.top_p,
+    length: Annotated[Optional[int], typer.Option(help=ABOUT["length"])] = SAMPLE.length,
+    min_length: Annotated[Optional[int], typer.Option(help=ABOUT["min_length"])] = SAMPLE.min_length,
+    end_at_sentence: Annotated[bool, typer.Option("--end-at-sentence/--end-anywhere", help=ABOUT["end_at_sentence"])] = SAMPLE.end_at_sentence,
     natural_length: Annotated[bool, typer.Option("--natural-length/--shaped-length", help="--natural-length: a story model's end keeps the model's own chance (temperature 1, no top-k or top-p), so a cooler temperature changes the words, not the story's length (longer stories, read as worse: docs/stories.md); --shaped-length (default): the end is shaped like any token, and cool stories end sooner.")] = SAMPLE.natural_length,
-    start_as_trained: Annotated[bool, typer.Option("--start-as-trained/--start-anyhow", help="A story model opens a story with a token that opens its training stories (dbert.json's sampling.openings; no \"But\" or \"And once\"): p given that rule; --start-anyhow lets the model open with any token.")] = SAMPLE.start_as_trained,
-    batch_size: Annotated[int, typer.Option(help="Samples per network call, at most.")] = SAMPLE.batch_size,
-    workers: Annotated[Optional[int], typer.Option(help="The --n samples split into a multiple of this many batches, run side by side, each on its share of the CPU's threads (one thread: in turn). The split sets the texts. Default: 2 on a CPU (1 with --trajectory), 1 on a GPU.", show_default=False)] = SAMPLE.workers,
-    seed: Annotated[Optional[int], typer.Option(help="Random seed: the same seed gives the same output (default: a fresh one, written to --output).")] = SAMPLE.seed,
+    start_as_trained: Annotated[bool, typer.Option("--start-as-trained/--start-anyhow", help=ABOUT["start_as_trained"])] = SAMPLE.start_as_trained,
+    batch_size: Annotated[int, typer.Option(help=ABOUT["batch_size"])] = SAMPLE.batch_size,
+    workers: Annotated[Optional[int], typer.Option(help=ABOUT["workers"], show_default=False)] = SAMPLE.workers,
+    seed: Annotated[Optional[int], typer.Option(help=ABOUT["seed"])] = SAMPLE.seed,
     prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Template with [MASK] slots ([MASK*N]: N of them; [MASK*A-B]: A to B tokens, see --candidates); masks are appended up to --length.")] = SAMPLE.prompt,
     prompt_file: Annotated[Optional[Path], typer.Option("--prompt-file", help="Prompts from a file, one per line (- : stdin); --n samples each.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the samples to this JSON Lines file: text, prompt, seed and settings per sample.")] = None,
     sampler: Annotated[Optional[str], typer.Option(**SAMPLER, help="Decoding strategy. " + strategies.help_text() + ". Default: first-hitting where the model allows it, else ancestral.")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable), e.g. --param tau=0.8.")] = None,
-    block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="Never draw a token equal to an already revealed neighbour (no \"there there\"); --allow-repeats samples the model's own distribution.")] = SAMPLE.block_repeats,
+    block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help=ABOUT["block_repeats"])] = SAMPLE.block_repeats,
     pair_quotes: Annotated[bool, typer.Option("--pair-quotes/--unpaired-quotes", help="Refill the quote marks that pair with none (quotes excluded) after sampling; --unpaired-quotes prints the model's own quotes.")] = SAMPLE.pair_quotes,
     fix_contractions: Annotated[bool, typer.Option("--fix-contractions/--raw-contractions", help="Refill the contractions English does not write (\"you't\", \"friends's\"; apostrophes excluded) after sampling; --raw-contractions prints the model's own.")] = SAMPLE.fix_contractions,
     known_words: Annotated[bool, typer.Option("--known-words/--made-up-words", help="Refill the words the checkpoint's training text never writes (\"littlewirled\": word pieces no text joins) after sampling; --made-up-words prints the model's own.")] = SAMPLE.known_words,
@@ -54,8 +55,8 @@ def sample(
     device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
     dtype: Annotated[Dtype, typer.Option(help="The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; draws stay float64), fp32 or bf16.")] = Dtype(SAMPLE.dtype),
     prefix_cache: Annotated[bool, typer.Option("--prefix-cache", help="Approximate, faster long stories: a story's continuation windows keep their given context's keys and values from each window's first call and compute only the new block (Fast-dLLM's prefix cache; the context no longer sees the block being written). Off: the model's exact p. With the decided-position cache on (--cache-refresh) it takes that cache's place in continuation windows and is slower: use it with --cache-refresh 0.")] = SAMPLE.prefix_cache,
-    cache_refresh: Annotated[Optional[int], typer.Option("--cache-refresh", metavar="K", help="Approximate, faster calls: decided positions keep their keys and values between network calls and are computed afresh every K calls; the calls between compute only what is still masked or just changed (a decided-position cache, after Fast-dLLM's dual cache). 0: the model's exact p. Default: the checkpoint's recommendation, else 0.")] = None,
-    cache_masked: Annotated[Optional[bool], typer.Option("--cache-masked/--fresh-masked", help="With --cache-refresh K: keep the still-masked positions' keys and values too, and their reveal chances from the last whole call (first-hitting), so the calls between compute only the positions just revealed and the ones being revealed (Fast-dLLM's dual cache, without blocks): approximate, several times cheaper calls. --fresh-masked computes every masked position at every call. Default: the checkpoint's recommendation, else --fresh-masked.")] = None,
+    cache_refresh: Annotated[Optional[int], typer.Option("--cache-refresh", metavar="K", help=ABOUT["cache_refresh"])] = None,
+    cache_masked: Annotated[Optional[bool], typer.Option("--cache-masked/--fresh-masked", help=ABOUT["cache_masked"])] = None,
     candidates: Annotated[int, typer.Option(help="Infill ([MASK*A-B] in the prompt): texts drawn for each length; all are ranked by the model's ELBO per token and the best --n printed, their scores on stderr.")] = 4,
     help_all: Annotated[bool, typer.Option("--help-all", is_eager=True, callback=show_all, help="Every option (precision, caches, touch-ups, story rules, workers), each name whole, and exit.")] = False,
 ):

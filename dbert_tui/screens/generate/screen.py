@@ -34,6 +34,7 @@ from textual.widgets import Header
 from dbert_core.errors import DbertError
 
 from ...controller import Session
+from ...forms import said
 from ...runs import Playback, Recorded, Run
 from ...messages import InfillChosen, RunAdvanced, RunFailed, SampleChosen, TokenPointed
 from ...render import prompt_words_of, window_step
@@ -201,7 +202,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         try:
             playbacks = self.session.replay_runs(self.replay) if self.replay is not None else self.session.new_runs(self.db)
         except DbertError as e:
-            self.app.notify(str(e), title="settings", severity="error")
+            self.app.notify(said(e), title="settings", severity="error")
             return
         self.editor.reset()
         self.start_runs(playbacks)
@@ -214,7 +215,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         try:
             cfg = resolve(dataclasses.replace(self.session.settings, n=1), self.db)
         except DbertError as e:
-            self.app.notify(str(e), title="settings", severity="error")
+            self.app.notify(said(e), title="settings", severity="error")
             return
         self.player.cancel()
         self.editor.reset(keep_locks=True)

@@ -22,7 +22,7 @@ from textual.widgets import Static
 from dbert_core.errors import DbertError
 
 from ...controller import Settings, differences
-from ...forms import SIDES, FieldError, check_prompt, settings_fields, settings_form
+from ...forms import SIDES, FieldError, check_prompt, said, settings_fields, settings_form
 from ...render import FIXED_EDGES, confidence_edges, legend
 
 # (keys, label, field): the order is the order of importance; steps and temperature first
@@ -204,7 +204,7 @@ class Controls(Vertical):
         try:
             method(*args)
         except DbertError as e:
-            self.app.notify(str(e), title="settings", severity="error")
+            self.app.notify(said(e), title="settings", severity="error")
             return False
         return True
 
@@ -229,7 +229,7 @@ class Controls(Vertical):
         try:
             session.change(db, **settings_fields(values, session.active, db))
         except (FieldError, DbertError) as e:  # the dialog checked them; the checkpoint may have changed since
-            self.app.notify(str(e), title="settings", severity="error")
+            self.app.notify(said(e) if isinstance(e, DbertError) else e.message, title="settings", severity="error")
             return False
         return True
 
@@ -245,7 +245,7 @@ class Controls(Vertical):
             try:
                 check_prompt(values["prompt"], db, session.settings.length)
             except DbertError as e:
-                self.app.notify(str(e), title="prompt", severity="error")
+                self.app.notify(said(e), title="prompt", severity="error")
                 return False
         session.set_all(prompt=values["prompt"])
         return True
