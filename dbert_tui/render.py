@@ -10,6 +10,7 @@ from rich.color import Color
 from rich.style import Style
 from rich.text import Text
 
+from dbert_core.display import step_label, window_step  # noqa: F401 - the TUI's names for them
 from dbert_core.text.detok import MASK_GLYPH, spans, special_names
 
 from .controller import Recorded
@@ -148,24 +149,6 @@ def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None
 
 
 # ------------------------------------------------------------------------------ token inspector
-def window_step(step: int, steps: int, per_window: int) -> tuple[int, int, int]:
-    """(window, windows, step within it) of a frame's `step` of `steps` counted on across a story's
-    (or a long refill's) windows of `per_window` steps each (the control bar's steps); one window
-    when `steps` is not a whole number of windows of more than one."""
-    if per_window <= 0 or steps <= per_window or steps % per_window:
-        return 1, 1, step
-    window = min(steps // per_window, max(1, -(-step // per_window)))
-    return window, steps // per_window, step - (window - 1) * per_window
-
-
-def step_label(step: int, steps: int, per_window: int) -> str:
-    """'window w/W · step k/S' for a run of several windows, else 'step k/S' (S: steps per window)."""
-    window, windows, within = window_step(step, steps, per_window)
-    if windows == 1:
-        return f"step {step}/{steps}"
-    return f"window {window}/{windows} · step {within}/{per_window}"
-
-
 def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True) -> Text:
     """'[window w/W · ]step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame
     (or one row of it); `pb` a controller.Playback, `timed` False hides the seconds (deterministic
