@@ -152,13 +152,15 @@ def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None
 def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True) -> Text:
     """'[window w/W · ]step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame
     (or one row of it); `pb` a controller.Playback, `timed` False hides the seconds (deterministic
-    snapshots). A story's steps are per window, as the control bar's."""
+    snapshots). A story's steps are per window, as the control bar's; its L is the length asked
+    for (383, not the canvas's 384: the [SEP] that opens a story is no token of it)."""
     f = rec.frame
+    width = f.masked.shape[1] - (f.masked.shape[1] == (pb.run.settings.length or 0) + 1)  # a story canvas: less its [SEP]
     if row is None:
-        step, n_masked, total = f.step, int(f.masked.sum()), f.masked.numel()
+        step, n_masked, total = f.step, int(f.masked.sum()), f.masked.shape[0] * width
     else:
         step = int(f.row_steps[row]) if f.row_steps is not None else f.step
-        n_masked, total = int(f.masked[row].sum()), f.masked.shape[1]
+        n_masked, total = int(f.masked[row].sum()), width
     text = Text()
     text.append(step_label(step, f.steps, pb.run.settings.steps), style="bold")
     text.append(f" · masked {n_masked}/{total} · nfe {f.nfe}")

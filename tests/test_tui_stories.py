@@ -173,3 +173,27 @@ async def test_a_story_grid_card_tells_its_window_within_the_cards_border(story_
         for card in g.grid.cards():
             title = card.border_subtitle
             assert "window 2/" in title and "step " in title and len(title) <= card.size.width, (title, card.size)
+
+
+def test_a_storys_status_counts_the_length_asked_for():
+    """`length 383` in the control bar read `masked 383/384` in the status: the canvas's [SEP]
+    that opens the story was counted as one of its tokens."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from dbert_core.sampling.sample import Frame
+    from dbert_tui.render import progress_line
+
+    def status(width: int, length: int, rows: int = 1) -> str:
+        masked = torch.ones(rows, width, dtype=torch.bool)
+        masked[:, 0] = False
+        frame = Frame(ids=torch.zeros(rows, width, dtype=torch.long), masked=masked, revealed=torch.zeros_like(masked),
+                      confidence=torch.zeros(rows, width), step=0, steps=96, t=0, nfe=0)
+        pb = SimpleNamespace(run=SimpleNamespace(settings=SimpleNamespace(steps=48, length=length)),
+                             state=lambda: "running")
+        return progress_line(pb, SimpleNamespace(frame=frame, seconds=0.0), timed=False).plain
+
+    assert "masked 383/383" in status(384, 383)  # a story: its [SEP] opens the canvas
+    assert "masked 766/766" in status(384, 383, rows=2)
+    assert "masked 39/40" in status(40, 40)  # a canvas of the length asked for: every column counts
