@@ -197,3 +197,16 @@ def test_a_storys_status_counts_the_length_asked_for():
     assert "masked 383/383" in status(384, 383)  # a story: its [SEP] opens the canvas
     assert "masked 766/766" in status(384, 383, rows=2)
     assert "masked 39/40" in status(40, 40)  # a canvas of the length asked for: every column counts
+
+
+async def test_the_sampler_key_says_what_a_heuristics_tilde_means(tiny_db):
+    """`m` showed `confidence~` on the control bar with nothing saying what the ~ is."""
+    app = make_app(tiny_db, sampler="first-hitting")
+    async with app.run_test(size=SIZE) as pilot:
+        g = app.generate_screen
+        await wait_for(pilot, finished(app))
+        await pilot.press("m")
+        await wait_for(pilot, lambda: g.run.settings.sampler == "confidence" and finished(app)())
+        notes = [n.message for n in app._notifications]
+        assert any(n.startswith("confidence~ is a heuristic (~): the order of reveals is the model's most confident")
+                   for n in notes), notes
