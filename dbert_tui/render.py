@@ -149,11 +149,13 @@ def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None
 
 
 # ------------------------------------------------------------------------------ token inspector
-def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True) -> Text:
+def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True, room: int | None = None) -> Text:
     """'[window w/W · ]step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame
     (or one row of it); `pb` a controller.Playback, `timed` False hides the seconds (deterministic
     snapshots). A story's steps are per window, as the control bar's; its L is the length asked
-    for (383, not the canvas's 384: the [SEP] that opens a story is no token of it)."""
+    for (383, not the canvas's 384: the [SEP] that opens a story is no token of it). Within `room`
+    cells (the status line's rest) it drops what it must: the masked count, the seconds, then the
+    state's key hint (`done (Space: replay)`: `done`); never the step."""
     f = rec.frame
     width = f.masked.shape[1] - (f.masked.shape[1] == (pb.run.settings.length or 0) + 1)  # a story canvas: less its [SEP]
     if row is None:
@@ -161,13 +163,18 @@ def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True)
     else:
         step = int(f.row_steps[row]) if f.row_steps is not None else f.step
         n_masked, total = int(f.masked[row].sum()), width
+    label, state = step_label(step, f.steps, pb.run.settings.steps), pb.state()
     text = Text()
-    text.append(step_label(step, f.steps, pb.run.settings.steps), style="bold")
-    text.append(f" · masked {n_masked}/{total} · nfe {f.nfe}")
-    if timed:
-        text.append(f" · {rec.seconds:.2f}s")
-    state = pb.state()
-    text.append(f" · {state}", style="bold green" if state.startswith("done") else "bold cyan")
+    for masked, seconds, hint in ((True, timed, True), (False, timed, True), (False, False, True), (False, False, False)):
+        shown = state if hint else state.split(" (")[0]
+        text = Text()
+        text.append(label, style="bold")
+        text.append((f" · masked {n_masked}/{total}" if masked else "") + f" · nfe {f.nfe}")
+        if seconds:
+            text.append(f" · {rec.seconds:.2f}s")
+        text.append(f" · {shown}", style="bold green" if state.startswith("done") else "bold cyan")
+        if room is None or text.cell_len <= room:
+            break
     return text
 
 

@@ -210,3 +210,23 @@ async def test_the_sampler_key_says_what_a_heuristics_tilde_means(tiny_db):
         notes = [n.message for n in app._notifications]
         assert any(n.startswith("confidence~ is a heuristic (~): the order of reveals is the model's most confident")
                    for n in notes), notes
+
+
+async def test_the_grid_at_80x24_says_which_cards_are_below_and_its_status_fits(story_db):
+    """The grid at 80x24 cut its status line and said `#1-#6 below` while #1 and #2 were on screen."""
+    app = make_app(story_db, n=6, length=60, steps=8)
+    async with app.run_test(size=SIZE) as pilot:
+        g = app.generate_screen
+        await wait_for(pilot, finished(app))
+        await pilot.pause(0.2)
+        status = g.query_one("#gen-status")
+        line = str(status.render())
+        assert len(line) <= status.content_size.width and "window " in line and " · done" in line, line
+        grid = g.grid
+        bottom = grid.scroll_y + grid.scrollable_content_region.height
+        below = grid.cards_below()
+        tops = {card.index: card.virtual_region.y for card in grid.cards() if card.display}
+        assert below == [i for i, y in tops.items() if y >= bottom] and 0 not in below and 1 not in below
+        if below:
+            shown = f"#{below[0] + 1}" + ("" if len(below) == 1 else f"-#{below[-1] + 1}") + " below"
+            assert shown in line

@@ -106,9 +106,10 @@ class SampleGrid(VerticalScroll, can_focus=False):
                       L - int(f.masked[b].sum()), L, row_step, f.steps, per_window)
 
     def cards_below(self) -> list[int]:
-        """The cards that lie wholly or partly below the visible part (the status hints at them)."""
+        """The cards whose first line lies below the visible part (the status hints at them); a card
+        whose top is on screen is not below, however tall (at 80x24 #1 and #2 were, in view)."""
         bottom = self.scroll_y + self.scrollable_content_region.height
-        return [card.index for card in self.cards() if card.display and card.virtual_region.bottom > bottom]
+        return [card.index for card in self.cards() if card.display and card.virtual_region.y >= bottom]
 
     def text(self) -> str:
         """Every card's text, as drawn."""
