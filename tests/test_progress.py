@@ -178,3 +178,4 @@ def test_training_counts_its_parameters_as_the_checkpoints_list_does(tmp_path, c
     (tmp_path / "checkpoints" / "run").symlink_to(tmp_path / "run")
     code, out, _ = run(["checkpoints", "list"], capsys, monkeypatch)
     assert code == 0 and f" {meta['parameters'] / 1e6:.2f}M " in out
+

@@ -233,3 +233,23 @@ async def test_the_grid_at_80x24_says_which_cards_are_below_and_its_status_fits(
         if below:
             shown = f"#{below[0] + 1}" + ("" if len(below) == 1 else f"-#{below[-1] + 1}") + " below"
             assert shown in line
+
+
+async def test_the_checkpoints_screen_names_the_shipped_model_as_the_cli_does(tiny_db):
+    """The TUI listed the shipped model as `default`, `dbert checkpoints list` as
+    `dbert-minilm-stories (default)`, the README as `dbert-minilm-stories`."""
+    from dbert_tui.app import create_app
+
+    app = create_app(checkpoint=tiny_db.path, loader=lambda p: tiny_db, deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        await pilot.press("2")
+        await wait_for(pilot, lambda: app.current_mode == "checkpoints")
+        ck = app.checkpoints_screen
+        table = ck.query_one("#ck-table")
+        names = [str(table.get_row_at(i)[0]).strip() for i in range(table.row_count)]
+        assert names[0] == "dbert-minilm-stories" and "default" not in names, names
+        assert table.virtual_size.width <= SIZE[0]  # the row fits 80 columns: no sideways scrolling
+        table.move_cursor(row=0)
+        await pilot.pause(0.2)
+        assert str(ck.query_one("#ck-details").render()).startswith("dbert-minilm-stories (default) · ")
