@@ -156,6 +156,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
 
     def on_resize(self) -> None:
         self._arrange()
+        self.call_after_refresh(self._draw)  # laid out again at the new size (a tall screen's double spacing, too)
 
     def _arrange(self) -> None:
         """Show the widgets of the current view; the schedule as a panel only where it is wide."""
