@@ -248,14 +248,6 @@ def local_dir(init: str) -> Path:
 
 
 def _hub_failure(init: str, error: Exception) -> str:
-    """What a failed hub download means, in one line: unreachable, or no such model; a bare name
-    close to a checkpoint's of this machine (a shipped one, the store's) ends with a "did you mean"."""
-    from .store import did_you_mean
-
-    return _hub_reason(init, error) + (did_you_mean(init) if "/" not in init else "")
-
-
-def _hub_reason(init: str, error: Exception) -> str:
     text = str(error).splitlines()[0][:160] if str(error).strip() else type(error).__name__
     names = " ".join(type(c).__name__ for c in (error, error.__cause__, error.__context__) if c is not None)
     unreachable = any(w in names + text for w in ("ConnectError", "ConnectionError", "ConnectTimeout", "Timeout",
