@@ -10,7 +10,8 @@ through it: the error line, the store listing (store.Entry), token pieces
 (WordPieceTokenizer.convert_ids_to_tokens) and the TUI's notifications and tables.
 
 Times are written here too: `duration` (1:02:03, 4:05) and `eta`, the remaining time every
-progress line shows.
+progress line shows; and a long story's step as its window and the step within it (`step_label`:
+`window 1/2 · step 40/48`), as the TUI's status and the CLI's progress both say it.
 
 Torch-free.
 """
@@ -63,3 +64,21 @@ def eta(elapsed: float, done: float, left: float) -> float | None:
     """Seconds still to go when `done` units of work took `elapsed` seconds and `left` remain
     (at the pace so far); None before any is done."""
     return None if done <= 0 else elapsed / done * left
+
+
+def window_step(step: int, steps: int, per_window: int) -> tuple[int, int, int]:
+    """(window, windows, step within it) of a frame's `step` of `steps` counted on across a story's
+    (or a long refill's) windows of `per_window` steps each (the control bar's steps); one window
+    when `steps` is not a whole number of windows of more than one."""
+    if per_window <= 0 or steps <= per_window or steps % per_window:
+        return 1, 1, step
+    window = min(steps // per_window, max(1, -(-step // per_window)))
+    return window, steps // per_window, step - (window - 1) * per_window
+
+
+def step_label(step: int, steps: int, per_window: int) -> str:
+    """'window w/W · step k/S' for a run of several windows, else 'step k/S' (S: steps per window)."""
+    window, windows, within = window_step(step, steps, per_window)
+    if windows == 1:
+        return f"step {step}/{steps}"
+    return f"window {window}/{windows} · step {within}/{per_window}"

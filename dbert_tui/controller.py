@@ -221,12 +221,12 @@ class Session:
         self.playbacks = []
 
     def edit_run(self, template, n: int, seed: int) -> Playback:
-        """A refill: the sampler fills the [MASK]s of `template` (L,) token ids, conditioned on
-        every other token (as a prompt), n times (a branch: n > 1), with side A's settings and
-        `seed` (each refill its own, so a second refill of the same selection draws anew)."""
+        """A refill: the [MASK]s of `template` (L,) token ids filled given every other token, n times (a branch: n > 1),
+        with side A's settings, the shown run's sampler and `seed` (each refill its own: a second one draws anew)."""
         from dbert_core.config import MAX_SEED
 
-        s = replace(self.settings, n=n, length=int(template.shape[-1]), prompt="", seed=seed % (MAX_SEED + 1))
+        s = replace(self.settings, n=n, length=int(template.shape[-1]), prompt="", seed=seed % (MAX_SEED + 1),
+                    sampler=self.settings.sampler or self.shown_settings().sampler)  # the bar names it, not `auto`
         run = Run(next(self._ids), s, playing=True, template=template)
         self.partner, self.side = None, 0
         self.playbacks = [Playback(run)]

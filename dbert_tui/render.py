@@ -10,6 +10,7 @@ from rich.color import Color
 from rich.style import Style
 from rich.text import Text
 
+from dbert_core.display import step_label, window_step  # noqa: F401 - the TUI's names for them
 from dbert_core.text.detok import MASK_GLYPH, spans, special_names
 
 from .runs import Recorded
@@ -148,41 +149,32 @@ def render_tokens(db, rec: Recorded, mode: str = "order", rows: list[int] | None
 
 
 # ------------------------------------------------------------------------------ token inspector
-def window_step(step: int, steps: int, per_window: int) -> tuple[int, int, int]:
-    """(window, windows, step within it) of a frame's `step` of `steps` counted on across a story's
-    (or a long refill's) windows of `per_window` steps each (the control bar's steps); one window
-    when `steps` is not a whole number of windows of more than one."""
-    if per_window <= 0 or steps <= per_window or steps % per_window:
-        return 1, 1, step
-    window = min(steps // per_window, max(1, -(-step // per_window)))
-    return window, steps // per_window, step - (window - 1) * per_window
-
-
-def step_label(step: int, steps: int, per_window: int) -> str:
-    """'window w/W · step k/S' for a run of several windows, else 'step k/S' (S: steps per window)."""
-    window, windows, within = window_step(step, steps, per_window)
-    if windows == 1:
-        return f"step {step}/{steps}"
-    return f"window {window}/{windows} · step {within}/{per_window}"
-
-
-def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True) -> Text:
+def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True, room: int | None = None) -> Text:
     """'[window w/W · ]step k/S · masked m/L · nfe N [· seconds] · state' for a run's shown frame
     (or one row of it); `pb` a runs.Playback, `timed` False hides the seconds (deterministic
-    snapshots). A story's steps are per window, as the control bar's."""
+    snapshots). A story's steps are per window, as the control bar's; its L is the length asked
+    for (383, not the canvas's 384: the [SEP] that opens a story is no token of it). Within `room`
+    cells (the status line's rest) it drops what it must: the masked count, the seconds, then the
+    state's key hint (`done (Space: replay)`: `done`); never the step."""
     f = rec.frame
+    width = f.masked.shape[1] - (f.masked.shape[1] == (pb.run.settings.length or 0) + 1)  # a story canvas: less its [SEP]
     if row is None:
-        step, n_masked, total = f.step, int(f.masked.sum()), f.masked.numel()
+        step, n_masked, total = f.step, int(f.masked.sum()), f.masked.shape[0] * width
     else:
         step = int(f.row_steps[row]) if f.row_steps is not None else f.step
-        n_masked, total = int(f.masked[row].sum()), f.masked.shape[1]
+        n_masked, total = int(f.masked[row].sum()), width
+    label, state = step_label(step, f.steps, pb.run.settings.steps), pb.state()
     text = Text()
-    text.append(step_label(step, f.steps, pb.run.settings.steps), style="bold")
-    text.append(f" · masked {n_masked}/{total} · nfe {f.nfe}")
-    if timed:
-        text.append(f" · {rec.seconds:.2f}s")
-    state = pb.state()
-    text.append(f" · {state}", style="bold green" if state.startswith("done") else "bold cyan")
+    for masked, seconds, hint in ((True, timed, True), (False, timed, True), (False, False, True), (False, False, False)):
+        shown = state if hint else state.split(" (")[0]
+        text = Text()
+        text.append(label, style="bold")
+        text.append((f" · masked {n_masked}/{total}" if masked else "") + f" · nfe {f.nfe}")
+        if seconds:
+            text.append(f" · {rec.seconds:.2f}s")
+        text.append(f" · {shown}", style="bold green" if state.startswith("done") else "bold cyan")
+        if room is None or text.cell_len <= room:
+            break
     return text
 
 

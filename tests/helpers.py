@@ -170,10 +170,11 @@ class HubServer:
                 server.requests.append(f"{self.command} {path}")
                 if path in server.redirects:
                     return self._send(302, b"", {"Location": server.redirects[path]}, head)
-                if path.startswith("/slow/"):  # dribbles the file out, for cancelling mid-download
-                    data = server.files.get(path[len("/slow/"):], b"")
+                if path.startswith(("/slow/", "/unsized/")):  # dribbles the file out (unsized: no Content-Length)
+                    data = server.files.get(path.split("/", 2)[2], b"")
                     self.send_response(200)
-                    self.send_header("Content-Length", str(len(data)))
+                    if path.startswith("/slow/"):
+                        self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     try:
                         for i in range(0, len(data), 4096):

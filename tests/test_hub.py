@@ -152,3 +152,20 @@ def test_cli_fetch_hub_and_remove(server, tmp_path):
     assert not (store.store_dir() / "fromhub").exists()
     r = run("import", str(server.repos["acme/tiny-dbert"]), "--name", "local")
     assert r.returncode == 0 and r.stdout.strip() == str(store.store_dir() / "local"), r.stderr
+
+
+
+def test_a_mistyped_checkpoint_name_for_init_gets_a_did_you_mean(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    """--init takes a store name or a hub id: a near miss of a store name was only 'the Hub is not reachable'."""
+    import shutil
+
+    from helpers import run as cli
+
+    monkeypatch.setenv("DBERT_HOME", str(tmp_path))
+    shutil.copytree(tiny_checkpoint, tmp_path / "checkpoints" / "my-stories")
+    data = tmp_path / "data.txt"
+    data.write_text("Tom had a red kite.\nLily saw a big dog.\n")
+    code, _, err = cli(["train", "--data", str(data), "--init", "my-storeis", "--max-steps", "1",
+                        "--out", str(tmp_path / "run")], capsys, monkeypatch)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--init my-storeis" in err and err.rstrip().endswith("did you mean 'my-stories'?"), err

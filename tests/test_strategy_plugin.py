@@ -134,7 +134,8 @@ def test_the_server_runs_it_with_params_and_batches_only_like_params(tiny_db):
 
 
 def test_the_tui_controller_runs_it(tiny_db):
-    from dbert_tui.controller import Run, Session, Settings, produce
+    from dbert_tui.controller import Session, Settings
+    from dbert_tui.runs import Run, produce
     from dbert_tui.widgets.controls import _value
 
     s = Session(Settings(sampler="remdm", steps=16, length=8, seed=5, pace_ms=0))

@@ -277,3 +277,16 @@ def test_new_runs_play_the_first_is_watchable_and_new_seeds_differ_per_start(tin
     again = Session(Settings(seed=0), rng=random.Random(1))
     again.new_seed()
     assert seeded.settings.seed == again.settings.seed  # tests can pin it
+
+
+def test_a_branch_names_the_sampler_it_runs(tiny_db):
+    """After a refill (a branch) the control bar read `m auto`: the run's settings kept the
+    session's unresolved sampler, though the sampler is the one the run before it used."""
+    import torch
+
+    s = _session(tiny_db, steps=8, length=8)
+    assert s.settings.sampler is None and s.shown_settings().sampler is not None
+    template = torch.full((8,), tiny_db.model.mask_id, dtype=torch.long)
+    pb = s.edit_run(template, 2, seed=1)
+    assert pb.run.settings.sampler == resolve(s.settings, tiny_db).sampler and s.shown_settings() is pb.run.settings
+    assert s.settings.sampler is None  # the session still follows the checkpoint's choice

@@ -81,3 +81,37 @@ async def test_space_on_a_finished_run_plays_its_frames_again_without_sampling(t
             assert all((a.frame.ids == b.frame.ids).all() for a, b in zip(again.frames, first.frames))
             assert (final_of(again, g.controls.stable) is not None) == (layout == "stable")  # stable from the start
             await pilot.press("w")  # the free layout next: a replay all the same
+
+
+@pytest.mark.parametrize("size", [SIZE, (60, 18), (120, 36)])
+async def test_notifications_stand_above_the_control_bar(tiny_db, size):
+    """At 80x24 a notification covered the control bar (and the settings a key had just changed)."""
+    from textual.widgets._toast import Toast
+
+    app = make_app(tiny_db)
+    async with app.run_test(size=size, notifications=True) as pilot:
+        g = app.generate_screen
+        await wait_for(pilot, finished(app))
+        app.notify("a notification long enough to wrap onto a second line of its toast, at least", title="note")
+        await pilot.pause(0.2)
+        toasts = [t.region for t in g.query(Toast)]
+        bottom = [w.region for w in (g.query_one("#gen-strip"), g.controls, g.query_one("#gen-keys")) if w.display]
+        assert toasts and bottom
+        assert all(not t.overlaps(b) for t in toasts for b in bottom), (toasts, bottom)
+
+
+async def test_a_shrunk_terminal_draws_the_text_afresh(tiny_db):
+    """A tall terminal draws one sample double-spaced, its lines wrapped at that width; shrunk to
+    80x24 it kept those lines and blank lines between them, each wrapped again."""
+    from dbert_tui.widgets.generate.canvas import TokenView
+
+    app = make_app(tiny_db, length=120)
+    async with app.run_test(size=(160, 40)) as pilot:
+        g = app.generate_screen
+        await wait_for(pilot, finished(app))
+        await pilot.pause(0.2)
+        shown = lambda: str(g.canvas.query_one(TokenView).render())  # noqa: E731
+        assert "\n\n" in shown()  # double-spaced on the tall screen
+        await pilot.resize_terminal(*SIZE)
+        await pilot.pause(0.5)
+        assert "\n\n" not in shown(), shown()

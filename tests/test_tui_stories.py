@@ -173,3 +173,83 @@ async def test_a_story_grid_card_tells_its_window_within_the_cards_border(story_
         for card in g.grid.cards():
             title = card.border_subtitle
             assert "window 2/" in title and "step " in title and len(title) <= card.size.width, (title, card.size)
+
+
+def test_a_storys_status_counts_the_length_asked_for():
+    """`length 383` in the control bar read `masked 383/384` in the status: the canvas's [SEP]
+    that opens the story was counted as one of its tokens."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from dbert_core.sampling.sample import Frame
+    from dbert_tui.render import progress_line
+
+    def status(width: int, length: int, rows: int = 1) -> str:
+        masked = torch.ones(rows, width, dtype=torch.bool)
+        masked[:, 0] = False
+        frame = Frame(ids=torch.zeros(rows, width, dtype=torch.long), masked=masked, revealed=torch.zeros_like(masked),
+                      confidence=torch.zeros(rows, width), step=0, steps=96, t=0, nfe=0)
+        pb = SimpleNamespace(run=SimpleNamespace(settings=SimpleNamespace(steps=48, length=length)),
+                             state=lambda: "running")
+        return progress_line(pb, SimpleNamespace(frame=frame, seconds=0.0), timed=False).plain
+
+    assert "masked 383/383" in status(384, 383)  # a story: its [SEP] opens the canvas
+    assert "masked 766/766" in status(384, 383, rows=2)
+    assert "masked 39/40" in status(40, 40)  # a canvas of the length asked for: every column counts
+
+
+async def test_the_sampler_key_says_what_a_heuristics_tilde_means(tiny_db):
+    """`m` showed `confidence~` on the control bar with nothing saying what the ~ is."""
+    app = make_app(tiny_db, sampler="first-hitting")
+    async with app.run_test(size=SIZE) as pilot:
+        g = app.generate_screen
+        await wait_for(pilot, finished(app))
+        await pilot.press("m")
+        await wait_for(pilot, lambda: g.run.settings.sampler == "confidence" and finished(app)())
+        notes = [n.message for n in app._notifications]
+        assert any(n.startswith("confidence~ is a heuristic (~): the order of reveals is the model's most confident")
+                   for n in notes), notes
+
+
+async def test_the_grid_at_80x24_says_which_cards_are_below_and_its_status_fits(story_db):
+    """The grid at 80x24 cut its status line and said `#1-#6 below` while #1 and #2 were on screen."""
+    app = make_app(story_db, n=6, length=60, steps=8)
+    async with app.run_test(size=SIZE) as pilot:
+        g = app.generate_screen
+        await wait_for(pilot, finished(app))
+        await pilot.pause(0.2)
+        status = g.query_one("#gen-status")
+        line = str(status.render())
+        assert len(line) <= status.content_size.width and "window " in line and " · done" in line, line
+        grid = g.grid
+        view = grid.scrollable_content_region.height
+        below = grid.cards_below()
+        for card in grid.cards():  # a card said to be below has less than half of itself (or of the view) in view
+            r = card.virtual_region
+            shown = max(0, min(view, r.bottom) - max(0, r.y))
+            assert (card.index in below) == (r.bottom > view and 2 * shown < min(r.height, view)), (card.index, r)
+        assert 0 not in below and 1 not in below
+        if below:
+            shown = f"#{below[0] + 1}" + ("" if len(below) == 1 else f"-#{below[-1] + 1}") + " below"
+            assert shown in line
+
+
+async def test_the_checkpoints_screen_names_the_shipped_model_as_the_cli_does(tiny_db):
+    """The TUI listed the shipped model as `default`, `dbert checkpoints list` as
+    `dbert-minilm-stories (default)`, the README as `dbert-minilm-stories`."""
+    from dbert_tui.app import create_app
+
+    app = create_app(checkpoint=tiny_db.path, loader=lambda p: tiny_db, deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        await pilot.press("2")
+        await wait_for(pilot, lambda: app.current_mode == "checkpoints")
+        ck = app.checkpoints_screen
+        table = ck.query_one("#ck-table")
+        names = [str(table.get_row_at(i)[0]).strip() for i in range(table.row_count)]
+        assert names[0] == "dbert-minilm-stories" and "default" not in names, names
+        assert table.virtual_size.width <= SIZE[0]  # the row fits 80 columns: no sideways scrolling
+        table.move_cursor(row=0)
+        await pilot.pause(0.2)
+        assert str(ck.query_one("#ck-details").render()).startswith("dbert-minilm-stories (default) · ")

@@ -41,3 +41,27 @@ async def test_training_validates_in_a_thread_that_sampled_before(tiny_db):
         assert "finished at step 6" in stats(tr), stats(tr)
         assert [s for s, _ in tr.vals] == [3, 6]
         assert read_meta(store.store_dir() / "validated")["step"] == 6
+
+
+async def test_a_new_run_does_not_show_the_last_runs_sample(tiny_db):
+    """The sample preview of the run before (a failed one's too) stayed under a new run until its
+    own first sample."""
+    app = create_app(checkpoint=tiny_db.path, loader=lambda p: tiny_db, train_data=[str(TINYSTORIES)],
+                     settings=Settings(pace_ms=0, steps=8, length=20, sampler="ancestral", top_k=0), deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        await pilot.press("3")
+        await wait_for(pilot, lambda: app.current_mode == "train")
+        tr = app.train_screen
+        preview = lambda: str(tr.query_one("#tr-preview").render())  # noqa: E731
+        for name, sample in (("first", "2"), ("second", "1000")):
+            for wid, value in {"tr-out": name, "tr-steps": "4", "tr-batch": "8", "tr-seq": "16", "tr-T": "64",
+                               "tr-eval": "0", "tr-sample": sample, "tr-warmup": "1", "tr-save": "0"}.items():
+                tr.query_one(f"#{wid}").value = value
+            tr.query_one("#tr-unit").value = "sentence"
+            await pilot.press("f5")
+            await wait_for(pilot, lambda: "finished" in stats(tr) or "failed" in stats(tr), timeout=120, what=name)
+            assert "finished at step 4" in stats(tr), stats(tr)
+            if name == "first":
+                assert "[step " in preview()
+        assert "[step " not in preview(), preview()  # the second run drew no sample: none is shown

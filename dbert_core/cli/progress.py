@@ -10,7 +10,7 @@ import functools
 import sys
 import time
 
-from ..display import duration, eta
+from ..display import duration, eta, step_label, window_step
 from ..training.train import Callback
 
 
@@ -101,7 +101,7 @@ class TrainProgress(Callback):
         from ..maths.model import count_parameters
 
         if trainer.is_main:
-            self._line(f"training {count_parameters(db.model) / 1e6:.1f}M parameters on {trainer.device} "
+            self._line(f"training {count_parameters(db.model) / 1e6:.2f}M parameters on {trainer.device} "
                        f"x{trainer.world}: {len(trainer.train_examples)} examples, schedule {cfg.schedule}, "
                        f"time {cfg.time}, vocabulary {db.model.config.vocab_size}, "
                        f"from step {trainer.step} to {cfg.max_steps}")
@@ -154,10 +154,13 @@ class TrainProgress(Callback):
 class SampleProgress:
     """`dbert sample` / `dbert eval` progress on stderr, fed every frame of the run (on_frame):
     on a terminal one live line (samples done, the batch's step, network calls, elapsed, ETA),
-    elsewhere a plain line per finished batch. Nothing ever goes to stdout."""
+    elsewhere a plain line per finished batch, and within a batch one at each window of a long
+    story, or after 2 s and then every 10 s of silence. A long story's step is its window and the
+    step within it (`window 1/2 · step 40/48`: per_window, the steps of one window, as the TUI's
+    status says it). Nothing ever goes to stdout."""
 
-    def __init__(self, total: int, batch_size: int, label: str = "sampling", stream=None):
-        self.total, self.batch_size, self.label = total, max(1, batch_size), label
+    def __init__(self, total: int, batch_size: int, label: str = "sampling", stream=None, per_window: int = 0):
+        self.total, self.batch_size, self.label, self.per_window = total, max(1, batch_size), label, per_window
         self.stream = stream or sys.stderr
         try:
             self.live = self.stream.isatty()
@@ -166,6 +169,8 @@ class SampleProgress:
         self.done = self.nfe = 0
         self.start = time.perf_counter()
         self._shown = 0.0
+        self._plain = self.start  # when the last plain line was written (the run's start: none yet)
+        self._window: int | None = None  # the window of the batch's last plain line
 
     def _write(self, text: str) -> None:
         try:
@@ -190,18 +195,27 @@ class SampleProgress:
         if finished:
             self.done = min(self.total, self.done + rows)
             self.nfe += batch_nfe
-        elapsed = time.perf_counter() - self.start
+        now = time.perf_counter()
+        elapsed = now - self.start
         fraction = (self.done + (0 if finished else rows * frame.step / max(1, frame.steps))) / self.total
+        calls = self.nfe + (0 if finished else batch_nfe)
+        where = step_label(frame.step, frame.steps, self.per_window)
         if self.live:
-            now = time.perf_counter()
             if finished or now - self._shown > 0.1:
                 self._shown = now
-                self._write(f"\r{self.label} {self.done}/{self.total} · step {frame.step}/{frame.steps} · "
-                            f"{self.nfe + (0 if finished else batch_nfe)} calls · {duration(elapsed)} · "
-                            f"eta {self._eta(fraction)}\x1b[K")
+                self._write(f"\r{self.label} {self.done}/{self.total} · {where} · {calls} calls · "
+                            f"{duration(elapsed)} · eta {self._eta(fraction)}\x1b[K")
         elif finished:
+            self._plain, self._window = now, None
             self._write(f"{self.label} {self.done}/{self.total} · {self.nfe} calls · {duration(elapsed)} · "
                         f"eta {self._eta(fraction)}\n")
+        else:
+            window, windows, _ = window_step(frame.step, frame.steps, self.per_window)
+            quiet = now - self._plain >= (2.0 if self._plain == self.start else 10.0)
+            if (windows > 1 and window != self._window) or quiet:
+                self._plain, self._window = now, window
+                self._write(f"{self.label} {self.done}/{self.total} · {where} · {calls} calls · "
+                            f"{duration(elapsed)} · eta {self._eta(fraction)}\n")
 
     def close(self) -> None:
         if self.live and self.stream is not None:

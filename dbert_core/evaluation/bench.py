@@ -24,6 +24,7 @@ bench itself prints nothing.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as _dt
 import json
@@ -59,6 +60,19 @@ def machine(device: torch.device) -> dict:
     return info
 
 
+BUSY = 0.5  # a load average at the start of at least this many per core: the rates are another job's share
+
+
+def load_warning(m: dict) -> str | None:
+    """A warning when other work held the CPU as the bench began (machine()'s load average of the
+    last minute against its cores), else None: its rates then read low, and vary from run to run."""
+    load, cores = (m.get("load_average") or [None])[0], m.get("cores") or 1
+    if load is None or load < BUSY * cores:
+        return None
+    return (f"warning: the load average was {load:.1f} on {cores} cores as the bench began: other work shares "
+            "the CPU, so these rates read low and vary from run to run; measure on an idle machine")
+
+
 def _inputs(db, B: int, L: int, device):
     tok = db.tokenizer
     ids = torch.full((B, L + 2), db.model.mask_id, dtype=torch.long)
@@ -86,9 +100,11 @@ def attention_report(db, length: int) -> str:
 class Bench:
     """Runs the measurements and keeps the report up to date on disk."""
 
-    def __init__(self, db, out: Path, length: int, quick: bool, reps: int, report=None):
+    def __init__(self, db, out: Path, length: int, quick: bool, reps: int, report=None, progress=None):
         self.db, self.out, self.length, self.quick, self.reps = db, Path(out), length, quick, reps
         self.say = report or (lambda message: None)  # report(message): one line per measurement (the CLI: stderr)
+        # progress(label, samples): a sampling run's on_frame, with close() (the CLI: a progress line on stderr)
+        self.progress = progress
         self.device = db.device
         self.result: dict = {
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -207,9 +223,11 @@ class Bench:
                     continue
                 base = None
                 for sampler in samplers:
-                    _, st = generate(self.db, n=batch, batch_size=batch, workers=1, seed=seed, length=self.length,
-                                     steps=steps, sampler=sampler, pair_quotes=False, fix_contractions=False,
-                                     known_words=False, cache_refresh=0)  # the sampler alone, on the exact forward
+                    with self._watch(f"bench: {sampler} steps {steps} batch {batch}", batch) as on_frame:
+                        _, st = generate(self.db, n=batch, batch_size=batch, workers=1, seed=seed, length=self.length,
+                                         steps=steps, sampler=sampler, pair_quotes=False, fix_contractions=False,
+                                         known_words=False, cache_refresh=0,  # the sampler alone, on the exact forward
+                                         on_frame=on_frame)
                     sec = st["seconds"]
                     row = {"sampler": sampler, "exact": st["exact"], "params": st["params"], "steps": steps,
                            "batch": batch, "seconds": sec,
@@ -223,6 +241,16 @@ class Bench:
                     self.say(f"{sampler:>13} steps {steps:>4} batch {batch:>2}: {sec:8.2f} s, "
                         f"{row['calls_per_batch']} calls, {row['rows_per_sample']} rows/sample")
                     self.save()
+
+    @contextlib.contextmanager
+    def _watch(self, label: str, samples: int):
+        """A sampling run's on_frame for the run's progress (None without one), closed after it."""
+        watch = self.progress(label, samples) if self.progress is not None else None
+        try:
+            yield watch
+        finally:
+            if watch is not None:
+                watch.close()
 
     def _compute(self, st: dict, rates: str = "sampling") -> dict:
         """The network's work in a sampling run, the time it needs at the measured matmul peak, and
@@ -248,7 +276,8 @@ class Bench:
         B = min(cfg.n, cfg.batch_size)
         self.rates("cli", B, cfg.length + 2, B * cfg.length, [getattr(torch, self._dtype())], [torch.get_num_threads()],
                    workers=cfg.workers)
-        _, st = generate(self.db, cfg)
+        with self._watch("bench: sample --n 10 defaults", cfg.n) as on_frame:
+            _, st = generate(self.db, cfg, on_frame)
         self.result["cli_defaults"] = {"sampler": cfg.sampler, "length": cfg.length, "steps": cfg.steps,
                                        "cache_refresh": cfg.cache_refresh, "cache_masked": bool(cfg.cache_masked),
                                        "load_seconds": round(load_seconds, 2),
@@ -319,6 +348,8 @@ def markdown(r: dict) -> str:
              f"Model: {r['checkpoint']} ({mod['layers']} layers, hidden {mod['hidden']}, vocab {mod['vocab']}, "
              f"{mod['schedule']} T={mod['T']}, time {mod['time']}, attention {mod['attention']}, {mod['dtype']}); "
              f"length {r['length']}.", ""]
+    if load_warning(m):
+        lines += [f"**{load_warning(m)}**", ""]
     for name, e in r.get("rates", {}).items():
         shapes = [k for k in e["rows"][0] if k not in ("dtype", "threads", "model", "error", "side_by_side", "workers")] \
             if e["rows"] else []
@@ -402,11 +433,12 @@ def check_batches(db, batches, length: int) -> None:
 
 
 def run(db, out, load_seconds: float, samplers, steps_list, batches, length: int = 64, quick: bool = False,
-        train: bool = True, bf16: bool = True, threads=(), report=None) -> dict:
-    """The whole suite; returns the result dict (also in out/bench.json)."""
+        train: bool = True, bf16: bool = True, threads=(), report=None, progress=None) -> dict:
+    """The whole suite; returns the result dict (also in out/bench.json). report(line): a line per
+    measurement; progress(label, samples): an on_frame with close() for each sampling run."""
     check_batches(db, batches, length)
     reps = 2 if quick else 4
-    bench = Bench(db, out, length, quick, reps, report)
+    bench = Bench(db, out, length, quick, reps, report, progress)
     bench.peak([torch.float32])
     from ..config import SampleConfig
 

@@ -237,7 +237,7 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
 
     examples=True also returns each example's bound in nats and its token count
     ("example_nats", "example_tokens"), for paired comparisons of models on the same data.
-    progress: called with (examples scored, examples) after each batch."""
+    progress: called with (examples scored, examples) before the first batch (0 scored) and after each."""
     if not 1 <= steps <= db.schedule.T:
         raise DbertError(f"must be between 1 and T={db.schedule.T}, got {steps}", "steps", steps)
     if mc < 1:
@@ -285,6 +285,8 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     model = db.model
     model.eval()
     per_example = []
+    if progress is not None:  # a line before the first batch, which may take minutes (long stories, --exact)
+        progress(0, len(kept))
     for i in range(0, len(kept), batch_size):
         batch = kept[i:i + batch_size]
         ids, att, noisable = collate(batch, special, db.device)

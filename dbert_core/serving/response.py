@@ -73,9 +73,10 @@ def _choices(db, plan: Plan, jobs: list[Job], i: int, ev: tuple) -> list[dict]:
 
 
 def _finish(db, row, prep: Prepared) -> str:
-    """"stop" for a story that reached its end (a story model's [SEP], or the suffix it ends
-    with), else "length"."""
-    ended = prep.tail > 0 or db.tokenizer.sep_token_id in row.tolist()
+    """"stop" for a story that ended before max_tokens (a story model's [SEP]), else "length":
+    the span holds max_tokens tokens. An infill's span (a suffix after it) is always filled to
+    max_tokens, the story ending with the suffix: "length", as OpenAI says of a reply cut there."""
+    ended = not prep.tail and db.tokenizer.sep_token_id in row.tolist()
     return "stop" if is_story_model(db) and ended else "length"
 
 

@@ -115,7 +115,7 @@ def resolve(name_or_path: str | None) -> Path:
         if p.is_dir():
             return p
         raise DbertError(f"no checkpoint named {name_or_path!r} in {store_dir()} and no such directory"
-                         f"{_did_you_mean(name_or_path)} (see `dbert checkpoints list`)")
+                         f"{did_you_mean(name_or_path)} (see `dbert checkpoints list`)")
     if temp_folders.exists(p):  # a checkpoint between a save's two renames is still there to read
         return p
     raise DbertError(f"checkpoint directory not found: {name_or_path}")
@@ -144,7 +144,8 @@ def known_names() -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _did_you_mean(name: str) -> str:
+def did_you_mean(name: str) -> str:
+    """'; did you mean 'x' or 'y'?': the checkpoint names (known_names) close to a mistyped one, else ''."""
     import difflib
 
     close = difflib.get_close_matches(name, known_names(), n=3, cutoff=0.6)
@@ -410,7 +411,7 @@ def remove(name: str) -> Path:
     tidy()
     path = store_dir() / name
     if not path.is_dir():
-        raise DbertError(f"no checkpoint named {name!r} in {store_dir()}")
+        raise DbertError(f"no checkpoint named {name!r} in {store_dir()}{did_you_mean(name)}")
     with put_off_stops():  # a Ctrl-C waits until `lock` holds it, so `finally` releases it
         lock = hold(path, "remove")  # a run training into it is named; none can start meanwhile
     try:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..storage import checkpoint as ckpt
-from ..storage.store import named
+from ..storage.store import did_you_mean, named
 from ..text import learnt_tables
 from ..disk import layout
 from ..config import TrainConfig
@@ -279,13 +279,24 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
                 lock = OutLock(out)  # before anything touches out; released when the run ends
             ckpt.recover(out)
         return _prepare(cfg, out, lock, rank, world, local_rank, notice, report, undo)
-    except BaseException:
-        for cancel in undo:  # the tables' thread
-            cancel()
-        if lock is not None:
-            lock.release()
-        remove_empty(made)  # `--out a/b/c/ck` with bad --data leaves no a/
+    except DbertError as e:  # a bare --init name that the hub could not give, close to a checkpoint's here
+        hint = did_you_mean(cfg.init) if cfg.init and "/" not in cfg.init and f"--init {cfg.init}" in str(e) else ""
+        _undo(undo, lock, made)
+        if hint:
+            raise DbertError(f"{e}{hint}") from None
         raise
+    except BaseException:
+        _undo(undo, lock, made)
+        raise
+
+
+def _undo(undo: list, lock, made: list[Path]) -> None:
+    """A failed start: its threads stopped, its lock released, the folders it made removed."""
+    for cancel in undo:  # the tables' thread
+        cancel()
+    if lock is not None:
+        lock.release()
+    remove_empty(made)  # `--out a/b/c/ck` with bad --data leaves no a/
 
 
 def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank: int, notice=None, report=None,

@@ -11,13 +11,19 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from dbert_core.storage.store import human_size
+from dbert_core.storage.store import DEFAULT_NAME, SHIPPED, human_size
 
 from ..keymap import KeySpec, bindings
 from ..messages import FetchProgress, StoreChanged
 from ..widgets.keybar import KeyBar, bar_keys
 from ..workers import ReportWorkerErrors
 from .dialogs import ConfirmDialog, FormDialog
+
+
+def _name(entry) -> str:
+    """A row's name: the shipped default by its own name (`dbert-minilm-stories`, as `dbert sample -c`
+    and the README say it; the details pane adds `(default)`), any other by its store name."""
+    return SHIPPED[entry.name] if entry.name == DEFAULT_NAME else entry.name
 
 
 def entry_details(entry) -> Text:
@@ -28,7 +34,7 @@ def entry_details(entry) -> Text:
     from dbert_core.disk.layout import STATE, STATE_JSON, read_meta
 
     out = Text()
-    out.append(entry.name, style="bold")
+    out.append(entry.label, style="bold")  # the shipped default by its name too, as `dbert checkpoints list`
     if entry.broken:
         return out.append(f" · broken: {entry.broken}", style="red")
     try:
@@ -180,12 +186,12 @@ class CheckpointsScreen(ReportWorkerErrors, Screen):
             # every cell a Text: a str cell would be read as markup, and its fields come from the
             # checkpoint (store.Entry has made them safe to show)
             if e.broken:  # listed with its reason; choosing it says why it cannot be used
-                table.add_row(Text(mark + e.name, style="red"), human_size(e.size), "?",
+                table.add_row(Text(mark + _name(e), style="red"), human_size(e.size), "?",
                               Text(f"broken: {e.broken}", style="red"), "", "", key=str(e.path))
                 continue
             params = f"{e.parameters / 1e6:.2f}M" if e.parameters else "?"
             created = (e.created or "?")[:16].replace("T", " ")
-            table.add_row(*(Text(c) for c in (mark + e.name, human_size(e.size), params, e.schedule, e.time, created)),
+            table.add_row(*(Text(c) for c in (mark + _name(e), human_size(e.size), params, e.schedule, e.time, created)),
                           key=str(e.path))
         target = Path(select).resolve() if select is not None else current  # by default: the one in use
         if target is not None:

@@ -307,6 +307,8 @@ class TrainScreen(ReportWorkerErrors, Screen):
         self._starting = True
         self._set_running(True)
         self.query_one("#tr-stats", Static).update(Text(f"preparing {self.out.name} …", style="cyan"))
+        if not resume:  # a new run: the last one's sample (a failed run's too) is not this one's
+            self.query_one("#tr-preview", Static).update(Text("—", style="dim"))
         self.train(cfg, sample_every, resume)
 
     def action_browse(self) -> None:

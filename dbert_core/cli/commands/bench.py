@@ -92,9 +92,15 @@ def bench(
     from ...evaluation.bench import check_batches
 
     check_batches(db, batches, length)  # before the first measurement
+    from ...evaluation.bench import load_warning, machine
+    from ..progress import SampleProgress
+
     say(f"bench: {db.path}, steps {step_list}, batch {batches}, samplers {chosen}; results in {out}/")
+    if load_warning(machine(db.device)):  # said before the minutes of measuring, and kept in the report
+        say(f"dbert: {load_warning(machine(db.device))}")
     result = run(db, Path(out), load_seconds, chosen, step_list, batches, length=length, quick=quick, train=measure_train,
-                 bf16=bf16, threads=range(1, (os.cpu_count() or 1) + 1), report=say)
+                 bf16=bf16, threads=range(1, (os.cpu_count() or 1) + 1), report=say,
+                 progress=lambda label, samples: SampleProgress(samples, samples, label=label))
     import errno
 
     try:

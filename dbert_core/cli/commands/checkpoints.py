@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Annotated, Optional
 
 import typer
@@ -75,7 +76,9 @@ def list_lines(rows, used, width: int = 80) -> list[str]:
 
 
 class _FetchProgress:
-    """Download progress on stderr: a live bar on a terminal, a few plain lines otherwise."""
+    """Download progress on stderr: a live bar on a terminal; otherwise a plain line at each
+    quarter of a download of known size, and after 2 s, then every 10 s, of silence (a large or
+    slow download, or one whose size the server does not say, is never silent for long)."""
 
     def __init__(self):
         try:
@@ -83,6 +86,7 @@ class _FetchProgress:
         except (OSError, ValueError):
             self.live = False
         self.last = -1
+        self.start = self.shown = time.monotonic()
 
     def __call__(self, done: int, total: int | None, what: str) -> None:
         from ...storage.store import human_size
@@ -91,9 +95,13 @@ class _FetchProgress:
         if self.live:
             shown = f"{pct:3d}%" if pct is not None else ""
             self._write(f"\r{what} {human_size(done):>9} {shown}")
-        elif pct is not None and pct // 25 != self.last:
-            self.last = pct // 25
-            say(f"{what} {human_size(done)} ({pct}%)")
+            return
+        now = time.monotonic()
+        quiet = now - self.shown >= (2.0 if self.shown == self.start else 10.0)
+        if (pct is not None and pct // 25 != self.last) or quiet:
+            self.last = pct // 25 if pct is not None else self.last
+            self.shown = now
+            say(f"{what} {human_size(done)}" + (f" ({pct}%)" if pct is not None else ""))
 
     def close(self) -> None:
         if self.live:

@@ -132,6 +132,7 @@ def sample(
             infill_stats.append(st_p)
             continue
         resolved = resolve(run, db)
+        progress.per_window = resolved.steps  # a long story's frames count steps on across its windows
         got, st_p = generate(db, resolved, on_frame=on_frame, cased=not lowercase, paragraph=paragraph,
                              topk=TOPK if trajectory is not None else 0,
                              every_frame=trajectory is not None)  # the progress line needs the done frames only

@@ -188,7 +188,13 @@ class KeyActions:
         self._change(self.session.top_p, self.db)
 
     def action_cycle_sampler(self) -> None:
+        from dbert_core.strategies import STRATEGIES
+
         self._change(self.session.next_sampler, self.db)
+        strategy = STRATEGIES.get(self.session.active.sampler or "")
+        if strategy is not None and not strategy.exact:  # the bar's `name~`: what the ~ means
+            self.notify(f"{strategy.name}~ is a heuristic (~): {strategy.law}, not the model's own law "
+                        "(docs/decoding.md)", title="sampler")
 
     def action_new_seed(self) -> None:
         self._change(self.session.new_seed)

@@ -159,6 +159,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
 
     def on_resize(self) -> None:
         self._arrange()
+        self.call_after_refresh(self._draw)  # laid out again at the new size (a tall screen's double spacing, too)
 
     def _arrange(self) -> None:
         """Show the widgets of the current view; the schedule as a panel only where it is wide."""
@@ -174,6 +175,16 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         self.inspector.display = inspecting and wide
         self.query_one(InspectorLine).display = inspecting and not wide
         self.grid.fit(self.size.width, WIDE)
+        self.call_after_refresh(self._toasts_above_the_bar)
+
+    def _toasts_above_the_bar(self) -> None:
+        """Notifications stand above the schedule strip, the control bar and the key bar, never on
+        them (at 80x24 they covered the settings a key had just changed)."""
+        bottom = [w for w in (self.query_one(ScheduleStrip), self.query_one(InspectorLine), self.controls,
+                              self.query_one("#gen-keys")) if w.display and w.region.height]
+        top = min((w.region.y for w in bottom), default=self.size.height)
+        for rack in self.query("#textual-toastrack"):  # none where notifications are off
+            rack.styles.margin = (0, 0, self.size.height - top + 1, 0)  # the rack's last row is its margin's first
 
     def use_db(self, db) -> None:
         """The App's checkpoint changed (its settings are already fitted to it): start a run."""

@@ -106,9 +106,17 @@ class SampleGrid(VerticalScroll, can_focus=False):
                       L - int(f.masked[b].sum()), L, row_step, f.steps, per_window)
 
     def cards_below(self) -> list[int]:
-        """The cards that lie wholly or partly below the visible part (the status hints at them)."""
-        bottom = self.scroll_y + self.scrollable_content_region.height
-        return [card.index for card in self.cards() if card.display and card.virtual_region.bottom > bottom]
+        """The cards mostly below the visible part (the status hints at them): less than half of the
+        card, or of the view where the card is taller, on screen. A tall card whose start fills the
+        view is on screen (at 80x24 a story grid said #1-#6 below with #1 and #2 in view)."""
+        view = self.scrollable_content_region.height
+        top, bottom = self.scroll_y, self.scroll_y + view
+
+        def below(r) -> bool:
+            shown = max(0, min(bottom, r.bottom) - max(top, r.y))
+            return r.bottom > bottom and 2 * shown < min(r.height, view)
+
+        return [card.index for card in self.cards() if card.display and below(card.virtual_region)]
 
     def text(self) -> str:
         """Every card's text, as drawn."""

@@ -205,5 +205,5 @@ class Player(ReportWorkerErrors, Static):
             else:
                 text.append_text(prefix)
                 text.append_text(progress_line(pb, rec, selected if mode == "single" and n > 1 else None,
-                                               not self.app.deterministic))
+                                               not self.app.deterministic, room=self.content_size.width - text.cell_len))
         self.update(text)
