@@ -90,6 +90,9 @@ class KeyHost(Protocol):
 
     def view_mode(self) -> str: ...
 
+    def notify(self, message: str, *, title: str = "", **options) -> None:
+        """A toast (Textual's Widget.notify)."""
+
     def start_runs(self, playbacks: list[Playback]) -> None:
         """Play these runs: fresh cards and panels, a worker each."""
 
@@ -188,10 +191,11 @@ class KeyActions:
         self._change(self.session.top_p, self.db)
 
     def action_cycle_sampler(self) -> None:
-        from dbert_core.strategies import STRATEGIES
+        from dbert_core import strategies
 
         self._change(self.session.next_sampler, self.db)
-        strategy = STRATEGIES.get(self.session.active.sampler or "")
+        name = self.session.active.sampler
+        strategy = strategies.get(name) if name in strategies.names() else None
         if strategy is not None and not strategy.exact:  # the bar's `name~`: what the ~ means
             self.notify(f"{strategy.name}~ is a heuristic (~): {strategy.law}, not the model's own law "
                         "(docs/decoding.md)", title="sampler")
