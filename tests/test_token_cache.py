@@ -83,9 +83,9 @@ def test_cached_windows_are_the_story_windows(tmp_path, tok, seq_len, context, m
     assert len(got) == len(ref) and got.uniform_length == seq_len
     assert [(list(w), w.context, w.scored) for w in got] == [(list(w), w.context, w.scored) for w in ref]
     assert torch.equal(got.token_counts(len(tok)), token_counts(ref, len(tok)))
-    from dbert_core.text import cached_windows
+    from dbert_core.text import cached_examples
 
-    monkeypatch.setattr(cached_windows, "CHUNK_TOKENS", 37)  # many stretches, windows across their edges
+    monkeypatch.setattr(cached_examples, "CHUNK_TOKENS", 37)  # many stretches, windows across their edges
     assert torch.equal(got.count_tokens(len(tok)), token_counts(ref, len(tok)))
     kept = sorted(entry.folder.glob("counts-*.npy"))
     assert len(kept) == 1  # the first call's, read back by the second

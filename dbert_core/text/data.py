@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..disk.tree import folder_files
@@ -456,9 +457,10 @@ def epoch_batches(n_examples: int, batch_size: int, epoch: int, seed: int,
     """
     g = torch.Generator().manual_seed(seed * 100_003 + epoch)
     order = torch.randperm(n_examples, generator=g).tolist()
-    if lengths is not None and bucket > 1:
-        w = batch_size * bucket
-        order = [i for s in range(0, len(order), w) for i in sorted(order[s:s + w], key=lambda j: lengths[j])]
+    if lengths is not None and bucket > 1:  # numpy's stable sort: the order sorted(key=length) gives
+        w, at, lengths = batch_size * bucket, np.array(order, dtype=np.int64), np.asarray(lengths)
+        order = np.concatenate([at[:0]] + [at[s:s + w][np.argsort(lengths[at[s:s + w]], kind="stable")]
+                                           for s in range(0, len(at), w)]).tolist()
     batches = [order[i:i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]
     perm = torch.randperm(len(batches), generator=g).tolist()
     return [batches[i] for i in perm]
