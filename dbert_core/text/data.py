@@ -50,10 +50,11 @@ def expand_paths(patterns: list[str]) -> list[str]:
 
 
 def absolute_patterns(patterns: list[str] | None) -> list[str] | None:
-    """Paths or globs made absolute (~ expanded), as a run records them: it resumes from any folder."""
+    """Paths or globs made absolute (~ expanded), as a run records them: it resumes from any folder
+    (an hf:owner/name dataset as it is: storage/datasets.py)."""
     if patterns is None:
         return None
-    return [os.path.abspath(os.path.expanduser(p)) for p in patterns]
+    return [p if p.startswith("hf:") else os.path.abspath(os.path.expanduser(p)) for p in patterns]  # hf: a hub dataset
 
 
 def fingerprints(patterns: list[str]) -> list[dict]:

@@ -288,6 +288,12 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
 
 def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank: int, notice=None, report=None,
              undo: list | None = None) -> Prepared:
+    from dataclasses import replace
+
+    from ..storage import datasets
+
+    if any(datasets.is_hub(p) for p in [*c.data, *(c.val_data or [])]):  # hf:owner/name: its downloaded folder
+        c = replace(c, data=datasets.local(c.data), val_data=datasets.local(c.val_data))
     if c.resume:
         c = resumed(c)
     device = _device(c.device, rank, world, local_rank, notice)

@@ -17,7 +17,7 @@ from ..streams import say
 def train(
     ctx: typer.Context,
     out: Annotated[str, typer.Option(help="Output checkpoint: a bare NAME goes to the store; anything with a path separator (./x, runs/x) is a directory.")] = ...,
-    data: Annotated[Optional[list[str]], typer.Option("--data", help="Training text files or globs (repeatable; recorded as absolute paths; with --resume: the checkpoint's, or the same files moved).", rich_help_panel="Data")] = None,
+    data: Annotated[Optional[list[str]], typer.Option("--data", help="Training text files, globs or folders, or hf:owner/name (a hub dataset, downloaded once) (repeatable; recorded as absolute paths; with --resume: the checkpoint's, or the same files moved).", rich_help_panel="Data")] = None,
     val_data: Annotated[Optional[list[str]], typer.Option(help="Held-out files (default: a slice of --data).", rich_help_panel="Data")] = TRAIN.val_data,
     unit: Annotated[Unit, typer.Option(help="An example is a line, a sentence, or a story: a whole document in windows that end with its end (--seq-len tokens; longer ones continue with earlier text as context).", rich_help_panel="Data")] = Unit(TRAIN.unit),
     doc_sep: Annotated[DocSep, typer.Option(help="What separates documents: auto (each file's own: <|endoftext|> lines, JSONL, else blank lines), blank, eot, line (one per line) or jsonl ({\"text\": ...} per line).", rich_help_panel="Data")] = DocSep(TRAIN.doc_sep),
