@@ -111,3 +111,68 @@ def test_a_line_run_is_what_it_was_with_lists_and_a_rerun_tokenizes_nothing(tmp_
     a, b = checkpoint.load(tmp_path / "a"), checkpoint.load(tmp_path / "b")
     assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
     assert [h.get("loss_elbo") for h in first.history] == [h.get("loss_elbo") for h in second.history]
+
+
+def _rank(rank, world, port, root, data, unit, vocab, result_dir):
+    """One process of a two-process gloo run: which entries it built, which training examples it took."""
+    import json
+    import os
+    import time
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    from dbert_core.text.tokenizer import WordPieceTokenizer
+    from dbert_core.training import prepare as prepare_module
+    from dbert_core.training.train import Trainer
+
+    tok = WordPieceTokenizer.from_vocab(vocab, do_lower_case=True, strip_accents=True)
+    prepare_module.train_tokenizer = lambda texts, size: tok  # one vocabulary for both (the trainer's ties)
+    built, real = [], token_cache.build
+    token_cache.build = lambda *a, **k: built.append(rank) or time.sleep(2 - 2 * rank) or real(*a, **k)  # rank 0 slow
+    tr = Trainer(_cfg(Path(root), "ddp", data, unit=unit, max_steps=3, eval_every=0, save_every=0))
+    tr.prepare()
+    examples, taken = tr.train_examples, []
+
+    class Taken:
+        def __len__(self):
+            return len(examples)
+
+        def __getitem__(self, i):
+            taken.append(int(i))
+            return examples[i]
+
+    tr.train_examples = Taken()
+    tr.run()
+    with open(os.path.join(result_dir, f"rank{rank}.json"), "w") as f:
+        json.dump({"built": built, "taken": taken, "n": len(examples), "kind": type(examples).__name__}, f)
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("unit, kind", [("story", "StoryWindows"), ("line", "CachedExamples")])
+def test_two_ranks_share_one_cache_built_by_rank_0_and_read_their_own_examples(tmp_path, tok, unit, kind, monkeypatch):
+    import json
+    import socket
+
+    import torch.multiprocessing as mp
+
+    data = _lines(tmp_path / "s.txt", 60)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_rank, args=(2, port, str(tmp_path), str(data), unit, tok.backend_tokenizer.get_vocab(), str(tmp_path)), nprocs=2,
+             join=True)
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [g["built"] for g in got] == [[0], []]  # rank 0 tokenized; rank 1 waited and read its entry
+    assert got[0]["n"] == got[1]["n"] and {g["kind"] for g in got} == {kind}
+    from dbert_core.training import prepare as prepare_module
+    from dbert_core.training.train import Trainer
+
+    monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: tok)
+    ref = Trainer(_cfg(tmp_path, "ref", data, unit=unit))  # one process: the global batches of the same run
+    ref.prepare()
+    ref.release()
+    batches = epoch_batches(len(ref.train_examples), 8, 0, 3, ref.lengths)[:3]
+    assert got[0]["taken"] == [i for b in batches for i in b[0::2]]
+    assert got[1]["taken"] == [i for b in batches for i in b[1::2]]

@@ -102,8 +102,20 @@ class StoryData:
 
 
 def _entry(patterns, c: TrainConfig, tokenizer, report):
-    entry = token_cache.cached(patterns, c.doc_sep, tokenizer, cache_root(), unit=c.unit, report=report,
-                               files=file_prints(patterns))
+    """The files' entry. In a run of several processes rank 0 builds it (or finds it) while the
+    others wait at a barrier, then they open it: the corpus is tokenized once, not once a rank
+    (a rank whose dbert home is not rank 0's, another machine's disk, builds its own copy then)."""
+    import torch.distributed as dist
+
+    ranks = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    if ranks and dist.get_rank() != 0:
+        dist.barrier()  # rank 0 is building
+    try:
+        entry = token_cache.cached(patterns, c.doc_sep, tokenizer, cache_root(), unit=c.unit, report=report,
+                                   files=file_prints(patterns))
+    finally:
+        if ranks and dist.get_rank() == 0:
+            dist.barrier()  # built (or failed: the others then try, and fail with the same line)
     if report is not None:
         report({"stage": "built" if entry.built else "cached", "folder": str(entry.folder),
                 "tokens": int(entry.offsets[-1]), "documents": len(entry)})
