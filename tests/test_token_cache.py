@@ -355,7 +355,7 @@ def test_the_corpus_sweep_makes_its_corpora_and_times_the_bare_tokenizer(tmp_pat
     path = sweep.corpus(tmp_path, 4)
     head = HEAD.stat().st_size
     assert path.stat().st_size == round(4e6 / head) * head and path.read_bytes()[:head] == HEAD.read_bytes()
-    assert sweep.bare(path, tmp_path / "home") > 0
+    assert sweep.bare(path, tmp_path / "home") > 0 and sweep.bare(path, tmp_path / "home", "line") > 0
 
 
 def test_a_bad_file_stops_the_command_with_one_line_and_no_cache(tmp_path, capsys, monkeypatch, tok):
