@@ -176,3 +176,28 @@ def test_two_ranks_share_one_cache_built_by_rank_0_and_read_their_own_examples(t
     batches = epoch_batches(len(ref.train_examples), 8, 0, 3, ref.lengths)[:3]
     assert got[0]["taken"] == [i for b in batches for i in b[0::2]]
     assert got[1]["taken"] == [i for b in batches for i in b[1::2]]
+
+
+def test_eval_of_a_line_model_reads_the_runs_cache_and_scores_the_same(tmp_path, monkeypatch, tok):
+    import os
+    import shutil
+
+    from dbert_core.evaluation import metrics
+    from dbert_core.storage import checkpoint
+    from dbert_core.training import prepare as prepare_module
+    from dbert_core.training.train import Trainer
+
+    monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: tok)
+    data = _lines(tmp_path / "s.txt", 40)
+    Trainer(_cfg(tmp_path, "a", data, max_steps=1, eval_every=0)).run()
+    db = checkpoint.load(tmp_path / "a")
+    real = metrics.iter_encode
+
+    def never(*a, **k):
+        raise AssertionError("tokenized again")
+
+    monkeypatch.setattr(metrics, "iter_encode", never)
+    cached = metrics.perplexity(db, [str(data)], steps=8, limit=7, unit="line")
+    monkeypatch.setattr(metrics, "iter_encode", real)
+    shutil.rmtree(Path(os.environ["DBERT_HOME"]) / "cache" / "tokens")
+    assert cached == metrics.perplexity(db, [str(data)], steps=8, limit=7, unit="line")  # read and encoded as before

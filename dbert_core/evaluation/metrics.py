@@ -228,6 +228,20 @@ def trained_unit(meta: dict) -> tuple[str, str]:
     return "line", "the checkpoint records no training unit"
 
 
+def _line_examples(data: list[str], unit: str, doc_sep: str, tokenizer):
+    """(ids, words) of each line or sentence example: from the training run's token cache entry when
+    there is one for these files and this tokenizer (nothing tokenized), else read and encoded only
+    as far as they are consumed (a --limit over a large file tokenizes no more than it needs)."""
+    from ..text.token_cache import cache_key, open_entry
+    from ..training.story_data import cache_root, file_prints
+
+    entry = open_entry(cache_root() / cache_key(file_prints(data), tokenizer, unit, doc_sep)[0])
+    if entry is not None:
+        return ((entry.doc(i).tolist(), int(entry.words[i])) for i in range(len(entry)))
+    texts = read_examples(data, unit, doc_sep)
+    return ((ids, count_words(text)) for text, ids in zip(texts, iter_encode(texts, tokenizer)))
+
+
 def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, exact: bool = False,
                mc: int = 1, batch_size: int = 32, seed: int = 0, unit: str = "line", examples: bool = False,
                progress=None, doc_sep: str = "auto") -> dict:
@@ -268,13 +282,12 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
         kept, kept_words = document_windows(document_sentences(docs), db.tokenizer, window_length(db), words=True)
         kept, kept_words = kept[:limit or None], kept_words[:limit or None]
     else:
-        texts = read_examples(data, unit, doc_sep)
-        for text, ids in zip(texts, iter_encode(texts, db.tokenizer)):  # encode only as far as --limit needs
+        for ids, words in _line_examples(data, unit, doc_sep, db.tokenizer):
             if not ids or len(ids) > max_len:
                 skipped += 1
                 continue
             kept.append(ids)
-            kept_words.append(count_words(text))
+            kept_words.append(words)
             if limit and len(kept) >= limit:
                 break
     if not kept:
