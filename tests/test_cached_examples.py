@@ -12,7 +12,7 @@ import torch
 
 from helpers import DATA
 
-from dbert_core.text import cached_examples, token_cache
+from dbert_core.text import cached_examples, learnt_tables, token_cache
 from dbert_core.text.cached_examples import CachedExamples
 from dbert_core.text.data import (EOT, epoch_batches, pack, read_documents, read_examples, story_texts, token_counts,
                                   tokenize, train_tokenizer)
@@ -87,7 +87,14 @@ def test_a_line_run_is_what_it_was_with_lists_and_a_rerun_tokenizes_nothing(tmp_
     if more.pop("val", False):
         more["val_data"] = [str(_lines(tmp_path / "v.txt", 10))]
     cfg = _cfg(tmp_path, "a", data, **more)
+    real_encoded = learnt_tables._encoded
+
+    def never(*a, **k):
+        raise AssertionError("the word list's text tokenized again")
+
+    monkeypatch.setattr(learnt_tables, "_encoded", never)  # the word list comes from the entry's ids
     p = prepare(cfg)
+    monkeypatch.setattr(learnt_tables, "_encoded", real_encoded)
     try:  # the lists of before: the examples read whole, split by _hold_out, tokenized, packed
         texts = read_examples([str(data)], cfg.unit)
         val_texts = read_examples(cfg.val_data, cfg.unit) if cfg.val_data else None
@@ -111,6 +118,7 @@ def test_a_line_run_is_what_it_was_with_lists_and_a_rerun_tokenizes_nothing(tmp_
     a, b = checkpoint.load(tmp_path / "a"), checkpoint.load(tmp_path / "b")
     assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
     assert [h.get("loss_elbo") for h in first.history] == [h.get("loss_elbo") for h in second.history]
+    assert (a.truecase, a.words) == (b.truecase, b.words) == learnt_tables.learn([str(data)], tok)  # from the text
 
 
 def _rank(rank, world, port, root, data, unit, vocab, result_dir):

@@ -328,11 +328,12 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
             keep, init, trimmed = _trim(c, train_texts)
         tokenizer = _tokenizer(c, texts, init)
     special = Special.of(tokenizer)
+    if rank == 0 and not (c.by_document and not c.by_story):  # the tables' pass over the lines, in a thread while
+        # the corpus is tokenized into the cache, whose ids then give the word list (no word spans two entries' documents)
+        tables = learnt_tables.Tables(c.data, tokenizer, story_data.tables_root(), story_data.file_prints(c.data),
+                                      story=True, sep=c.doc_sep)
+        (undo if undo is not None else []).append(tables.cancel)
     if c.by_story:
-        if rank == 0:  # the tables' pass over the lines, in a thread while the corpus is tokenized
-            tables = learnt_tables.Tables(c.data, tokenizer, story_data.tables_root(), story_data.file_prints(c.data),
-                                          story=True, sep=c.doc_sep)
-            (undo if undo is not None else []).append(tables.cancel)
         got = story_data.stories(c, tokenizer, report)
         train, val, sampling, entry = got.train, got.val, got.sampling, got.cache
         documents = stats_lines(got.stats, got.val_stats, c.doc_sep)
@@ -340,7 +341,7 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         train = document_windows(train_docs, tokenizer, c.seq_len, short=c.short_windows, seed=c.seed)
         train, val = _hold_out(c, train, None if val_docs is None else document_windows(val_docs, tokenizer, c.seq_len))
     else:  # --unit line or sentence: the token cache's examples (story_data.examples)
-        train, val = story_data.examples(c, tokenizer, report)
+        train, val, entry = story_data.examples(c, tokenizer, report)
     if len(train) < c.batch_size:
         raise DbertError(f"only {len(train)} training examples, fewer than --batch-size {c.batch_size}")
     if not val:

@@ -145,8 +145,8 @@ def stories(c: TrainConfig, tokenizer, report=None) -> StoryData:
 
 
 def examples(c: TrainConfig, tokenizer, report=None):
-    """(train, val) of a `--unit line` or `--unit sentence` run: CachedExamples (PackedExamples with
-    --pack) and the held-out examples as lists; prepare._hold_out's split of the texts, then
+    """(train, val, the training files' entry) of a `--unit line` or `--unit sentence` run:
+    CachedExamples (PackedExamples with --pack) and the held-out examples as lists; prepare._hold_out's split of the texts, then
     data.tokenize (and data.pack), as before the cache."""
     entry = _entry(c.data, c, tokenizer, report)
     g = torch.Generator().manual_seed(c.seed + 99)  # prepare._hold_out's draws, on example numbers
@@ -160,5 +160,5 @@ def examples(c: TrainConfig, tokenizer, report=None):
         mask[held] = False
         train, val = CachedExamples(entry, np.flatnonzero(mask), c.seq_len), CachedExamples(entry, held, c.seq_len)
     if c.pack:
-        return train.packed(tokenizer.sep_token_id), pack(list(val), c.seq_len, tokenizer.sep_token_id)
-    return train, list(val)
+        return train.packed(tokenizer.sep_token_id), pack(list(val), c.seq_len, tokenizer.sep_token_id), entry
+    return train, list(val), entry
