@@ -228,6 +228,24 @@ def trained_unit(meta: dict) -> tuple[str, str]:
     return "line", "the checkpoint records no training unit"
 
 
+def _story_windows(db, data: list[str], doc_sep: str, limit: int | None):
+    """(the whole-story windows, each one's words, the documents' statistics) of the files, from their
+    token cache entry (a training run's, reused where it read the files with the same --doc-sep)."""
+    import numpy as np
+
+    from ..sampling.settings import window_length
+    from ..text.cached_windows import StoryWindows
+    from ..text.token_cache import cached
+    from ..training.story_data import cache_root, file_prints
+
+    entry = cached(data, doc_sep, db.tokenizer, cache_root(), files=file_prints(data))
+    context = (db.meta.get("train_config") or {}).get("story_context")
+    kept = StoryWindows(entry, window_length(db), db.tokenizer.sep_token_id, context)
+    if limit:  # --limit counts stories, each in as many windows as it takes
+        kept = kept.select(np.flatnonzero(kept.doc < limit))
+    return kept, np.where(kept.at == 0, entry.words[kept.doc], 0).tolist(), entry.stats()  # a story's words count once
+
+
 def _line_examples(data: list[str], unit: str, doc_sep: str, tokenizer):
     """(ids, words) of each line or sentence example: from the training run's token cache entry when
     there is one for these files and this tokenizer (nothing tokenized), else read and encoded only
@@ -258,22 +276,7 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     max_len = db.model.max_length
     kept, kept_words, skipped, documents = [], [], 0, None
     if unit == "story":  # whole documents, in the whole-story windows the checkpoint trained on
-        from ..sampling.settings import window_length
-
-        import numpy as np
-
-        from ..text.cached_windows import StoryWindows
-        from ..text.token_cache import cached
-        from ..training.story_data import cache_root, file_prints
-
-        # a training run's entry, reused where it read the files with the same --doc-sep
-        entry = cached(data, doc_sep, db.tokenizer, cache_root(), files=file_prints(data))
-        documents = entry.stats()
-        context = (db.meta.get("train_config") or {}).get("story_context")
-        kept = StoryWindows(entry, window_length(db), db.tokenizer.sep_token_id, context)
-        if limit:  # --limit counts stories, each in as many windows as it takes
-            kept = kept.select(np.flatnonzero(kept.doc < limit))
-        kept_words = np.where(kept.at == 0, entry.words[kept.doc], 0).tolist()  # a story's words count once
+        kept, kept_words, documents = _story_windows(db, data, doc_sep, limit)
     elif unit == "window":  # the checkpoint's own training windows of the documents: the trainer's validation bound
         from ..sampling.settings import window_length
 
