@@ -204,8 +204,7 @@ def test_a_story_run_is_what_it_was_with_lists_and_a_rerun_tokenizes_nothing(tmp
     from dbert_core.training.prepare import _hold_out, prepare
     from dbert_core.training.train import Trainer
 
-    # one tokenizer for every run: tokenizers' WordPiece trainer breaks ties in its own hash order, so
-    # two runs' learnt vocabularies may differ by a piece (and so would their caches' keys)
+    # one tokenizer for every run, learnt once (the runs would learn the same one: test_tokenizer.py)
     monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: tok)
     data = _stories(tmp_path / "s.txt", 80)
     cfg = _story_cfg(tmp_path, "a", data)

@@ -480,20 +480,21 @@ def count_words(text: str) -> int:
 def train_tokenizer(texts: list[str], vocab_size: int):
     """An uncased WordPiece tokenizer learnt from the training texts (for presets without --init).
 
-    The trainer picks the same token set every time but numbers it in hash order, so the ids
-    are renumbered (special tokens first, then sorted): the same data gives the same tokenizer,
-    which exact resumption and reproducible runs need.
+    The trainer numbers its pieces in hash order and breaks ties between pairs of equal count by
+    those numbers: its continuation pieces are numbered first, in sorted order
+    (tokenizer.continuation_seeds), and the ids renumbered (special tokens first, then sorted), so
+    the same data gives the same tokenizer, which exact resumption and reproducible runs need.
     """
     from tokenizers import BertWordPieceTokenizer
 
-    from .tokenizer import WordPieceTokenizer
+    from .pieces import pieces
+    from .tokenizer import WordPieceTokenizer, continuation_seeds
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     wp = BertWordPieceTokenizer(lowercase=True, strip_accents=True, clean_text=True)
-    from .pieces import pieces
-
+    seeds = continuation_seeds(wp, texts)
     wp.train_from_iterator((p for t in texts for p in pieces(t)), vocab_size=vocab_size, min_frequency=2,
-                           show_progress=False, special_tokens=specials)  # a long text in pieces (pieces.py)
+                           show_progress=False, special_tokens=specials + seeds)  # a long text in pieces (pieces.py)
     rest = sorted(set(wp.get_vocab()) - set(specials))
     vocab = {tok: i for i, tok in enumerate(specials + rest)}
     return WordPieceTokenizer.from_vocab(vocab, do_lower_case=True, strip_accents=True)
