@@ -125,7 +125,8 @@ SAMPLE = (
 
 # the settings of `dbert train` that the Train screen's form shows, as it labels them
 TRAIN = (
-    Setting("data", str, "Training text files or globs (repeatable; recorded as absolute paths; with --resume: "
+    Setting("data", str, "Training text files, globs or folders, or hf:owner/name (a hub dataset, downloaded once) "
+            "(repeatable; recorded as absolute paths; with --resume: "
             "the checkpoint's, or the same files moved).", label="data"),
     Setting("out", str, "Output checkpoint: a bare NAME goes to the store; anything with a path separator (./x, "
             "runs/x) is a directory.", label="output"),

@@ -132,13 +132,15 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 
 class HubServer:
     """A tiny in-process file server: `files` maps /files/<name> to bytes, `repos` maps
-    repo ids to checkpoint directories served at commit SHA (revision "main" or SHA)."""
+    repo ids to checkpoint directories served at commit SHA (revision "main" or SHA), and
+    `datasets` dataset repo ids to folders of data files, the same way."""
 
     def __init__(self):
         self.files: dict[str, bytes] = {}
         self.types: dict[str, str] = {}  # file name -> Content-Type (default application/octet-stream)
         self.redirects: dict[str, str] = {}  # path -> Location of a 302
         self.repos: dict[str, Path] = {}
+        self.datasets: dict[str, Path] = {}  # dataset repo ids -> folders, at /api/datasets/ and /datasets/
         self.requests: list[str] = []
         server = self
 
@@ -190,9 +192,10 @@ class HubServer:
                         return self._send(404, b"not found", head=head)
                     return self._send(200, server.files[name], head=head,
                                       ctype=server.types.get(name, "application/octet-stream"))
-                if path.startswith("/api/models/"):
-                    rest = path[len("/api/models/"):]
-                    for repo, folder in server.repos.items():
+                kind = next((k for k in ("models", "datasets") if path.startswith(f"/api/{k}/")), None)
+                if kind is not None:
+                    rest = path[len(f"/api/{kind}/"):]
+                    for repo, folder in (server.repos if kind == "models" else server.datasets).items():
                         if rest.startswith(repo + "/revision/"):
                             rev = rest[len(repo + "/revision/"):]
                             if rev not in ("main", SHA):
@@ -204,8 +207,9 @@ class HubServer:
                                                 "oid": hashlib.sha1((folder / f).read_bytes()).hexdigest()}
                                                for f in listing(folder)], head)
                     return self._send(404, b"{}", {"X-Error-Code": "RepoNotFound"}, head)
-                for repo, folder in server.repos.items():
-                    prefix = f"/{repo}/resolve/"
+                served = [(f"/{r}/resolve/", f) for r, f in server.repos.items()]
+                served += [(f"/datasets/{r}/resolve/", f) for r, f in server.datasets.items()]
+                for prefix, folder in served:
                     if path.startswith(prefix):
                         rev, _, fname = path[len(prefix):].partition("/")
                         f = folder / fname

@@ -67,7 +67,7 @@ def test_unit_line_reads_a_jsonl_files_text_field(tmp_path, stories):
     line of each text is an example now, as `--unit story` reads the same file."""
     trainer = prepared(tmp_path, write_jsonl(tmp_path / "s.jsonl", stories), unit="line", doc_sep="jsonl")
     tok = trainer.db.tokenizer
-    texts = [tok.decode(ids, skip_special_tokens=True) for ids in trainer.train_examples + trainer.val_examples]
+    texts = [tok.decode(ids, skip_special_tokens=True) for ids in [*trainer.train_examples, *trainer.val_examples]]
     assert texts and not any("{" in t or "text" in t for t in texts), texts[:3]
     paragraphs = sum(len(d) for d in stories)
     assert len(texts) == paragraphs  # one example a paragraph, none lost

@@ -83,9 +83,9 @@ def test_cached_windows_are_the_story_windows(tmp_path, tok, seq_len, context, m
     assert len(got) == len(ref) and got.uniform_length == seq_len
     assert [(list(w), w.context, w.scored) for w in got] == [(list(w), w.context, w.scored) for w in ref]
     assert torch.equal(got.token_counts(len(tok)), token_counts(ref, len(tok)))
-    from dbert_core.text import cached_windows
+    from dbert_core.text import cached_examples
 
-    monkeypatch.setattr(cached_windows, "CHUNK_TOKENS", 37)  # many stretches, windows across their edges
+    monkeypatch.setattr(cached_examples, "CHUNK_TOKENS", 37)  # many stretches, windows across their edges
     assert torch.equal(got.count_tokens(len(tok)), token_counts(ref, len(tok)))
     kept = sorted(entry.folder.glob("counts-*.npy"))
     assert len(kept) == 1  # the first call's, read back by the second
@@ -204,8 +204,7 @@ def test_a_story_run_is_what_it_was_with_lists_and_a_rerun_tokenizes_nothing(tmp
     from dbert_core.training.prepare import _hold_out, prepare
     from dbert_core.training.train import Trainer
 
-    # one tokenizer for every run: tokenizers' WordPiece trainer breaks ties in its own hash order, so
-    # two runs' learnt vocabularies may differ by a piece (and so would their caches' keys)
+    # one tokenizer for every run, learnt once (the runs would learn the same one: test_tokenizer.py)
     monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: tok)
     data = _stories(tmp_path / "s.txt", 80)
     cfg = _story_cfg(tmp_path, "a", data)
@@ -355,7 +354,7 @@ def test_the_corpus_sweep_makes_its_corpora_and_times_the_bare_tokenizer(tmp_pat
     path = sweep.corpus(tmp_path, 4)
     head = HEAD.stat().st_size
     assert path.stat().st_size == round(4e6 / head) * head and path.read_bytes()[:head] == HEAD.read_bytes()
-    assert sweep.bare(path, tmp_path / "home") > 0
+    assert sweep.bare(path, tmp_path / "home") > 0 and sweep.bare(path, tmp_path / "home", "line") > 0
 
 
 def test_a_bad_file_stops_the_command_with_one_line_and_no_cache(tmp_path, capsys, monkeypatch, tok):

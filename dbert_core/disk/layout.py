@@ -45,8 +45,9 @@ CACHE_OFFSETS = "offsets.npy"                #     where each document starts (i
 CACHE_WORDS = "words.npy"                    #     each document's word count
 CACHE_PARAGRAPHS = "paragraphs.npy"          #     each document's paragraph count
 CACHE_INFO = "info.json"                     #     the key's parts and the counts, written last
-CACHE_COUNTS = "counts-{key}.npy"            #     token counts of one run's windows (cached_windows.py)
+CACHE_COUNTS = "counts-{key}.npy"            #     token counts of one run's windows or examples (cached_examples.py)
 TABLES_CACHE = "tables"                      #   cache/tables/KEY.json: the truecasing table and words learnt
+DATASETS_CACHE = "datasets"                  #   cache/datasets/OWNER--NAME[@REV]/: a hub dataset's files (--data hf:)
 MARK = ".dbert-temp"                         # in a temp folder: the marker that makes it dbert's own
 LOCK = ".{name}.dbert-lock"                  # beside an output folder NAME: a training run's lock (OutLock)
 

@@ -229,6 +229,38 @@ def trained_unit(meta: dict) -> tuple[str, str]:
     return "line", "the checkpoint records no training unit"
 
 
+def _story_windows(db, data: list[str], doc_sep: str, limit: int | None):
+    """(the whole-story windows, each one's words, the documents' statistics) of the files, from their
+    token cache entry (a training run's, reused where it read the files with the same --doc-sep)."""
+    import numpy as np
+
+    from ..sampling.settings import window_length
+    from ..text.cached_windows import StoryWindows
+    from ..text.token_cache import cached
+    from ..training.story_data import cache_root, file_prints
+
+    entry = cached(data, doc_sep, db.tokenizer, cache_root(), files=file_prints(data))
+    context = (db.meta.get("train_config") or {}).get("story_context")
+    kept = StoryWindows(entry, window_length(db), db.tokenizer.sep_token_id, context)
+    if limit:  # --limit counts stories, each in as many windows as it takes
+        kept = kept.select(np.flatnonzero(kept.doc < limit))
+    return kept, np.where(kept.at == 0, entry.words[kept.doc], 0).tolist(), entry.stats()  # a story's words count once
+
+
+def _line_examples(data: list[str], unit: str, doc_sep: str, tokenizer):
+    """(ids, words) of each line or sentence example: from the training run's token cache entry when
+    there is one for these files and this tokenizer (nothing tokenized), else read and encoded only
+    as far as they are consumed (a --limit over a large file tokenizes no more than it needs)."""
+    from ..text.token_cache import cache_key, open_entry
+    from ..training.story_data import cache_root, file_prints
+
+    entry = open_entry(cache_root() / cache_key(file_prints(data), tokenizer, unit, doc_sep)[0])
+    if entry is not None:
+        return ((entry.doc(i).tolist(), int(entry.words[i])) for i in range(len(entry)))
+    texts = read_examples(data, unit, doc_sep)
+    return ((ids, count_words(text)) for text, ids in zip(texts, iter_encode(texts, tokenizer)))
+
+
 def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, exact: bool = False,
                mc: int = 1, batch_size: int = 32, seed: int = 0, unit: str = "line", examples: bool = False,
                progress=None, doc_sep: str = "auto") -> dict:
@@ -246,22 +278,7 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
     kept: Any = []  # the examples scored: lists of ids, or StoryWindows (--unit story)
     kept_words, skipped, documents = [], 0, None
     if unit == "story":  # whole documents, in the whole-story windows the checkpoint trained on
-        from ..sampling.settings import window_length
-
-        import numpy as np
-
-        from ..text.cached_windows import StoryWindows
-        from ..text.token_cache import cached
-        from ..training.story_data import cache_root, file_prints
-
-        # a training run's entry, reused where it read the files with the same --doc-sep
-        entry = cached(data, doc_sep, db.tokenizer, cache_root(), files=file_prints(data))
-        documents = entry.stats()
-        context = (db.meta.get("train_config") or {}).get("story_context")
-        kept = StoryWindows(entry, window_length(db), db.tokenizer.sep_token_id, context)
-        if limit:  # --limit counts stories, each in as many windows as it takes
-            kept = kept.select(np.flatnonzero(kept.doc < limit))
-        kept_words = np.where(kept.at == 0, entry.words[kept.doc], 0).tolist()  # a story's words count once
+        kept, kept_words, documents = _story_windows(db, data, doc_sep, limit)
     elif unit == "window":  # the checkpoint's own training windows of the documents: the trainer's validation bound
         from ..sampling.settings import window_length
 
@@ -270,13 +287,12 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
         kept, kept_words = document_windows(document_sentences(docs), db.tokenizer, window_length(db), words=True)
         kept, kept_words = kept[:limit or None], kept_words[:limit or None]
     else:
-        texts = read_examples(data, unit, doc_sep)
-        for text, ids in zip(texts, iter_encode(texts, db.tokenizer)):  # encode only as far as --limit needs
+        for ids, words in _line_examples(data, unit, doc_sep, db.tokenizer):
             if not ids or len(ids) > max_len:
                 skipped += 1
                 continue
             kept.append(ids)
-            kept_words.append(count_words(text))
+            kept_words.append(words)
             if limit and len(kept) >= limit:
                 break
     if not kept:

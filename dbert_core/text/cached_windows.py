@@ -10,17 +10,12 @@ counted in bounded chunks and kept beside the entry (a second run of the same sp
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import torch
 
-from ..disk import layout
 from ..errors import DbertError
+from .cached_examples import kept_counts, range_counts
 from .data import Window
-
-CHUNK_TOKENS = 1 << 21  # tokens of the flat array token_counts reads at a time
 
 
 class StoryWindows:
@@ -83,48 +78,14 @@ class StoryWindows:
     def token_counts(self, vocab_size: int) -> torch.Tensor:
         """data.token_counts of the windows (count_tokens), kept in the entry's folder under a key
         of the windows' shape and which they are: a second run of the same split reads them."""
-        import hashlib
-
-        h = hashlib.sha256(np.array([self.seq_len, self.ctx, vocab_size], dtype=np.int64).tobytes())
-        h.update(np.ascontiguousarray(self.doc).tobytes())
-        h.update(np.ascontiguousarray(self.at).tobytes())
-        path = Path(self.cache.folder) / layout.CACHE_COUNTS.format(key=h.hexdigest()[:32])
-        try:
-            counts = np.load(path)
-            if counts.shape == (vocab_size,) and counts.dtype == np.int64:
-                return torch.from_numpy(counts)
-        except (OSError, ValueError):
-            pass
-        counts = self.count_tokens(vocab_size)
-        part = path.with_name(f".{path.name}.{os.getpid()}.part")
-        try:
-            with open(part, "wb") as f:
-                np.save(f, counts.numpy())
-            os.replace(part, path)
-        except OSError:  # a read-only cache: counted again next time
-            part.unlink(missing_ok=True)
-        return counts
+        return kept_counts(self.cache, [self.seq_len, self.ctx, vocab_size], [self.doc, self.at],
+                           lambda: self.count_tokens(vocab_size))
 
     def count_tokens(self, vocab_size: int) -> torch.Tensor:
         """data.token_counts of the windows: (V,) int64; all that is not a story token is [SEP]. Each
-        token is counted once with the number of windows that hold it (a difference array over a
-        stretch of about CHUNK_TOKENS of the flat array at a time), not once a window."""
+        token is counted once with the number of windows that hold it (range_counts), not once a window."""
         starts, lens = self._ranges()
-        order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], starts[order] + lens[order]
-        counts = np.zeros(vocab_size, dtype=np.float64)  # sums of whole numbers far below 2**53: exact
-        i = 0
-        while i < len(starts):
-            j = max(i + 1, int(np.searchsorted(starts, starts[i] + CHUNK_TOKENS, side="left")))
-            lo, hi = int(starts[i]), int(ends[i:j].max())
-            if hi > lo:
-                n = hi - lo
-                cover = np.cumsum(np.bincount(starts[i:j] - lo, minlength=n + 1)[:n + 1] -
-                                  np.bincount(ends[i:j] - lo, minlength=n + 1)[:n + 1])[:n]
-                counts += np.bincount(self.cache.read(lo, hi), weights=cover,
-                                      minlength=vocab_size)[:vocab_size]
-            i = j
-        out = counts.astype(np.int64)
+        out = range_counts(self.cache, starts, lens, vocab_size)
         out[self.sep] += len(self) * self.seq_len - int(lens.sum())
         return torch.from_numpy(out)
 

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..config import DOC_SEPS
@@ -50,10 +51,11 @@ def expand_paths(patterns: list[str]) -> list[str]:
 
 
 def absolute_patterns(patterns: list[str] | None) -> list[str] | None:
-    """Paths or globs made absolute (~ expanded), as a run records them: it resumes from any folder."""
+    """Paths or globs made absolute (~ expanded), as a run records them: it resumes from any folder
+    (an hf:owner/name dataset as it is: storage/datasets.py)."""
     if patterns is None:
         return None
-    return [os.path.abspath(os.path.expanduser(p)) for p in patterns]
+    return [p if p.startswith("hf:") else os.path.abspath(os.path.expanduser(p)) for p in patterns]  # hf: a hub dataset
 
 
 def fingerprints(patterns: list[str]) -> list[dict]:
@@ -456,9 +458,10 @@ def epoch_batches(n_examples: int, batch_size: int, epoch: int, seed: int,
     """
     g = torch.Generator().manual_seed(seed * 100_003 + epoch)
     order = torch.randperm(n_examples, generator=g).tolist()
-    if lengths is not None and bucket > 1:
-        w = batch_size * bucket
-        order = [i for s in range(0, len(order), w) for i in sorted(order[s:s + w], key=lambda j: lengths[j])]
+    if lengths is not None and bucket > 1:  # numpy's stable sort: the order sorted(key=length) gives
+        w, at, size = batch_size * bucket, np.array(order, dtype=np.int64), np.asarray(lengths)
+        order = np.concatenate([at[:0]] + [at[s:s + w][np.argsort(size[at[s:s + w]], kind="stable")]
+                                           for s in range(0, len(at), w)]).tolist()
     batches = [order[i:i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]
     perm = torch.randperm(len(batches), generator=g).tolist()
     return [batches[i] for i in perm]
@@ -477,20 +480,21 @@ def count_words(text: str) -> int:
 def train_tokenizer(texts: list[str], vocab_size: int):
     """An uncased WordPiece tokenizer learnt from the training texts (for presets without --init).
 
-    The trainer picks the same token set every time but numbers it in hash order, so the ids
-    are renumbered (special tokens first, then sorted): the same data gives the same tokenizer,
-    which exact resumption and reproducible runs need.
+    The trainer numbers its pieces in hash order and breaks ties between pairs of equal count by
+    those numbers: its continuation pieces are numbered first, in sorted order
+    (tokenizer.continuation_seeds), and the ids renumbered (special tokens first, then sorted), so
+    the same data gives the same tokenizer, which exact resumption and reproducible runs need.
     """
     from tokenizers import BertWordPieceTokenizer
 
-    from .tokenizer import WordPieceTokenizer
+    from .pieces import pieces
+    from .tokenizer import WordPieceTokenizer, continuation_seeds
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     wp = BertWordPieceTokenizer(lowercase=True, strip_accents=True, clean_text=True)
-    from .pieces import pieces
-
+    seeds = continuation_seeds(wp, texts)
     wp.train_from_iterator((p for t in texts for p in pieces(t)), vocab_size=vocab_size, min_frequency=2,
-                           show_progress=False, special_tokens=specials)  # a long text in pieces (pieces.py)
+                           show_progress=False, special_tokens=specials + seeds)  # a long text in pieces (pieces.py)
     rest = sorted(set(wp.get_vocab()) - set(specials))
     vocab = {tok: i for i, tok in enumerate(specials + rest)}
     return WordPieceTokenizer.from_vocab(vocab, do_lower_case=True, strip_accents=True)

@@ -55,7 +55,8 @@ class Learning:
     the two share the cores): `start`, then `finish(entry)` for the result, or `cancel()`.
 
     With the files' token cache entry read with the same --doc-sep (from_entry: its documents are
-    these paragraphs joined by a space, which splits no word piece) the word list comes from its
+    these paragraphs joined by a space, or one paragraph or one of its sentences each, which
+    splits no word piece) the word list comes from its
     ids at the finish: nothing is tokenized again. Otherwise the paragraphs are encoded CHUNK at a
     time in the thread."""
 

@@ -174,3 +174,26 @@ def total_bytes(patterns: list[str]) -> int:
     """The files' size on disk (what progress counts against)."""
     return sum(os.path.getsize(p) for p in expand_paths(patterns))
 
+
+
+def iter_examples(patterns: list[str], unit: str = "line", sep: str = "auto") -> Iterator[str]:
+    """data.read_examples, streamed: each paragraph of the documents (`--unit line`) or each of its
+    sentences (`--unit sentence`)."""
+    from .data import split_sentences
+
+    if unit not in ("line", "sentence"):
+        raise DbertError(f"unknown example unit {unit!r}; choose line or sentence")
+    for doc in iter_documents(patterns, sep):
+        for line in doc:
+            if unit == "line":
+                yield line
+            else:
+                yield from split_sentences(line)
+
+
+def unit_documents(patterns: list[str], unit: str, sep: str = "auto") -> Iterator[list[str]]:
+    """What a token cache entry of `unit` holds a document each: a story (its paragraphs), or, for
+    line and sentence, one example (a document of one paragraph)."""
+    if unit == "story":
+        return iter_documents(patterns, sep)
+    return ([e] for e in iter_examples(patterns, unit, sep))

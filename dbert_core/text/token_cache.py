@@ -237,8 +237,9 @@ def build(docs: Iterable[list[str]], tokenizer, target: Path, parts: dict | None
 
 def cached(patterns: list[str], doc_sep: str, tokenizer, root: Path, unit: str = "story", report=None,
            files: list[dict] | None = None) -> TokenCache:
-    """The entry of these files under this tokenizer: the one on disk, else one built now."""
-    from .sources import iter_documents, total_bytes
+    """The entry of these files under this tokenizer: the one on disk, else one built now. Its
+    documents are the unit's (sources.unit_documents): stories, or one line or sentence each."""
+    from .sources import total_bytes, unit_documents
 
     files = fingerprints(patterns) if files is None else files
     key, parts = cache_key(files, tokenizer, unit, doc_sep)
@@ -255,7 +256,7 @@ def cached(patterns: list[str], doc_sep: str, tokenizer, root: Path, unit: str =
             shutil.rmtree(target)
     except OSError as e:
         raise DbertError(f"cannot write the token cache in {root}: {e.strerror or e}") from None
-    docs = iter_documents(patterns, doc_sep)
+    docs = unit_documents(patterns, unit, doc_sep)
     try:
         return build(docs, tokenizer, target, parts, total_bytes(patterns), report)
     except OSError as e:

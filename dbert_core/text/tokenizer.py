@@ -159,3 +159,23 @@ class WordPieceTokenizer:
         vocab = self.backend_tokenizer.get_vocab(with_added_tokens=False)
         (path / layout.VOCAB).write_text("".join(t + "\n" for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])),
                                         encoding="utf-8")
+
+
+def continuation_seeds(wp, texts) -> list[str]:
+    """Every continuation piece ("##c") the WordPiece trainer will make for the texts, in sorted
+    order: given to it first (as special tokens, whose ids it assigns in order), they take ids that
+    do not depend on its word table's hash order, which otherwise decides between pairs of equal
+    count (so two runs on the same texts learnt vocabularies that differed by a piece or more)."""
+    from .pieces import pieces
+
+    norm, pre = wp._tokenizer.normalizer, wp._tokenizer.pre_tokenizer
+    chars: set[str] = set()
+    for t in texts:
+        for p in pieces(t):  # a long text in bounded pieces (pieces.py)
+            chars.update(norm.normalize_str(p))
+
+    def inside(c: str) -> bool:  # c can follow a letter inside a word (not white space, not punctuation)
+        words = pre.pre_tokenize_str(norm.normalize_str("a" + c))
+        return len(words) == 1 and len(words[0][0]) == 2
+
+    return sorted("##" + c for c in chars if inside(c))

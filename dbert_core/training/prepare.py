@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -23,8 +23,8 @@ from ..disk import layout
 from ..config import TrainConfig
 from . import story_data
 from .story_data import first_texts
-from ..text.data import (DocumentStats, Special, document_sentences, document_windows, fingerprints, pack,
-                         read_documents, read_examples, story_texts, token_counts, tokenize, train_tokenizer)
+from ..text.data import (DocumentStats, Special, document_sentences, document_windows, fingerprints,
+                         read_documents, token_counts, train_tokenizer)
 from ..errors import DbertError
 from ..hardware import pick_device
 from ..disk.lock import OutLock
@@ -41,7 +41,8 @@ class Prepared:
 
     cfg: TrainConfig               # validated; when resuming, the checkpoint's own config continued
     db: ckpt.DBert                 # checkpoint.DBert: model (on the CPU), tokenizer, schedule, meta
-    train: list[list[int]] | StoryWindows  # tokenized training examples (--unit story: made when indexed)
+    train: Sequence[list[int]] | StoryWindows  # tokenized training examples (made when indexed from the token cache:
+                                   # StoryWindows, CachedExamples, PackedExamples; a list for sentence --pack)
     val: list[list[int]]           # tokenized held-out examples
     device: torch.device
     state: dict | None = None      # the trainer state to continue from (--resume)
@@ -301,6 +302,12 @@ def _undo(undo: list, lock, made: list[Path]) -> None:
 
 def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank: int, notice=None, report=None,
              undo: list | None = None) -> Prepared:
+    from dataclasses import replace
+
+    from ..storage import datasets
+
+    if any(datasets.is_hub(p) for p in [*c.data, *(c.val_data or [])]):  # hf:owner/name: its downloaded folder
+        c = replace(c, data=datasets.local(c.data), val_data=datasets.local(c.val_data))
     if c.resume:
         c = resumed(c)
     device = _device(c.device, rank, world, local_rank, notice)
@@ -320,16 +327,13 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         train_raw = read_documents(c.data, c.doc_sep)
         val_raw = read_documents(c.val_data, c.doc_sep) if c.val_data else None
         documents = document_lines(train_raw, val_raw, c.doc_sep)
-    if c.by_story:  # the texts only where a tokenizer is learnt from them or a vocabulary trimmed to them
-        texts = train_texts = (story_texts(read_documents(c.data, c.doc_sep)) if c.trim_vocab and state is None
-                               else first_texts(c, 200_000) if init is None and state is None else [])
-    elif c.by_document:
+    if c.by_document and not c.by_story:
         train_docs = document_sentences(train_raw)
         val_docs = document_sentences(val_raw) if val_raw is not None else None
         texts = train_texts = [s for d in train_docs for s in d]
-    else:
-        texts = read_examples(c.data, c.unit, c.doc_sep)
-        train_texts, val_texts = _hold_out(c, texts, read_examples(c.val_data, c.unit, c.doc_sep) if c.val_data else None)
+    else:  # streamed from the files only where a tokenizer is learnt from them or a vocabulary trimmed to them
+        texts = first_texts(c, 200_000) if init is None and state is None else []
+        train_texts = story_data.train_texts(c) if c.trim_vocab and state is None else []
     if state is not None:
         db = ckpt.load(out, device="cpu")
         check_model(db, c)
@@ -339,23 +343,21 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
             keep, init, trimmed = _trim(c, train_texts)
         tokenizer = _tokenizer(c, texts, init)
     special = Special.of(tokenizer)
-    train: list[list[int]] | StoryWindows
+    train: Sequence[list[int]] | StoryWindows
+    if rank == 0 and not (c.by_document and not c.by_story):  # the tables' pass over the lines, in a thread while
+        # the corpus is tokenized into the cache, whose ids then give the word list (no word spans two entries' documents)
+        tables = learnt_tables.Tables(c.data, tokenizer, story_data.tables_root(), story_data.file_prints(c.data),
+                                      story=True, sep=c.doc_sep)
+        (undo if undo is not None else []).append(tables.cancel)
     if c.by_story:
-        if rank == 0:  # the tables' pass over the lines, in a thread while the corpus is tokenized
-            tables = learnt_tables.Tables(c.data, tokenizer, story_data.tables_root(), story_data.file_prints(c.data),
-                                          story=True, sep=c.doc_sep)
-            (undo if undo is not None else []).append(tables.cancel)
         got = story_data.stories(c, tokenizer, report)
         train, val, sampling, entry = got.train, got.val, got.sampling, got.cache
         documents = stats_lines(got.stats, got.val_stats, c.doc_sep)
     elif c.by_document:
         train = document_windows(train_docs, tokenizer, c.seq_len, short=c.short_windows, seed=c.seed)
         train, val = _hold_out(c, train, None if val_docs is None else document_windows(val_docs, tokenizer, c.seq_len))
-    else:
-        train = tokenize(train_texts, tokenizer, c.seq_len)
-        val = tokenize(val_texts, tokenizer, c.seq_len)
-        if c.pack:
-            train, val = pack(train, c.seq_len, special.sep), pack(val, c.seq_len, special.sep)
+    else:  # --unit line or sentence: the token cache's examples (story_data.examples)
+        train, val, entry = story_data.examples(c, tokenizer, report)
     if len(train) < c.batch_size:
         raise DbertError(f"{c.batch_size} is more than the {len(train)} training examples", "batch_size",
                          c.batch_size)

@@ -1,10 +1,12 @@
-"""A `--unit story` run's data from the token cache: windows, held-out split, statistics, defaults.
+"""A run's data from the token cache: windows or examples, held-out split, statistics, defaults.
 
 What prepare.py made from lists of the whole corpus (read_documents, encode_stories, _hold_out,
 DocumentStats.of, story_defaults.recommend), made from the cache's arrays instead
 (text/token_cache.py, text/cached_windows.py): the same windows, the same split for a seed
 (the same torch.randperm draws), the same counts, with the corpus tokenized once per
-(files, tokenizer) and kept on disk. `report` hears the tokenization's progress.
+(files, tokenizer) and kept on disk. `report` hears the tokenization's progress. `examples` does
+the same for `--unit line` and `--unit sentence` (what prepare.py made with read_examples,
+_hold_out, tokenize and pack): the same examples and split for a seed (text/cached_examples.py).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from ..config import TrainConfig
 from ..disk import layout
 from ..storage.store import home
 from ..text import token_cache
+from ..text.cached_examples import CachedExamples
 from ..text.cached_windows import StoryWindows
-from ..text.data import DocumentStats, fingerprints
+from ..text.data import DocumentStats, fingerprints, pack
 from . import story_defaults
 
 
@@ -58,10 +61,34 @@ def file_prints(patterns: list[str]) -> list[dict]:
 
 
 def first_texts(c: TrainConfig, n: int) -> list[str]:
-    """The first n stories' texts (what a preset's tokenizer is learnt from), read no further."""
-    from ..text.sources import iter_documents
+    """The first n examples' texts (what a preset's tokenizer is learnt from: stories, lines or
+    sentences), read no further."""
+    from ..text.sources import iter_examples, unit_documents
 
-    return [" ".join(d) for d in itertools.islice(iter_documents(c.data, c.doc_sep), n)]
+    if not c.by_story:
+        return list(itertools.islice(iter_examples(c.data, c.unit, c.doc_sep), n))
+    return [" ".join(d) for d in itertools.islice(unit_documents(c.data, "story", c.doc_sep), n)]
+
+
+def train_texts(c: TrainConfig):
+    """The training texts, streamed (what --trim-vocab keeps the pieces of): every story's text;
+    for line and sentence the examples `examples` trains on, the held-out ones left out (counted
+    in a first pass: the split needs the number of examples)."""
+    from ..text.sources import iter_examples, unit_documents
+
+    if c.by_story:
+        return (" ".join(d) for d in unit_documents(c.data, "story", c.doc_sep))
+    held: set = set()
+    if not c.val_data:
+        n = sum(1 for _ in iter_examples(c.data, c.unit, c.doc_sep))
+        held = set(_held_out(c, n, torch.Generator().manual_seed(c.seed + 99)).tolist())
+    return (t for i, t in enumerate(iter_examples(c.data, c.unit, c.doc_sep)) if i not in held)
+
+
+def _held_out(c: TrainConfig, n: int, g: torch.Generator) -> np.ndarray:
+    """prepare._hold_out's held-out numbers among n examples, sorted."""
+    n_val = min(c.val_examples, max(1, n // 20))
+    return np.sort(torch.randperm(n, generator=g)[:n_val].numpy())
 
 
 @dataclass
@@ -75,8 +102,20 @@ class StoryData:
 
 
 def _entry(patterns, c: TrainConfig, tokenizer, report):
-    entry = token_cache.cached(patterns, c.doc_sep, tokenizer, cache_root(), unit="story", report=report,
-                               files=file_prints(patterns))
+    """The files' entry. In a run of several processes rank 0 builds it (or finds it) while the
+    others wait at a barrier, then they open it: the corpus is tokenized once, not once a rank
+    (a rank whose dbert home is not rank 0's, another machine's disk, builds its own copy then)."""
+    import torch.distributed as dist
+
+    ranks = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    if ranks and dist.get_rank() != 0:
+        dist.barrier()  # rank 0 is building
+    try:
+        entry = token_cache.cached(patterns, c.doc_sep, tokenizer, cache_root(), unit=c.unit, report=report,
+                                   files=file_prints(patterns))
+    finally:
+        if ranks and dist.get_rank() == 0:
+            dist.barrier()  # built (or failed: the others then try, and fail with the same line)
     if report is not None:
         report({"stage": "built" if entry.built else "cached", "folder": str(entry.folder),
                 "tokens": int(entry.offsets[-1]), "documents": len(entry)})
@@ -95,9 +134,7 @@ def stories(c: TrainConfig, tokenizer, report=None) -> StoryData:
         keep = torch.randperm(len(held), generator=g)[:c.val_examples].sort().values.tolist()
         train, val, val_stats = windows, [held[i] for i in keep], val_entry.stats()
     else:
-        n_val = min(c.val_examples, max(1, len(windows) // 20))
-        perm = torch.randperm(len(windows), generator=g)
-        out = sorted(perm[:n_val].tolist())
+        out = _held_out(c, len(windows), g).tolist()
         mask = np.ones(len(windows), dtype=bool)
         mask[out] = False
         train, val = windows.select(np.flatnonzero(mask)), [windows[i] for i in out]
@@ -105,3 +142,23 @@ def stories(c: TrainConfig, tokenizer, report=None) -> StoryData:
     some = lengths > 0
     sampling = story_defaults.from_counts(lengths[some], entry.firsts())
     return StoryData(train, val, entry.stats(), val_stats, sampling, entry)
+
+
+def examples(c: TrainConfig, tokenizer, report=None):
+    """(train, val, the training files' entry) of a `--unit line` or `--unit sentence` run:
+    CachedExamples (PackedExamples with --pack) and the held-out examples as lists; prepare._hold_out's split of the texts, then
+    data.tokenize (and data.pack), as before the cache."""
+    entry = _entry(c.data, c, tokenizer, report)
+    g = torch.Generator().manual_seed(c.seed + 99)  # prepare._hold_out's draws, on example numbers
+    if c.val_data:
+        val_entry = _entry(c.val_data, c, tokenizer, report)
+        keep = torch.randperm(len(val_entry), generator=g)[:c.val_examples].sort().values.numpy()
+        train, val = CachedExamples(entry, np.arange(len(entry)), c.seq_len), CachedExamples(val_entry, keep, c.seq_len)
+    else:
+        held = _held_out(c, len(entry), g)
+        mask = np.ones(len(entry), dtype=bool)
+        mask[held] = False
+        train, val = CachedExamples(entry, np.flatnonzero(mask), c.seq_len), CachedExamples(entry, held, c.seq_len)
+    if c.pack:
+        return train.packed(tokenizer.sep_token_id), pack(list(val), c.seq_len, tokenizer.sep_token_id), entry
+    return train, list(val), entry

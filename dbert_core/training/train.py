@@ -148,7 +148,8 @@ class Trainer:
         # examples of one length (cached story windows) are never sorted by it: epoch_batches' stable
         # sort of equal keys keeps the order, so None gives the same batches without a list of lengths
         uniform = getattr(prepared.train, "uniform_length", None)
-        self.lengths = None if uniform is not None else [len(e) for e in prepared.train]
+        known = getattr(prepared.train, "lengths", None)  # cached examples: their lengths, a numpy array
+        self.lengths = None if uniform is not None else known if known is not None else [len(e) for e in prepared.train]
         try:
             self._attach()
             if prepared.state is not None:

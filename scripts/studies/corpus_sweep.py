@@ -1,14 +1,15 @@
-"""Corpora of the size users bring: memory and time before a `--unit story` run's first step.
+"""Corpora of the size users bring: memory and time before a run's first step.
 
-    python scripts/studies/corpus_sweep.py                      # 17 MB and 100 MB
+    python scripts/studies/corpus_sweep.py                      # --unit story, 17 MB and 100 MB
     python scripts/studies/corpus_sweep.py --sizes 17,100,1000  # and 1 GB (about 3 GB of /tmp)
+    python scripts/studies/corpus_sweep.py --unit line          # --unit line (the plain-text default)
 
 Each corpus is TinyStories-train-head.txt (1.7 MB, 2,016 stories) repeated to the size, written
 under --tmp and deleted at the end. For each size, in one run on the same machine:
 
-- bare: the tokenizer alone, every core (tokenizers' encode_batch on the stories' texts, read
-  from the file the same way), its ids kept as lists: the floor for tokenizing;
-- first: `dbert train --unit story --init MiniLM --max-steps 1 --eval-every 0` with an empty
+- bare: the tokenizer alone, every core (tokenizers' encode_batch on the unit's texts, stories or
+  lines or sentences, read from the file the same way), its ids kept as lists: the floor for tokenizing;
+- first: `dbert train --unit UNIT --init MiniLM --max-steps 1 --eval-every 0` with an empty
   dbert home (the token cache built), timed from the process's start to the moment the loop
   starts (Callback.on_start, before step 1), with the peak resident memory up to then;
 - second: the same run again with that home (the cache reused).
@@ -62,11 +63,11 @@ Trainer(cfg, [Probe()]).run()
 BARE = r"""
 import itertools, sys, time
 from tokenizers import Tokenizer
-from dbert_core.text.sources import iter_documents
+from dbert_core.text.sources import unit_documents
 tok = Tokenizer.from_file(sys.argv[2])
 tok.no_padding(); tok.no_truncation()
 t0 = time.perf_counter()
-docs = iter_documents([sys.argv[1]])
+docs = unit_documents([sys.argv[1]], sys.argv[3] if len(sys.argv) > 3 else "story")
 n = 0
 while True:
     texts = [" ".join(d) for d in itertools.islice(docs, 20000)]
@@ -96,16 +97,16 @@ def env(home: Path) -> dict:
     return {**os.environ, "DBERT_HOME": str(home), "PYTHONPATH": str(ROOT)}
 
 
-def run_to_first_step(data: Path, home: Path, out: Path) -> dict:
-    cfg = {"data": [str(data)], "out": str(out), "init": str(minilm()), "unit": "story", "seq_len": 128,
+def run_to_first_step(data: Path, home: Path, out: Path, unit: str = "story") -> dict:
+    cfg = {"data": [str(data)], "out": str(out), "init": str(minilm()), "unit": unit, "seq_len": 128,
            "max_steps": 1, "eval_every": 0, "device": "cpu"}
     got = subprocess.run([sys.executable, "-c", CHILD, repr(time.time()), json.dumps(cfg)], env=env(home),
                          capture_output=True, text=True, check=True)
     return json.loads(got.stdout.strip().splitlines()[-1])
 
 
-def bare(data: Path, home: Path) -> float:
-    got = subprocess.run([sys.executable, "-c", BARE, str(data), str(minilm() / "tokenizer.json")], env=env(home),
+def bare(data: Path, home: Path, unit: str = "story") -> float:
+    got = subprocess.run([sys.executable, "-c", BARE, str(data), str(minilm() / "tokenizer.json"), unit], env=env(home),
                          capture_output=True, text=True, check=True)
     return float(got.stdout.split()[0])
 
@@ -113,6 +114,7 @@ def bare(data: Path, home: Path) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="17,100", help="corpus sizes in MB, comma-separated")
+    ap.add_argument("--unit", default="story", choices=["story", "line", "sentence"], help="the runs' --unit")
     ap.add_argument("--tmp", default=tempfile.gettempdir(), help="where the corpora and runs go (deleted after)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corpus-sweep-", dir=args.tmp))
@@ -121,9 +123,9 @@ def main() -> None:
         for mb in [int(s) for s in args.sizes.split(",")]:
             data = corpus(work, mb)
             home = work / f"home-{mb}"
-            b = bare(data, home)
-            first = run_to_first_step(data, home, work / f"run-{mb}-a")
-            second = run_to_first_step(data, home, work / f"run-{mb}-b")
+            b = bare(data, home, args.unit)
+            first = run_to_first_step(data, home, work / f"run-{mb}-a", args.unit)
+            second = run_to_first_step(data, home, work / f"run-{mb}-b", args.unit)
             rows.append((mb, data.stat().st_size, b, first, second))
             print(f"{mb} MB: bare {b:.1f} s, first {first['seconds']:.1f} s {first['peak_bytes'] / 2**20:.0f} MiB, "
                   f"second {second['seconds']:.1f} s {second['peak_bytes'] / 2**20:.0f} MiB", file=sys.stderr)
@@ -134,12 +136,13 @@ def main() -> None:
     model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
                  platform.processor())
     print(f"{model}, {os.cpu_count()} cores, {datetime.date.today()}; `python scripts/studies/corpus_sweep.py "
-          f"--sizes {args.sizes}`\n")
+          f"--sizes {args.sizes} --unit {args.unit}`\n")
     print("| corpus | bare tokenizer | first run to step 1 | ratio | peak memory before step 1 | "
           "second run to step 1 | its peak memory |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
+    what = "windows" if args.unit == "story" else "examples"
     for mb, size, b, first, second in rows:
-        print(f"| {size / 1e6:,.0f} MB ({first['examples']:,} windows) | {b:.1f} s | {first['seconds']:.1f} s | "
+        print(f"| {size / 1e6:,.0f} MB ({first['examples']:,} {what}) | {b:.1f} s | {first['seconds']:.1f} s | "
               f"{first['seconds'] / b:.2f}x | {first['peak_bytes'] / 2**20:,.0f} MiB | {second['seconds']:.1f} s | "
               f"{second['peak_bytes'] / 2**20:,.0f} MiB |")
 

@@ -1,0 +1,159 @@
+"""`--unit line` and `--unit sentence` examples drawn from a token cache when asked, not held as lists.
+
+`CachedExamples(cache, docs, seq_len)` is data.tokenize's list of the cache's documents `docs` (an
+entry of unit line or sentence holds one example a document): the non-empty ones, in that order,
+each cut to seq_len, as two integers an example (where it starts in the flat array, its length),
+its ids read from the memory-mapped tokens when it is indexed. `packed(sep)` is data.pack of them:
+their ids each followed by [SEP], one stream cut into full seq_len windows. `token_counts` is
+data.token_counts of the examples, counted a stretch of the flat array at a time (`range_counts`)
+and kept beside the entry (`kept_counts`: a second run of the same split reads them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..disk import layout
+
+CHUNK_TOKENS = 1 << 21  # tokens of the flat array range_counts reads at a time
+
+
+def range_counts(cache, starts: np.ndarray, lens: np.ndarray, vocab_size: int) -> np.ndarray:
+    """(V,) int64: how often each id occurs in the runs tokens[start:start + len] of the flat array,
+    a token counted once for every run that holds it (runs may overlap: a difference array over a
+    stretch of about CHUNK_TOKENS at a time, read into memory of its own)."""
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], starts[order] + lens[order]
+    counts = np.zeros(vocab_size, dtype=np.float64)  # sums of whole numbers far below 2**53: exact
+    i = 0
+    while i < len(starts):
+        j = max(i + 1, int(np.searchsorted(starts, starts[i] + CHUNK_TOKENS, side="left")))
+        lo, hi = int(starts[i]), int(ends[i:j].max())
+        if hi > lo:
+            n = hi - lo
+            cover = np.cumsum(np.bincount(starts[i:j] - lo, minlength=n + 1)[:n + 1] -
+                              np.bincount(ends[i:j] - lo, minlength=n + 1)[:n + 1])[:n]
+            counts += np.bincount(cache.read(lo, hi), weights=cover, minlength=vocab_size)[:vocab_size]
+        i = j
+    return counts.astype(np.int64)
+
+
+def kept_counts(cache, shape: list[int], arrays: list[np.ndarray], count) -> torch.Tensor:
+    """count() (a (V,) int64 tensor, V = shape[-1]), kept in the entry's folder under a key of the
+    examples' shape and which they are (`arrays`): a second run of the same split reads it."""
+    vocab_size = shape[-1]
+    h = hashlib.sha256(np.array(shape, dtype=np.int64).tobytes())
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    path = Path(cache.folder) / layout.CACHE_COUNTS.format(key=h.hexdigest()[:32])
+    try:
+        counts = np.load(path)
+        if counts.shape == (vocab_size,) and counts.dtype == np.int64:
+            return torch.from_numpy(counts)
+    except (OSError, ValueError):
+        pass
+    counts = count()
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
+    try:
+        with open(part, "wb") as f:
+            np.save(f, counts.numpy())
+        os.replace(part, path)
+    except OSError:  # a read-only cache: counted again next time
+        part.unlink(missing_ok=True)
+    return counts
+
+
+LINES = -1  # the key's tag for CachedExamples (StoryWindows' keys start with seq_len)
+PACKED = -2
+
+
+class CachedExamples:
+    """data.tokenize's examples of the cache's documents `docs`, made when indexed."""
+
+    def __init__(self, cache, docs, seq_len: int):
+        docs = np.asarray(docs, dtype=np.int64)
+        n = cache.lengths[docs]
+        kept = docs[n > 0]  # tokenize drops a text that gives no tokens
+        self.cache, self.seq_len = cache, seq_len
+        self.starts = cache.offsets[kept]
+        self.lengths = np.minimum(n[n > 0], seq_len)  # what the trainer sorts batches by
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        s = int(self.starts[i])
+        return self.cache.tokens[s:s + int(self.lengths[i])].tolist()
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def token_counts(self, vocab_size: int) -> torch.Tensor:
+        return kept_counts(self.cache, [LINES, self.seq_len, vocab_size], [self.starts, self.lengths],
+                           lambda: torch.from_numpy(range_counts(self.cache, self.starts, self.lengths, vocab_size)))
+
+    def total_tokens(self) -> int:
+        return int(self.lengths.sum())
+
+    def packed(self, sep_id: int) -> "PackedExamples":
+        return PackedExamples(self, sep_id)
+
+
+class PackedExamples:
+    """data.pack of CachedExamples: their ids each followed by [SEP], one stream cut into full
+    seq_len windows, the last part that does not fill one dropped."""
+
+    def __init__(self, examples: CachedExamples, sep_id: int):
+        self.src, self.sep = examples, sep_id
+        self.uniform_length = L = examples.seq_len  # every window is full: nothing to sort batches by
+        self.ends = np.cumsum(examples.lengths + 1)  # the stream position after each example's [SEP]
+        self.n = (int(self.ends[-1]) if len(self.ends) else 0) // L
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        L, src = self.uniform_length, self.src
+        pos, hi = (i % self.n) * L, (i % self.n + 1) * L
+        k = int(np.searchsorted(self.ends, pos, side="right"))  # the example whose stream holds pos
+        out: list[int] = []
+        while pos < hi:
+            n, s = int(src.lengths[k]), int(src.starts[k])
+            begin = int(self.ends[k]) - n - 1
+            a, b = pos - begin, min(n + 1, hi - begin)  # its stream (n ids, then [SEP]) from a to b
+            out.extend(src.cache.tokens[s + min(a, n):s + min(b, n)].tolist())
+            if b == n + 1:
+                out.append(self.sep)
+            pos, k = begin + b, k + 1
+        return out
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def token_counts(self, vocab_size: int) -> torch.Tensor:
+        src = self.src
+        covered = self.n * self.uniform_length
+        begins = self.ends - src.lengths - 1
+        ids = np.clip(covered - begins, 0, src.lengths)  # each example's ids inside the windows
+
+        def count() -> torch.Tensor:
+            out = range_counts(src.cache, src.starts, ids, vocab_size)
+            out[self.sep] += int(np.count_nonzero(self.ends <= covered))
+            return torch.from_numpy(out)
+
+        return kept_counts(src.cache, [PACKED, self.uniform_length, self.sep, vocab_size], [src.starts, src.lengths],
+                           count)
+
+    def total_tokens(self) -> int:
+        return self.n * self.uniform_length

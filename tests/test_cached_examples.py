@@ -1,0 +1,211 @@
+"""`--unit line` and `--unit sentence` from the token cache: the examples, packed windows, split and
+counts the lists of before gave, a run trained to the same weights, and a re-run that tokenizes
+nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import DATA
+
+from dbert_core.text import cached_examples, learnt_tables, token_cache
+from dbert_core.text.cached_examples import CachedExamples
+from dbert_core.text.data import (EOT, epoch_batches, pack, read_documents, read_examples, story_texts, token_counts,
+                                  tokenize, train_tokenizer)
+from dbert_core.text.sources import iter_examples
+
+HEAD = DATA / "tinystories" / "TinyStories-train-head.txt"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(story_texts(read_documents([str(HEAD)]))[:400], 600)
+
+
+def _lines(path: Path, n: int = 40) -> Path:
+    """Stories as blank-line documents, with lines that give no tokens (a zero-width space) between."""
+    docs = read_documents([str(HEAD)])[:n]
+    path.write_text("".join("\n".join(d) + ("\n\u200b\n" if i % 7 == 3 else "") + f"\n{EOT}\n"
+                            for i, d in enumerate(docs)))
+    return path
+
+
+@pytest.mark.parametrize("unit", ["line", "sentence"])
+def test_cached_examples_are_the_tokenized_examples(tmp_path, tok, unit, monkeypatch):
+    data = [str(_lines(tmp_path / "s.txt"))]
+    texts = read_examples(data, unit)
+    assert list(iter_examples(data, unit)) == texts
+    entry = token_cache.cached(data, "auto", tok, tmp_path / "cache", unit=unit)
+    assert len(entry) == len(texts)  # one document an example, the empty ones too (the split counts them)
+    some = np.array([0, 3, 5, *range(9, len(texts), 3)])
+    for seq_len in (12, 40):
+        ref = tokenize([texts[i] for i in some], tok, seq_len)
+        got = CachedExamples(entry, some, seq_len)
+        assert len(ref) < len(some) and list(got) == ref and got.lengths.tolist() == [len(e) for e in ref]
+        assert torch.equal(got.token_counts(len(tok)), token_counts(ref, len(tok)))
+        assert got.total_tokens() == sum(map(len, ref))
+        packed = got.packed(tok.sep_token_id)
+        assert list(packed) == pack(ref, seq_len, tok.sep_token_id) and packed.uniform_length == seq_len
+        assert packed[-1] == pack(ref, seq_len, tok.sep_token_id)[-1]
+        monkeypatch.setattr(cached_examples, "CHUNK_TOKENS", 29)  # many stretches, examples across their edges
+        assert torch.equal(packed.token_counts(len(tok)), token_counts(list(packed), len(tok)))
+        monkeypatch.undo()
+    with pytest.raises(IndexError):
+        packed[len(packed)]
+
+
+def test_sorted_batches_from_a_numpy_array_of_lengths_are_the_lists(tok):
+    lengths = [int(x) for x in torch.randint(1, 30, (997,), generator=torch.Generator().manual_seed(1))]
+    for epoch in range(3):
+        assert epoch_batches(997, 8, epoch, 5, np.array(lengths), bucket=4) == \
+            epoch_batches(997, 8, epoch, 5, lengths, bucket=4)
+
+
+def _cfg(tmp_path, out, data, **more):
+    from dbert_core.config import TrainConfig
+
+    cfg = dict(data=[str(data)], out=str(tmp_path / out), preset="tiny", unit="line", seq_len=24, batch_size=8,
+               max_steps=3, eval_every=3, log_every=1, val_examples=6, lr=3e-3, device="cpu", seed=3)
+    return TrainConfig(**{**cfg, **more})
+
+
+@pytest.mark.parametrize("more", [{}, {"pack": True}, {"unit": "sentence", "val": True}])
+def test_a_line_run_is_what_it_was_with_lists_and_a_rerun_tokenizes_nothing(tmp_path, monkeypatch, tok, more):
+    from dbert_core.storage import checkpoint
+    from dbert_core.training import prepare as prepare_module
+    from dbert_core.training.prepare import _hold_out, prepare
+    from dbert_core.training.train import Trainer
+
+    learnt = []  # the texts a preset's tokenizer is learnt from; one tokenizer for every run (its ties)
+    monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: learnt.append(list(texts)) or tok)
+    data = _lines(tmp_path / "s.txt", 60)
+    more = dict(more)
+    if more.pop("val", False):
+        more["val_data"] = [str(_lines(tmp_path / "v.txt", 10))]
+    cfg = _cfg(tmp_path, "a", data, **more)
+    real_encoded = learnt_tables._encoded
+
+    def never(*a, **k):
+        raise AssertionError("the word list's text tokenized again")
+
+    monkeypatch.setattr(learnt_tables, "_encoded", never)  # the word list comes from the entry's ids
+    p = prepare(cfg)
+    monkeypatch.setattr(learnt_tables, "_encoded", real_encoded)
+    try:  # the lists of before: the examples read whole, split by _hold_out, tokenized, packed
+        texts = read_examples([str(data)], cfg.unit)
+        val_texts = read_examples(cfg.val_data, cfg.unit) if cfg.val_data else None
+        ref_train, ref_val = [tokenize(t, tok, 24) for t in _hold_out(cfg, texts, val_texts)]
+        if cfg.pack:
+            ref_train, ref_val = pack(ref_train, 24, tok.sep_token_id), pack(ref_val, 24, tok.sep_token_id)
+        assert isinstance(p.train, (cached_examples.CachedExamples, cached_examples.PackedExamples))
+        assert list(p.train) == ref_train and p.val == ref_val
+        assert torch.equal(p.db.counts, token_counts(ref_train, len(tok)))
+        assert p.db.meta["train_tokens"] == sum(map(len, ref_train)) and learnt == [texts]
+    finally:
+        p.release()
+    first = Trainer(cfg)
+    first.run()
+    calls = []
+    real = token_cache._encoder
+    monkeypatch.setattr(token_cache, "_encoder", lambda t: calls.append(1) or real(t))
+    second = Trainer(_cfg(tmp_path, "b", data, **more))
+    second.run()
+    assert calls == []  # the entry was read, nothing tokenized
+    a, b = checkpoint.load(tmp_path / "a"), checkpoint.load(tmp_path / "b")
+    assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
+    assert [h.get("loss_elbo") for h in first.history] == [h.get("loss_elbo") for h in second.history]
+    assert (a.truecase, a.words) == (b.truecase, b.words) == learnt_tables.learn([str(data)], tok)  # from the text
+
+
+def _rank(rank, world, port, root, data, unit, vocab, result_dir):
+    """One process of a two-process gloo run: which entries it built, which training examples it took."""
+    import json
+    import os
+    import time
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    from dbert_core.text.tokenizer import WordPieceTokenizer
+    from dbert_core.training import prepare as prepare_module
+    from dbert_core.training.train import Trainer
+
+    tok = WordPieceTokenizer.from_vocab(vocab, do_lower_case=True, strip_accents=True)
+    prepare_module.train_tokenizer = lambda texts, size: tok  # one vocabulary for both (the trainer's ties)
+    built, real = [], token_cache.build
+    token_cache.build = lambda *a, **k: built.append(rank) or time.sleep(2 - 2 * rank) or real(*a, **k)  # rank 0 slow
+    tr = Trainer(_cfg(Path(root), "ddp", data, unit=unit, max_steps=3, eval_every=0, save_every=0))
+    tr.prepare()
+    examples, taken = tr.train_examples, []
+
+    class Taken:
+        def __len__(self):
+            return len(examples)
+
+        def __getitem__(self, i):
+            taken.append(int(i))
+            return examples[i]
+
+    tr.train_examples = Taken()
+    tr.run()
+    with open(os.path.join(result_dir, f"rank{rank}.json"), "w") as f:
+        json.dump({"built": built, "taken": taken, "n": len(examples), "kind": type(examples).__name__}, f)
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("unit, kind", [("story", "StoryWindows"), ("line", "CachedExamples")])
+def test_two_ranks_share_one_cache_built_by_rank_0_and_read_their_own_examples(tmp_path, tok, unit, kind, monkeypatch):
+    import json
+    import socket
+
+    import torch.multiprocessing as mp
+
+    data = _lines(tmp_path / "s.txt", 60)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_rank, args=(2, port, str(tmp_path), str(data), unit, tok.backend_tokenizer.get_vocab(), str(tmp_path)), nprocs=2,
+             join=True)
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [g["built"] for g in got] == [[0], []]  # rank 0 tokenized; rank 1 waited and read its entry
+    assert got[0]["n"] == got[1]["n"] and {g["kind"] for g in got} == {kind}
+    from dbert_core.training import prepare as prepare_module
+    from dbert_core.training.train import Trainer
+
+    monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: tok)
+    ref = Trainer(_cfg(tmp_path, "ref", data, unit=unit))  # one process: the global batches of the same run
+    ref.prepare()
+    ref.release()
+    batches = epoch_batches(len(ref.train_examples), 8, 0, 3, ref.lengths)[:3]
+    assert got[0]["taken"] == [i for b in batches for i in b[0::2]]
+    assert got[1]["taken"] == [i for b in batches for i in b[1::2]]
+
+
+def test_eval_of_a_line_model_reads_the_runs_cache_and_scores_the_same(tmp_path, monkeypatch, tok):
+    import os
+    import shutil
+
+    from dbert_core.evaluation import metrics
+    from dbert_core.storage import checkpoint
+    from dbert_core.training import prepare as prepare_module
+    from dbert_core.training.train import Trainer
+
+    monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: tok)
+    data = _lines(tmp_path / "s.txt", 40)
+    Trainer(_cfg(tmp_path, "a", data, max_steps=1, eval_every=0)).run()
+    db = checkpoint.load(tmp_path / "a")
+    real = metrics.iter_encode
+
+    def never(*a, **k):
+        raise AssertionError("tokenized again")
+
+    monkeypatch.setattr(metrics, "iter_encode", never)
+    cached = metrics.perplexity(db, [str(data)], steps=8, limit=7, unit="line")
+    monkeypatch.setattr(metrics, "iter_encode", real)
+    shutil.rmtree(Path(os.environ["DBERT_HOME"]) / "cache" / "tokens")
+    assert cached == metrics.perplexity(db, [str(data)], steps=8, limit=7, unit="line")  # read and encoded as before
