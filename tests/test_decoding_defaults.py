@@ -96,7 +96,7 @@ def test_the_tui_follows_each_checkpoints_decoding_until_the_user_sets_it(recomm
 
     nucleus = checkpoint.load(recommending)
     s = Session(Settings())
-    assert _value(s.settings, "top_p") == "auto"  # before a checkpoint loads
+    assert _value(s.settings, "top_p") == "?"  # before a checkpoint loads nothing is in force (the bar: no checkpoint yet)
     s.fit(nucleus)
     assert (s.settings.steps, s.settings.top_k, s.settings.top_p) == (12, 0, 0.9)
     assert (_value(s.settings, "top_k"), _value(s.settings, "top_p")) == ("off", "0.9")

@@ -18,6 +18,7 @@ from pathlib import Path
 from dbert_core.config import SampleConfig
 from dbert_core.disk.atomic import atomic_write_text
 from dbert_core.errors import DbertError
+from dbert_core.settings import flag
 
 
 def decoding(args) -> dict:
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         meta.setdefault("sampling", {})["decoding"] = new
         atomic_write_text(path, json.dumps(meta, indent=2) + "\n")
     except (DbertError, json.JSONDecodeError, OSError) as e:
-        print(f"set_decoding: {e}", file=sys.stderr)
+        print(f"set_decoding: {e.said(flag) if isinstance(e, DbertError) else e}", file=sys.stderr)
         return 2
     print(f"{path}: decoding {old} -> {new}", file=sys.stderr)
     return 0

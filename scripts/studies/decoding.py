@@ -392,7 +392,7 @@ def write_doc(a) -> None:
     rows = [r for r in rows if "gen_ppl" in r]
     order = {k: i for i, (k, *_) in enumerate(FULL)}
     rows.sort(key=lambda r: order.get(r["key"], 99))
-    from dbert_core.strategies import STRATEGIES
+    from dbert_core import strategies
 
     doc = a.doc
     old = doc.read_text() if doc.exists() else ""
@@ -411,7 +411,7 @@ def write_doc(a) -> None:
          "`dbert bench` read it.", "",
          "| strategy | label | parameters (defaults) | what it does | what law it samples | reference |",
          "|---|---|---|---|---|---|"]
-    for s in STRATEGIES.values():
+    for s in map(strategies.get, strategies.NAMES):  # the built-in strategies
         ps = ", ".join(f"{p.name}={'per schedule' if p.default is None else p.default}" for p in s.params) or "none"
         L.append(f"| `{s.name}` | {s.label} | {ps} | {s.summary} | {s.law} | {s.reference} |")
     L += ["", "Temperature, top-k, top-p and the repeat block shape only the token drawn at a revealed position; "
