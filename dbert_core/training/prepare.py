@@ -281,10 +281,11 @@ def prepare(cfg: TrainConfig, rank: int = 0, world: int = 1, local_rank: int = 0
             ckpt.recover(out)
         return _prepare(cfg, out, lock, rank, world, local_rank, notice, report, undo)
     except DbertError as e:  # a bare --init name that the hub could not give, close to a checkpoint's here
-        hint = did_you_mean(cfg.init) if cfg.init and "/" not in cfg.init and f"--init {cfg.init}" in str(e) else ""
+        about_init = e.setting == "init" and e.value == cfg.init
+        hint = did_you_mean(cfg.init) if cfg.init and "/" not in cfg.init and about_init else ""
         _undo(undo, lock, made)
         if hint:
-            raise DbertError(f"{e}{hint}") from None
+            raise DbertError(e.message + hint, e.setting, e.value, e.refs) from None
         raise
     except BaseException:
         _undo(undo, lock, made)
