@@ -34,9 +34,12 @@ def cli(*args, timeout=120, **kw):
     return subprocess.run([sys.executable, "-m", "dbert_core.cli", *args], text=True, env=env, timeout=timeout, **kw)
 
 
+PROGRESS = ("sampling ", "scoring ", "tokenizing ", "token cache: ")  # lines that say how far, not what failed
+
+
 def one_line(err: str) -> str:
-    """The one message line of stderr (progress lines of sampling and scoring aside)."""
-    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(("sampling ", "scoring "))]
+    """The one message line of stderr (progress lines of sampling, scoring and the token cache aside)."""
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(PROGRESS)]
     assert len(lines) == 1 and "Traceback" not in err, err
     return lines[0]
 
@@ -646,7 +649,7 @@ def test_a_rank_killed_mid_run_ends_the_other_in_one_line(tmp_path):
     finally:
         for p in procs:
             p.kill()
-    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(("step ", "checkpoint ", "training "))]
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(("step ", "checkpoint ", "training ", *PROGRESS))]
     assert procs[0].returncode == 2, err[-600:]
     assert len(lines) == 1 and "another process" in lines[0] and "Traceback" not in err, lines
     assert "internal error" not in err

@@ -36,9 +36,12 @@ def cli(*args, timeout=120, **kw):
     return subprocess.run([sys.executable, "-m", "dbert_core.cli", *args], text=True, env=env, timeout=timeout, **kw)
 
 
+PROGRESS = ("sampling ", "scoring ", "tokenizing ", "token cache: ")  # lines that say how far, not what failed
+
+
 def one_line(err: str) -> str:
-    """The one message line of stderr (progress lines of sampling and scoring aside)."""
-    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(("sampling ", "scoring "))]
+    """The one message line of stderr (progress lines of sampling, scoring and the token cache aside)."""
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(PROGRESS)]
     assert len(lines) == 1 and "Traceback" not in err and "internal error" not in err, err
     return lines[0]
 

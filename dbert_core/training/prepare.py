@@ -468,6 +468,7 @@ def _tokenizer(c: TrainConfig, texts, init):
         from ..text.tokenizer import WordPieceTokenizer
 
         folder = local_dir(init)  # its own message when a hub id cannot be downloaded
+        layout.refuse_code(Path(folder), files=False)  # before the corpus is read: a refused model costs no tokenizing
         try:
             return WordPieceTokenizer.load(folder)
         except DbertError as e:
