@@ -46,8 +46,46 @@ def evaluate(
 
     Example: dbert eval --data held-out.txt --unit sentence --limit 200 --samples 20 --json
     """
-    from ...evaluation.metrics import perplexity, quality, trained_unit
+    from ...evaluation.metrics import trained_unit
 
+    params = _checked(limit=limit, samples=samples, batch_size=batch_size, steps=steps, mc_samples=mc_samples,
+                      sample_steps=sample_steps, sample_length=sample_length, top_k=top_k, top_p=top_p, seed=seed,
+                      judge=judge, sampler=sampler, param=param, temperature=temperature)
+    db = options.load(checkpoint, device.value)
+    note = None
+    if unit is None:
+        chosen, why = trained_unit(db.meta)
+        unit = EvalUnit(chosen)
+        note = f"dbert: note: scored by {chosen}: {why} (--unit chooses)"  # said once the scores stand: an error is one line
+    scored = _scored(db, data, steps=steps, limit=limit, exact=exact, mc=mc_samples, batch_size=batch_size,
+                     seed=seed, unit=unit.value, doc_sep=doc_sep.value)
+    if note:
+        say(note)
+    result = {"checkpoint": str(db.path), **scored}
+    if samples:
+        from ...evaluation.metrics import quality
+        from ...sampling.sample import default_length
+        from ..progress import SampleProgress
+
+        sampling = SampleProgress(2 * samples, batch_size)
+        length = sample_length if sample_length is not None else default_length(db)
+        result.update(quality(db, data, samples, steps=sample_steps, length=length, top_k=top_k,
+                              top_p=top_p, batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
+                              sampler=sampler, params=params, temperature=temperature,
+                              judge=judge, on_frame=sampling, pair_quotes=pair_quotes,
+                              fix_contractions=fix_contractions, known_words=known_words, doc_sep=doc_sep.value))
+        sampling.close()
+    if as_json:
+        print(json.dumps(result))
+    else:
+        for line in eval_lines(result):
+            print(line)
+
+
+def _checked(*, limit, samples, batch_size, steps, mc_samples, sample_steps, sample_length, top_k, top_p, seed,
+             judge, sampler, param, temperature) -> dict:
+    """The options of `dbert eval` checked before the checkpoint loads (one line for the first bad
+    one, the judge's folder included); the --sampler's parameters returned, parsed."""
     if limit is not None and limit < 1:
         raise DbertError("--limit must be >= 1")
     if samples < 0:
@@ -71,16 +109,17 @@ def evaluate(
     params = strategies.parse_params(sampler, param) if sampler else no_params(param)
     config.SampleConfig(sampler=sampler, params=params, temperature=temperature,
                         top_k=top_k, top_p=top_p).validate()
+    return params
+
+
+def _scored(db, data: list[str], *, batch_size: int, **how) -> dict:
+    """The ELBO of the --data examples (metrics.perplexity, its progress on stderr; `how` its
+    keywords), its document counts said on stderr; a bound that is not finite is refused."""
     import math
 
-    from ..progress import CountProgress, SampleProgress
+    from ...evaluation.metrics import perplexity
+    from ..progress import CountProgress
 
-    db = options.load(checkpoint, device.value)
-    note = None
-    if unit is None:
-        chosen, why = trained_unit(db.meta)
-        unit = EvalUnit(chosen)
-        note = f"dbert: note: scored by {chosen}: {why} (--unit chooses)"  # said once the scores stand: an error is one line
     scoring = CountProgress(1, batch_size, label="scoring")
 
     def counted(done: int, total: int) -> None:
@@ -88,8 +127,7 @@ def evaluate(
         scoring.update(done)
 
     try:
-        scored = perplexity(db, data, steps=steps, limit=limit, exact=exact, mc=mc_samples, batch_size=batch_size,
-                            seed=seed, unit=unit.value, progress=counted, doc_sep=doc_sep.value)
+        scored = perplexity(db, data, batch_size=batch_size, progress=counted, **how)
     except OverflowError:  # math.exp of a bound past ~709 nats per token
         scored = {"nats_per_token": math.inf}
     finally:
@@ -103,25 +141,7 @@ def evaluate(
     if bad:  # a score of inf or NaN is no answer: the weights' outputs overflow
         raise DbertError(f"the checkpoint's scores are not finite ({', '.join(bad)}): its outputs overflow "
                          "(weights far too large, or a diverged run)")
-    if note:
-        say(note)
-    result = {"checkpoint": str(db.path), **scored}
-    if samples:
-        sampling = SampleProgress(2 * samples, batch_size)
-        from ...sampling.sample import default_length
-
-        length = sample_length if sample_length is not None else default_length(db)
-        result.update(quality(db, data, samples, steps=sample_steps, length=length, top_k=top_k,
-                              top_p=top_p, batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
-                              sampler=sampler, params=params, temperature=temperature,
-                              judge=judge, on_frame=sampling, pair_quotes=pair_quotes,
-                              fix_contractions=fix_contractions, known_words=known_words, doc_sep=doc_sep.value))
-        sampling.close()
-    if as_json:
-        print(json.dumps(result))
-    else:
-        for line in eval_lines(result):
-            print(line)
+    return scored
 
 
 def eval_lines(result: dict) -> list[str]:

@@ -64,10 +64,6 @@ def sample(
 
     Example: dbert sample "Once upon a time [MASK*20]" -n 3 --seed 1 -o stories.jsonl
     """
-    from ...text.detok import STORY_BREAK
-    from ..progress import SampleProgress
-    from ...sampling.sample import generate, resolve
-
     prompts = _prompts(prompt_arg, prompt, prompt_file)
     cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
                               min_length=min_length, end_at_sentence=end_at_sentence, natural_length=natural_length,
@@ -78,6 +74,41 @@ def sample(
                               pair_quotes=pair_quotes, fix_contractions=fix_contractions, known_words=known_words,
                               dtype=dtype.value, prefix_cache=prefix_cache, cache_refresh=cache_refresh,
                               cache_masked=cache_masked).validate()
+    _check_files(cfg, prompts, trajectory, output)
+    if cfg.seed is None:  # drawn once here, so --output can say which seed made each sample
+        import random
+
+        cfg = replace(cfg, seed=random.SystemRandom().randrange(config.MAX_SEED))
+    db = options.load(checkpoint, cfg.device)
+    from ...sampling.preflight import check_sample
+
+    check_sample(db, cfg, prompts, candidates)  # every prompt, infill length and batch, before the first step
+    paragraph = _paragraph()
+    _say_notes(db, prompts)
+    run = _Run(cfg.n * len(prompts), cfg.batch_size, trajectory is not None)
+    for p in prompts:
+        run.one(db, replace(cfg, prompt=p), candidates, not lowercase, paragraph)
+    run.progress.close()
+    if trajectory is not None:
+        from ...disk.atomic import atomic_write_text
+        from ...sampling.sample import resolve
+        from ...sampling.trajectory import trajectory as as_json
+
+        atomic_write_text(trajectory, json.dumps(as_json(db, resolve(replace(cfg, prompt=prompts[0]), db), run.kept)) + "\n")
+    if output is not None:
+        from ...disk.atomic import atomic_write_text
+
+        atomic_write_text(output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in run.records))
+    for t in run.texts:  # a line at a time: one giant write to a pipe whose reader left can end "successfully"
+        sys.stdout.write(t.replace("\n", " ") + "\n")
+    sys.stdout.flush()
+    if stats:
+        say(run.stats_line())
+
+
+def _check_files(cfg, prompts: list[str | None], trajectory: Path | None, output: Path | None) -> None:
+    """--trajectory's one batch and both files' folders checked before the checkpoint loads."""
+    from ...disk.output import check_output
     from ...sampling.infill import has_range
 
     if trajectory is not None and any(has_range(p) for p in prompts):
@@ -87,82 +118,86 @@ def sample(
 
         if len(plan(cfg.n, cfg.batch_size, cfg.workers or 1)) > 1 or len(prompts) > 1:
             raise DbertError("--trajectory records one batch: give --n <= --batch-size, --workers 1 and one prompt")
-        from ...disk.output import check_output
-
         check_output(trajectory, "--trajectory")  # before the run, not after it
     if output is not None:
-        from ...disk.output import check_output
-
         check_output(output, "--output")
-    if cfg.seed is None:  # drawn once here, so --output can say which seed made each sample
-        import random
 
-        cfg = replace(cfg, seed=random.SystemRandom().randrange(config.MAX_SEED))
-    db = options.load(checkpoint, cfg.device)
-    from ...sampling.preflight import check_sample
 
-    check_sample(db, cfg, prompts, candidates)  # every prompt, infill length and batch, before the first step
-    kept: list = []
+def _paragraph() -> str:
+    """What a story start inside a sample reads: the pilcrow, or " | " where stdout cannot show it."""
+    from ...text.detok import STORY_BREAK
+
     try:
         STORY_BREAK.encode(sys.stdout.encoding or "utf-8")
-        paragraph = STORY_BREAK
+        return STORY_BREAK
     except (UnicodeEncodeError, LookupError):
-        paragraph = " | "  # a terminal or pipe that cannot show the pilcrow
-    from ...sampling.infill import variants
+        return " | "  # a terminal or pipe that cannot show the pilcrow
+
+
+def _say_notes(db, prompts: list[str | None]) -> None:
+    """The notes on each different prompt (sample.prompt_notes) on stderr, named when there are several."""
+    from ...sampling.infill import has_range, variants
     from ...sampling.sample import prompt_notes
 
     for p in dict.fromkeys(x for x in prompts if x is not None):
         for note in prompt_notes(db, variants(p)[0][1] if has_range(p) else p):
             say(f"dbert: note: {note}" + (f" ({p[:40]!r})" if len(prompts) > 1 else ""))
-    progress = SampleProgress(cfg.n * len(prompts), cfg.batch_size)
-    texts, st = [], None
-    records: list[dict] = []  # the --output file's lines, one a sample
-    infill_stats: list[dict] = []  # one a [MASK*A-B] prompt: its drawing's and its ranking's cost
 
-    def on_frame(frame):
-        progress(frame)
-        if trajectory is not None:
-            kept.append(frame)
 
-    for p in prompts:
-        run = replace(cfg, prompt=p)
-        if has_range(p):
-            got, st_p = _infill(db, run, candidates, not lowercase, paragraph, records)
-            texts.extend(got)
-            infill_stats.append(st_p)
-            continue
+SETTINGS = ("steps", "temperature", "top_k", "top_p", "length", "min_length", "end_at_sentence", "natural_length",
+            "start_as_trained", "sampler", "params", "block_repeats", "dtype", "prefix_cache", "cache_refresh",
+            "cache_masked", "batch_size", "workers")  # an --output line's settings, as resolved
+SUMMED = ("nfe", "rows", "gflop", "seconds", "samples", "batches")  # --stats figures added up over the prompts
+
+
+class _Run:
+    """What a `dbert sample` run gathers over its prompts: the texts, the --output lines, the
+    summed --stats, each infill prompt's cost, and the frames --trajectory keeps."""
+
+    def __init__(self, samples: int, batch_size: int, keep_frames: bool):
+        from ..progress import SampleProgress
+
+        self.keep_frames = keep_frames
+        self.progress = SampleProgress(samples, batch_size)
+        self.texts: list[str] = []
+        self.records: list[dict] = []  # the --output file's lines, one a sample
+        self.stats: dict | None = None
+        self.infill_stats: list[dict] = []  # one a [MASK*A-B] prompt: its drawing's and its ranking's cost
+        self.kept: list = []
+
+    def one(self, db, run, candidates: int, cased: bool, paragraph: str) -> None:
+        """One prompt's samples (run.prompt): an infill prompt ranked (_infill), any other generated."""
+        from ...sampling.infill import has_range
+        from ...sampling.sample import generate, resolve
+
+        if has_range(run.prompt):
+            got, st = _infill(db, run, candidates, cased, paragraph, self.records)
+            self.texts.extend(got)
+            self.infill_stats.append(st)
+            return
         resolved = resolve(run, db)
-        progress.per_window = resolved.steps  # a long story's frames count steps on across its windows
-        got, st_p = generate(db, resolved, on_frame=on_frame, cased=not lowercase, paragraph=paragraph,
-                             topk=TOPK if trajectory is not None else 0,
-                             every_frame=trajectory is not None)  # the progress line needs the done frames only
-        texts.extend(got)
-        records.extend({"text": t, "prompt": p, "index": i, "seed": cfg.seed, "checkpoint": str(db.path),
-                        "settings": {k: getattr(resolved, k) for k in ("steps", "temperature", "top_k", "top_p", "length",
-                                                                       "min_length", "end_at_sentence", "natural_length", "start_as_trained", "sampler", "params", "block_repeats", "dtype",
-                                                                       "prefix_cache", "cache_refresh", "cache_masked", "batch_size", "workers")},
-                        "stats": st_p} for i, t in enumerate(got))
-        st = st_p if st is None else {k: (st[k] + st_p[k] if k in ("nfe", "rows", "gflop", "seconds", "samples", "batches") else st_p[k])
-                                      for k in st_p}
-    progress.close()
-    if trajectory is not None:
-        from ...disk.atomic import atomic_write_text
-        from ...sampling.trajectory import trajectory as as_json
+        self.progress.per_window = resolved.steps  # a long story's frames count steps on across its windows
+        got, st = generate(db, resolved, on_frame=self.on_frame, cased=cased, paragraph=paragraph,
+                           topk=TOPK if self.keep_frames else 0,
+                           every_frame=self.keep_frames)  # the progress line needs the done frames only
+        self.texts.extend(got)
+        self.records.extend({"text": t, "prompt": run.prompt, "index": i, "seed": run.seed, "checkpoint": str(db.path),
+                             "settings": {k: getattr(resolved, k) for k in SETTINGS}, "stats": st}
+                            for i, t in enumerate(got))
+        self.stats = st if self.stats is None else {k: (self.stats[k] + st[k] if k in SUMMED else st[k]) for k in st}
 
-        atomic_write_text(trajectory, json.dumps(as_json(db, resolve(replace(cfg, prompt=prompts[0]), db), kept)) + "\n")
-    if output is not None:
-        from ...disk.atomic import atomic_write_text
+    def on_frame(self, frame) -> None:
+        self.progress(frame)
+        if self.keep_frames:
+            self.kept.append(frame)
 
-        atomic_write_text(output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-    for t in texts:  # a line at a time: one giant write to a pipe whose reader left can end "successfully"
-        sys.stdout.write(t.replace("\n", " ") + "\n")
-    sys.stdout.flush()
-    if stats:
+    def stats_line(self) -> str:
+        """--stats as JSON: the generated prompts' sums, with the infill prompts' costs beside them."""
+        st, infill_stats = self.stats, self.infill_stats
         if infill_stats and st is None and len(infill_stats) == 1:
-            say(json.dumps(infill_stats[0]))
-        else:
-            say(json.dumps({**st, "infill": infill_stats} if infill_stats and st else
-                           {"infill": infill_stats} if infill_stats else st))
+            return json.dumps(infill_stats[0])
+        return json.dumps({**st, "infill": infill_stats} if infill_stats and st else
+                          {"infill": infill_stats} if infill_stats else st)
 
 
 def _infill(db, cfg, candidates: int, cased: bool, paragraph: str, records: list) -> tuple[list[str], dict]:
