@@ -76,17 +76,38 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
     if model is not None and model != model_name:
         raise ApiError(404, f"the model {model!r} is not loaded here; this server serves {model_name!r}",
                        param="model", code="model_not_found")
+    prompts = _prompt_list(body)
+    suffix = _optional(body, "suffix", str, "a string", "")
+    asked = _openai_fields(body, db, limits, len(prompts))
+    extra = _dbert_fields(body, asked["stream"])
+    template = extra.pop("template")
+    if template is not None and (any(prompts) or suffix or len(prompts) > 1):
+        raise ApiError(400, "dbert.template replaces prompt and suffix: leave those empty", param="dbert.template")
+    limit = db.model.max_length
+    prompts = [_slots_of(p, "prompt", limit) for p in prompts]
+    suffix = _slots_of(suffix, "suffix", limit)
+    template = None if template is None else _slots_of(template, "dbert.template", limit)
+    out = [_prepared(db, p, suffix, template is not None, asked, extra, device, dtype)
+           for p in (prompts if template is None else [template])]
+    return Plan(out, asked["n"], asked["stream"], extra["stream_steps"], asked["include_usage"],
+                cased=not extra["lowercase"])
+
+
+def _prompt_list(body: dict) -> list[str]:
+    """prompt: a string (missing or null: "") or a non-empty list of strings, as a list."""
     prompt = body.get("prompt", "")
     if prompt is None:
         prompt = ""
     if isinstance(prompt, str):
-        prompts = [prompt]
-    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        prompts = prompt
-    else:
-        raise ApiError(400, "prompt must be a string or a non-empty list of strings (token ids are not accepted)",
-                       param="prompt")
-    suffix = _optional(body, "suffix", str, "a string", "")
+        return [prompt]
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        return prompt
+    raise ApiError(400, "prompt must be a string or a non-empty list of strings (token ids are not accepted)",
+                   param="prompt")
+
+
+def _openai_fields(body: dict, db, limits: Limits, prompts: int) -> dict:
+    """The OpenAI fields dbert reads, checked in order against the server's --max-tokens and --max-n."""
     max_tokens = _optional(body, "max_tokens", int, "a whole number")
     most = limits.max_tokens if limits.max_tokens is not None else max_span(db)
     if max_tokens is not None and not 1 <= max_tokens <= most:
@@ -99,8 +120,8 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
     n = _optional(body, "n", int, "a whole number", 1)
     if n < 1:
         raise ApiError(400, f"n must be >= 1 (got {n})", param="n")
-    if len(prompts) * n > limits.max_n:
-        raise ApiError(400, f"this request asks for {len(prompts) * n} completions (prompts x n); "
+    if prompts * n > limits.max_n:
+        raise ApiError(400, f"this request asks for {prompts * n} completions (prompts x n); "
                             f"the server allows {limits.max_n} (--max-n)", param="n")
     seed = _optional(body, "seed", int, "a whole number")
     if seed is not None and not 0 <= seed <= MAX_SEED:
@@ -109,6 +130,12 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
     echo = _optional(body, "echo", bool, "true or false", False)
     options = _optional(body, "stream_options", dict, "an object", {})
     include_usage = _type("stream_options.include_usage", options.get("include_usage", False), bool, "true or false")
+    return {"max_tokens": max_tokens, "min_tokens": min_tokens, "temperature": temperature, "top_p": top_p, "n": n,
+            "seed": seed, "stream": stream, "echo": echo, "include_usage": include_usage}
+
+
+def _dbert_fields(body: dict, stream: bool) -> dict:
+    """The request's dbert object (DBERT_FIELDS), each field checked; the defaults SampleConfig's."""
     extra = _optional(body, "dbert", dict, "an object", {})
     unknown = sorted(set(extra) - set(DBERT_FIELDS))
     if unknown:
@@ -117,64 +144,64 @@ def parse(body, db, model_name: str, limits: Limits, device: str = "auto", dtype
     steps = _optional(extra, "steps", int, "a whole number", base.steps)
     top_k = _optional(extra, "top_k", int, "a whole number", base.top_k)
     sampler, params = _strategy(extra)
-    block_repeats = _optional(extra, "block_repeats", bool, "true or false", base.block_repeats)
-    end_at_sentence = _optional(extra, "end_at_sentence", bool, "true or false", base.end_at_sentence)
-    start_as_trained = _optional(extra, "start_as_trained", bool, "true or false", base.start_as_trained)
-    template = _optional(extra, "template", str, "a string")
-    stream_steps = _optional(extra, "stream_steps", bool, "true or false", False)
-    lowercase = _optional(extra, "lowercase", bool, "true or false", False)
-    if stream_steps and not stream:
+    got = {"steps": steps, "top_k": top_k, "sampler": sampler, "params": params,
+           "block_repeats": _optional(extra, "block_repeats", bool, "true or false", base.block_repeats),
+           "end_at_sentence": _optional(extra, "end_at_sentence", bool, "true or false", base.end_at_sentence),
+           "start_as_trained": _optional(extra, "start_as_trained", bool, "true or false", base.start_as_trained),
+           "template": _optional(extra, "template", str, "a string"),
+           "stream_steps": _optional(extra, "stream_steps", bool, "true or false", False),
+           "lowercase": _optional(extra, "lowercase", bool, "true or false", False)}
+    if got["stream_steps"] and not stream:
         raise ApiError(400, "dbert.stream_steps needs stream: true", param="dbert.stream_steps")
-    if template is not None and (any(prompts) or suffix or len(prompts) > 1):
-        raise ApiError(400, "dbert.template replaces prompt and suffix: leave those empty", param="dbert.template")
+    return got
 
-    tok = db.tokenizer
-    limit = db.model.max_length
-    prompts = [_slots_of(p, "prompt", limit) for p in prompts]
-    suffix = _slots_of(suffix, "suffix", limit)
-    template = None if template is None else _slots_of(template, "dbert.template", limit)
 
-    def tokens(text: str) -> list[int]:  # as sample.parse_prompt reads a template ([mask] in any case a slot)
-        return tok.encode(_slots(tok, text), add_special_tokens=False) if text else []
+def _tokens(tok, text: str) -> list[int]:
+    """A text's ids as sample.parse_prompt reads a template ([mask] in any case a slot)."""
+    return tok.encode(_slots(tok, text), add_special_tokens=False) if text else []
 
-    out = []
-    for p in (prompts if template is None else [template]):
-        head_ids, tail_ids = tokens(p), tokens(suffix)
-        h, s = len(head_ids), len(tail_ids)
-        if template is not None:  # as `dbert sample --prompt`: masks appended up to the length
-            length = h + max_tokens if max_tokens is not None else max(default_length(db), h)
-            text, h, s, whole = template, 0, 0, True
-        else:
-            span = max_tokens if max_tokens is not None else default_length(db) - h - s
-            if span < 1:
-                raise ApiError(400, f"the prompt and suffix take {h + s} of the {default_length(db)} tokens this "
-                                    "checkpoint was trained on; give max_tokens", param="max_tokens")
-            text = " ".join(t for t in (p, " ".join([MASK] * span), suffix) if t)
-            length = len(tokens(text))
-            whole = echo or tok.mask_token_id in head_ids or tok.mask_token_id in tail_ids
-        if length > limit:
-            raise ApiError(400, f"prompt + max_tokens + suffix is {length} tokens; this model takes at most {limit}",
-                           param="max_tokens")
-        least = None if min_tokens is None else h + min_tokens  # a story's tokens: the prompt's count too
-        if least is not None and is_story_model(db) and least > length - s:  # the client's numbers, not the story's
-            room = f"max_tokens ({max_tokens})" if max_tokens is not None else \
-                f"the {length - s - h} tokens the span has (max_tokens left out)"
-            raise ApiError(400, f"min_tokens ({min_tokens}) is more than {room}: no story could end",
-                           param="min_tokens")
-        if s and is_story_model(db):  # the suffix is the story's last words: it ends there, not before
-            if length > window(db) - 1:
-                raise ApiError(400, f"prompt + max_tokens + suffix is {length} tokens; a story with a suffix fits in "
-                                    f"one window of this model ({window(db) - 1} tokens)", param="max_tokens")
-            least = max(least or 0, length - s)
-        cfg = SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
-                           min_length=least, sampler=sampler, params=params, seed=seed, device=device, prompt=text,
-                           block_repeats=block_repeats, end_at_sentence=end_at_sentence, start_as_trained=start_as_trained, dtype=dtype)
-        try:
-            cfg = resolve(cfg, db)
-        except DbertError as e:  # its setting named as the request names it (settings.py: length is max_tokens)
-            raise ApiError(400, e.said(field), param=field(e.setting) if e.setting else None) from None
-        out.append(Prepared(cfg, h, s, whole))
-    return Plan(out, n, stream, stream_steps, include_usage, cased=not lowercase)
+
+def _prepared(db, p: str, suffix: str, templated: bool, asked: dict, extra: dict, device: str, dtype: str) -> Prepared:
+    """One prompt's run: its masked span between prompt and suffix (or a dbert.template, masks
+    appended up to the length as `dbert sample --prompt`), its story rules, resolved for db."""
+    tok, limit = db.tokenizer, db.model.max_length
+    max_tokens, min_tokens = asked["max_tokens"], asked["min_tokens"]
+    head_ids, tail_ids = _tokens(tok, p), _tokens(tok, suffix)
+    h, s = len(head_ids), len(tail_ids)
+    if templated:  # as `dbert sample --prompt`: masks appended up to the length
+        length = h + max_tokens if max_tokens is not None else max(default_length(db), h)
+        text, h, s, whole = p, 0, 0, True
+    else:
+        span = max_tokens if max_tokens is not None else default_length(db) - h - s
+        if span < 1:
+            raise ApiError(400, f"the prompt and suffix take {h + s} of the {default_length(db)} tokens this "
+                                "checkpoint was trained on; give max_tokens", param="max_tokens")
+        text = " ".join(t for t in (p, " ".join([MASK] * span), suffix) if t)
+        length = len(_tokens(tok, text))
+        whole = asked["echo"] or tok.mask_token_id in head_ids or tok.mask_token_id in tail_ids
+    if length > limit:
+        raise ApiError(400, f"prompt + max_tokens + suffix is {length} tokens; this model takes at most {limit}",
+                       param="max_tokens")
+    least = None if min_tokens is None else h + min_tokens  # a story's tokens: the prompt's count too
+    if least is not None and is_story_model(db) and least > length - s:  # the client's numbers, not the story's
+        room = f"max_tokens ({max_tokens})" if max_tokens is not None else \
+            f"the {length - s - h} tokens the span has (max_tokens left out)"
+        raise ApiError(400, f"min_tokens ({min_tokens}) is more than {room}: no story could end",
+                       param="min_tokens")
+    if s and is_story_model(db):  # the suffix is the story's last words: it ends there, not before
+        if length > window(db) - 1:
+            raise ApiError(400, f"prompt + max_tokens + suffix is {length} tokens; a story with a suffix fits in "
+                                f"one window of this model ({window(db) - 1} tokens)", param="max_tokens")
+        least = max(least or 0, length - s)
+    cfg = SampleConfig(n=asked["n"], temperature=asked["temperature"], top_p=asked["top_p"], seed=asked["seed"],
+                       length=length, min_length=least, device=device, prompt=text, dtype=dtype,
+                       **{k: extra[k] for k in ("steps", "top_k", "sampler", "params", "block_repeats",
+                                                "end_at_sentence", "start_as_trained")})
+    try:
+        cfg = resolve(cfg, db)
+    except DbertError as e:  # its setting named as the request names it (settings.py: length is max_tokens)
+        raise ApiError(400, e.said(field), param=field(e.setting) if e.setting else None) from None
+    return Prepared(cfg, h, s, whole)
 
 
 def _strategy(extra: dict) -> tuple[str | None, dict | None]:
