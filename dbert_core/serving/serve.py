@@ -73,65 +73,8 @@ def create_app(db, model_name: str, *, api_key: str | None = None, limits: Limit
     list (default: the store's checkpoints, read once now)."""
     limits = limits or Limits()
     scheduler = Scheduler(db, max_queue=limits.max_queue, batching=batching, max_rows=max_rows, threads=threads)
-    model_list = models if models is not None else list_models(model_name)
-    key = api_key.encode() if api_key else None
-
-    def authorize(request: Request) -> None:
-        if key is None:
-            return
-        given = request.headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if not (scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key)):
-            raise ApiError(401, "a valid API key is needed: send Authorization: Bearer KEY", code="invalid_api_key")
-
-    async def health(request: Request):
-        return JSONResponse({"status": "ok", "model": model_name, "queued": scheduler.queued, "busy": scheduler.busy})
-
-    async def list_models_route(request: Request):
-        authorize(request)
-        return JSONResponse({"object": "list", "data": model_list})
-
-    async def completions(request: Request):
-        return await answer(request, chat=False)
-
-    async def chat_completions(request: Request):
-        return await answer(request, chat=True)
-
-    async def answer(request: Request, chat: bool):
-        deadline = time.monotonic() + limits.timeout  # reading the body, queueing and sampling, all together
-        authorize(request)
-        data = decode_body(await read_body(request, limits.max_body, deadline, limits.timeout))
-        plan = parse(chat_body(data) if chat else data, db, model_name, limits, device=device, dtype=dtype)
-        loop = asyncio.get_running_loop()
-        inbox: asyncio.Queue = asyncio.Queue()
-        jobs = [Job(p.cfg, notify=lambda ev, i=i: loop.call_soon_threadsafe(inbox.put_nowait, (i, ev)),  # type: ignore[misc]  # i=i: each its own
-                    deadline=deadline, want_steps=plan.stream_steps, want_settled=plan.stream, cased=plan.cased)
-                for i, p in enumerate(plan.prompts)]
-        try:
-            scheduler.submit(jobs)
-        except QueueFull as e:
-            raise ApiError(429, str(e), type_="rate_limit_error", code="queue_full") from None
-        except ShuttingDown as e:
-            raise ApiError(503, str(e), type_="server_error") from None
-        kind = ("chatcmpl", "chat.completion.chunk" if plan.stream else "chat.completion") if chat else \
-            ("cmpl", "text_completion")
-        meta = {"id": f"{kind[0]}-{uuid.uuid4().hex}", "object": kind[1], "created": int(time.time()),
-                "model": model_name}
-        if plan.stream:
-            return StreamingResponse(event_stream(db, plan, jobs, inbox, deadline, meta, chat=chat),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        watcher = asyncio.ensure_future(disconnected(request))
-        try:
-            results = {}
-            async for i, ev in events(inbox, len(jobs), deadline, watcher):
-                if ev[0] == "done":
-                    results[i] = ev
-            return JSONResponse(completion_body(db, plan, jobs, results, meta, chat=chat))
-        finally:
-            watcher.cancel()
-            for job in jobs:
-                job.cancel()  # a no-op for finished jobs; stops the others at their next step
+    routes = _Routes(db, model_name, scheduler, limits, models if models is not None else list_models(model_name),
+                     api_key.encode() if api_key else None, device, dtype)
 
     def begin_shutdown(grace: float) -> None:
         """SIGINT/SIGTERM: no new work now; after `grace` seconds, what still runs is cancelled."""
@@ -147,22 +90,96 @@ def create_app(db, model_name: str, *, api_key: str | None = None, limits: Limit
         finally:
             scheduler.close()
 
-    async def api_error(request: Request, exc: ApiError):
-        return exc.response()
-
-    async def http_error(request: Request, exc: HTTPException):
-        return ApiError(exc.status_code, exc.detail or "error").response()
-
-    app = Starlette(routes=[Route("/health", health), Route("/v1/models", list_models_route),
-                            Route("/v1/completions", completions, methods=["POST"]),
-                            Route("/v1/chat/completions", chat_completions, methods=["POST"])],
-                    exception_handlers={ApiError: api_error, HTTPException: http_error},  # type: ignore[dict-item]  # each called with its own class
+    app = Starlette(routes=[Route("/health", routes.health), Route("/v1/models", routes.list_models_route),
+                            Route("/v1/completions", routes.completions, methods=["POST"]),
+                            Route("/v1/chat/completions", routes.chat_completions, methods=["POST"])],
+                    exception_handlers={ApiError: _api_error, HTTPException: _http_error},  # type: ignore[dict-item]  # each called with its own class
                     lifespan=lifespan,
                     middleware=[Middleware(_HeadCheck)])
     app.state.scheduler = scheduler
     app.state.begin_shutdown = begin_shutdown
     app.state.limits = limits
     return app
+
+
+async def _api_error(request: Request, exc: ApiError):
+    return exc.response()
+
+
+async def _http_error(request: Request, exc: HTTPException):
+    return ApiError(exc.status_code, exc.detail or "error").response()
+
+
+class _Routes:
+    """The app's routes over one loaded checkpoint: the API key (None: none asked), the scheduler
+    its model runs on, and what a request may ask (limits, device, dtype)."""
+
+    def __init__(self, db, model_name: str, scheduler: Scheduler, limits: Limits, model_list: list[dict],
+                 key: bytes | None, device: str, dtype: str):
+        self.db, self.model_name, self.scheduler, self.limits = db, model_name, scheduler, limits
+        self.model_list, self.key, self.device, self.dtype = model_list, key, device, dtype
+
+    def authorize(self, request: Request) -> None:
+        if self.key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if not (scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.key)):
+            raise ApiError(401, "a valid API key is needed: send Authorization: Bearer KEY", code="invalid_api_key")
+
+    async def health(self, request: Request):
+        scheduler = self.scheduler
+        return JSONResponse({"status": "ok", "model": self.model_name, "queued": scheduler.queued,
+                             "busy": scheduler.busy})
+
+    async def list_models_route(self, request: Request):
+        self.authorize(request)
+        return JSONResponse({"object": "list", "data": self.model_list})
+
+    async def completions(self, request: Request):
+        return await self.answer(request, chat=False)
+
+    async def chat_completions(self, request: Request):
+        return await self.answer(request, chat=True)
+
+    async def answer(self, request: Request, chat: bool):
+        """A completion or chat request: read, checked, queued, then streamed or answered whole."""
+        db, limits = self.db, self.limits
+        deadline = time.monotonic() + limits.timeout  # reading the body, queueing and sampling, all together
+        self.authorize(request)
+        data = decode_body(await read_body(request, limits.max_body, deadline, limits.timeout))
+        plan = parse(chat_body(data) if chat else data, db, self.model_name, limits, device=self.device,
+                     dtype=self.dtype)
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue = asyncio.Queue()
+        jobs = [Job(p.cfg, notify=lambda ev, i=i: loop.call_soon_threadsafe(inbox.put_nowait, (i, ev)),  # type: ignore[misc]  # i=i: each its own
+                    deadline=deadline, want_steps=plan.stream_steps, want_settled=plan.stream, cased=plan.cased)
+                for i, p in enumerate(plan.prompts)]
+        try:
+            self.scheduler.submit(jobs)
+        except QueueFull as e:
+            raise ApiError(429, str(e), type_="rate_limit_error", code="queue_full") from None
+        except ShuttingDown as e:
+            raise ApiError(503, str(e), type_="server_error") from None
+        kind = ("chatcmpl", "chat.completion.chunk" if plan.stream else "chat.completion") if chat else \
+            ("cmpl", "text_completion")
+        meta = {"id": f"{kind[0]}-{uuid.uuid4().hex}", "object": kind[1], "created": int(time.time()),
+                "model": self.model_name}
+        if plan.stream:
+            return StreamingResponse(event_stream(db, plan, jobs, inbox, deadline, meta, chat=chat),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        watcher = asyncio.ensure_future(disconnected(request))
+        try:
+            results = {}
+            async for i, ev in events(inbox, len(jobs), deadline, watcher):
+                if ev[0] == "done":
+                    results[i] = ev
+            return JSONResponse(completion_body(db, plan, jobs, results, meta, chat=chat))
+        finally:
+            watcher.cancel()
+            for job in jobs:
+                job.cancel()  # a no-op for finished jobs; stops the others at their next step
 
 
 class _HeadCheck:
