@@ -223,32 +223,14 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
         for f in frames_fn(db, replace(cfg, n=len(rows)), generator=generator, template=template, topk=topk,
                            offset=col, prefix=start if block else 0):
             last = f
-            W = f.ids.shape[1]
-            ids = canvas.clone()
-            ids[rows, col:col + W] = f.ids
-            masked = ids == mask
-            revealed = torch.zeros_like(masked)
-            revealed[rows, col:col + W] = f.revealed
-            conf = confidence.clone()
-            conf[rows, col + start:col + W] = f.confidence[:, start:]
-            if f.top_ids is not None:
-                if top_ids is None:
-                    top_ids = torch.full((n, width, f.top_ids.shape[-1]), -1, dtype=f.top_ids.dtype)
-                    top_probs = torch.zeros((n, width, f.top_ids.shape[-1]), dtype=f.top_probs.dtype)
-                t_ids, t_probs = top_ids.clone(), top_probs.clone()
-                t_ids[rows, col + start:col + W] = f.top_ids[:, start:]
-                t_probs[rows, col + start:col + W] = f.top_probs[:, start:]
-            else:
-                t_ids = t_probs = None
-            remasked = None
-            if f.remasked is not None:
-                remasked = torch.zeros_like(masked)
-                remasked[rows, col:col + W] = f.remasked
+            if f.top_ids is not None and top_ids is None:
+                top_ids = torch.full((n, width, f.top_ids.shape[-1]), -1, dtype=f.top_ids.dtype)
+                top_probs = torch.zeros((n, width, f.top_ids.shape[-1]), dtype=f.top_probs.dtype)
             row_steps = torch.full((n,), block * S, dtype=torch.long)
             if f.row_steps is not None:
                 row_steps[rows] = block * S + f.row_steps
-            yield replace(f, ids=ids, masked=masked, revealed=revealed, confidence=conf, top_ids=t_ids,
-                          top_probs=t_probs, remasked=remasked, row_steps=row_steps, steps=S * most,
+            yield replace(f, **_laid(f, canvas, mask, confidence, top_ids, top_probs, rows, col, start),
+                          row_steps=row_steps, steps=S * most,
                           step=block * S + f.step, nfe=nfe + f.nfe, rows=calls + f.rows, flops=flops + f.flops,
                           touch_up=True, settled=settled.clone())  # more follows: the last frame, below, is done
         W = last.ids.shape[1]
@@ -258,10 +240,7 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
             top_ids[rows, col + start:col + W] = last.top_ids[:, start:]
             top_probs[rows, col + start:col + W] = last.top_probs[:, start:]
         nfe, calls, flops = nfe + last.nfe, calls + last.rows, flops + last.flops
-        ended = [r for i, r in enumerate(rows) if end in last.ids[i, start:].tolist()]
-        for r in ended:  # the rest of an ended story's row is end padding
-            first_end = (canvas[r, 1:] == end).nonzero()[0, 0] + 1
-            canvas[r, first_end:] = end
+        ended = _ended(canvas, last, rows, start, end)
         rows = [r for r in rows if r not in ended]
         written = col + W  # the canvas columns written so far (the same for every row still going)
         settled[ended] = width  # an ended story is final; a going one up to the window just finished
@@ -276,3 +255,40 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
                    top_probs=None if top_probs is None else top_probs.clone(), remasked=None,
                    row_steps=torch.full((n,), S * most, dtype=torch.long), steps=S * most, step=S * most,
                    nfe=nfe, rows=calls, flops=flops, touch_up=False, settled=torch.full((n,), width, dtype=torch.long))
+
+
+def _laid(f, canvas: torch.Tensor, mask: int, confidence: torch.Tensor, top_ids: torch.Tensor | None,
+          top_probs: torch.Tensor | None, rows: list[int], col: int, start: int) -> dict:
+    """A window's frame `f` laid on copies of the canvas so far at the window's columns (col on;
+    before `start`, its given context, the canvas's confidences and candidates stay): the frame's
+    ids, masked, revealed, confidence, top_ids, top_probs and remasked, canvas-wide."""
+    W = f.ids.shape[1]
+    ids = canvas.clone()
+    ids[rows, col:col + W] = f.ids
+    masked = ids == mask
+    revealed = torch.zeros_like(masked)
+    revealed[rows, col:col + W] = f.revealed
+    conf = confidence.clone()
+    conf[rows, col + start:col + W] = f.confidence[:, start:]
+    if f.top_ids is not None:
+        t_ids, t_probs = top_ids.clone(), top_probs.clone()
+        t_ids[rows, col + start:col + W] = f.top_ids[:, start:]
+        t_probs[rows, col + start:col + W] = f.top_probs[:, start:]
+    else:
+        t_ids = t_probs = None
+    remasked = None
+    if f.remasked is not None:
+        remasked = torch.zeros_like(masked)
+        remasked[rows, col:col + W] = f.remasked
+    return {"ids": ids, "masked": masked, "revealed": revealed, "confidence": conf, "top_ids": t_ids,
+            "top_probs": t_probs, "remasked": remasked}
+
+
+def _ended(canvas: torch.Tensor, last, rows: list[int], start: int, end: int) -> list[int]:
+    """The rows whose story ended in the window just finished (its last frame `last`); the rest
+    of each one's canvas row set to end padding, in place."""
+    ended = [r for i, r in enumerate(rows) if end in last.ids[i, start:].tolist()]
+    for r in ended:  # the rest of an ended story's row is end padding
+        first_end = (canvas[r, 1:] == end).nonzero()[0, 0] + 1
+        canvas[r, first_end:] = end
+    return ended
