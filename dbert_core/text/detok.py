@@ -208,35 +208,9 @@ def spans(pieces: Sequence[str], masked: Sequence[bool] | None = None, *, sep: s
         else:
             cont = piece.startswith("##") and len(piece) > 2
             text = piece[2:] if cont else piece
-            after = visible(i + 1)
             prev_text = None if prev is None or prev.masked else prev.text
-            glue = False
-            if cont or glue_next or text in _CLOSE:
-                gap = ""
-            else:
-                gap = " "
-            if text in _OPEN:
-                glue = True
-            elif i in roles:
-                if roles[i]:
-                    glue = True
-                else:
-                    gap = ""
-            elif text == "'":
-                if prev_text is not None and _ends_word(prev_text) and after in _CONTRACTIONS:
-                    gap, glue = "", True                           # it's, didn't, we're
-                elif prev_text is not None and prev_text.endswith("s") and not single_open:
-                    gap = ""                                       # the dogs' bone
-                elif single_open:
-                    gap, single_open = "", False
-                else:
-                    glue, single_open = True, True
-            elif text in _JOIN and prev_text is not None and _ends_word(prev_text) and _ends_word(after or "") and (
-                    text != "-" or compound(_word(pieces, i - 1, -1), _word(pieces, i + 1, 1), truecase)):
-                gap, glue = "", True                               # well-known, a word—or two
-            elif prev_text is not None and prev_text[-1:].isdigit() and (after or "")[:1].isdigit() and (
-                    text in _NUMBER_JOINERS or (text == "," and len(after) == 3 and after.isdigit())):
-                gap, glue = "", True                               # 3.5, 10:30, 1,000
+            gap, glue, single_open = _spacing(pieces, i, text, cont, prev_text, visible(i + 1), glue_next,
+                                              single_open, roles, truecase)
         if prev is None:
             gap = paragraph if broken else ""
             if broken:
@@ -249,6 +223,41 @@ def spans(pieces: Sequence[str], masked: Sequence[bool] | None = None, *, sep: s
     if cased:
         out = _cased(out, joined, roles, starts, truecase, verbatim or {})
     return out
+
+
+def _spacing(pieces: Sequence[str], i: int, text: str, cont: bool, prev_text: str | None, after: str | None,
+             glue_next: bool, single_open: bool, roles: dict[int, bool], truecase: dict | None) -> tuple[str, bool, bool]:
+    """How revealed piece i (`text`; cont: a ## piece) meets its neighbours (prev_text: the span
+    before it, None when masked or none; after: the next piece's text, visible()): the gap before
+    it, whether the next one glues to it (no space after), and whether a single quote is open."""
+    glue = False
+    if cont or glue_next or text in _CLOSE:
+        gap = ""
+    else:
+        gap = " "
+    if text in _OPEN:
+        glue = True
+    elif i in roles:
+        if roles[i]:
+            glue = True
+        else:
+            gap = ""
+    elif text == "'":
+        if prev_text is not None and _ends_word(prev_text) and after in _CONTRACTIONS:
+            gap, glue = "", True                           # it's, didn't, we're
+        elif prev_text is not None and prev_text.endswith("s") and not single_open:
+            gap = ""                                       # the dogs' bone
+        elif single_open:
+            gap, single_open = "", False
+        else:
+            glue, single_open = True, True
+    elif text in _JOIN and prev_text is not None and _ends_word(prev_text) and _ends_word(after or "") and (
+            text != "-" or compound(_word(pieces, i - 1, -1), _word(pieces, i + 1, 1), truecase)):
+        gap, glue = "", True                               # well-known, a word—or two
+    elif prev_text is not None and prev_text[-1:].isdigit() and (after or "")[:1].isdigit() and (
+            text in _NUMBER_JOINERS or (text == "," and len(after) == 3 and after.isdigit())):
+        gap, glue = "", True                               # 3.5, 10:30, 1,000
+    return gap, glue, single_open
 
 
 def _cased(out: list[Span], joined: list[bool], roles: dict[int, bool], starts: set[int],
