@@ -20,6 +20,7 @@
   (or hands a callable to call_from_thread), so widgets and screen lists change on the UI thread;
 - no test module imports another (shared helpers: tests/helpers.py);
 - the engine's rooms stay small: no module of dbert_core over 500 lines (issue 37);
+- no function or method of dbert_core or dbert_tui over 80 lines, def line to last (issue 60);
 - the TUI's rooms stay small: no module of dbert_tui over 500 lines, no widget module over 400;
   a widget imports no screen and calls nothing on its screen (it posts a message upward; the
   screen calls it back), so the Generate screen's parts (widgets/generate/) each own their state.
@@ -328,6 +329,25 @@ def test_no_core_module_is_a_house_of_its_own():
         if lines > CORE_MAX_LINES:
             big.append(f"dbert_core/{path.relative_to(CORE)}: {lines} lines (at most {CORE_MAX_LINES})")
     assert not big, "\n".join(big)
+
+
+FUNCTION_MAX_LINES = 80  # a function is read on one screen (issue 60)
+
+
+def test_no_function_is_a_house_of_its_own():
+    """`dbert sample` was one function of 139 lines, request.parse 108: each split since into
+    helpers that do one thing (issue 60). A function or method of dbert_core or dbert_tui, from
+    its def line to its last (a command's option signature included), is at most 80 lines."""
+    long = []
+    for package in (CORE, TUI):
+        for path in sorted(package.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > FUNCTION_MAX_LINES:
+                        long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {lines} lines "
+                                    f"(at most {FUNCTION_MAX_LINES})")
+    assert not long, "\n".join(long)
 
 
 # ------------------------------------------------------------------------------ the TUI's state
