@@ -218,6 +218,15 @@ _BUILT_IN = (
     Strategy("entropy", False, "as confidence, ranking masked positions by lowest entropy first",
              "lowest-entropy positions first", reference="Dream (Ye et al. 2025), alg='entropy'",
              family=_ORDERED, options={"by": "entropy"}),
+    Strategy("blockwise", False, "LLaDA semi-autoregressive decoding: the canvas in blocks of `block` tokens, "
+             "left to right; each step reveals the surest masked positions (by `by`) of the first unfinished block",
+             "left to right by blocks, the model's surest first within a block: the reverse process's order is lost",
+             params=(Param("block", 32, "tokens per block: a step reveals in the first block with a masked "
+                           "position before any later one", lo=1, type=int),
+                     Param("by", "confidence", "how positions are ranked within a block",
+                           choices=("confidence", "margin", "entropy"), type=str)),
+             reference="Nie et al. 2025 (LLaDA, semi-autoregressive remasking, block_length)",
+             family=_SAMPLING + "ordered:blockwise", cache_masked=True),
     Strategy("threshold", False, "Fast-dLLM parallel decoding: every call reveals each masked position whose "
              "confidence exceeds tau, and at least the most confident one",
              "several positions revealed together from their separate marginals (their dependence is lost)",

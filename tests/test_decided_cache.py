@@ -173,6 +173,37 @@ def test_sampling_with_masked_states_is_labelled_and_cheaper_still(story_model):
     assert all(t.strip() for t in out[4, True][0])
 
 
+def test_blockwise_refreshes_where_a_row_enters_its_next_block(story_model, monkeypatch):
+    """Fast-dLLM's dual cache: blockwise reads only the blocks it may reveal in, so with the masks kept a
+    call between refreshes computes about a block a row, and the call after a row enters its next block
+    computes every position afresh (whatever --cache-refresh's count says)."""
+    from dbert_core.config import SampleConfig
+    from dbert_core.sampling.sample import generate, resolve
+
+    db, whole = story_model, []
+    hidden = DecidedCache.hidden
+
+    def spy(self, *a, **k):
+        out = hidden(self, *a, **k)
+        whole.append(self.reused == 0)
+        return out
+
+    monkeypatch.setattr(DecidedCache, "hidden", spy)
+    base = dict(n=2, workers=1, steps=24, seed=5, length=24, min_length=0, sampler="blockwise",
+                pair_quotes=False, fix_contractions=False, known_words=False)  # one batch, the reverse run alone
+    stats, refreshes = {}, {}
+    for block, K, m in ((8, 0, False), (8, 1000, True), (8, 1000, False), (24, 1000, True)):
+        whole.clear()
+        cfg = SampleConfig(cache_refresh=K, cache_masked=m, params={"block": block}, **base)
+        samples, stats[block, K, m] = generate(db, resolve(cfg, db))
+        assert all(s.strip() for s in samples)
+        refreshes[block, K, m] = sum(whole)
+    # one block: no block to enter; blocks of 8: each row enters its two later blocks (rows may enter apart)
+    assert 2 <= refreshes[8, 1000, True] - refreshes[24, 1000, True] <= 2 * 2, refreshes
+    assert stats[8, 1000, True]["cache_masked"] is True and stats[8, 1000, True]["exact"] is False
+    assert stats[8, 1000, True]["gflop"] < stats[8, 1000, False]["gflop"] < stats[8, 0, False]["gflop"]
+
+
 def test_the_checkpoint_may_recommend_it_and_the_flag_is_checked(story_model, capsys, monkeypatch):
     from dbert_core.config import SampleConfig
     from dbert_core.sampling.settings import default_decoding, resolve

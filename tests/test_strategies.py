@@ -43,10 +43,14 @@ def run(db, seed=0, **kw):
 def test_one_registry_names_every_strategy_its_label_and_parameters():
     assert config.STRATEGIES == strategies.NAMES == strategies.names()
     assert config.SAMPLERS == strategies.EXACT == ("ancestral", "cached", "first-hitting")
-    assert set(HEURISTIC) == {"confidence", "margin", "entropy", "threshold", "entropy-bounded", "remdm"}
+    assert set(HEURISTIC) == {"confidence", "margin", "entropy", "blockwise", "threshold", "entropy-bounded", "remdm"}
     assert all(strategies.get(n).label == "exact" for n in strategies.EXACT)
     assert all(strategies.get(n).label == "heuristic" for n in HEURISTIC)
     assert strategies.get("threshold").resolve(None) == {"tau": 0.9}
+    assert strategies.get("blockwise").resolve({"block": 8}) == {"block": 8, "by": "confidence"}
+    for bad in ({"block": 0}, {"block": 2.5}, {"by": "chance"}):
+        with pytest.raises(DbertError, match="blockwise's"):
+            strategies.get("blockwise").resolve(bad)
     assert strategies.get("entropy-bounded").resolve({"gamma": 1}) == {"gamma": 1.0}
     remdm = strategies.get("remdm")
     assert remdm.resolve(None) == {"schedule": "cap", "eta": 0.008}
@@ -208,6 +212,46 @@ def test_ordered_reveals_the_surest_positions_at_the_schedules_pace(any_db, by):
     k = int(first[0].sum())
     for b in range(3):
         assert set(first[b].nonzero().squeeze(1).tolist()) == set(score[b].topk(k).indices.tolist())
+
+
+@pytest.mark.parametrize("by", ["confidence", "entropy"])
+def test_blockwise_fills_the_blocks_left_to_right_at_the_schedules_pace(any_db, by):
+    """Each step reveals in the first block that still has a [MASK] (spilling into the next only when
+    it has fewer left than the step reveals), as many as the ordered samplers do; a block as long
+    as the canvas is the ordered sampler itself."""
+    L, S, block = 12, 6, 4
+    fs = run(any_db, n=3, length=L, steps=S, sampler="blockwise", params={"block": block, "by": by})
+    plain = run(any_db, n=3, length=L, steps=S, sampler=by)
+    assert torch.equal(torch.stack([f.revealed.sum(1) for f in fs]), torch.stack([f.revealed.sum(1) for f in plain]))
+    assert not fs[-1].masked.any()
+    before = torch.ones(3, L, dtype=torch.bool)
+    for f in fs:
+        for b in range(3):
+            where = f.revealed[b].nonzero().squeeze(1)
+            if not len(where):
+                continue
+            left = before[b].nonzero().squeeze(1)  # masked before this step, left to right
+            # in the leading blocks that hold this many masked positions, and in the first of them
+            assert int(where.max()) // block <= int(left[len(where) - 1]) // block
+            assert int(where.min()) // block == int(left[0]) // block
+        before = f.masked.clone()
+    whole = run(any_db, n=3, length=L, steps=S, sampler="blockwise", params={"block": L, "by": by})
+    assert all(torch.equal(a.ids, b.ids) and torch.equal(a.revealed, b.revealed) for a, b in zip(whole, plain))
+
+
+def test_blockwise_reads_only_the_blocks_it_may_reveal_in():
+    from dbert_core.sampling.ordered import _rank, _window
+
+    mk = torch.tensor([[False, True, True, False, True, True, True, True],
+                       [False, False, False, False, False, True, False, True]])
+    assert _window(mk, torch.tensor([2, 1]), 4).tolist() == [
+        [False, True, True, False, False, False, False, False], [False, False, False, False, False, True, False, True]]
+    assert _window(mk, torch.tensor([3, 2]), 4)[0].tolist() == mk[0].tolist()  # 2 left in block 0: block 1 too
+    full = torch.full(mk.shape, float("-inf"), dtype=torch.float64)
+    full[mk] = torch.linspace(0.1, 0.9, int(mk.sum()), dtype=torch.float64)
+    rank = _rank(full, 4)
+    assert rank[0, 2] == 0 and rank[0, 1] == 1 and rank[0, 7] == 2  # block 0 first, the surest first within
+    assert rank[0, 0] > rank[0, 4] and rank[0, 3] > rank[0, 4]  # a decided position after every masked one
 
 
 def test_threshold_and_entropy_bound_set_how_many_per_call(any_db):

@@ -51,6 +51,11 @@ class DecidedCache:
         self.slot: torch.Tensor | None = None  # (B,) where each batch row's keys and values lie in kv
         self.reused = 0  # positions the last call took from the cache (0: it ran the whole forward)
 
+    def restart(self) -> None:
+        """The next call runs the whole forward, and the count to the next refresh starts there
+        (blockwise refreshes where a row enters its next block, as Fast-dLLM's dual cache does)."""
+        self.calls = 0
+
     def whole_next(self, rows: torch.Tensor, n: int) -> bool:
         """Whether the next call on rows (R,) of n positions each (with [CLS] and [SEP]) runs the
         whole forward."""

@@ -276,6 +276,11 @@ class Net:
         self.flops += forward_flops(self.model.config, inp.shape[0], inp.shape[1], int(sel.sum()), prefix=reused)
         return out
 
+    def refresh_next(self) -> None:
+        """With --cache-refresh: the next call computes every position afresh (DecidedCache.restart)."""
+        if self.decided is not None:
+            self.decided.restart()
+
     @property
     def keeps_masks(self) -> bool:
         """Whether the network keeps [MASK] positions' states between refreshes (--cache-masked)."""

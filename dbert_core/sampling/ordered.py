@@ -8,6 +8,10 @@ docs/decoding.md measures them):
                    count follows the schedule's expected masked fraction (frequency-weighted
                    over the vocabulary, as the TUI's curve); no call at a step where no row
                    reveals anything, so S >= L costs about L calls and S < L costs S.
+    blockwise      the same counts, the canvas read in blocks of `block` tokens left to right
+                   (LLaDA's semi-autoregressive remasking): a step reveals the surest masked
+                   positions of a row's first block that still has any, spilling into the next
+                   block only when that one has fewer left than the step reveals.
     threshold, entropy-bounded
                    one call per frame until nothing is masked: reveal every position whose
                    top-1 probability exceeds tau (Fast-dLLM), or the lowest-entropy positions
@@ -50,31 +54,70 @@ def position_scores(logits: torch.Tensor, no_draw: list[int], by: str) -> torch.
     return out.cpu().double()
 
 
-def _reveal_tokens(state: State, rows, mk, rev, logits, u_token):
+def _reveal_tokens(state: State, rows, mk, rev, logits, u_token, read=None):
     """Draw tokens from p' at the rev (R, L) positions of batch rows `rows` (their masked
-    positions mk, the logits of those in row-major order) and write them in; returns the (B, L)
-    revealed mask."""
+    positions mk; the logits those of `read`, default mk, in row-major order) and write them in;
+    returns the (B, L) revealed mask."""
     revealed = torch.zeros_like(state.masked)
     if not rev.any():
         return revealed
-    chosen, conf = draw_tokens(state.x[rows], mk, rev, logits[rev[mk].to(logits.device)], None, state.no_draw,
+    read = mk if read is None else read
+    chosen, conf = draw_tokens(state.x[rows], mk, rev, logits[rev[read].to(logits.device)], None, state.no_draw,
                                state.shaping, u_token[rows][rev], state.block_repeats, state.top)
     revealed[rows] = rev
     state.reveal(revealed, chosen, conf)
     return revealed
 
 
-def ordered(state: State, by: str) -> Iterator[Frame]:
+def blockwise(state: State) -> Iterator[Frame]:
+    """blockwise: ordered() with its score (`by`) ranked within blocks of `block` tokens, left to right."""
+    return ordered(state, state.params["by"], block=state.params["block"])
+
+
+def _rank(full: torch.Tensor, block: int) -> torch.Tensor:
+    """(R, L) each position's rank: highest score first (ties: leftmost), and with block > 0 every
+    masked position (a finite score) of an earlier block of `block` tokens before any of a later one."""
+    L = full.shape[1]
+    order = torch.argsort(full, dim=1, descending=True, stable=True)
+    if block:
+        blocks = (order // block).double()  # stable: within a block the score order stands
+        blocks[~torch.isfinite(full.gather(1, order))] = float("inf")  # not masked: after every masked one
+        order = order.gather(1, torch.argsort(blocks, dim=1, stable=True))
+    return torch.empty_like(order).scatter_(1, order, torch.arange(L).expand_as(order).contiguous())
+
+
+def _window(mk: torch.Tensor, need: torch.Tensor, block: int) -> torch.Tensor:
+    """(R, L) the masked positions of each row's leading blocks of `block` tokens that hold at least
+    its `need` (R,) masked ones: the only positions blockwise reads (with --cache-refresh and
+    --cache-masked a call between refreshes then computes about one block a row)."""
+    L = mk.shape[1]
+    blk = (torch.arange(L) // block).expand_as(mk)
+    counts = torch.zeros(mk.shape[0], (L + block - 1) // block, dtype=torch.long).scatter_add_(1, blk, mk.long())
+    before = counts.cumsum(1) - counts  # masked positions in the blocks before each one
+    return mk & (before < need.unsqueeze(1)).gather(1, blk)
+
+
+def _first_blocks(masked: torch.Tensor, block: int) -> torch.Tensor:
+    """(B,) each row's first block of `block` tokens with a masked position (the row's block count if none)."""
+    L = masked.shape[1]
+    first = torch.where(masked.any(1), masked.int().argmax(1), torch.full((masked.shape[0],), L))
+    return torch.div(first, block, rounding_mode="floor")
+
+
+def ordered(state: State, by: str, block: int = 0) -> Iterator[Frame]:
     """confidence, margin, entropy (by: the position_scores score): each step reveals the k surest
     masked positions of each row, k such that the row's revealed count is round(n0 (1 - curve[k+1]))
-    after step k (curve: the expected masked fraction, base.masked_curve)."""
+    after step k (curve: the expected masked fraction, base.masked_curve). block > 0 (blockwise):
+    only the masked positions of the row's first blocks are read (_window), the surest of the first
+    block with a masked position revealed first (_rank), and with --cache-refresh the call after a
+    row enters its next block computes every position afresh (Fast-dLLM's dual cache)."""
     x, masked, kern, net, gen, no_draw = state.x, state.masked, state.kern, state.net, state.gen, state.no_draw
     curve = masked_curve(state.db, state.steps)
-    L = x.shape[1]
     S = len(kern.grid) - 1
     n0 = masked.sum(1)
     target = torch.round(n0.double().unsqueeze(0) * (1.0 - curve[1:]).unsqueeze(1)).long()  # (S, B)
     target[-1] = n0
+    front = None  # blockwise: each row's first block with a [MASK] at the last call
     for k in range(S):
         u_token = torch.rand(x.shape, generator=gen, dtype=torch.float64)
         need = torch.minimum(target[k] - (n0 - masked.sum(1)), masked.sum(1))
@@ -82,16 +125,20 @@ def ordered(state: State, by: str) -> Iterator[Frame]:
         if (need > 0).any():
             rows = (need > 0).nonzero().squeeze(1)
             mk = masked[rows]
-            logits = net(x[rows], mk, torch.full((len(rows),), kern.grid[k]), rows=rows)
+            if block:
+                now = _first_blocks(masked, block)
+                if front is not None and not torch.equal(now[rows], front[rows]):
+                    net.refresh_next()  # a row entered its next block: its context is computed afresh
+                front = now
+            read = _window(mk, need[rows], block) if block else mk
+            logits = net(x[rows], read, torch.full((len(rows),), kern.grid[k]), rows=rows)
             score = position_scores(logits, no_draw, by)
             if by == "entropy":
                 score = -score
             full = torch.full(mk.shape, float("-inf"), dtype=torch.float64)
-            full[mk] = score
-            order = torch.argsort(full, dim=1, descending=True, stable=True)  # ties: leftmost first
-            rank = torch.empty_like(order).scatter_(1, order, torch.arange(L).expand_as(order).contiguous())
-            rev = mk & (rank < need[rows].unsqueeze(1))
-            revealed = _reveal_tokens(state, rows, mk, rev, logits, u_token)
+            full[read] = score
+            rev = read & (_rank(full, block) < need[rows].unsqueeze(1))
+            revealed = _reveal_tokens(state, rows, mk, rev, logits, u_token, read)
         yield state.frame(revealed, k + 1)
 
 
