@@ -247,7 +247,7 @@ class SampleConfig:
             strategy = strategies.get(self.sampler)  # "--sampler must be one of: ..." for a name it has not
             strategy.check(strategy.resolve(self.params))
         else:
-            _need(not self.params, "needs $sampler (the default sampler has no parameters)", "params", self.params,
+            _need(not self.params, "needs $sampler (parameters belong to the sampler they are named with)", "params", self.params,
                   ("sampler",))
         _one_of("device", self.device, DEVICES)
         _one_of("dtype", self.dtype, DTYPES)

@@ -184,3 +184,72 @@ def test_set_decoding_changes_the_recommendation_and_nothing_else(tiny_checkpoin
         assert said in err and err.count("\n") == 1
     assert tool.main([str(tmp_path / "nowhere")]) == 2
     assert json.loads((ck / "dbert.json").read_text())["sampling"]["decoding"]["steps"] == 64  # refused: unchanged
+
+
+def test_a_checkpoint_may_recommend_its_sampler_and_its_parameters(recommending, tiny_checkpoint, tmp_path, capsys,
+                                                                    monkeypatch):
+    """sampling.decoding's sampler and params (the shipped model's blockwise, chosen by blind readers): the
+    sampler sample, eval, the server and the TUI use unless told; its parameters apply to it alone; one
+    that is not registered, cannot run on the checkpoint or has bad parameters falls back to the fastest
+    exact sampler; a sampler name that is not a string is refused when the checkpoint loads."""
+    from dbert_core.config import SampleConfig
+    from dbert_core.errors import DbertError
+    from dbert_core.sampling.sample import resolve
+    from dbert_core.serving.options import Limits
+    from dbert_core.serving.request import parse
+    from dbert_core.storage import checkpoint
+    from dbert_tui.controller import Session, Settings
+
+    meta = json.loads((recommending / "dbert.json").read_text())
+    meta["sampling"]["decoding"].update(sampler="blockwise", params={"block": 4})
+    (recommending / "dbert.json").write_text(json.dumps(meta))
+    db = checkpoint.load(recommending)
+    got = resolve(SampleConfig(), db)
+    assert (got.sampler, got.params, got.steps) == ("blockwise", {"block": 4, "by": "confidence"}, 12)
+    assert resolve(SampleConfig(sampler="blockwise", params={"block": 8}), db).params["block"] == 8
+    assert resolve(SampleConfig(sampler="blockwise"), db).params["block"] == 4  # the same sampler: its parameters
+    assert resolve(SampleConfig(sampler="threshold"), db).params == {"tau": 0.9}  # another: its own defaults
+    fallback = resolve(SampleConfig(), checkpoint.load(tiny_checkpoint)).sampler
+    for bad in ({"sampler": "no-such"}, {"sampler": "blockwise", "params": {"block": 0}},
+                {"sampler": "blockwise", "params": {"width": 2}}, {"sampler": "blockwise", "params": [4]}):
+        db.meta["sampling"]["decoding"] = {"steps": 12, **bad}
+        assert resolve(SampleConfig(), db).sampler == fallback, bad
+    db.meta["sampling"]["decoding"] = meta["sampling"]["decoding"]
+    assert parse({"prompt": "Once", "max_tokens": 8}, db, "m", Limits()).prompts[0].cfg.sampler == "blockwise"
+    s = Session(Settings())
+    s.fit(db)
+    assert resolve(s.settings, db).sampler == "blockwise"
+    jsonl = tmp_path / "out.jsonl"
+    code, own, _ = run(["sample", "-c", str(recommending), "--n", "2", "--seed", "3", "--length", "16", "-o",
+                        str(jsonl)], capsys, monkeypatch)
+    settings = json.loads(jsonl.read_text().splitlines()[0])["settings"]
+    assert code == 0 and settings["sampler"] == "blockwise" and settings["params"]["block"] == 4
+    code2, asked, _ = run(["sample", "-c", str(tiny_checkpoint), "--n", "2", "--seed", "3", "--length", "16",
+                           "--steps", "12", "--top-k", "0", "--top-p", "0.9", "--sampler", "blockwise", "--param",
+                           "block=4"], capsys, monkeypatch)
+    assert code2 == 0 and own == asked
+    meta["sampling"]["decoding"]["sampler"] = 7
+    (recommending / "dbert.json").write_text(json.dumps(meta))
+    with pytest.raises(DbertError, match="sampling.decoding"):
+        checkpoint.load(recommending)
+
+
+def test_set_decoding_records_a_sampler_and_its_parameters(tiny_checkpoint, tmp_path, capsys):
+    import importlib.util
+
+    from helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("set_decoding", ROOT / "scripts" / "recipes" / "set_decoding.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    ck = tmp_path / "ck"
+    shutil.copytree(tiny_checkpoint, ck)
+    assert tool.main([str(ck), "--sampler", "blockwise", "--param", "block=16", "--steps", "40"]) == 0
+    decoding = json.loads((ck / "dbert.json").read_text())["sampling"]["decoding"]
+    assert decoding == {"steps": 40, "sampler": "blockwise", "params": {"block": 16}}
+    capsys.readouterr()
+    for bad, said in ((["--sampler", "blockwise", "--param", "block=0"], "block"), (["--param", "block=4"], "--sampler"),
+                      (["--sampler", "nope"], "must be one of")):
+        assert tool.main([str(ck), *bad]) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err

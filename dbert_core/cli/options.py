@@ -100,5 +100,5 @@ def load(checkpoint: str | None, device: str):
 
 def no_params(param: list[str] | None) -> dict | None:  # the default sampler's params: none
     if param:
-        raise DbertError("--param needs --sampler (the default sampler has no parameters)")
+        raise DbertError("--param needs --sampler (parameters belong to the sampler they are named with)")
     return None

@@ -1,7 +1,7 @@
 """A SampleConfig made concrete for one checkpoint, once per run, and handed down.
 
-resolve(cfg, db) checks what SampleConfig.validate checks, fills in the length, sampler, precision
-and the strategy's parameters, then makes the checks that need the checkpoint (validate). frames()
+resolve(cfg, db) checks what SampleConfig.validate checks, fills in the length, sampler (the
+checkpoint's recommendation, else the fastest exact one), precision and the strategy's parameters, then makes the checks that need the checkpoint (validate). frames()
 and generate() take a config resolve made as it is (they ask is_resolved), and resolve any other.
 """
 
@@ -41,9 +41,35 @@ def validate(db, steps: int, length: int, sampler: str, params: dict | None = No
     strategy.check(strategy.resolve(params), steps)
 
 
+def recommended_sampler(db) -> tuple[str, dict] | None:
+    """(name, parameters) of the sampler the checkpoint's dbert.json recommends (`sampling.decoding`'s
+    `sampler` and `params`, read blind for it: docs/stories.md), or None when it names none, or one
+    that is not registered, cannot run on it, or whose parameters do not resolve."""
+    given = (db.meta.get("sampling") or {}).get("decoding") or {}
+    name = given.get("sampler") if isinstance(given, dict) else None
+    params = given.get("params") or {} if isinstance(given, dict) else {}
+    if not isinstance(name, str) or name not in strategies.names() or not isinstance(params, dict):
+        return None
+    strategy = strategies.get(name)
+    try:
+        resolved = strategy.resolve(params)
+    except DbertError:
+        return None
+    return (name, resolved) if strategy.supports(db) is None else None
+
+
 def default_sampler(db) -> str:
-    """The fastest exact sampler this model allows (what `dbert sample` uses unless told)."""
-    return strategies.default_for(db).name
+    """What `dbert sample` uses unless told: the sampler the checkpoint recommends (recommended_sampler),
+    else the fastest exact sampler this model allows."""
+    recommended = recommended_sampler(db)
+    return recommended[0] if recommended else strategies.default_for(db).name
+
+
+def default_params(db, sampler: str) -> dict | None:
+    """The parameters `sampler` runs with unless told: the checkpoint's when it recommends this sampler,
+    else None (the strategy's own defaults)."""
+    recommended = recommended_sampler(db)
+    return dict(recommended[1]) if recommended and recommended[0] == sampler else None
 
 
 def window_length(db) -> int:
@@ -125,8 +151,9 @@ def resolve(cfg: SampleConfig, db) -> SampleConfig:
     recommended = default_decoding(db)
     decoding = {f: recommended[f] if getattr(cfg, f) is None else getattr(cfg, f) for f in DECODING}
     workers = cfg.workers if cfg.workers is not None else auto_workers(db.device)
+    params = cfg.params if cfg.params is not None else default_params(db, sampler)
     out = replace(cfg, length=length, min_length=least, sampler=sampler, **decoding, workers=workers,
-                  dtype=compute_dtype(cfg.dtype, db.device), params=strategies.get(sampler).resolve(cfg.params))
+                  dtype=compute_dtype(cfg.dtype, db.device), params=strategies.get(sampler).resolve(params))
     validate(db, out.steps, out.length, out.sampler, out.params, out.min_length)
     return mark(out, db)
 

@@ -215,7 +215,7 @@ def _strategy(extra: dict) -> tuple[str | None, dict | None]:
     if params is None:
         return sampler, None
     if sampler is None:
-        raise ApiError(400, "dbert.params needs dbert.sampler (the default sampler has no parameters)",
+        raise ApiError(400, "dbert.params needs dbert.sampler (parameters belong to the sampler they are named with)",
                        param="dbert.params")
     _type("dbert.params", params, dict, "an object")
     strategy = strategies.get(sampler)
