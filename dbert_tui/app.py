@@ -227,6 +227,8 @@ class DbertApp(App):
                 yield command
         yield from commands(APP_KEYS, self)  # the palette's commands: the key catalogues' (keymap), then the fetch
         yield from commands(GENERATE_KEYS, self.generate_screen)
+        if screen is self.train_screen:  # its keys act on its form: offered where the form is on screen
+            yield from commands(TrainScreen.CATALOGUE, self.train_screen)
         yield SystemCommand("Fetch a checkpoint", "From the Hugging Face Hub or an https URL",
                             lambda: (self.action_mode("checkpoints"), self.call_later(self.checkpoints_screen.action_fetch)))  # type: ignore[func-returns-value]  # two calls in one lambda
 
