@@ -249,7 +249,7 @@ class Net:
                  masked: bool = False):
         self.model, self.device = db.model, db.device
         self.end_rules = end_rules  # a story's blocks.StoryRules (where it may start and end), or None
-        self.cache = kept_states(db.model, prefix, refresh, masked)
+        self.cache = kept_states(db.model, prefix, refresh, masked)  # the keys and values kept between calls, or None
         self.bf16 = dtype == "bf16" and next(self.model.parameters()).dtype == torch.float32  # autocast; bf16 logits out
         if self.bf16:  # its matrices cast to bf16 once, not in every call (the same logits)
             self.model = bf16_twin(self.model)
