@@ -22,7 +22,7 @@ from textual.worker import Worker, WorkerState
 from dbert_core.config import DEVICES
 from dbert_core.errors import DbertError
 
-from .messages import CheckpointLoaded, StoreChanged
+from .messages import CheckpointLoaded, PromptChosen, SettingsChosen, StoreChanged
 from .controller import Session, Settings
 from .files import read_state, remember
 from .keymap import APP_KEYS, bindings, commands
@@ -165,6 +165,31 @@ class DbertApp(App):
         if self._show_after_load:
             self.switch_mode("generate")
 
+    # ------------------------------------------------------------------ the session, by messages
+    def on_settings_chosen(self, message: SettingsChosen) -> None:
+        """The settings dialog's values on the side the keys change; the Generate screen then starts new runs."""
+        from .forms import FieldError, said, settings_fields
+
+        try:
+            self.session.change(self.db, **settings_fields(message.values, self.session.active, self.db))
+        except (FieldError, DbertError) as e:  # the dialog checked them; the checkpoint may have changed since
+            self.notify(said(e) if isinstance(e, DbertError) else e.message, title="settings", severity="error")
+            return
+        self.generate_screen.restart()
+
+    def on_prompt_chosen(self, message: PromptChosen) -> None:
+        """The prompt dialog's template for every side, once the checkpoint takes it; then new runs."""
+        from .forms import check_prompt, said
+
+        if message.prompt and self.db is not None:
+            try:
+                check_prompt(message.prompt, self.db, self.session.settings.length)
+            except DbertError as e:
+                self.notify(said(e), title="prompt", severity="error")
+                return
+        self.session.set_all(prompt=message.prompt)
+        self.generate_screen.restart()
+
     def on_store_changed(self, message: StoreChanged) -> None:
         if self.checkpoints_screen.is_mounted:
             self.checkpoints_screen.refresh_store(select=message.path)
@@ -227,6 +252,8 @@ class DbertApp(App):
                 yield command
         yield from commands(APP_KEYS, self)  # the palette's commands: the key catalogues' (keymap), then the fetch
         yield from commands(GENERATE_KEYS, self.generate_screen)
+        if screen is self.train_screen:  # its keys act on its form: offered where the form is on screen
+            yield from commands(TrainScreen.CATALOGUE, self.train_screen)
         yield SystemCommand("Fetch a checkpoint", "From the Hugging Face Hub or an https URL",
                             lambda: (self.action_mode("checkpoints"), self.call_later(self.checkpoints_screen.action_fetch)))  # type: ignore[func-returns-value]  # two calls in one lambda
 

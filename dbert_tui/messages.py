@@ -4,7 +4,9 @@ all a worker may do).
 A sampling worker posts every frame it computes in a `FrameReady` to the Generate screen's
 player (widgets/generate/player.py), which records it on the UI thread and tells the screen in a
 `RunAdvanced`; the screen redraws at most once per burst. Widgets talk to their screen the same
-way: a message posted upward (a card clicked, a token pointed at); the screen calls them back. Other fast producers use toolong's
+way: a message posted upward (a card clicked, a token pointed at); the screen calls them back. A
+dialog that changes the generation Session (the settings and prompt dialogs) posts what was
+chosen to the App, which owns the Session and applies it. Other fast producers use toolong's
 trick: a message whose `can_replace` is True for the next one of its kind, so a burst of
 download chunks or training steps collapses into the newest and the UI never floods; nothing
 is lost by that (a training step's message hands its losses on to the one that replaces it).
@@ -52,6 +54,23 @@ class SampleChosen(Message):
     """A sample's card was clicked: show sample `index` large."""
 
     index: int
+
+
+@dataclass
+class SettingsChosen(Message):
+    """The settings dialog (`e`) was applied: the text of its fields by setting name
+    (forms.settings_form), checked when it was applied; the App sets them on the side the keys
+    change and the Generate screen starts new runs."""
+
+    values: dict
+
+
+@dataclass
+class PromptChosen(Message):
+    """The prompt dialog (`p`) was applied: the template for every side ("": unconditional); the
+    App checks it against the checkpoint, sets it and the Generate screen starts new runs."""
+
+    prompt: str
 
 
 @dataclass

@@ -15,7 +15,8 @@
 - every on-disk file name is a constant of disk/layout.py;
 - a sampling run resolves its settings once and hands them down;
 - the TUI's state has one owner, the App (the checkpoint, the generation session, the replay,
-  the last load error): no screen assigns those names, only the Session's methods set its fields, no module outside screens/ sets a screen's
+  the last load error): no screen assigns those names, only the Session's methods set its fields, only the App (applying
+  the dialogs' messages) and the Generate screen (its keys) call the methods that change it, no module outside screens/ sets a screen's
   attributes and none reaches into a screen's private ones; a worker thread only posts messages
   (or hands a callable to call_from_thread), so widgets and screen lists change on the UI thread;
 - no test module imports another (shared helpers: tests/helpers.py);
@@ -421,6 +422,49 @@ def test_the_session_owns_its_fields():
             for t in targets:
                 if isinstance(t, ast.Attribute) and _sessionish(t.value):
                     found.append(f"dbert_tui/{name}:{node.lineno}: sets the Session's {t.attr}")
+    assert not found, "\n".join(found)
+
+
+SESSION_OWNERS = ("app.py", "screens/generate/")  # who asks the Session for a change (test below)
+
+
+def _session_mutators() -> set[str]:
+    """The Session's methods that change it: those that set a field of self (a tuple of them too),
+    and those that call one that does."""
+    tree = _tui_modules()["controller.py"]
+    session = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Session")
+    methods = {n.name: n for n in session.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("__")}
+    changing = set()
+    for name, fn in methods.items():
+        for _, target in _targets(fn):
+            for t in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    changing.add(name)
+    calls = {name: {n.func.attr for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                    and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"} for name, fn in methods.items()}
+    while True:
+        more = {name for name, called in calls.items() if called & changing} - changing
+        if not more:
+            return changing
+        changing |= more
+
+
+def test_only_the_app_and_the_generate_screen_change_the_session():
+    """The Session is the App's: the App applies what a dialog chose (the settings and prompt
+    dialogs post messages.SettingsChosen / PromptChosen) and the Generate screen's keys ask it for
+    their changes (screens/generate/). No widget, dialog or other screen calls a method that
+    changes it, nor names one to be called (a bound method handed on): a widget posts a message
+    to its screen, a dialog to the App."""
+    mutators = _session_mutators()
+    assert {"change", "set_all", "new_seed", "select", "zoom", "fit"} <= mutators, sorted(mutators)
+    assert not mutators & {"active_playback", "shown_settings", "origins", "sides", "view_mode", "playback_of"}
+    found = []
+    for name, tree in _tui_modules().items():
+        if name == "controller.py" or name.startswith(SESSION_OWNERS):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in mutators and _sessionish(node.value):
+                found.append(f"dbert_tui/{name}:{node.lineno}: calls the Session's {node.attr}")
     assert not found, "\n".join(found)
 
 

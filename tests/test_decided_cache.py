@@ -106,6 +106,35 @@ def test_a_revealed_token_is_computed_and_the_rest_is_kept_until_the_refresh(sto
         torch.testing.assert_close(refreshed, exact, rtol=1e-5, atol=1e-5)
 
 
+def test_a_runs_network_holds_one_cache_and_hands_it_to_the_forward(story_model, monkeypatch):
+    """sampling.base.Net keeps one `cache` (kept_states): a continuation window's PrefixCache, else
+    a DecidedCache for --cache-refresh on a time-agnostic model, else none (never both); every
+    forward of the model is handed that very object."""
+    from types import SimpleNamespace
+
+    from dbert_core.maths.prefix_cache import PrefixCache
+    from dbert_core.sampling.base import Net, kept_states
+
+    db = story_model
+    assert Net(db).cache is None
+    assert isinstance(Net(db, prefix=5, refresh=4).cache, PrefixCache)  # a continuation window's context wins
+    net = Net(db, refresh=3, masked=True)
+    assert isinstance(net.cache, DecidedCache) and (net.cache.every, net.cache.masked) == (3, True)
+    timed = SimpleNamespace(time="film")  # a time-conditioned model keeps no decided states; the prefix one it ignores
+    assert kept_states(timed, 0, 4, False) is None and isinstance(kept_states(timed, 3, 4, False), PrefixCache)
+    handed = []
+    forward = type(db.model).forward
+    monkeypatch.setattr(type(db.model), "forward", lambda self, *a, **k: handed.append(k.get("cache")) or forward(self, *a, **k))
+    x = torch.full((3, 12), db.model.mask_id)
+    x[0, 3] = db.tokenizer.sep_token_id  # the rows differ: a whole call on each, then two partial ones
+    t = torch.full((3,), db.schedule.T)
+    for call in range(3):
+        net(x, x == db.model.mask_id, t)
+        x[:, 5 + call] = db.model.config.vocab_size - 1 - call  # a token revealed in each row
+    assert len(handed) == 3 and all(c is net.cache for c in handed)
+    assert net.cache.reused > 0  # the third call took decided states from it
+
+
 def test_sampling_with_the_cache_is_labelled_and_cheaper(story_model):
     from dbert_core.config import SampleConfig
     from dbert_core.sampling.sample import generate, resolve

@@ -72,7 +72,7 @@ def test_a_partial_call_of_the_cache_is_never_folded(tiny_db):
     sel = torch.ones(2, 6, dtype=torch.bool)
     net(x, sel, torch.zeros(2))  # whole: folded, the cache spread to both rows
     assert net.repeats == 2
-    assert all(torch.equal(K[0], K[1]) for K, _ in net.decided.kv)
+    assert all(torch.equal(K[0], K[1]) for K, _ in net.cache.kv)
     assert not net.one_input(x, sel, torch.zeros(2), torch.arange(2))  # the next call is partial
 
 

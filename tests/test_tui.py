@@ -139,6 +139,47 @@ async def test_changing_steps_or_temperature_restarts(tiny_db):
         assert g.run.settings.steps == 8
 
 
+async def test_the_settings_and_prompt_dialogs_post_what_was_chosen_to_the_app(tiny_db):
+    """The dialogs change no Session themselves: applied, each posts what was chosen (SettingsChosen,
+    PromptChosen) to the App, which owns the Session, sets it and has the Generate screen restart;
+    a cancelled dialog posts nothing, and a value the checkpoint refuses when the App applies it
+    is a notification that changes nothing."""
+    from dbert_tui.forms import settings_form
+    from dbert_tui.messages import PromptChosen, SettingsChosen
+
+    seen: list = []
+    app = make_app(tiny_db)
+    hook = lambda m: seen.append(m) if isinstance(m, (SettingsChosen, PromptChosen)) else None  # noqa: E731
+    async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+        await wait_for(pilot, finished(app))
+        g = app.generate_screen
+        first = g.run
+        await pilot.press("e")
+        await wait_for(pilot, lambda: isinstance(app.screen, FormDialog))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is g)
+        assert seen == [] and g.run is first
+        await pilot.press("e")
+        await fill_dialog(pilot, {"steps": "8", "seed": "3"})
+        await wait_for(pilot, lambda: g.run is not first and finished(app)())
+        assert [type(m) for m in seen] == [SettingsChosen] and (seen[0].values["steps"], seen[0].values["seed"]) == ("8", "3")
+        assert (app.session.settings.steps, app.session.settings.seed) == (8, 3) == (g.run.settings.steps, g.run.settings.seed)
+        await pilot.press("p")
+        await fill_dialog(pilot, {"prompt": "the cat [MASK] on the mat"})
+        await wait_for(pilot, lambda: g.run.settings.prompt and finished(app)())
+        assert [type(m) for m in seen] == [SettingsChosen, PromptChosen] and seen[1].prompt == "the cat [MASK] on the mat"
+        assert g.shown_text().split()[:2] == ["the", "cat"]
+        second = g.run
+        _, fields = settings_form(app.session.active, None)
+        values = {key: value for key, _, value, _ in fields}
+        app.post_message(SettingsChosen({**values, "steps": "100000"}))  # as if the checkpoint had changed since
+        await wait_for(pilot, lambda: any("steps" in n.message for n in app._notifications), what="the refusal")
+        assert app.session.settings.steps == 8 and g.run is second
+        app.post_message(PromptChosen(""))  # the App applies a prompt as the dialog would: unconditional again
+        await wait_for(pilot, lambda: g.run is not second and finished(app)())
+        assert app.session.settings.prompt == "" == g.run.settings.prompt
+
+
 def final_ids(app):
     return [pb.frames[-1].frame.ids.clone() for pb in app.generate_screen.playbacks]
 

@@ -19,7 +19,8 @@ from dbert_tui.keymap import APP_KEYS
 from dbert_tui.screens.checkpoints import CheckpointsScreen
 from dbert_tui.screens.generate.keys import CATALOGUE, KeyActions, KeyHost
 from dbert_tui.screens.generate.screen import GenerateScreen
-from dbert_tui.screens.help import key_rows
+from dbert_tui.screens.help import HelpScreen, key_rows
+from dbert_tui.screens.train import TrainScreen
 from dbert_tui.widgets.controls import ControlBar
 from dbert_tui.widgets.keybar import COMMON, KeyBar
 from helpers import ROOT, SIZE, wait_for
@@ -46,8 +47,9 @@ async def test_the_bindings_the_key_help_the_key_bar_and_the_palette_read_one_ca
     app = create_app(deterministic=True)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.current_mode == "checkpoints", what="the Checkpoints screen")
-        g = app.generate_screen
-        for screen, catalogue in ((g, CATALOGUE), (app.checkpoints_screen, CheckpointsScreen.CATALOGUE)):
+        g, tr = app.generate_screen, app.train_screen
+        for screen, catalogue in ((g, CATALOGUE), (app.checkpoints_screen, CheckpointsScreen.CATALOGUE),
+                                  (tr, TrainScreen.CATALOGUE)):
             bound = [s for s in catalogue if s.bound]
             assert [(b.key, b.action, b.description) for b in type(screen).BINDINGS] == \
                 [(s.key, s.action, s.help) for s in bound]
@@ -66,9 +68,13 @@ async def test_the_bindings_the_key_help_the_key_bar_and_the_palette_read_one_ca
             [(s.label, s.bar, f"app.{s.action}") for s in sorted(APP_KEYS, key=lambda s: s.at)]
         # the palette: a command for each titled key, naming that key, running what the key runs
         commands = {c.title: c for c in app.get_system_commands(app.screen)}
-        for host, catalogue in ((app, APP_KEYS), (g, CATALOGUE)):
+        on_train = {c.title: c for c in app.get_system_commands(tr)}  # the Train screen's: offered there only
+        assert not {s.palette for s in TrainScreen.CATALOGUE if s.palette} & set(commands)
+        for host, catalogue, offered in ((app, APP_KEYS, commands), (g, CATALOGUE, commands),
+                                         (tr, TrainScreen.CATALOGUE, on_train)):
+            assert [s for s in catalogue if s.palette], "a catalogue with no palette entry: the check sees nothing"
             for s in (s for s in catalogue if s.palette):
-                command = commands[s.palette]
+                command = offered[s.palette]
                 assert command.help.endswith(f"({s.label})"), command.help
                 _, name, args = parse(s.action)
                 callback = command.callback
@@ -87,9 +93,48 @@ async def test_the_bindings_the_key_help_the_key_bar_and_the_palette_read_one_ca
         assert clicks == [k.action for k in keybar.shown()] and "screen.scrub(-1)" in clicks
 
 
+def _drawn(app) -> list[str]:
+    return [strip.text.rstrip() for strip in app.screen._compositor.render_strips()]
+
+
+async def test_the_train_screens_keys_read_as_they_did_before_its_catalogue():
+    """The Train screen wrote its bindings and bar keys by hand until its CATALOGUE: at 80x24 its
+    key bar and its key help read word for word as they did then (^o Add file makes room)."""
+    app = create_app(train_data=["corpus.txt"], deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.current_mode == "checkpoints", what="the Checkpoints screen")
+        await app.switch_mode("train")
+        await pilot.pause(0.2)
+        assert _drawn(app)[-1] == " f5 Start  f6 Stop  f7 Resume  1 Gen  2 Ckpts  3 Train  ? Keys  ^q Quit"
+        await pilot.press("escape", "question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="the key help")
+        await pilot.pause(0.2)
+        lines = [line.strip("│ ") for line in _drawn(app)]
+        rows = lines[lines.index("f5    Start training with the form's settings"):][:11]
+        assert rows == [
+            "f5    Start training with the form's settings",
+            "f6    Stop (saves a checkpoint that F7 resumes)",
+            "f7    Resume the run saved under the output name",
+            "^o    Add a data file from a folder tree",
+            "esc   Leave the text field (then 1/2/3 and ? work as keys)",
+            "^q    Quit",
+            "f1 1  Generate",
+            "f2 2  Checkpoints",
+            "f3 3  Train",
+            "?     Keys",
+            "^p    Command palette: every action and screen by name",
+        ], _drawn(app)
+        await pilot.resize_terminal(120, 24)  # room for the one key 80 columns leave out
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert _drawn(app)[-1].startswith(" f5 Start  f6 Stop  f7 Resume  ^o Add file  1 Gen")
+
+
 def test_duplicates_finds_no_copy_of_the_key_catalogue():
     """The review found the keys written three times (keys.py's BINDINGS and KEYS, app.py's
-    palette, keybar's COMMON): `duplicates` on dbert_tui pairs none of those places now."""
+    palette, keybar's COMMON): `duplicates` on dbert_tui pairs none of those places now. Two
+    screens' catalogues alike in shape alone (rows of KeySpec(...) with other keys, then the
+    same two lines that make BINDINGS and KEYS of them) are one catalogue per screen, not a copy."""
     if shutil.which("duplicates") is None:
         pytest.skip("the duplicates tool is not on PATH")
     out = subprocess.run(["duplicates", "--repo", str(ROOT / "dbert_tui"), "--most", "200", "--seconds", "120"],
@@ -97,7 +142,10 @@ def test_duplicates_finds_no_copy_of_the_key_catalogue():
     assert "incomplete" not in out, out
     places = ("keymap.py", "screens/generate/keys.py", "widgets/keybar.py", "app.py", "screens/help.py",
               "screens/checkpoints.py")
+    catalogues = ("screens/generate/keys.py", "screens/checkpoints.py", "screens/train.py")
     rows = [line for line in out.splitlines() if re.match(r"D\d+ ", line)]
+    rows = [r for r in rows if not (r.endswith(" shape") and all(
+        any(side.startswith(c) for c in catalogues) for side in r.split()[1::2][:2]))]
     assert not [r for r in rows if any(p in r for p in places)], out
 
 

@@ -240,20 +240,16 @@ def kernel(schedule, steps: int) -> Kernel:
 
 class Net:
     """Calls the denoiser on some rows of the batch; counts calls, rows and FLOPs. It may crop a
-    story's decided end (a `--hide-end-padding` model), keep a continuation window's context
-    (PrefixCache) or keep decided positions between calls (DecidedCache, `--cache-refresh`)."""
+    story's decided end (a `--hide-end-padding` model) and keep keys and values between calls in
+    one `cache`, which the model's forward takes as it is (DiffusionBert.forward): a continuation
+    window's context (a PrefixCache, `--prefix-cache`) or the decided positions (a DecidedCache,
+    `--cache-refresh`), never both."""
 
     def __init__(self, db, dtype: str = "fp32", end_rules=None, prefix: int = 0, refresh: int = 0,
                  masked: bool = False):
         self.model, self.device = db.model, db.device
         self.end_rules = end_rules  # a story's blocks.StoryRules (where it may start and end), or None
-        # prefix > 0: the window's first `prefix` columns are given and never change (a story's continuation
-        # window) and their keys and values are kept from the first call (--prefix-cache: an approximation;
-        # a time-conditioned model ignores it: DiffusionBert.hidden)
-        self.cache = PrefixCache(1 + prefix) if prefix else None
-        # refresh > 0: decided positions' keys and values are kept between calls and computed afresh every
-        # `refresh` calls (--cache-refresh: an approximation; time-agnostic models only, not beside a prefix cache)
-        self.decided = DecidedCache(refresh, masked) if refresh and not prefix and db.model.time == "none" else None
+        self.cache = kept_states(db.model, prefix, refresh, masked)  # the keys and values kept between calls, or None
         self.bf16 = dtype == "bf16" and next(self.model.parameters()).dtype == torch.float32  # autocast; bf16 logits out
         if self.bf16:  # its matrices cast to bf16 once, not in every call (the same logits)
             self.model = bf16_twin(self.model)
@@ -263,16 +259,22 @@ class Net:
         self.flops = 0.0  # of the BERT forward passes (model.forward_flops)
         self.repeats = 1  # the last call's rows were one input repeated this many times, computed once
 
+    @property
+    def by_row(self) -> DecidedCache | None:
+        """The cache when it keeps each batch row's states at the call's full width (a DecidedCache):
+        its calls keep their width (the end padding hidden by the keys' mask, not cropped) and rows
+        that are one input share one row's states (`one_input`); None for a PrefixCache or none."""
+        return self.cache if isinstance(self.cache, DecidedCache) else None
+
     def _forward(self, inp: torch.Tensor, sel: torch.Tensor, t: torch.Tensor,
                  rows: torch.Tensor | None = None) -> torch.Tensor:
         """One forward of the model on rows inp (with [CLS] and [SEP]): the logits at sel, in the
         network's output dtype (rows: their indices in the batch, for the decided-position cache)."""
         attention = torch.ones(inp.shape, dtype=torch.bool, device=self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            kept = self.cache if self.cache is not None else self.decided  # keys and values kept between calls
-            cache: dict = {} if kept is None else {"cache": kept, "rows": rows}  # the model's own call, unless caching
+            cache: dict = {} if self.cache is None else {"cache": self.cache, "rows": rows}  # the model's own call, unless caching
             out = self.model(inp.to(self.device), attention, sel.to(self.device), t=t.to(self.device), **cache)
-        reused = kept.reused if kept is not None else 0  # positions this call took from a cache
+        reused = self.cache.reused if self.cache is not None else 0  # positions this call took from the cache
         self.flops += forward_flops(self.model.config, inp.shape[0], inp.shape[1], int(sel.sum()), prefix=reused)
         return out
 
@@ -284,21 +286,21 @@ class Net:
     @property
     def keeps_masks(self) -> bool:
         """Whether the network keeps [MASK] positions' states between refreshes (--cache-masked)."""
-        return self.decided is not None and self.decided.masked
+        return self.by_row is not None and self.by_row.masked
 
     def stale_masks(self, rows: torch.Tensor, L: int) -> bool:
         """Whether the next call on rows (R,) of L positions is a partial call of a cache that keeps
         [MASK] positions too (--cache-masked): a sampler may then reuse what it read of those
         positions at the last refresh and ask only for the ones it reveals."""
-        return self.keeps_masks and not self.decided.whole_next(rows, L + 2)
+        return self.by_row is not None and self.by_row.masked and not self.by_row.whole_next(rows, L + 2)
 
     def one_input(self, x: torch.Tensor, select: torch.Tensor, t: torch.Tensor, rows: torch.Tensor) -> bool:
         """Whether every row of a call is the same input (ids, positions read, time) and the call
         would run the whole forward for each: a batch's first call (all [MASK], or one prompt).
         Their outputs are then equal, so one row is computed for all (exact)."""
-        if x.shape[0] < 2 or self.cache is not None:
+        if x.shape[0] < 2 or isinstance(self.cache, PrefixCache):
             return False
-        if self.decided is not None and not self.decided.whole_next(rows[:1], x.shape[1] + 2):
+        if self.by_row is not None and not self.by_row.whole_next(rows[:1], x.shape[1] + 2):
             return False  # a partial call reads each row's own kept states
         if t.dim() and len(t) > 1 and not bool((t == t[:1]).all()):
             return False
@@ -322,8 +324,8 @@ class Net:
         ids = torch.arange(R) if rows is None else rows
         if self.one_input(x, select, t, ids):
             out = self(x[:1], select[:1], t[:1] if t.dim() and len(t) == R else t, ids[:1])
-            if self.decided is not None:
-                self.decided.spread(int(ids[0]), ids)
+            if self.by_row is not None:
+                self.by_row.spread(int(ids[0]), ids)
             self.repeats = R
             return out if fold else out.repeat(R, 1)
         self.repeats = 1
@@ -332,8 +334,8 @@ class Net:
         sel = torch.cat([edge, select, edge], dim=1)
         self.nfe += 1
         self.rows += R
-        if self.decided is not None or not getattr(self.model, "hide_end_padding", False):
-            out = self._forward(inp, sel, t, rows)  # the cache hides the end padding by the keys' mask
+        if self.by_row is not None or not getattr(self.model, "hide_end_padding", False):
+            out = self._forward(inp, sel, t, rows)  # a row's kept states hide the end padding by the keys' mask
         else:  # a decided end and its padding stay out of the forward, exactly: rows of like length together
             needed = needed_lengths(hidden_keys(inp, self.sep), sel).tolist()
             groups = length_groups(needed)
@@ -356,6 +358,20 @@ class Net:
         if self.end_rules is not None:  # p given where a story may end (--min-length, --end-at-sentence)
             self.end_rules.apply(out, x, select)
         return out
+
+
+def kept_states(model, prefix: int, refresh: int, masked: bool) -> PrefixCache | DecidedCache | None:
+    """The one cache of a reverse run's network, or None (the exact forward). prefix > 0: the window's first
+    `prefix` columns are given and never change (a story's continuation window) and their keys and values
+    are kept from the first call (--prefix-cache: an approximation; a time-conditioned model ignores it:
+    DiffusionBert.forward). Else refresh > 0: decided positions' keys and values are kept between calls
+    and computed afresh every `refresh` calls, [MASK] positions' too with `masked` (--cache-refresh: an
+    approximation; time-agnostic models only)."""
+    if prefix:
+        return PrefixCache(1 + prefix)
+    if refresh and model.time == "none":
+        return DecidedCache(refresh, masked)
+    return None
 
 
 def masked_curve(db, steps: int) -> torch.Tensor:

@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, DirectoryTree, Input, Label
 
@@ -46,13 +47,15 @@ class FormDialog(ModalScreen[dict | None]):
 
     With `check` (values -> None, or (key, message) for the first bad field), a bad value keeps
     the dialog open with every edit in place: the field is marked, focused, and the message is
-    shown under the fields."""
+    shown under the fields. With `post` (values -> a Message), the values go to the App in that
+    message as well: the dialogs that change the App's state (messages.SettingsChosen) say so
+    there, and the App, which owns that state, applies it."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+o", "browse", "Pick a folder")]
 
     def __init__(self, title: str, fields: list[tuple[str, str, str, str]], ok: str = "OK",
                  check: Callable[[dict], tuple[str | None, str] | None] | None = None,
-                 browse: str | None = None) -> None:
+                 browse: str | None = None, post: Callable[[dict], Message] | None = None) -> None:
         """fields: (key, label, initial value, placeholder); `browse`: the key of a field that
         ctrl+o fills from a folder picker (FileDialog(folders=True))."""
         super().__init__()
@@ -61,6 +64,7 @@ class FormDialog(ModalScreen[dict | None]):
         self.ok = ok
         self.check = check
         self.browse = browse
+        self.post = post
         self.error: tuple[str | None, str] | None = None  # the last refusal (tests read it)
 
     def compose(self) -> ComposeResult:
@@ -91,6 +95,8 @@ class FormDialog(ModalScreen[dict | None]):
         for row in self.query(".field-row"):
             row.remove_class("-bad")
         if self.error is None:
+            if self.post is not None:
+                self.app.post_message(self.post(values))  # to the App: this dialog is gone once dismissed
             self.dismiss(values)
             return
         key, message = self.error

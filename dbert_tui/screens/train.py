@@ -11,7 +11,6 @@ from typing import Any
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Header, Input, Label, Select, Static
@@ -21,9 +20,10 @@ from dbert_core.config import DEVICES, DTYPES, LOSSES, PRESETS, SCHEDULES, TIME_
 from dbert_core.display import duration, eta
 from dbert_core.settings import TRAIN, label
 
+from ..keymap import KeySpec, bindings
 from ..messages import StoreChanged, TrainEval, TrainFailed, TrainFinished, TrainPreview, TrainProgress
 from ..widgets.chart import Chart
-from ..widgets.keybar import Key, KeyBar
+from ..widgets.keybar import KeyBar, bar_keys
 from ..workers import ReportWorkerErrors, one_line
 from .dialogs import FileDialog
 
@@ -113,17 +113,18 @@ class TuiCallback:
 
 class TrainScreen(ReportWorkerErrors, Screen):
     AUTO_FOCUS = "#tr-data"  # arriving here, typing goes to the data field
-    BINDINGS = [
-        Binding("f5", "start", "Start training with the form's settings"),
-        Binding("f6", "stop", "Stop (saves a checkpoint that F7 resumes)"),
-        Binding("f7", "resume", "Resume the run saved under the output name"),
-        Binding("ctrl+o", "browse", "Add a data file from a folder tree"),
-        Binding("escape", "leave_field", "Leave the text field (then 1/2/3 and ? work as keys)"),
-    ]
+    CATALOGUE = (  # keymap.KeySpec: the key help's order; the bar shows those with a label; the palette those with a title
+        # KeySpec(key, action, help, shown, bar, rank, at, palette, about)
+        KeySpec("f5", "start", "Start training with the form's settings", "", "Start", 1, 1, "Start training", "A new run with the form's settings"),
+        KeySpec("f6", "stop", "Stop (saves a checkpoint that F7 resumes)", "", "Stop", 1, 2, "Stop training", "Saves a checkpoint that F7 resumes"),
+        KeySpec("f7", "resume", "Resume the run saved under the output name", "", "Resume", 1, 3, "Resume training", "The run saved under the output name"),
+        KeySpec("ctrl+o", "browse", "Add a data file from a folder tree", "^o", "Add file", 2, 4, "Add a data file", "Picked from a folder tree"),
+        KeySpec("escape", "leave_field", "Leave the text field (then 1/2/3 and ? work as keys)", "", "", 5, 0, "", ""),
+    )
+    BINDINGS = bindings(CATALOGUE)
+    KEYS = bar_keys(CATALOGUE, "screen")
     HELP = ("Train a model on your text files: the form holds dbert train's options; the result lands in "
             "the store under the output name. Tab moves between fields.")
-    KEYS = [Key("f5", "Start", "screen.start", 1), Key("f6", "Stop", "screen.stop", 1),
-            Key("f7", "Resume", "screen.resume", 1), Key("^o", "Add file", "screen.browse", 2)]
 
     def __init__(self, data: list[str] | None = None, **kwargs) -> None:
         super().__init__(**kwargs)

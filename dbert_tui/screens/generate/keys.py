@@ -9,11 +9,14 @@ from __future__ import annotations
 from functools import partial
 from typing import Protocol
 
+from dbert_core.errors import DbertError
+
 from ...controller import BRANCHES, Session
 from ...runs import Playback
 from ...files import EXPORT_TITLE, default_name, export_run, save_texts, save_title, texts_of
-from ...forms import PROMPT_TITLE
+from ...forms import PROMPT_TITLE, said
 from ...keymap import KeySpec, bindings
+from ...messages import PromptChosen, SettingsChosen
 from ...widgets.keybar import bar_keys
 from ...widgets.generate.canvas import Canvas
 from ...widgets.generate.controls import Controls
@@ -174,9 +177,19 @@ class KeyActions:
 
     # ------------------------------------------------------------------ controls
     def _change(self, method, *args) -> None:
-        """A Session change (a control key), then a restart at once with the same seed."""
-        if self.controls.change(self.db, self.replay, method, *args):
-            self.restart_soon()
+        """A Session change (a control key), then a restart at once with the same seed. A value the
+        checkpoint cannot take is a notification and the run goes on."""
+        if self.db is None:
+            return
+        if self.replay is not None:
+            self.app.notify("a replay plays the file's frames: its settings cannot change", severity="warning")
+            return
+        try:
+            method(*args)
+        except DbertError as e:
+            self.app.notify(said(e), title="settings", severity="error")
+            return
+        self.restart_soon()
 
     def action_steps(self, factor: float) -> None:
         self._change(self.session.steps, self.db, factor)
@@ -212,20 +225,15 @@ class KeyActions:
         self.redraw()
 
     def action_edit(self) -> None:
+        """The settings dialog; applied, it posts SettingsChosen to the App, which sets them (DbertApp)."""
         title, fields = self.controls.settings_form()
-        self.app.push_screen(FormDialog(title, fields, "Apply", check=lambda values: self.controls.check_settings(values, self.db)),
-                             self._apply_settings)
-
-    def _apply_settings(self, values: dict | None) -> None:
-        if self.controls.apply_settings(values, self.db):
-            self.restart()
+        self.app.push_screen(FormDialog(title, fields, "Apply", check=lambda values: self.controls.check_settings(values, self.db),
+                                        post=SettingsChosen))
 
     def action_prompt(self) -> None:
-        self.app.push_screen(FormDialog(PROMPT_TITLE, self.controls.prompt_form(), "Use"), self._apply_prompt)
-
-    def _apply_prompt(self, values: dict | None) -> None:
-        if self.controls.apply_prompt(values, self.db):
-            self.restart()
+        """The prompt dialog; applied, it posts PromptChosen to the App, which sets it (DbertApp)."""
+        self.app.push_screen(FormDialog(PROMPT_TITLE, self.controls.prompt_form(), "Use",
+                                        post=lambda values: PromptChosen(values["prompt"])))
 
     # ------------------------------------------------------------------ samples and comparison
     def action_grid(self) -> None:

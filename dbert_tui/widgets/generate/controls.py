@@ -1,10 +1,10 @@
 """The control bar: the sampling settings of the run on screen, each beside the key that changes
 it, and the legend of the colours above it.
 
-`Controls` owns how the run is asked for and painted: a control key or the settings and prompt
-dialogs change the session's settings (the App's controller.Session; the screen then restarts
-the run), `v` the colouring (reveal order, or confidence in bands at the run's quintiles: the
-`edges`), `w` the layout (stable: words keep the final text's lines). `ControlBar` draws the
+`Controls` owns how the run is asked for and painted: the settings and prompt dialogs' fields
+and checks (the dialogs post what was chosen to the App, which sets the App's controller.Session
+and has the screen restart the run), `v` the colouring (reveal order, or confidence in bands at
+the run's quintiles: the `edges`), `w` the layout (stable: words keep the final text's lines). `ControlBar` draws the
 settings; the legend line the colours.
 """
 
@@ -19,10 +19,8 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
-from dbert_core.errors import DbertError
-
 from ...controller import Settings, differences
-from ...forms import SIDES, FieldError, check_prompt, said, settings_fields, settings_form
+from ...forms import SIDES, FieldError, settings_fields, settings_form
 from ...render import FIXED_EDGES, confidence_edges, legend
 
 # (keys, label, field): the order is the order of importance; steps and temperature first
@@ -193,21 +191,6 @@ class Controls(Vertical):
                         else "free layout: each frame wrapped as it reads", timeout=3)
 
     # ------------------------------------------------------------------ settings
-    def change(self, db, replay, method, *args) -> bool:
-        """A Session change from a control key; True when the run should restart. A value the
-        checkpoint cannot take is a notification and the run goes on."""
-        if db is None:
-            return False
-        if replay is not None:
-            self.app.notify("a replay plays the file's frames: its settings cannot change", severity="warning")
-            return False
-        try:
-            method(*args)
-        except DbertError as e:
-            self.app.notify(said(e), title="settings", severity="error")
-            return False
-        return True
-
     def settings_form(self) -> tuple[str, list]:
         """The settings dialog's title and fields: the side the keys change."""
         session = self.app.session
@@ -221,31 +204,5 @@ class Controls(Vertical):
             return e.key, e.message
         return None
 
-    def apply_settings(self, values: dict | None, db) -> bool:
-        """The dialog's settings on the side the keys change; True when the run should restart."""
-        if not values:
-            return False
-        session = self.app.session
-        try:
-            session.change(db, **settings_fields(values, session.active, db))
-        except (FieldError, DbertError) as e:  # the dialog checked them; the checkpoint may have changed since
-            self.app.notify(said(e) if isinstance(e, DbertError) else e.message, title="settings", severity="error")
-            return False
-        return True
-
     def prompt_form(self) -> list:
         return [("prompt", "template", self.app.session.settings.prompt, "the cat [MASK] on the [MASK]")]
-
-    def apply_prompt(self, values: dict | None, db) -> bool:
-        """The prompt dialog's template for every side; True when the run should restart."""
-        if values is None:
-            return False
-        session = self.app.session
-        if values["prompt"] and db is not None:
-            try:
-                check_prompt(values["prompt"], db, session.settings.length)
-            except DbertError as e:
-                self.app.notify(said(e), title="prompt", severity="error")
-                return False
-        session.set_all(prompt=values["prompt"])
-        return True
