@@ -280,8 +280,8 @@ class Net:
 
     def refresh_next(self) -> None:
         """With --cache-refresh: the next call computes every position afresh (DecidedCache.restart)."""
-        if self.decided is not None:
-            self.decided.restart()
+        if self.by_row is not None:
+            self.by_row.restart()
 
     @property
     def keeps_masks(self) -> bool:
