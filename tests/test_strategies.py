@@ -239,14 +239,14 @@ def test_blockwise_fills_the_blocks_left_to_right_at_the_schedules_pace(any_db, 
     assert all(torch.equal(a.ids, b.ids) and torch.equal(a.revealed, b.revealed) for a, b in zip(whole, plain))
 
 
-def test_blockwise_reads_only_the_blocks_it_may_reveal_in():
+def test_blockwise_computes_only_the_blocks_it_may_reveal_in():
     from dbert_core.sampling.ordered import _rank, _window
 
     mk = torch.tensor([[False, True, True, False, True, True, True, True],
                        [False, False, False, False, False, True, False, True]])
-    assert _window(mk, torch.tensor([2, 1]), 4).tolist() == [
-        [False, True, True, False, False, False, False, False], [False, False, False, False, False, True, False, True]]
-    assert _window(mk, torch.tensor([3, 2]), 4)[0].tolist() == mk[0].tolist()  # 2 left in block 0: block 1 too
+    # every position of the first unfinished blocks that hold the step's reveals (a finished block: none)
+    assert _window(mk, torch.tensor([2, 1]), 4).tolist() == [[True] * 4 + [False] * 4, [False] * 4 + [True] * 4]
+    assert _window(mk, torch.tensor([3, 2]), 4).tolist() == [[True] * 8, [False] * 4 + [True] * 4]  # block 1 too
     full = torch.full(mk.shape, float("-inf"), dtype=torch.float64)
     full[mk] = torch.linspace(0.1, 0.9, int(mk.sum()), dtype=torch.float64)
     rank = _rank(full, 4)

@@ -11,7 +11,8 @@ docs/decoding.md measures them):
     blockwise      the same counts, the canvas read in blocks of `block` tokens left to right
                    (LLaDA's semi-autoregressive remasking): a step reveals the surest masked
                    positions of a row's first block that still has any, spilling into the next
-                   block only when that one has fewer left than the step reveals.
+                   block only when that one has fewer left than the step reveals; each call
+                   computes those blocks whole (with the decided-position cache, the rest is kept).
     threshold, entropy-bounded
                    one call per frame until nothing is masked: reveal every position whose
                    top-1 probability exceeds tau (Fast-dLLM), or the lowest-entropy positions
@@ -87,14 +88,15 @@ def _rank(full: torch.Tensor, block: int) -> torch.Tensor:
 
 
 def _window(mk: torch.Tensor, need: torch.Tensor, block: int) -> torch.Tensor:
-    """(R, L) the masked positions of each row's leading blocks of `block` tokens that hold at least
-    its `need` (R,) masked ones: the only positions blockwise reads (with --cache-refresh and
-    --cache-masked a call between refreshes then computes about one block a row)."""
+    """(R, L) every position of each row's leading unfinished blocks of `block` tokens that hold at
+    least its `need` (R,) masked ones: what blockwise computes at each call, decided positions
+    included (with --cache-refresh and --cache-masked a call between refreshes then computes about
+    one block a row, afresh, as Fast-dLLM's dual cache does; the other blocks' states are kept)."""
     L = mk.shape[1]
     blk = (torch.arange(L) // block).expand_as(mk)
     counts = torch.zeros(mk.shape[0], (L + block - 1) // block, dtype=torch.long).scatter_add_(1, blk, mk.long())
     before = counts.cumsum(1) - counts  # masked positions in the blocks before each one
-    return mk & (before < need.unsqueeze(1)).gather(1, blk)
+    return ((before < need.unsqueeze(1)) & (counts > 0)).gather(1, blk)
 
 
 def _first_blocks(masked: torch.Tensor, block: int) -> torch.Tensor:
@@ -108,7 +110,7 @@ def ordered(state: State, by: str, block: int = 0) -> Iterator[Frame]:
     """confidence, margin, entropy (by: the position_scores score): each step reveals the k surest
     masked positions of each row, k such that the row's revealed count is round(n0 (1 - curve[k+1]))
     after step k (curve: the expected masked fraction, base.masked_curve). block > 0 (blockwise):
-    only the masked positions of the row's first blocks are read (_window), the surest of the first
+    only the row's first unfinished blocks are computed and their masked positions read (_window), the surest of the first
     block with a masked position revealed first (_rank), and with --cache-refresh the call after a
     row enters its next block computes every position afresh (Fast-dLLM's dual cache)."""
     x, masked, kern, net, gen, no_draw = state.x, state.masked, state.kern, state.net, state.gen, state.no_draw
@@ -130,8 +132,11 @@ def ordered(state: State, by: str, block: int = 0) -> Iterator[Frame]:
                 if front is not None and not torch.equal(now[rows], front[rows]):
                     net.refresh_next()  # a row entered its next block: its context is computed afresh
                 front = now
-            read = _window(mk, need[rows], block) if block else mk
-            logits = net(x[rows], read, torch.full((len(rows),), kern.grid[k]), rows=rows)
+            region = _window(mk, need[rows], block) if block else mk
+            read = region & mk
+            logits = net(x[rows], region, torch.full((len(rows),), kern.grid[k]), rows=rows)
+            if block:
+                logits = logits[mk[region].to(logits.device)]  # the masked positions' rows, row-major
             score = position_scores(logits, no_draw, by)
             if by == "entropy":
                 score = -score
