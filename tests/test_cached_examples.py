@@ -121,6 +121,46 @@ def test_a_line_run_is_what_it_was_with_lists_and_a_rerun_tokenizes_nothing(tmp_
     assert (a.truecase, a.words) == (b.truecase, b.words) == learnt_tables.learn([str(data)], tok)  # from the text
 
 
+@pytest.mark.parametrize("more", [{}, {"short_windows": 0.4}, {"val": True}])
+def test_a_sentence_pack_run_is_what_it_was_with_lists_and_reads_no_file_whole(tmp_path, monkeypatch, tok, more):
+    from dbert_core.text import data as data_module
+    from dbert_core.text.data import DocumentStats, document_sentences, document_windows
+    from dbert_core.training import prepare as prepare_module
+    from dbert_core.training.prepare import _hold_out, prepare, stats_lines
+
+    learnt = []
+    monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: learnt.append(list(texts)) or tok)
+    data = _lines(tmp_path / "s.txt", 60)
+    more = dict(more)
+    if more.pop("val", False):
+        more["val_data"] = [str(_lines(tmp_path / "v.txt", 10))]
+    cfg = _cfg(tmp_path, "a", data, unit="sentence", pack=True, **more)
+    docs = read_documents([str(data)])
+    val_docs = read_documents(cfg.val_data) if cfg.val_data else None
+
+    def whole(*a, **k):
+        raise AssertionError("a data file read whole")
+
+    monkeypatch.setattr(data_module, "read_documents", whole)
+    monkeypatch.setattr(data_module, "_file_lines", whole)
+    p = prepare(cfg)
+    try:  # the lists of before: the documents read whole, their sentences windowed, split by _hold_out
+        units = document_sentences(docs)
+        ref = document_windows(units, tok, 24, short=cfg.short_windows, seed=cfg.seed)
+        ref_train, ref_val = _hold_out(cfg, ref, None if val_docs is None else
+                                       document_windows(document_sentences(val_docs), tok, 24))
+        assert isinstance(p.train, cached_examples.SentenceWindows)
+        assert list(p.train) == ref_train and p.val == ref_val
+        assert [len(w) for w in ref_train] == p.train.lengths.tolist()
+        assert torch.equal(p.db.counts, token_counts(ref_train, len(tok)))
+        assert p.db.meta["train_tokens"] == sum(map(len, ref_train)) and len(p.train) == len(ref_train)
+        assert learnt == [[s for d in units for s in d]]  # the tokenizer's texts: every unit, in order
+        assert p.documents == stats_lines(DocumentStats.of(docs), None if val_docs is None else
+                                          DocumentStats.of(val_docs), cfg.doc_sep)
+    finally:
+        p.release()
+
+
 def _rank(rank, world, port, root, data, unit, vocab, result_dir):
     """One process of a two-process gloo run: which entries it built, which training examples it took."""
     import json

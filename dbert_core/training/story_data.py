@@ -22,7 +22,7 @@ from ..config import TrainConfig
 from ..disk import layout
 from ..storage.store import home
 from ..text import token_cache
-from ..text.cached_examples import CachedExamples
+from ..text.cached_examples import CachedExamples, SentenceWindows
 from ..text.cached_windows import StoryWindows
 from ..text.data import DocumentStats, fingerprints, pack
 from . import story_defaults
@@ -62,9 +62,11 @@ def file_prints(patterns: list[str]) -> list[dict]:
 
 def first_texts(c: TrainConfig, n: int) -> list[str]:
     """The first n examples' texts (what a preset's tokenizer is learnt from: stories, lines or
-    sentences), read no further."""
+    sentences; `--unit sentence --pack` the units its windows are made of), read no further."""
     from ..text.sources import iter_examples, unit_documents
 
+    if c.by_document and not c.by_story:
+        return list(itertools.islice(_units(c), n))
     if not c.by_story:
         return list(itertools.islice(iter_examples(c.data, c.unit, c.doc_sep), n))
     return [" ".join(d) for d in itertools.islice(unit_documents(c.data, "story", c.doc_sep), n)]
@@ -73,16 +75,26 @@ def first_texts(c: TrainConfig, n: int) -> list[str]:
 def train_texts(c: TrainConfig):
     """The training texts, streamed (what --trim-vocab keeps the pieces of): every story's text;
     for line and sentence the examples `examples` trains on, the held-out ones left out (counted
-    in a first pass: the split needs the number of examples)."""
+    in a first pass: the split needs the number of examples); `--unit sentence --pack` every
+    unit of the files (its split is of windows, made after the vocabulary)."""
     from ..text.sources import iter_examples, unit_documents
 
     if c.by_story:
         return (" ".join(d) for d in unit_documents(c.data, "story", c.doc_sep))
+    if c.by_document:
+        return _units(c)
     held: set = set()
     if not c.val_data:
         n = sum(1 for _ in iter_examples(c.data, c.unit, c.doc_sep))
         held = set(_held_out(c, n, torch.Generator().manual_seed(c.seed + 99)).tolist())
     return (t for i, t in enumerate(iter_examples(c.data, c.unit, c.doc_sep)) if i not in held)
+
+
+def _units(c: TrainConfig):
+    """The units of `--unit sentence --pack` (data.document_sentences' sentences), streamed."""
+    from ..text.sources import story_units
+
+    return (u for u in story_units(c.data, c.doc_sep) if isinstance(u, str))
 
 
 def _held_out(c: TrainConfig, n: int, g: torch.Generator) -> np.ndarray:
@@ -101,7 +113,7 @@ class StoryData:
     cache: token_cache.TokenCache
 
 
-def _entry(patterns, c: TrainConfig, tokenizer, report):
+def _entry(patterns, c: TrainConfig, tokenizer, report, unit: str | None = None):
     """The files' entry. In a run of several processes rank 0 builds it (or finds it) while the
     others wait at a barrier, then they open it: the corpus is tokenized once, not once a rank
     (a rank whose dbert home is not rank 0's, another machine's disk, builds its own copy then)."""
@@ -111,7 +123,7 @@ def _entry(patterns, c: TrainConfig, tokenizer, report):
     if ranks and dist.get_rank() != 0:
         dist.barrier()  # rank 0 is building
     try:
-        entry = token_cache.cached(patterns, c.doc_sep, tokenizer, cache_root(), unit=c.unit, report=report,
+        entry = token_cache.cached(patterns, c.doc_sep, tokenizer, cache_root(), unit=unit or c.unit, report=report,
                                    files=file_prints(patterns))
     finally:
         if ranks and dist.get_rank() == 0:
@@ -162,3 +174,27 @@ def examples(c: TrainConfig, tokenizer, report=None):
     if c.pack:
         return train.packed(tokenizer.sep_token_id), pack(list(val), c.seq_len, tokenizer.sep_token_id), entry
     return train, list(val), entry
+
+
+def sentence_windows(c: TrainConfig, tokenizer, report=None):
+    """(train, val, the training windows' stats, the held-out files' stats or None) of a `--unit
+    sentence --pack` run: SentenceWindows of an entry of unit "sentence-pack" (the same windows as
+    data.document_windows of the documents' sentences) and the held-out windows as lists;
+    prepare._hold_out's split of the windows, as before the cache."""
+    from ..text.sources import SENTENCE_PACK
+
+    entry = _entry(c.data, c, tokenizer, report, SENTENCE_PACK)
+    windows = SentenceWindows(entry, c.seq_len, tokenizer.sep_token_id, short=c.short_windows, seed=c.seed)
+    g = torch.Generator().manual_seed(c.seed + 99)  # prepare._hold_out's draws, on window numbers
+    val_stats = None
+    if c.val_data:
+        held = SentenceWindows(_entry(c.val_data, c, tokenizer, report, SENTENCE_PACK), c.seq_len,
+                               tokenizer.sep_token_id)
+        keep = torch.randperm(len(held), generator=g)[:c.val_examples].sort().values.tolist()
+        train, val, val_stats = windows, [held[i] for i in keep], held.stats()
+    else:
+        out = _held_out(c, len(windows), g).tolist()
+        mask = np.ones(len(windows), dtype=bool)
+        mask[out] = False
+        train, val = windows.select(np.flatnonzero(mask)), [windows[i] for i in out]
+    return train, val, windows.stats(), val_stats
