@@ -226,6 +226,62 @@ def test_two_ranks_share_one_cache_built_by_rank_0_and_read_their_own_examples(t
     assert got[1]["taken"] == [i for b in batches for i in b[1::2]]
 
 
+def _hub_rank(rank, world, port, root, vocab, result_dir):
+    """One process of a two-process gloo run on `--data hf:owner/stories`: rank 0's download and its
+    counting made slow, so a rank that does not wait for them does them itself."""
+    import json
+    import os
+    import time
+
+    import huggingface_hub
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    from dbert_core.text.tokenizer import WordPieceTokenizer
+    from dbert_core.training import prepare as prepare_module
+    from dbert_core.training.train import Trainer
+
+    tok = WordPieceTokenizer.from_vocab(vocab, do_lower_case=True, strip_accents=True)
+    prepare_module.train_tokenizer = lambda texts, size: tok
+    fetch, count = huggingface_hub.snapshot_download, cached_examples.range_counts
+    counted = []
+    huggingface_hub.snapshot_download = lambda *a, **k: time.sleep(3 - 3 * rank) or fetch(*a, **k)
+    cached_examples.range_counts = lambda *a, **k: counted.append(rank) or time.sleep(3 - 3 * rank) or count(*a, **k)
+    tr = Trainer(_cfg(Path(root), "ddp", "hf:owner/stories", max_steps=1, eval_every=0, save_every=0))
+    tr.run()
+    with open(os.path.join(result_dir, f"hub{rank}.json"), "w") as f:
+        json.dump({"counted": counted, "data": tr.cfg.data, "n": len(tr.train_examples)}, f)
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_ranks_download_a_hub_dataset_and_count_its_tokens_once_on_rank_0(tmp_path, tok, monkeypatch):
+    import json
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from helpers import HubServer, online
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _lines(repo / "train.txt", 60)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with HubServer() as hub:
+        hub.datasets["owner/stories"] = repo
+        online(monkeypatch, hub)  # the spawned ranks inherit HF_ENDPOINT and HF_HUB_OFFLINE=0
+        mp.spawn(_hub_rank, args=(2, port, str(tmp_path), tok.backend_tokenizer.get_vocab(), str(tmp_path)),
+                 nprocs=2, join=True)
+        fetched = [r for r in hub.requests if r.startswith("GET /datasets/owner/stories/resolve/")]
+    got = [json.loads((tmp_path / f"hub{r}.json").read_text()) for r in range(2)]
+    assert len(fetched) == 1, fetched  # the one data file, downloaded once: rank 1 waited and read rank 0's folder
+    assert [g["counted"] for g in got] == [[0], []]  # rank 0 counted the tokens; rank 1 read its counts
+    assert got[0]["n"] == got[1]["n"] > 0
+
+
 def test_eval_of_a_line_model_reads_the_runs_cache_and_scores_the_same(tmp_path, monkeypatch, tok):
     import os
     import shutil

@@ -307,11 +307,11 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
 
     from ..storage import datasets
 
-    if any(datasets.is_hub(p) for p in [*c.data, *(c.val_data or [])]):  # hf:owner/name: its downloaded folder
-        c = replace(c, data=datasets.local(c.data), val_data=datasets.local(c.val_data))
+    device = _device(c.device, rank, world, local_rank, notice)  # --device is resumable: the given one is the run's
+    if any(datasets.is_hub(p) for p in [*c.data, *(c.val_data or [])]):  # hf:owner/name: its folder, downloaded by rank 0
+        c = story_data.rank_0_first(lambda: replace(c, data=datasets.local(c.data), val_data=datasets.local(c.val_data)))
     if c.resume:
         c = resumed(c)
-    device = _device(c.device, rank, world, local_rank, notice)
     torch.manual_seed(c.seed + rank)
     state = None
     if c.resume:
@@ -415,7 +415,8 @@ def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) ->
     """A new model for a fresh run: a preset's random init or --init's BERT, with its record."""
     from ..storage.pretrained import build_bert
 
-    counts = train.token_counts(len(tokenizer)) if hasattr(train, "token_counts") else token_counts(train, len(tokenizer))
+    counts = story_data.rank_0_first(  # cached windows' counts: rank 0 counts and keeps them, the others read them
+        lambda: train.token_counts(len(tokenizer)) if hasattr(train, "token_counts") else token_counts(train, len(tokenizer)))
     bert = build_bert(c.preset, init, vocab_size=len(tokenizer), special_ids=dict(
         pad_token_id=special.pad), from_scratch=c.from_scratch)
     if bert.config.vocab_size != len(tokenizer):  # checkpoint.load refuses a mismatch too

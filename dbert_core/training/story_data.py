@@ -113,21 +113,28 @@ class StoryData:
     cache: token_cache.TokenCache
 
 
-def _entry(patterns, c: TrainConfig, tokenizer, report, unit: str | None = None):
-    """The files' entry. In a run of several processes rank 0 builds it (or finds it) while the
-    others wait at a barrier, then they open it: the corpus is tokenized once, not once a rank
-    (a rank whose dbert home is not rank 0's, another machine's disk, builds its own copy then)."""
+def rank_0_first(make):
+    """make() in every process of the run, rank 0's first: the others wait at a barrier until it has
+    made it (built a cache entry, counted tokens, downloaded a dataset) and then find it on disk, so
+    the work is done once, not once a rank (a rank whose dbert home is not rank 0's, another
+    machine's disk, makes its own copy then). One process: make()."""
     import torch.distributed as dist
 
     ranks = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     if ranks and dist.get_rank() != 0:
-        dist.barrier()  # rank 0 is building
+        dist.barrier()  # rank 0 is making it
     try:
-        entry = token_cache.cached(patterns, c.doc_sep, tokenizer, cache_root(), unit=unit or c.unit, report=report,
-                                   files=file_prints(patterns))
+        return make()
     finally:
         if ranks and dist.get_rank() == 0:
-            dist.barrier()  # built (or failed: the others then try, and fail with the same line)
+            dist.barrier()  # made (or failed: the others then try, and fail with the same line)
+
+
+def _entry(patterns, c: TrainConfig, tokenizer, report, unit: str | None = None):
+    """The files' entry, built by rank 0 in a run of several processes (rank_0_first): the corpus
+    is tokenized once, not once a rank."""
+    entry = rank_0_first(lambda: token_cache.cached(patterns, c.doc_sep, tokenizer, cache_root(), unit=unit or c.unit,
+                                                    report=report, files=file_prints(patterns)))
     if report is not None:
         report({"stage": "built" if entry.built else "cached", "folder": str(entry.folder),
                 "tokens": int(entry.offsets[-1]), "documents": len(entry)})
