@@ -7,6 +7,8 @@ its ids read from the memory-mapped tokens when it is indexed. `packed(sep)` is 
 their ids each followed by [SEP], one stream cut into full seq_len windows. `token_counts` is
 data.token_counts of the examples, counted a stretch of the flat array at a time (`range_counts`)
 and kept beside the entry (`kept_counts`: a second run of the same split reads them).
+`SentenceWindows(cache, seq_len, sep, short, seed)` is data.document_windows of an entry of unit
+"sentence-pack" (`--unit sentence --pack`): the same windows, as two stream positions a window.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ class Prepared:
     cfg: TrainConfig               # validated; when resuming, the checkpoint's own config continued
     db: ckpt.DBert                 # checkpoint.DBert: model (on the CPU), tokenizer, schedule, meta
     train: Sequence[list[int]] | StoryWindows  # tokenized training examples (made when indexed from the token cache:
-                                   # StoryWindows, CachedExamples, PackedExamples; a list for sentence --pack)
+                                   # StoryWindows, CachedExamples, PackedExamples, SentenceWindows; a list in memory)
     val: list[list[int]]           # tokenized held-out examples
     device: torch.device
     state: dict | None = None      # the trainer state to continue from (--resume)

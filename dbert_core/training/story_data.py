@@ -6,7 +6,10 @@ DocumentStats.of, story_defaults.recommend), made from the cache's arrays instea
 (the same torch.randperm draws), the same counts, with the corpus tokenized once per
 (files, tokenizer) and kept on disk. `report` hears the tokenization's progress. `examples` does
 the same for `--unit line` and `--unit sentence` (what prepare.py made with read_examples,
-_hold_out, tokenize and pack): the same examples and split for a seed (text/cached_examples.py).
+_hold_out, tokenize and pack): the same examples and split for a seed (text/cached_examples.py);
+`sentence_windows` for `--unit sentence --pack` (what it made with read_documents,
+document_sentences, document_windows and _hold_out). In a run of several processes rank 0 makes
+what is kept on disk first (`rank_0_first`).
 """
 
 from __future__ import annotations
