@@ -159,6 +159,12 @@ def test_a_sentence_pack_run_is_what_it_was_with_lists_and_reads_no_file_whole(t
                                           DocumentStats.of(val_docs), cfg.doc_sep)
     finally:
         p.release()
+    calls = []
+    real = token_cache._encoder
+    monkeypatch.setattr(token_cache, "_encoder", lambda t: calls.append(1) or real(t))
+    again = prepare(_cfg(tmp_path, "b", data, unit="sentence", pack=True, **more))
+    again.release()
+    assert calls == [] and list(again.train) == ref_train and again.val == ref_val  # the entry read, nothing tokenized
 
 
 def _rank(rank, world, port, root, data, unit, vocab, result_dir):
