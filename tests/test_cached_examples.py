@@ -143,7 +143,8 @@ def test_a_sentence_pack_run_is_what_it_was_with_lists_and_reads_no_file_whole(t
 
     monkeypatch.setattr(data_module, "read_documents", whole)
     monkeypatch.setattr(data_module, "_file_lines", whole)
-    p = prepare(cfg)
+    reports = []
+    p = prepare(cfg, report=reports.append)
     try:  # the lists of before: the documents read whole, their sentences windowed, split by _hold_out
         units = document_sentences(docs)
         ref = document_windows(units, tok, 24, short=cfg.short_windows, seed=cfg.seed)
@@ -155,6 +156,7 @@ def test_a_sentence_pack_run_is_what_it_was_with_lists_and_reads_no_file_whole(t
         assert torch.equal(p.db.counts, token_counts(ref_train, len(tok)))
         assert p.db.meta["train_tokens"] == sum(map(len, ref_train)) and len(p.train) == len(ref_train)
         assert learnt == [[s for d in units for s in d]]  # the tokenizer's texts: every unit, in order
+        assert [r["documents"] for r in reports if r["stage"] == "built"][0] == len(docs)  # stories, not units
         assert p.documents == stats_lines(DocumentStats.of(docs), None if val_docs is None else
                                           DocumentStats.of(val_docs), cfg.doc_sep)
     finally:

@@ -28,6 +28,7 @@ from ..text import token_cache
 from ..text.cached_examples import CachedExamples, SentenceWindows
 from ..text.cached_windows import StoryWindows
 from ..text.data import DocumentStats, fingerprints, pack
+from ..text.sources import SENTENCE_PACK
 from . import story_defaults
 
 
@@ -138,9 +139,10 @@ def _entry(patterns, c: TrainConfig, tokenizer, report, unit: str | None = None)
     is tokenized once, not once a rank."""
     entry = rank_0_first(lambda: token_cache.cached(patterns, c.doc_sep, tokenizer, cache_root(), unit=unit or c.unit,
                                                     report=report, files=file_prints(patterns)))
-    if report is not None:
+    if report is not None:  # a sentence-pack entry's documents are its stories (its heads), not its units
+        n = int(np.count_nonzero(entry.paragraphs > 0)) if unit == SENTENCE_PACK else len(entry)
         report({"stage": "built" if entry.built else "cached", "folder": str(entry.folder),
-                "tokens": int(entry.offsets[-1]), "documents": len(entry)})
+                "tokens": int(entry.offsets[-1]), "documents": n})
     return entry
 
 
@@ -191,8 +193,6 @@ def sentence_windows(c: TrainConfig, tokenizer, report=None):
     sentence --pack` run: SentenceWindows of an entry of unit "sentence-pack" (the same windows as
     data.document_windows of the documents' sentences) and the held-out windows as lists;
     prepare._hold_out's split of the windows, as before the cache."""
-    from ..text.sources import SENTENCE_PACK
-
     entry = _entry(c.data, c, tokenizer, report, SENTENCE_PACK)
     windows = SentenceWindows(entry, c.seq_len, tokenizer.sep_token_id, short=c.short_windows, seed=c.seed)
     g = torch.Generator().manual_seed(c.seed + 99)  # prepare._hold_out's draws, on window numbers
