@@ -169,6 +169,10 @@ def test_a_sentence_pack_run_is_what_it_was_with_lists_and_reads_no_file_whole(t
     assert calls == [] and list(again.train) == ref_train and again.val == ref_val  # the entry read, nothing tokenized
 
 
+def _unit(unit: str) -> dict:
+    return {"unit": "sentence", "pack": True} if unit == "sentence-pack" else {"unit": unit}
+
+
 def _rank(rank, world, port, root, data, unit, vocab, result_dir):
     """One process of a two-process gloo run: which entries it built, which training examples it took."""
     import json
@@ -186,7 +190,7 @@ def _rank(rank, world, port, root, data, unit, vocab, result_dir):
     prepare_module.train_tokenizer = lambda texts, size: tok  # one vocabulary for both (the trainer's ties)
     built, real = [], token_cache.build
     token_cache.build = lambda *a, **k: built.append(rank) or time.sleep(2 - 2 * rank) or real(*a, **k)  # rank 0 slow
-    tr = Trainer(_cfg(Path(root), "ddp", data, unit=unit, max_steps=3, eval_every=0, save_every=0))
+    tr = Trainer(_cfg(Path(root), "ddp", data, **_unit(unit), max_steps=3, eval_every=0, save_every=0))
     tr.prepare()
     examples, taken = tr.train_examples, []
 
@@ -206,7 +210,8 @@ def _rank(rank, world, port, root, data, unit, vocab, result_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("unit, kind", [("story", "StoryWindows"), ("line", "CachedExamples")])
+@pytest.mark.parametrize("unit, kind", [("story", "StoryWindows"), ("line", "CachedExamples"),
+                                        ("sentence-pack", "SentenceWindows")])
 def test_two_ranks_share_one_cache_built_by_rank_0_and_read_their_own_examples(tmp_path, tok, unit, kind, monkeypatch):
     import json
     import socket
@@ -226,7 +231,7 @@ def test_two_ranks_share_one_cache_built_by_rank_0_and_read_their_own_examples(t
     from dbert_core.training.train import Trainer
 
     monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: tok)
-    ref = Trainer(_cfg(tmp_path, "ref", data, unit=unit))  # one process: the global batches of the same run
+    ref = Trainer(_cfg(tmp_path, "ref", data, **_unit(unit)))  # one process: the global batches of the same run
     ref.prepare()
     ref.release()
     batches = epoch_batches(len(ref.train_examples), 8, 0, 3, ref.lengths)[:3]
