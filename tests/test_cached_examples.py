@@ -121,6 +121,34 @@ def test_a_line_run_is_what_it_was_with_lists_and_a_rerun_tokenizes_nothing(tmp_
     assert (a.truecase, a.words) == (b.truecase, b.words) == learnt_tables.learn([str(data)], tok)  # from the text
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_sentence_windows_are_pack_sentences_of_random_stories(tmp_path, seed):
+    """Stories of random units (some of no tokens, some longer than a window; some stories of no
+    tokens at all), laid out as a sentence-pack entry: the same windows, rooms and token counts."""
+    from dbert_core.text.data import pack_sentences
+    from dbert_core.text.token_cache import TokenCache
+
+    g = np.random.default_rng(seed)
+    stories = [[list(g.integers(5, 50, size=int(g.choice([0, 1, 3, 7, 13, 30])))) for _ in range(int(g.integers(0, 6)))]
+               for _ in range(40)]
+    lengths, paragraphs = [], []
+    for story in stories:
+        lengths += [0] + [len(u) for u in story]  # the head (no ids) and its units
+        paragraphs += [1 + int(g.integers(0, 3))] + [0] * len(story)
+    flat = np.array([x for story in stories for u in story for x in u], dtype=np.uint16)
+    (tmp_path / "tokens.bin").write_bytes(flat.tobytes())
+    cache = TokenCache(tmp_path, flat, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                       np.zeros(len(lengths), np.int64), np.array(paragraphs, dtype=np.int32))
+    short = [0.0, 0.5][seed % 2]
+    ref = pack_sentences(stories, 12, 2, short=short, seed=seed)
+    got = cached_examples.SentenceWindows(cache, 12, 2, short=short, seed=seed)
+    assert list(got) == ref and got.lengths.tolist() == [len(w) for w in ref]
+    assert torch.equal(got.token_counts(50), token_counts(ref, 50))
+    keep = np.array([i for i in range(len(ref)) if i % 3])
+    assert list(got.select(keep)) == [ref[i] for i in keep]
+    assert torch.equal(got.select(keep).token_counts(50), token_counts([ref[i] for i in keep], 50))
+
+
 @pytest.mark.parametrize("more", [{}, {"short_windows": 0.4}, {"val": True}])
 def test_a_sentence_pack_run_is_what_it_was_with_lists_and_reads_no_file_whole(tmp_path, monkeypatch, tok, more):
     from dbert_core.text import data as data_module
