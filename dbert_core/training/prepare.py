@@ -23,8 +23,7 @@ from ..disk import layout
 from ..config import TrainConfig
 from . import story_data
 from .story_data import first_texts
-from ..text.data import (DocumentStats, Special, fingerprints,
-                         token_counts, train_tokenizer)
+from ..text.data import DocumentStats, Special, fingerprints, token_counts, train_tokenizer
 from ..errors import DbertError
 from ..hardware import pick_device
 from ..disk.lock import OutLock

@@ -28,7 +28,7 @@ from ..text import token_cache
 from ..text.cached_examples import CachedExamples, SentenceWindows
 from ..text.cached_windows import StoryWindows
 from ..text.data import DocumentStats, fingerprints, pack
-from ..text.sources import SENTENCE_PACK
+from ..text.sources import SENTENCE_PACK, story_units
 from . import story_defaults
 
 
@@ -96,8 +96,6 @@ def train_texts(c: TrainConfig):
 
 def _units(c: TrainConfig):
     """The units of `--unit sentence --pack` (data.document_sentences' sentences), streamed."""
-    from ..text.sources import story_units
-
     return (u for u in story_units(c.data, c.doc_sep) if isinstance(u, str))
 
 
