@@ -121,6 +121,86 @@ def test_a_line_run_is_what_it_was_with_lists_and_a_rerun_tokenizes_nothing(tmp_
     assert (a.truecase, a.words) == (b.truecase, b.words) == learnt_tables.learn([str(data)], tok)  # from the text
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_sentence_windows_are_pack_sentences_of_random_stories(tmp_path, seed):
+    """Stories of random units (some of no tokens, some longer than a window; some stories of no
+    tokens at all), laid out as a sentence-pack entry: the same windows, rooms and token counts."""
+    from dbert_core.text.data import pack_sentences
+    from dbert_core.text.token_cache import TokenCache
+
+    g = np.random.default_rng(seed)
+    stories = [[list(g.integers(5, 50, size=int(g.choice([0, 1, 3, 7, 13, 30])))) for _ in range(int(g.integers(0, 6)))]
+               for _ in range(40)]
+    lengths, paragraphs = [], []
+    for story in stories:
+        lengths += [0] + [len(u) for u in story]  # the head (no ids) and its units
+        paragraphs += [1 + int(g.integers(0, 3))] + [0] * len(story)
+    flat = np.array([x for story in stories for u in story for x in u], dtype=np.uint16)
+    (tmp_path / "tokens.bin").write_bytes(flat.tobytes())
+    cache = TokenCache(tmp_path, flat, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                       np.zeros(len(lengths), np.int64), np.array(paragraphs, dtype=np.int32))
+    short = [0.0, 0.5][seed % 2]
+    ref = pack_sentences(stories, 12, 2, short=short, seed=seed)
+    got = cached_examples.SentenceWindows(cache, 12, 2, short=short, seed=seed)
+    assert list(got) == ref and got.lengths.tolist() == [len(w) for w in ref]
+    assert torch.equal(got.token_counts(50), token_counts(ref, 50))
+    keep = np.array([i for i in range(len(ref)) if i % 3])
+    assert list(got.select(keep)) == [ref[i] for i in keep]
+    assert torch.equal(got.select(keep).token_counts(50), token_counts([ref[i] for i in keep], 50))
+
+
+@pytest.mark.parametrize("more", [{}, {"short_windows": 0.4}, {"val": True}])
+def test_a_sentence_pack_run_is_what_it_was_with_lists_and_reads_no_file_whole(tmp_path, monkeypatch, tok, more):
+    from dbert_core.text import data as data_module
+    from dbert_core.text.data import DocumentStats, document_sentences, document_windows
+    from dbert_core.training import prepare as prepare_module
+    from dbert_core.training.prepare import _hold_out, prepare, stats_lines
+
+    learnt = []
+    monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: learnt.append(list(texts)) or tok)
+    data = _lines(tmp_path / "s.txt", 60)
+    more = dict(more)
+    if more.pop("val", False):
+        more["val_data"] = [str(_lines(tmp_path / "v.txt", 10))]
+    cfg = _cfg(tmp_path, "a", data, unit="sentence", pack=True, **more)
+    docs = read_documents([str(data)])
+    val_docs = read_documents(cfg.val_data) if cfg.val_data else None
+
+    def whole(*a, **k):
+        raise AssertionError("a data file read whole")
+
+    monkeypatch.setattr(data_module, "read_documents", whole)
+    monkeypatch.setattr(data_module, "_file_lines", whole)
+    reports = []
+    p = prepare(cfg, report=reports.append)
+    try:  # the lists of before: the documents read whole, their sentences windowed, split by _hold_out
+        units = document_sentences(docs)
+        ref = document_windows(units, tok, 24, short=cfg.short_windows, seed=cfg.seed)
+        ref_train, ref_val = _hold_out(cfg, ref, None if val_docs is None else
+                                       document_windows(document_sentences(val_docs), tok, 24))
+        assert isinstance(p.train, cached_examples.SentenceWindows)
+        assert list(p.train) == ref_train and p.val == ref_val
+        assert [len(w) for w in ref_train] == p.train.lengths.tolist()
+        assert torch.equal(p.db.counts, token_counts(ref_train, len(tok)))
+        assert p.db.meta["train_tokens"] == sum(map(len, ref_train)) and len(p.train) == len(ref_train)
+        assert learnt == [[s for d in units for s in d]]  # the tokenizer's texts: every unit, in order
+        assert [r["documents"] for r in reports if r["stage"] == "built"][0] == len(docs)  # stories, not units
+        assert p.documents == stats_lines(DocumentStats.of(docs), None if val_docs is None else
+                                          DocumentStats.of(val_docs), cfg.doc_sep)
+    finally:
+        p.release()
+    calls = []
+    real = token_cache._encoder
+    monkeypatch.setattr(token_cache, "_encoder", lambda t: calls.append(1) or real(t))
+    again = prepare(_cfg(tmp_path, "b", data, unit="sentence", pack=True, **more))
+    again.release()
+    assert calls == [] and list(again.train) == ref_train and again.val == ref_val  # the entry read, nothing tokenized
+
+
+def _unit(unit: str) -> dict:
+    return {"unit": "sentence", "pack": True} if unit == "sentence-pack" else {"unit": unit}
+
+
 def _rank(rank, world, port, root, data, unit, vocab, result_dir):
     """One process of a two-process gloo run: which entries it built, which training examples it took."""
     import json
@@ -138,7 +218,7 @@ def _rank(rank, world, port, root, data, unit, vocab, result_dir):
     prepare_module.train_tokenizer = lambda texts, size: tok  # one vocabulary for both (the trainer's ties)
     built, real = [], token_cache.build
     token_cache.build = lambda *a, **k: built.append(rank) or time.sleep(2 - 2 * rank) or real(*a, **k)  # rank 0 slow
-    tr = Trainer(_cfg(Path(root), "ddp", data, unit=unit, max_steps=3, eval_every=0, save_every=0))
+    tr = Trainer(_cfg(Path(root), "ddp", data, **_unit(unit), max_steps=3, eval_every=0, save_every=0))
     tr.prepare()
     examples, taken = tr.train_examples, []
 
@@ -158,7 +238,8 @@ def _rank(rank, world, port, root, data, unit, vocab, result_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("unit, kind", [("story", "StoryWindows"), ("line", "CachedExamples")])
+@pytest.mark.parametrize("unit, kind", [("story", "StoryWindows"), ("line", "CachedExamples"),
+                                        ("sentence-pack", "SentenceWindows")])
 def test_two_ranks_share_one_cache_built_by_rank_0_and_read_their_own_examples(tmp_path, tok, unit, kind, monkeypatch):
     import json
     import socket
@@ -178,12 +259,68 @@ def test_two_ranks_share_one_cache_built_by_rank_0_and_read_their_own_examples(t
     from dbert_core.training.train import Trainer
 
     monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: tok)
-    ref = Trainer(_cfg(tmp_path, "ref", data, unit=unit))  # one process: the global batches of the same run
+    ref = Trainer(_cfg(tmp_path, "ref", data, **_unit(unit)))  # one process: the global batches of the same run
     ref.prepare()
     ref.release()
     batches = epoch_batches(len(ref.train_examples), 8, 0, 3, ref.lengths)[:3]
     assert got[0]["taken"] == [i for b in batches for i in b[0::2]]
     assert got[1]["taken"] == [i for b in batches for i in b[1::2]]
+
+
+def _hub_rank(rank, world, port, root, vocab, result_dir):
+    """One process of a two-process gloo run on `--data hf:owner/stories`: rank 0's download and its
+    counting made slow, so a rank that does not wait for them does them itself."""
+    import json
+    import os
+    import time
+
+    import huggingface_hub
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    from dbert_core.text.tokenizer import WordPieceTokenizer
+    from dbert_core.training import prepare as prepare_module
+    from dbert_core.training.train import Trainer
+
+    tok = WordPieceTokenizer.from_vocab(vocab, do_lower_case=True, strip_accents=True)
+    prepare_module.train_tokenizer = lambda texts, size: tok
+    fetch, count = huggingface_hub.snapshot_download, cached_examples.range_counts
+    counted = []
+    huggingface_hub.snapshot_download = lambda *a, **k: time.sleep(3 - 3 * rank) or fetch(*a, **k)
+    cached_examples.range_counts = lambda *a, **k: counted.append(rank) or time.sleep(3 - 3 * rank) or count(*a, **k)
+    tr = Trainer(_cfg(Path(root), "ddp", "hf:owner/stories", max_steps=1, eval_every=0, save_every=0))
+    tr.run()
+    with open(os.path.join(result_dir, f"hub{rank}.json"), "w") as f:
+        json.dump({"counted": counted, "data": tr.cfg.data, "n": len(tr.train_examples)}, f)
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_ranks_download_a_hub_dataset_and_count_its_tokens_once_on_rank_0(tmp_path, tok, monkeypatch):
+    import json
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from helpers import HubServer, online
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _lines(repo / "train.txt", 60)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with HubServer() as hub:
+        hub.datasets["owner/stories"] = repo
+        online(monkeypatch, hub)  # the spawned ranks inherit HF_ENDPOINT and HF_HUB_OFFLINE=0
+        mp.spawn(_hub_rank, args=(2, port, str(tmp_path), tok.backend_tokenizer.get_vocab(), str(tmp_path)),
+                 nprocs=2, join=True)
+        fetched = [r for r in hub.requests if r.startswith("GET /datasets/owner/stories/resolve/")]
+    got = [json.loads((tmp_path / f"hub{r}.json").read_text()) for r in range(2)]
+    assert len(fetched) == 1, fetched  # the one data file, downloaded once: rank 1 waited and read rank 0's folder
+    assert [g["counted"] for g in got] == [[0], []]  # rank 0 counted the tokens; rank 1 read its counts
+    assert got[0]["n"] == got[1]["n"] > 0
 
 
 def test_eval_of_a_line_model_reads_the_runs_cache_and_scores_the_same(tmp_path, monkeypatch, tok):

@@ -7,6 +7,8 @@ its ids read from the memory-mapped tokens when it is indexed. `packed(sep)` is 
 their ids each followed by [SEP], one stream cut into full seq_len windows. `token_counts` is
 data.token_counts of the examples, counted a stretch of the flat array at a time (`range_counts`)
 and kept beside the entry (`kept_counts`: a second run of the same split reads them).
+`SentenceWindows(cache, seq_len, sep, short, seed)` is data.document_windows of an entry of unit
+"sentence-pack" (`--unit sentence --pack`): the same windows, as two stream positions a window.
 """
 
 from __future__ import annotations
@@ -157,3 +159,112 @@ class PackedExamples:
 
     def total_tokens(self) -> int:
         return self.n * self.uniform_length
+
+
+SENTENCES = -3
+
+
+def _window_ends(cache, seq_len: int, short: float, seed: int, docs: int = 1 << 16) -> np.ndarray:
+    """data.pack_sentences' windows as the stream positions where each ends (the stream: each story
+    with tokens, [SEP] then its units' ids), the same rooms drawn from random.Random(seed); the
+    entry's lengths and paragraphs read `docs` documents at a time, the ends kept as 8 bytes each."""
+    import random
+    from array import array
+
+    rng = random.Random(seed)
+
+    def room() -> int:
+        return rng.randint(1, seq_len) if short > 0 and rng.random() < short else seq_len
+
+    ends = array("q")
+    pos = cur = 0
+    limit, first = room(), True
+    for a in range(0, len(cache), docs):
+        b = min(len(cache), a + docs)
+        for n, head in zip(np.diff(cache.offsets[a:b + 1]).tolist(), (cache.paragraphs[a:b] > 0).tolist()):
+            if head:
+                first = True
+                continue
+            if not n:
+                continue
+            u, first = n + first, False  # a story's first unit brings its [SEP]
+            if cur and cur + u > limit:
+                ends.append(pos)
+                cur, limit = 0, room()
+            while u > seq_len:
+                pos, u = pos + seq_len, u - seq_len
+                ends.append(pos)
+            pos, cur = pos + u, cur + u
+    if cur:
+        ends.append(pos)
+    return np.frombuffer(ends, dtype=np.int64) if len(ends) else np.zeros(0, np.int64)
+
+
+class SentenceWindows:
+    """data.document_windows of an entry of unit "sentence-pack" (sources.story_units): the stories'
+    sentence-start windows, window for window, as two stream positions each (lo, hi); a window's
+    ids are its run of the flat array with [SEP] put in where a story begins. `select` keeps some."""
+
+    def __init__(self, cache, seq_len: int, sep_id: int, short: float = 0.0, seed: int = 0, lo=None, hi=None):
+        self.cache, self.seq_len, self.sep, self.short, self.seed = cache, seq_len, sep_id, short, seed
+        heads = np.flatnonzero(cache.paragraphs > 0)
+        flat = cache.offsets[heads]  # where each story's ids start (a head holds none)
+        n = np.diff(np.append(flat, cache.offsets[-1]))
+        flat = flat[n > 0]  # a story of no tokens brings no [SEP]
+        self.flat = flat
+        self.seps = flat + np.arange(len(flat), dtype=np.int64)  # each [SEP]'s stream position
+        if lo is None:
+            hi = _window_ends(cache, seq_len, short, seed)
+            lo = np.concatenate([np.zeros(1, np.int64), hi])[:len(hi)]  # each begins where the last ended
+        self.lo, self.hi = lo, hi
+        self.lengths = hi - lo  # what the trainer sorts batches by
+
+    def __len__(self) -> int:
+        return len(self.lo)
+
+    def select(self, index) -> "SentenceWindows":
+        """The windows at these positions, in that order."""
+        index = np.asarray(index, dtype=np.int64)
+        return SentenceWindows(self.cache, self.seq_len, self.sep, self.short, self.seed, self.lo[index],
+                               self.hi[index])
+
+    def _flat(self, pos):
+        """The flat array's position of stream position pos (the [SEP]s before it taken away)."""
+        return pos - np.searchsorted(self.seps, pos, side="left")
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        lo, hi = int(self.lo[i]), int(self.hi[i])
+        a, b = int(self._flat(lo)), int(self._flat(hi))
+        out = self.cache.tokens[a:b].tolist()
+        j, k = np.searchsorted(self.seps, [lo, hi], side="left")
+        for at in self.seps[j:k].tolist():  # in stream order: each lands at its place in the window
+            out.insert(at - lo, self.sep)
+        return out
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def token_counts(self, vocab_size: int) -> torch.Tensor:
+        def count() -> torch.Tensor:
+            a, b = self._flat(self.lo), self._flat(self.hi)
+            out = range_counts(self.cache, a, b - a, vocab_size)
+            out[self.sep] += int(self.lengths.sum() - (b - a).sum())
+            return torch.from_numpy(out)
+
+        return kept_counts(self.cache, [SENTENCES, self.seq_len, self.sep, vocab_size], [self.lo, self.hi], count)
+
+    def total_tokens(self) -> int:
+        return int(self.lengths.sum())
+
+    def stats(self):
+        """DocumentStats of the stories (their heads' counts), as data.DocumentStats.of them."""
+        from .data import DocumentStats
+
+        heads = self.cache.paragraphs > 0
+        words = np.sort(self.cache.words[heads])
+        if not len(words):
+            words = np.zeros(1, dtype=np.int64)
+        single = int(np.count_nonzero(self.cache.paragraphs[heads] == 1)) / max(1, int(heads.sum()))
+        return DocumentStats(int(heads.sum()), int(words[len(words) // 2]), int(words[-1]), single)

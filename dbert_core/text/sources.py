@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from ..errors import DbertError
 from ..config import DOC_SEPS
@@ -191,9 +192,34 @@ def iter_examples(patterns: list[str], unit: str = "line", sep: str = "auto") ->
                 yield from split_sentences(line)
 
 
-def unit_documents(patterns: list[str], unit: str, sep: str = "auto") -> Iterator[list[str]]:
-    """What a token cache entry of `unit` holds a document each: a story (its paragraphs), or, for
-    line and sentence, one example (a document of one paragraph)."""
+SENTENCE_PACK = "sentence-pack"  # the token cache's unit of a `--unit sentence --pack` run
+
+
+@dataclass(frozen=True)
+class StoryHead:
+    """In an entry of SENTENCE_PACK: where a story begins, no text of its own; its words (data.count_words
+    of its paragraphs, summed) and its paragraphs, for DocumentStats."""
+    words: int
+    paragraphs: int
+
+
+def story_units(patterns: list[str], sep: str = "auto") -> Iterator[StoryHead | str]:
+    """Each story of the files as a StoryHead, then its units as data.document_sentences makes them
+    (its sentences, those inside one quotation joined), a string each (a document of the entry
+    that is no paragraph: token_cache gives it 0 paragraphs, its head the story's)."""
+    from .data import count_words, join_open_quotes, split_sentences
+
+    for doc in iter_documents(patterns, sep):
+        yield StoryHead(sum(count_words(p) for p in doc), len(doc))
+        for para in doc:
+            yield from join_open_quotes(split_sentences(para))
+
+
+def unit_documents(patterns: list[str], unit: str, sep: str = "auto") -> Iterator:
+    """What a token cache entry of `unit` holds a document each: a story (its paragraphs); for
+    line and sentence, one example (a document of one paragraph); for SENTENCE_PACK, story_units."""
     if unit == "story":
         return iter_documents(patterns, sep)
+    if unit == SENTENCE_PACK:
+        return story_units(patterns, sep)
     return ([e] for e in iter_examples(patterns, unit, sep))

@@ -159,15 +159,25 @@ class fast_backend:
         self.encode_batch = getattr(backend, "encode_batch_fast", backend.encode_batch)
 
 
-def _batches(docs: Iterable[list[str]]):
-    """(texts, words, paragraphs, characters) of about BATCH_CHARS of documents at a time."""
+def _batches(docs: Iterable):
+    """(texts, words, paragraphs, characters) of about BATCH_CHARS of documents at a time; a
+    sources.StoryHead is a document of no text, its words and paragraphs its story's; a str is a
+    story's unit (sources.story_units), a document of 0 paragraphs."""
+    from .sources import StoryHead
+
     texts, words, paras, chars = [], [], [], 0
     for doc in docs:
-        text = " ".join(doc)
+        if isinstance(doc, StoryHead):  # a document of no tokens that carries its story's counts
+            texts.append("")
+            words.append(doc.words)
+            paras.append(doc.paragraphs)
+            continue
+        unit = isinstance(doc, str)  # a story's unit: no paragraph of its own
+        text = doc if unit else " ".join(doc)
         texts.append(text)
         words.append(len(text.split()))
-        paras.append(len(doc))
-        chars += len(text) + len(doc)  # a newline per paragraph, roughly what was read
+        paras.append(0 if unit else len(doc))
+        chars += len(text) + (1 if unit else len(doc))  # a newline per paragraph, roughly what was read
         if chars >= BATCH_CHARS:
             yield texts, words, paras, chars
             texts, words, paras, chars = [], [], [], 0
@@ -238,7 +248,8 @@ def build(docs: Iterable[list[str]], tokenizer, target: Path, parts: dict | None
 def cached(patterns: list[str], doc_sep: str, tokenizer, root: Path, unit: str = "story", report=None,
            files: list[dict] | None = None) -> TokenCache:
     """The entry of these files under this tokenizer: the one on disk, else one built now. Its
-    documents are the unit's (sources.unit_documents): stories, or one line or sentence each."""
+    documents are the unit's (sources.unit_documents): stories, or one line or sentence each, or
+    for "sentence-pack" each story's head (no tokens; paragraphs > 0) followed by its units (paragraphs 0)."""
     from .sources import total_bytes, unit_documents
 
     files = fingerprints(patterns) if files is None else files

@@ -23,8 +23,7 @@ from ..disk import layout
 from ..config import TrainConfig
 from . import story_data
 from .story_data import first_texts
-from ..text.data import (DocumentStats, Special, document_sentences, document_windows, fingerprints,
-                         read_documents, token_counts, train_tokenizer)
+from ..text.data import DocumentStats, Special, fingerprints, token_counts, train_tokenizer
 from ..errors import DbertError
 from ..hardware import pick_device
 from ..disk.lock import OutLock
@@ -42,7 +41,7 @@ class Prepared:
     cfg: TrainConfig               # validated; when resuming, the checkpoint's own config continued
     db: ckpt.DBert                 # checkpoint.DBert: model (on the CPU), tokenizer, schedule, meta
     train: Sequence[list[int]] | StoryWindows  # tokenized training examples (made when indexed from the token cache:
-                                   # StoryWindows, CachedExamples, PackedExamples; a list for sentence --pack)
+                                   # StoryWindows, CachedExamples, PackedExamples, SentenceWindows; a list in memory)
     val: list[list[int]]           # tokenized held-out examples
     device: torch.device
     state: dict | None = None      # the trainer state to continue from (--resume)
@@ -307,11 +306,11 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
 
     from ..storage import datasets
 
-    if any(datasets.is_hub(p) for p in [*c.data, *(c.val_data or [])]):  # hf:owner/name: its downloaded folder
-        c = replace(c, data=datasets.local(c.data), val_data=datasets.local(c.val_data))
+    device = _device(c.device, rank, world, local_rank, notice)  # --device is resumable: the given one is the run's
+    if any(datasets.is_hub(p) for p in [*c.data, *(c.val_data or [])]):  # hf:owner/name: its folder, downloaded by rank 0
+        c = story_data.rank_0_first(lambda: replace(c, data=datasets.local(c.data), val_data=datasets.local(c.val_data)))
     if c.resume:
         c = resumed(c)
-    device = _device(c.device, rank, world, local_rank, notice)
     torch.manual_seed(c.seed + rank)
     state = None
     if c.resume:
@@ -324,17 +323,9 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
 
     documents, sampling, entry, tables = None, None, None, None
     db, init, trimmed, keep = None, named(c.init), None, None  # a store name: its folder
-    if c.by_document and not c.by_story:  # --unit story reads its documents into the token cache (story_data)
-        train_raw = read_documents(c.data, c.doc_sep)
-        val_raw = read_documents(c.val_data, c.doc_sep) if c.val_data else None
-        documents = document_lines(train_raw, val_raw, c.doc_sep)
-    if c.by_document and not c.by_story:
-        train_docs = document_sentences(train_raw)
-        val_docs = document_sentences(val_raw) if val_raw is not None else None
-        texts = train_texts = [s for d in train_docs for s in d]
-    else:  # streamed from the files only where a tokenizer is learnt from them or a vocabulary trimmed to them
-        texts = first_texts(c, 200_000) if init is None and state is None else []
-        train_texts = story_data.train_texts(c) if c.trim_vocab and state is None else []
+    # streamed from the files only where a tokenizer is learnt from them or a vocabulary trimmed to them
+    texts = first_texts(c, 200_000) if init is None and state is None else []
+    train_texts = story_data.train_texts(c) if c.trim_vocab and state is None else []
     if state is not None:
         db = ckpt.load(out, device="cpu")
         check_model(db, c)
@@ -354,9 +345,9 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
         got = story_data.stories(c, tokenizer, report)
         train, val, sampling, entry = got.train, got.val, got.sampling, got.cache
         documents = stats_lines(got.stats, got.val_stats, c.doc_sep)
-    elif c.by_document:
-        train = document_windows(train_docs, tokenizer, c.seq_len, short=c.short_windows, seed=c.seed)
-        train, val = _hold_out(c, train, None if val_docs is None else document_windows(val_docs, tokenizer, c.seq_len))
+    elif c.by_document:  # --unit sentence --pack: the token cache's sentence-start windows (story_data)
+        train, val, stats, val_stats = story_data.sentence_windows(c, tokenizer, report)
+        documents = stats_lines(stats, val_stats, c.doc_sep)
     else:  # --unit line or sentence: the token cache's examples (story_data.examples)
         train, val, entry = story_data.examples(c, tokenizer, report)
     if len(train) < c.batch_size:
@@ -377,14 +368,9 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
     return Prepared(c, db, train, val, device, state=state, lock=lock, keep=keep, documents=documents)
 
 
-def document_lines(train_docs, val_docs, sep: str) -> list[str]:
+def stats_lines(stats: DocumentStats, val_stats: DocumentStats | None, sep: str) -> list[str]:
     """What a user reads first about the documents: how many and how long, and a warning line
     when their boundaries look wrong (DocumentStats.warning)."""
-    return stats_lines(DocumentStats.of(train_docs), None if val_docs is None else DocumentStats.of(val_docs), sep)
-
-
-def stats_lines(stats: DocumentStats, val_stats: DocumentStats | None, sep: str) -> list[str]:
-    """document_lines from the documents' statistics."""
     lines = ["training data: " + stats.line()]
     if val_stats is not None:
         lines.append("held-out data: " + val_stats.line())
@@ -428,7 +414,8 @@ def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) ->
     """A new model for a fresh run: a preset's random init or --init's BERT, with its record."""
     from ..storage.pretrained import build_bert
 
-    counts = train.token_counts(len(tokenizer)) if hasattr(train, "token_counts") else token_counts(train, len(tokenizer))
+    counts = story_data.rank_0_first(  # cached windows' counts: rank 0 counts and keeps them, the others read them
+        lambda: train.token_counts(len(tokenizer)) if hasattr(train, "token_counts") else token_counts(train, len(tokenizer)))
     bert = build_bert(c.preset, init, vocab_size=len(tokenizer), special_ids=dict(
         pad_token_id=special.pad), from_scratch=c.from_scratch)
     if bert.config.vocab_size != len(tokenizer):  # checkpoint.load refuses a mismatch too

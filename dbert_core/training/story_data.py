@@ -6,7 +6,10 @@ DocumentStats.of, story_defaults.recommend), made from the cache's arrays instea
 (the same torch.randperm draws), the same counts, with the corpus tokenized once per
 (files, tokenizer) and kept on disk. `report` hears the tokenization's progress. `examples` does
 the same for `--unit line` and `--unit sentence` (what prepare.py made with read_examples,
-_hold_out, tokenize and pack): the same examples and split for a seed (text/cached_examples.py).
+_hold_out, tokenize and pack): the same examples and split for a seed (text/cached_examples.py);
+`sentence_windows` for `--unit sentence --pack` (what it made with read_documents,
+document_sentences, document_windows and _hold_out). In a run of several processes rank 0 makes
+what is kept on disk first (`rank_0_first`).
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from ..config import TrainConfig
 from ..disk import layout
 from ..storage.store import home
 from ..text import token_cache
-from ..text.cached_examples import CachedExamples
+from ..text.cached_examples import CachedExamples, SentenceWindows
 from ..text.cached_windows import StoryWindows
 from ..text.data import DocumentStats, fingerprints, pack
+from ..text.sources import SENTENCE_PACK, story_units
 from . import story_defaults
 
 
@@ -62,9 +66,11 @@ def file_prints(patterns: list[str]) -> list[dict]:
 
 def first_texts(c: TrainConfig, n: int) -> list[str]:
     """The first n examples' texts (what a preset's tokenizer is learnt from: stories, lines or
-    sentences), read no further."""
+    sentences; `--unit sentence --pack` the units its windows are made of), read no further."""
     from ..text.sources import iter_examples, unit_documents
 
+    if c.by_document and not c.by_story:
+        return list(itertools.islice(_units(c), n))
     if not c.by_story:
         return list(itertools.islice(iter_examples(c.data, c.unit, c.doc_sep), n))
     return [" ".join(d) for d in itertools.islice(unit_documents(c.data, "story", c.doc_sep), n)]
@@ -73,16 +79,24 @@ def first_texts(c: TrainConfig, n: int) -> list[str]:
 def train_texts(c: TrainConfig):
     """The training texts, streamed (what --trim-vocab keeps the pieces of): every story's text;
     for line and sentence the examples `examples` trains on, the held-out ones left out (counted
-    in a first pass: the split needs the number of examples)."""
+    in a first pass: the split needs the number of examples); `--unit sentence --pack` every
+    unit of the files (its split is of windows, made after the vocabulary)."""
     from ..text.sources import iter_examples, unit_documents
 
     if c.by_story:
         return (" ".join(d) for d in unit_documents(c.data, "story", c.doc_sep))
+    if c.by_document:
+        return _units(c)
     held: set = set()
     if not c.val_data:
         n = sum(1 for _ in iter_examples(c.data, c.unit, c.doc_sep))
         held = set(_held_out(c, n, torch.Generator().manual_seed(c.seed + 99)).tolist())
     return (t for i, t in enumerate(iter_examples(c.data, c.unit, c.doc_sep)) if i not in held)
+
+
+def _units(c: TrainConfig):
+    """The units of `--unit sentence --pack` (data.document_sentences' sentences), streamed."""
+    return (u for u in story_units(c.data, c.doc_sep) if isinstance(u, str))
 
 
 def _held_out(c: TrainConfig, n: int, g: torch.Generator) -> np.ndarray:
@@ -101,24 +115,32 @@ class StoryData:
     cache: token_cache.TokenCache
 
 
-def _entry(patterns, c: TrainConfig, tokenizer, report):
-    """The files' entry. In a run of several processes rank 0 builds it (or finds it) while the
-    others wait at a barrier, then they open it: the corpus is tokenized once, not once a rank
-    (a rank whose dbert home is not rank 0's, another machine's disk, builds its own copy then)."""
+def rank_0_first(make):
+    """make() in every process of the run, rank 0's first: the others wait at a barrier until it has
+    made it (built a cache entry, counted tokens, downloaded a dataset) and then find it on disk, so
+    the work is done once, not once a rank (a rank whose dbert home is not rank 0's, another
+    machine's disk, makes its own copy then). One process: make()."""
     import torch.distributed as dist
 
     ranks = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     if ranks and dist.get_rank() != 0:
-        dist.barrier()  # rank 0 is building
+        dist.barrier()  # rank 0 is making it
     try:
-        entry = token_cache.cached(patterns, c.doc_sep, tokenizer, cache_root(), unit=c.unit, report=report,
-                                   files=file_prints(patterns))
+        return make()
     finally:
         if ranks and dist.get_rank() == 0:
-            dist.barrier()  # built (or failed: the others then try, and fail with the same line)
-    if report is not None:
+            dist.barrier()  # made (or failed: the others then try, and fail with the same line)
+
+
+def _entry(patterns, c: TrainConfig, tokenizer, report, unit: str | None = None):
+    """The files' entry, built by rank 0 in a run of several processes (rank_0_first): the corpus
+    is tokenized once, not once a rank."""
+    entry = rank_0_first(lambda: token_cache.cached(patterns, c.doc_sep, tokenizer, cache_root(), unit=unit or c.unit,
+                                                    report=report, files=file_prints(patterns)))
+    if report is not None:  # a sentence-pack entry's documents are its stories (its heads), not its units
+        n = int(np.count_nonzero(entry.paragraphs > 0)) if unit == SENTENCE_PACK else len(entry)
         report({"stage": "built" if entry.built else "cached", "folder": str(entry.folder),
-                "tokens": int(entry.offsets[-1]), "documents": len(entry)})
+                "tokens": int(entry.offsets[-1]), "documents": n})
     return entry
 
 
@@ -162,3 +184,25 @@ def examples(c: TrainConfig, tokenizer, report=None):
     if c.pack:
         return train.packed(tokenizer.sep_token_id), pack(list(val), c.seq_len, tokenizer.sep_token_id), entry
     return train, list(val), entry
+
+
+def sentence_windows(c: TrainConfig, tokenizer, report=None):
+    """(train, val, the training windows' stats, the held-out files' stats or None) of a `--unit
+    sentence --pack` run: SentenceWindows of an entry of unit "sentence-pack" (the same windows as
+    data.document_windows of the documents' sentences) and the held-out windows as lists;
+    prepare._hold_out's split of the windows, as before the cache."""
+    entry = _entry(c.data, c, tokenizer, report, SENTENCE_PACK)
+    windows = SentenceWindows(entry, c.seq_len, tokenizer.sep_token_id, short=c.short_windows, seed=c.seed)
+    g = torch.Generator().manual_seed(c.seed + 99)  # prepare._hold_out's draws, on window numbers
+    val_stats = None
+    if c.val_data:
+        held = SentenceWindows(_entry(c.val_data, c, tokenizer, report, SENTENCE_PACK), c.seq_len,
+                               tokenizer.sep_token_id)
+        keep = torch.randperm(len(held), generator=g)[:c.val_examples].sort().values.tolist()
+        train, val, val_stats = windows, [held[i] for i in keep], held.stats()
+    else:
+        out = _held_out(c, len(windows), g).tolist()
+        mask = np.ones(len(windows), dtype=bool)
+        mask[out] = False
+        train, val = windows.select(np.flatnonzero(mask)), [windows[i] for i in out]
+    return train, val, windows.stats(), val_stats

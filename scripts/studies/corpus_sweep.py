@@ -3,6 +3,7 @@
     python scripts/studies/corpus_sweep.py                      # --unit story, 17 MB and 100 MB
     python scripts/studies/corpus_sweep.py --sizes 17,100,1000  # and 1 GB (about 3 GB of /tmp)
     python scripts/studies/corpus_sweep.py --unit line          # --unit line (the plain-text default)
+    python scripts/studies/corpus_sweep.py --unit sentence --pack  # sentence-start windows
 
 Each corpus is TinyStories-train-head.txt (1.7 MB, 2,016 stories) repeated to the size, written
 under --tmp and deleted at the end. For each size, in one run on the same machine:
@@ -63,16 +64,17 @@ Trainer(cfg, [Probe()]).run()
 BARE = r"""
 import itertools, sys, time
 from tokenizers import Tokenizer
-from dbert_core.text.sources import unit_documents
+from dbert_core.text.sources import StoryHead, unit_documents
 tok = Tokenizer.from_file(sys.argv[2])
 tok.no_padding(); tok.no_truncation()
 t0 = time.perf_counter()
 docs = unit_documents([sys.argv[1]], sys.argv[3] if len(sys.argv) > 3 else "story")
 n = 0
 while True:
-    texts = [" ".join(d) for d in itertools.islice(docs, 20000)]
-    if not texts:
+    some = list(itertools.islice(docs, 20000))
+    if not some:
         break
+    texts = [d if isinstance(d, str) else " ".join(d) for d in some if not isinstance(d, StoryHead)]
     n += sum(len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False))
 print(time.perf_counter() - t0, n)
 """
@@ -97,9 +99,9 @@ def env(home: Path) -> dict:
     return {**os.environ, "DBERT_HOME": str(home), "PYTHONPATH": str(ROOT)}
 
 
-def run_to_first_step(data: Path, home: Path, out: Path, unit: str = "story") -> dict:
+def run_to_first_step(data: Path, home: Path, out: Path, unit: str = "story", pack: bool = False) -> dict:
     cfg = {"data": [str(data)], "out": str(out), "init": str(minilm()), "unit": unit, "seq_len": 128,
-           "max_steps": 1, "eval_every": 0, "device": "cpu"}
+           "max_steps": 1, "eval_every": 0, "device": "cpu", "pack": pack}
     got = subprocess.run([sys.executable, "-c", CHILD, repr(time.time()), json.dumps(cfg)], env=env(home),
                          capture_output=True, text=True, check=True)
     return json.loads(got.stdout.strip().splitlines()[-1])
@@ -115,6 +117,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="17,100", help="corpus sizes in MB, comma-separated")
     ap.add_argument("--unit", default="story", choices=["story", "line", "sentence"], help="the runs' --unit")
+    ap.add_argument("--pack", action="store_true", help="the runs' --pack (with --unit sentence: sentence-start windows)")
     ap.add_argument("--tmp", default=tempfile.gettempdir(), help="where the corpora and runs go (deleted after)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corpus-sweep-", dir=args.tmp))
@@ -123,9 +126,9 @@ def main() -> None:
         for mb in [int(s) for s in args.sizes.split(",")]:
             data = corpus(work, mb)
             home = work / f"home-{mb}"
-            b = bare(data, home, args.unit)
-            first = run_to_first_step(data, home, work / f"run-{mb}-a", args.unit)
-            second = run_to_first_step(data, home, work / f"run-{mb}-b", args.unit)
+            b = bare(data, home, "sentence-pack" if args.pack and args.unit == "sentence" else args.unit)
+            first = run_to_first_step(data, home, work / f"run-{mb}-a", args.unit, args.pack)
+            second = run_to_first_step(data, home, work / f"run-{mb}-b", args.unit, args.pack)
             rows.append((mb, data.stat().st_size, b, first, second))
             print(f"{mb} MB: bare {b:.1f} s, first {first['seconds']:.1f} s {first['peak_bytes'] / 2**20:.0f} MiB, "
                   f"second {second['seconds']:.1f} s {second['peak_bytes'] / 2**20:.0f} MiB", file=sys.stderr)
@@ -136,11 +139,11 @@ def main() -> None:
     model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
                  platform.processor())
     print(f"{model}, {os.cpu_count()} cores, {datetime.date.today()}; `python scripts/studies/corpus_sweep.py "
-          f"--sizes {args.sizes} --unit {args.unit}`\n")
+          f"--sizes {args.sizes} --unit {args.unit}{' --pack' if args.pack else ''}`\n")
     print("| corpus | bare tokenizer | first run to step 1 | ratio | peak memory before step 1 | "
           "second run to step 1 | its peak memory |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    what = "windows" if args.unit == "story" else "examples"
+    what = "windows" if args.unit == "story" or args.pack else "examples"
     for mb, size, b, first, second in rows:
         print(f"| {size / 1e6:,.0f} MB ({first['examples']:,} {what}) | {b:.1f} s | {first['seconds']:.1f} s | "
               f"{first['seconds'] / b:.2f}x | {first['peak_bytes'] / 2**20:,.0f} MiB | {second['seconds']:.1f} s | "
