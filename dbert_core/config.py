@@ -28,6 +28,8 @@ DECAYS = ("cosine", "constant")
 DTYPES = ("auto", "fp32", "bf16")
 DECODING = ("steps", "temperature", "top_k", "top_p", "cache_refresh", "cache_masked")  # SampleConfig's fields a checkpoint may recommend (settings.default_decoding)
 PRESETS = ("tiny", "mini", "small", "base")       # their sizes: model.PRESETS
+CHOICES = {"preset": PRESETS, "unit": UNITS, "doc_sep": DOC_SEPS, "decay": DECAYS, "schedule": SCHEDULES,
+           "time": TIME_MODES, "loss": LOSSES, "device": DEVICES, "dtype": DTYPES}  # each choice setting's values
 
 
 def _need(ok: bool, message: str, setting: str | None = None, value=None, refs: tuple = ()) -> None:
@@ -255,16 +257,18 @@ class SampleConfig:
 
 
 def _bound(cls, table: tuple) -> dict[str, settings.Setting]:
-    """The settings of `table` with their defaults: the dataclass `cls`'s own (the one place they live)."""
+    """The settings of `table` with their defaults, the dataclass `cls`'s own (the one place they
+    live; dataclasses.MISSING: a required field), and a choice's values (CHOICES)."""
     defaults = {f.name: f.default for f in fields(cls)}
-    return {s.name: replace(s, default=defaults[s.name]) for s in table}
+    return {s.name: replace(s, default=defaults[s.name], choices=CHOICES.get(s.name, ())) for s in table}
 
 
 def _check(cfg, table: dict) -> None:
-    """Each numeric setting of `cfg` that is given (not None) within its declared range."""
+    """Each numeric setting of `cfg` that is given (not None) within its declared range (one with
+    none declared, whose range is another setting's, is validate's to check)."""
     for s in table.values():
         value = getattr(cfg, s.name)
-        if value is not None and s.kind in (int, float):
+        if value is not None and s.kind in (int, float) and (s.lo, s.hi) != (None, None):
             s.check(value)
 
 

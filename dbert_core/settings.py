@@ -1,13 +1,15 @@
 """What each setting a person gives is called and may be, declared once: its name (the field of
 config's TrainConfig or SampleConfig), type, range, help, and the words of each front end that
 shows it: the CLI's flag, the server's JSON field, the TUI form's label and what its empty field
-means. Defaults are the dataclasses' own (config.py binds them: config.SAMPLE_SETTINGS,
-config.TRAIN_SETTINGS). Torch-free, importing only errors.
+means. Defaults are the dataclasses' own and a choice's values config's tuples (config.py binds
+them: config.SAMPLE_SETTINGS, config.TRAIN_SETTINGS). Torch-free, importing only errors.
 
-From this table: config's range checks (Setting.check), `dbert sample`'s and `dbert train`'s
-option help, the server's request fields (serving/request.py), the Generate screen's settings
-form (dbert_tui/forms.py) and the Train screen's form (dbert_tui/screens/train.py); each front
-end names a DbertError's setting through it (errors.DbertError.said).
+From this table: config's range checks (Setting.check), the options of `dbert sample` and
+`dbert train` (each setting with a flag, built by cli/options.with_settings; `dbert eval`, `serve`
+and `bench` take the few they share), the server's request fields (serving/request.py), the
+Generate screen's settings form (dbert_tui/forms.py) and the Train screen's form's labels
+(dbert_tui/screens/train.py); each front end names a DbertError's setting through it
+(errors.DbertError.said).
 """
 
 from __future__ import annotations
@@ -21,17 +23,22 @@ from .errors import DbertError
 @dataclass(frozen=True)
 class Setting:
     name: str                        # the config field (SampleConfig.top_p)
-    kind: type                       # int, float, bool or str (a choice's values: config's tuples)
+    kind: type                       # int, float, bool or str (a choice's values: choices)
     help: str                        # the CLI's --help line for it
     lo: float | None = None          # the range of a number; None: no bound below
     hi: float | None = None          # None: no bound above
     lo_open: bool = False            # lo itself is out of range: (lo, hi]
     flag: str = ""                   # the CLI's option; "": --name with dashes (top_p: --top-p)
+    off: str = ""                    # a bool's CLI option that turns it off (--allow-repeats); "": none
+    short: str = ""                  # the CLI option's one-letter name (-n); "": none
+    metavar: str = ""                # what the CLI's help shows for its value (K); "": its type
+    many: bool = False               # the CLI option is repeatable: a list of its kind
     field: str | None = None         # the server's JSON field; None: not a request field
     label: str | None = None         # the TUI form's name for it; None: not on a form
     note: str = ""                   # what the form shows after the label, in brackets: its range
     blank: str = ""                  # what the form's empty field means
     default: object = None           # the dataclass's default (config binds it)
+    choices: tuple = ()              # a choice's values: config's tuple (config binds it)
 
     @property
     def shown(self) -> str:
@@ -92,42 +99,65 @@ SAMPLE = (
             "model's p given \"not the end\"). Default: what the checkpoint recommends (dbert.json's "
             "sampling.min_length: the 1st percentile of its training stories' lengths; 0 where it says nothing).",
             0, field="min_tokens", label="shortest story", note="tokens", blank="the checkpoint's (story models)"),
-    Setting("n", int, "Number of samples (lines on stdout), for each prompt.", 1, field="n", label="samples"),
+    Setting("n", int, "Number of samples (lines on stdout), for each prompt.", 1, short="-n", field="n",
+            label="samples"),
     Setting("seed", int, "Random seed: the same seed gives the same output (default: a fresh one, written to "
             "--output).", 0, MAX_SEED, field="seed", label="seed"),
     Setting("sampler", str, "Decoding strategy.", field="dbert.sampler", label="sampler"),
     Setting("params", str, "A parameter of the --sampler strategy (repeatable), e.g. --param tau=0.8.",
-            flag="--param", field="dbert.params", label="sampler parameters", blank="NAME=VALUE ...: defaults"),
+            flag="--param", metavar="NAME=VALUE", many=True, field="dbert.params", label="sampler parameters", blank="NAME=VALUE ...: defaults"),
     Setting("cache_refresh", int, "Approximate, faster calls: decided positions keep their keys and values "
             "between network calls and are computed afresh every K calls; the calls between compute only what is "
             "still masked or just changed (a decided-position cache, after Fast-dLLM's dual cache). 0: the "
             "model's exact p. Default: the checkpoint's recommendation, else 0.", 0, MAX_T,
-            label="cache refresh", note="0: exact", blank="the checkpoint's: a whole forward every K calls"),
+            metavar="K", label="cache refresh", note="0: exact", blank="the checkpoint's: a whole forward every K calls"),
     Setting("cache_masked", bool, "With --cache-refresh K: keep the still-masked positions' keys and values too, "
             "and their reveal chances from the last whole call (first-hitting), so the calls between compute only "
             "the positions just revealed and the ones being revealed (Fast-dLLM's dual cache, without blocks): "
             "approximate, several times cheaper calls. --fresh-masked computes every masked position at every "
-            "call. Default: the checkpoint's recommendation, else --fresh-masked.", flag="--cache-masked",
+            "call. Default: the checkpoint's recommendation, else --fresh-masked.", off="--fresh-masked",
             label="cache keeps masks", note="yes/no", blank="the checkpoint's: masked positions' states kept too"),
     Setting("batch_size", int, "Samples per network call, at most.", 1),
     Setting("workers", int, "The --n samples split into a multiple of this many batches, run side by side, each "
             "on its share of the CPU's threads (one thread: in turn). The split sets the texts. Default: 2 on a "
             "CPU (1 with --trajectory), 1 on a GPU.", 1, 256),
     Setting("block_repeats", bool, "Never draw a token equal to an already revealed neighbour (no \"there "
-            "there\"); --allow-repeats samples the model's own distribution.", field="dbert.block_repeats"),
+            "there\"); --allow-repeats samples the model's own distribution.", off="--allow-repeats",
+            field="dbert.block_repeats"),
     Setting("end_at_sentence", bool, "A story model ends a story only after a sentence end (. ! ? or a closing "
             "quote; never after \"And\"): p given that rule; --end-anywhere lets the model end where it likes.",
-            field="dbert.end_at_sentence"),
+            off="--end-anywhere", field="dbert.end_at_sentence"),
     Setting("start_as_trained", bool, "A story model opens a story with a token that opens its training stories "
             "(dbert.json's sampling.openings; no \"But\" or \"And once\"): p given that rule; --start-anyhow lets "
-            "the model open with any token.", field="dbert.start_as_trained"),
+            "the model open with any token.", off="--start-anyhow", field="dbert.start_as_trained"),
+    # in no request and on no form: the command line's only
+    Setting("natural_length", bool, "--natural-length: a story model's end keeps the model's own chance "
+            "(temperature 1, no top-k or top-p), so a cooler temperature changes the words, not the story's length "
+            "(longer stories, read as worse: docs/stories.md); --shaped-length (default): the end is shaped like any "
+            "token, and cool stories end sooner.", off="--shaped-length"),
+    Setting("pair_quotes", bool, "Refill the quote marks that pair with none (quotes excluded) after sampling; "
+            "--unpaired-quotes prints the model's own quotes.", off="--unpaired-quotes"),
+    Setting("fix_contractions", bool, "Refill the contractions English does not write (\"you't\", \"friends's\"; "
+            "apostrophes excluded) after sampling; --raw-contractions prints the model's own.",
+            off="--raw-contractions"),
+    Setting("known_words", bool, "Refill the words the checkpoint's training text never writes (\"littlewirled\": "
+            "word pieces no text joins) after sampling; --made-up-words prints the model's own.",
+            off="--made-up-words"),
+    Setting("device", str, "auto, cpu, cuda or mps."),
+    Setting("dtype", str, "The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; "
+            "draws stay float64), fp32 or bf16."),
+    Setting("prefix_cache", bool, "Approximate, faster long stories: a story's continuation windows keep their "
+            "given context's keys and values from each window's first call and compute only the new block "
+            "(Fast-dLLM's prefix cache; the context no longer sees the block being written). Off: the model's exact "
+            "p. With the decided-position cache on (--cache-refresh) it takes that cache's place in continuation "
+            "windows and is slower: use it with --cache-refresh 0."),
 )
 
 # the settings of `dbert train` that the Train screen's form shows, as it labels them
 TRAIN = (
     Setting("data", str, "Training text files, globs or folders, or hf:owner/name (a hub dataset, downloaded once) "
             "(repeatable; recorded as absolute paths; with --resume: "
-            "the checkpoint's, or the same files moved).", label="data"),
+            "the checkpoint's, or the same files moved).", many=True, label="data"),
     Setting("out", str, "Output checkpoint: a bare NAME goes to the store; anything with a path separator (./x, "
             "runs/x) is a directory.", label="output"),
     Setting("preset", str, "Model size for a random init.", label="preset"),
@@ -138,10 +168,10 @@ TRAIN = (
     Setting("from_scratch", bool, "With --init: its architecture and tokenizer, random weights.", label="scratch"),
     Setting("vocab_size", int, "WordPiece size learnt from the data (presets).", 16, 1_000_000, label="vocab"),
     Setting("seed", int, "Random seed.", 0, MAX_SEED, label="seed"),
-    Setting("val_data", str, "Held-out files (default: a slice of --data).", label="val data"),
+    Setting("val_data", str, "Held-out files (default: a slice of --data).", many=True, label="val data"),
     Setting("unit", str, "An example is a line, a sentence, or a story: a whole document in windows that end with "
             "its end (--seq-len tokens; longer ones continue with earlier text as context).", label="unit"),
-    Setting("pack", bool, "Join examples with [SEP] into full-length sequences.", label="pack"),
+    Setting("pack", bool, "Join examples with [SEP] into full-length sequences.", off="--no-pack", label="pack"),
     Setting("max_steps", int, "Optimizer steps.", 1, label="steps"),
     Setting("batch_size", int, "Examples per optimizer step (all processes).", 1, label="batch"),
     Setting("seq_len", int, "Content tokens per example.", 1, 100_000, label="seq len"),
@@ -172,6 +202,16 @@ TRAIN = (
     Setting("val_examples", int, "Held-out examples the validation ELBO reads.", 1, flag="val_examples"),
     Setting("log_every", int, "Progress line every N steps (non-terminal stderr).", 1),
     Setting("dropout", float, "Override the model's dropout rates.", 0.0, 1.0),
+    Setting("doc_sep", str, "What separates documents: auto (each file's own: <|endoftext|> lines, JSONL, else blank "
+            "lines), blank, eot, line (one per line) or jsonl ({\"text\": ...} per line)."),
+    # story_context and eval_steps: their ranges are other settings' (seq_len, T): TrainConfig.validate checks them
+    Setting("story_context", int, "With --unit story: tokens of earlier text a continuation window carries (default: "
+            "half of --seq-len)."),
+    Setting("hide_end_padding", bool, "With --unit story: attention never reads a visible padding [SEP] after a "
+            "story's end, so samplers leave a decided end out of the forward, exactly (faster stories; recorded in "
+            "the checkpoint)."),
+    Setting("decay", str, "LR after warm-up."),
+    Setting("eval_steps", int, "Step budget of the validation ELBO (default: min(128, T))."),
 )
 
 

@@ -1,10 +1,9 @@
 """Settings declared once (dbert_core/settings.py) and errors with fields (errors.DbertError): the
 same bad input said in each front end's own words (the CLI's flag, the server's JSON field, the
-TUI form's label), and the command line's options agreeing with the schema, so a drift fails."""
+TUI form's label), and the command line's options made from the schema: a setting declared there
+is an option, with its help, default and range check."""
 
 from __future__ import annotations
-
-from enum import Enum
 
 import pytest
 
@@ -122,37 +121,65 @@ async def test_the_train_form_names_its_fields(tiny_db):
         assert tr.trainer is None
 
 
-def _options(command: str) -> dict:
-    """`dbert COMMAND`'s options by their flags: {"--top-p": click.Option}."""
+DECLARED = [  # a command, the table of its settings, the config it builds, what a run of it needs
+    ("sample", "SAMPLE_SETTINGS", "SampleConfig", []),
+    ("train", "TRAIN_SETTINGS", "TrainConfig", ["--data", str(TINYSTORIES), "--out", "patient"]),
+]
+
+
+@pytest.mark.parametrize("command,table,made,needs", DECLARED, ids=[c for c, *_ in DECLARED])
+def test_a_setting_declared_once_is_an_option_with_its_help_default_and_range(command, table, made, needs, capsys,
+                                                                              monkeypatch, tmp_path):
+    """One entry in settings.py (bound to the field of the config it sets) is all `dbert COMMAND`
+    needs: the command derived from its table as importing it does lists the new option with its
+    help and default, hands its value to the config, and the config's range check names its flag."""
+    import importlib
+    from dataclasses import dataclass, replace
+
     import typer
 
-    from dbert_core.cli import app
+    from dbert_core import cli, config
+    from dbert_core.cli import options
 
-    group = typer.main.get_command(app)
-    return {opt: p for p in group.commands[command].params for opt in p.opts}
+    base = getattr(config, made)
 
+    @dataclass
+    class Patient(base):  # type: ignore[valid-type, misc]  # the config with the new setting's field
+        patience: int = 3
 
-def _default(value):
-    return value.value if isinstance(value, Enum) else value
+    declared = replace(settings.Setting("patience", int, "How many steps a patient run waits.", 1, 9), default=3)
+    monkeypatch.setattr(config, made, Patient)
+    monkeypatch.setitem(getattr(config, table), "patience", declared)  # as config binds it: validate checks it
+    module = importlib.import_module(f"dbert_core.cli.commands.{command}")
+    function = getattr(module, command)
+    derived = options.with_settings(getattr(config, table), module.LAYOUT, module.CHANGED)(function.__wrapped__)
+    info = next(c for c in cli.app.registered_commands if c.callback is function)
+    monkeypatch.setattr(info, "callback", derived)
+    seen: list = []
+    if command == "sample":  # the config as the command made it, before a checkpoint loads
+        def checked(cfg, *rest):
+            seen.append(cfg)
+            raise typer.Exit()
+        monkeypatch.setattr(module, "_check_files", checked)
+    else:
+        class Trainer:  # the config as the command made it, validated as the trainer does, and no run
+            def __init__(self, cfg, callbacks):
+                seen.append(cfg.validate())
 
-
-@pytest.mark.parametrize("command,table,bound", [("sample", settings.SAMPLE, SAMPLE_SETTINGS),
-                                                 ("train", settings.TRAIN, TRAIN_SETTINGS)])
-def test_the_cli_options_are_the_schemas(command, table, bound):
-    """Every setting the schema gives a flag is an option of the command, with the schema's help
-    and the dataclass's default; one named by its field alone (flag=name) is on no command line."""
-    options = _options(command)
-    for s in table:
-        if s.cli == s.name:
-            assert not any(s.name in opt for opt in options), s.name
-            continue
-        assert s.cli in options, f"{s.cli} is not an option of dbert {command}"
-        option = options[s.cli]
-        if s.name != "sampler":  # its help lists the registry's strategies (strategies.help_text)
-            assert option.help == s.help, s.name
-        default = _default(option.default)
-        if s.name not in ("data", "out", "params", "cache_refresh", "cache_masked"):  # required, or repeatable
-            assert default == bound[s.name].default, (s.name, default, bound[s.name].default)
+            def run(self):
+                return {}
+        monkeypatch.setattr(importlib.import_module("dbert_core.training.train"), "Trainer", Trainer)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out, err = run([command, "--help-all" if command == "sample" else "--help"], capsys, monkeypatch)
+    assert code == 0 and "--patience" in out and "How many steps a patient run waits." in out, out
+    assert "[default: 3]" in out and "min_lr_ratio" not in out and "--min-lr-ratio" not in out, out
+    for given, patience in (([], 3), (["--patience", "5"], 5)):
+        code, out, err = run([command, *needs, *given], capsys, monkeypatch)
+        assert code == 0 and out == "", err
+        assert isinstance(seen[-1], Patient) and seen[-1].patience == patience
+    code, out, err = run([command, *needs, "--patience", "0"], capsys, monkeypatch)
+    assert (code, out, err) == (2, "", "dbert: error: --patience must be a whole number in [1, 9] (got 0)\n")
 
 
 def test_every_default_lives_in_the_dataclasses():

@@ -12,7 +12,7 @@ import typer
 from ... import config, strategies
 from ...errors import DbertError
 from .. import options
-from ..options import Device
+from ..options import plain, with_settings
 from ..streams import say
 
 
@@ -37,6 +37,13 @@ MAX_BENCH_BATCH = 1_000_000  # rows per call at most; the device's free memory i
 MAX_BENCH_LENGTH = 4096  # tokens; the checkpoint's own position limit is checked when it is loaded
 
 
+# --help's order: the bench's own options (its --steps, --batch and --length are lists and sizes of its own),
+# then `dbert sample`'s --device (settings.SAMPLE)
+LAYOUT: dict[str | None, tuple[str, ...]] = {None: (
+    "checkpoint", "out", "quick", "steps", "batch", "samplers", "length", "measure_train", "bf16", "threads", "device")}
+
+
+@with_settings(config.SAMPLE_SETTINGS, LAYOUT, rest=False)
 def bench(
     checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
     out: Annotated[str, typer.Option(help="Directory for bench.json and bench.md.")] = "bench",
@@ -48,7 +55,7 @@ def bench(
     measure_train: Annotated[bool, typer.Option("--train/--no-train", help="Measure training tokens/s.")] = True,
     bf16: Annotated[bool, typer.Option(help="Also time the forward pass in bfloat16.")] = True,
     threads: Annotated[Optional[int], typer.Option(help="torch threads (default: torch's choice); the forward is also timed with 1..cores.")] = None,
-    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device("auto"),
+    **declared,  # --device: `dbert sample`'s setting (settings.SAMPLE: options.with_settings)
 ):
     """Measure sampling speed, training tokens/s and forward efficiency on this machine (Markdown on stdout).
 
@@ -83,7 +90,7 @@ def bench(
         check_threads(threads)
         torch.set_num_threads(threads)
     start = time.perf_counter()
-    db = options.load(checkpoint, device.value)
+    db = options.load(checkpoint, plain(declared)["device"])
     load_seconds = time.perf_counter() - start
     unsupported = [s for s in chosen if strategies.get(s).supports(db) is not None]
     for name in unsupported:

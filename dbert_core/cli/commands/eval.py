@@ -11,10 +11,29 @@ import typer
 from ... import config, strategies
 from ...errors import DbertError
 from .. import options
-from ..options import SAMPLE, SAMPLER, Device, DocSep, EvalUnit, no_params
+from ..options import SAMPLE, SAMPLER, DocSep, EvalUnit, no_params, plain, with_settings
 from ..streams import say
 
 
+# --help's order: eval's own options and the samples' settings of `dbert sample` (settings.SAMPLE) it takes
+LAYOUT: dict[str | None, tuple[str, ...]] = {None: (
+    "data", "checkpoint", "steps", "limit", "exact", "mc_samples", "unit", "doc_sep", "samples", "sample_steps",
+    "sample_length", "top_k", "top_p", "block_repeats", "pair_quotes", "fix_contractions", "known_words", "sampler",
+    "params", "temperature", "judge", "batch_size", "seed", "as_json", "device")}
+AS_IN_SAMPLE = {"help": "As in `dbert sample`."}
+CHANGED: dict[str, dict] = {  # those settings' help in eval's words: they shape the samples
+    "top_k": {"help": "top-k of the samples (0: off; default: as `dbert sample`, the checkpoint's recommendation, "
+                      "else the paper's 30)."},
+    "top_p": {"help": "Nucleus mass of the samples in (0, 1] (1: off; default: as `dbert sample`)."},
+    "temperature": {"help": "Softmax temperature of the samples' token choice (default: as `dbert sample`)."},
+    "sampler": {**SAMPLER, "help": "Decoding strategy of the samples, as in `dbert sample`. Default: the model's "
+                                   "fastest exact sampler."},
+    "params": {"help": "A parameter of the --sampler strategy (repeatable)."},
+    "block_repeats": AS_IN_SAMPLE, "pair_quotes": AS_IN_SAMPLE, "fix_contractions": AS_IN_SAMPLE,
+    "known_words": AS_IN_SAMPLE}
+
+
+@with_settings(config.SAMPLE_SETTINGS, LAYOUT, CHANGED, rest=False)
 def evaluate(
     data: Annotated[list[str], typer.Option("--data", help="Text file(s) to score: one example per line.")],
     checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
@@ -27,20 +46,11 @@ def evaluate(
     samples: Annotated[int, typer.Option(help="Also draw N samples for BLEU-4 / Self-BLEU-4 / distinct-n.")] = 0,
     sample_steps: Annotated[Optional[int], typer.Option(help="Reverse steps for those samples (default: as `dbert sample`, the checkpoint's recommendation, else 96).", show_default=False)] = SAMPLE.steps,
     sample_length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length, as `dbert sample`; the paper: 64).")] = None,
-    top_k: Annotated[Optional[int], typer.Option(help="top-k of the samples (0: off; default: as `dbert sample`, the checkpoint's recommendation, else the paper's 30).", show_default=False)] = SAMPLE.top_k,
-    top_p: Annotated[Optional[float], typer.Option(help="Nucleus mass of the samples in (0, 1] (1: off; default: as `dbert sample`).", show_default=False)] = SAMPLE.top_p,
-    block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help="As in `dbert sample`.")] = SAMPLE.block_repeats,
-    pair_quotes: Annotated[bool, typer.Option("--pair-quotes/--unpaired-quotes", help="As in `dbert sample`.")] = SAMPLE.pair_quotes,
-    fix_contractions: Annotated[bool, typer.Option("--fix-contractions/--raw-contractions", help="As in `dbert sample`.")] = SAMPLE.fix_contractions,
-    known_words: Annotated[bool, typer.Option("--known-words/--made-up-words", help="As in `dbert sample`.")] = SAMPLE.known_words,
-    sampler: Annotated[Optional[str], typer.Option(**SAMPLER, help="Decoding strategy of the samples, as in `dbert sample`. Default: the model's fastest exact sampler.")] = None,
-    param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable).")] = None,
-    temperature: Annotated[Optional[float], typer.Option(help="Softmax temperature of the samples' token choice (default: as `dbert sample`).", show_default=False)] = SAMPLE.temperature,
     judge: Annotated[Optional[str], typer.Option(metavar="MODEL", help="Also score the samples and as much held-out --data text under this Hugging Face causal LM (a local folder or a hub id such as gpt2-large; safetensors only, no remote code): gen-PPL and unigram entropy.")] = None,
     batch_size: Annotated[int, typer.Option(help="Examples per batch.")] = 32,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
-    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device("auto"),
+    **declared,  # the samples' settings and --device (settings.SAMPLE: options.with_settings)
 ):
     """ELBO perplexity (per token and per word) and, with --samples, BLEU-4 / Self-BLEU-4 (and gen-PPL with --judge).
 
@@ -48,15 +58,18 @@ def evaluate(
     """
     from ...evaluation.metrics import trained_unit
 
+    decoding = plain(declared)  # the samples' settings, as quality() names them
+    device, param = decoding.pop("device"), decoding.pop("params")
     params = _checked(limit=limit, samples=samples, batch_size=batch_size, steps=steps, mc_samples=mc_samples,
-                      sample_steps=sample_steps, sample_length=sample_length, top_k=top_k, top_p=top_p, seed=seed,
-                      judge=judge, sampler=sampler, param=param, temperature=temperature)
-    db = options.load(checkpoint, device.value)
+                      sample_steps=sample_steps, sample_length=sample_length, top_k=decoding["top_k"],
+                      top_p=decoding["top_p"], seed=seed, judge=judge, sampler=decoding["sampler"], param=param,
+                      temperature=decoding["temperature"])
+    db = options.load(checkpoint, device)
     note = None
     if unit is None:
-        chosen, why = trained_unit(db.meta)
-        unit = EvalUnit(chosen)
-        note = f"dbert: note: scored by {chosen}: {why} (--unit chooses)"  # said once the scores stand: an error is one line
+        trained, why = trained_unit(db.meta)
+        unit = EvalUnit(trained)
+        note = f"dbert: note: scored by {trained}: {why} (--unit chooses)"  # said once the scores stand: an error is one line
     scored = _scored(db, data, steps=steps, limit=limit, exact=exact, mc=mc_samples, batch_size=batch_size,
                      seed=seed, unit=unit.value, doc_sep=doc_sep.value)
     if note:
@@ -69,11 +82,9 @@ def evaluate(
 
         sampling = SampleProgress(2 * samples, batch_size)
         length = sample_length if sample_length is not None else default_length(db)
-        result.update(quality(db, data, samples, steps=sample_steps, length=length, top_k=top_k,
-                              top_p=top_p, batch_size=batch_size, seed=seed, unit=unit.value, block_repeats=block_repeats,
-                              sampler=sampler, params=params, temperature=temperature,
-                              judge=judge, on_frame=sampling, pair_quotes=pair_quotes,
-                              fix_contractions=fix_contractions, known_words=known_words, doc_sep=doc_sep.value))
+        result.update(quality(db, data, samples, steps=sample_steps, length=length, batch_size=batch_size, seed=seed,
+                              unit=unit.value, params=params, judge=judge, on_frame=sampling, doc_sep=doc_sep.value,
+                              **decoding))
         sampling.close()
     if as_json:
         print(json.dumps(result))

@@ -11,69 +11,52 @@ from typing import Annotated, Optional
 
 import typer
 
-from ... import config, settings, strategies
+from ... import config, strategies
 from ...errors import DbertError
 from .. import options
-from ..options import SAMPLE, SAMPLER, Device, Dtype, no_params
+from ..options import SAMPLE, SAMPLER, no_params, plain, with_settings
 from ..short_help import show_all
 from ..streams import say
 
-ABOUT = {s.name: s.help for s in settings.SAMPLE}  # the options' help, declared with the settings
 TOPK = 5  # candidates recorded per reveal in a --trajectory file (the token inspector shows them)
 COMMON = ("prompt_arg", "checkpoint", "n", "steps", "temperature", "top_k", "top_p", "length", "seed", "prompt",
           "prompt_file", "output", "stats", "candidates", "help_all")  # `dbert sample --help`; --help-all: every option
+# --help-all's order, the command's own options and its settings together; a setting named nowhere comes last
+LAYOUT: dict[str | None, tuple[str, ...]] = {None: ("prompt_arg", "checkpoint", "n", "steps", "temperature", "top_k", "top_p", "length", "min_length",
+                 "end_at_sentence", "natural_length", "start_as_trained", "batch_size", "workers", "seed", "prompt",
+                 "prompt_file", "output", "sampler", "params", "block_repeats", "pair_quotes", "fix_contractions",
+                 "known_words", "lowercase", "stats", "trajectory", "device", "dtype", "prefix_cache",
+                 "cache_refresh", "cache_masked", "candidates", "help_all")}
+# what `dbert sample` says of a setting beyond its declaration: --sampler's names are the registry's, as it is then
+CHANGED = {"sampler": {**SAMPLER, "help": "Decoding strategy. " + strategies.help_text() + ". Default: "
+                                         "first-hitting where the model allows it, else ancestral."}}
 
 
+@with_settings(config.SAMPLE_SETTINGS, LAYOUT, CHANGED)
 def sample(
     prompt_arg: Annotated[Optional[str], typer.Argument(metavar="[PROMPT]", show_default=False, help="A prompt template with [MASK] slots (\"Once upon a time [MASK*20]\"), or - to read prompts from stdin, one per line.")] = None,
     checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
-    n: Annotated[int, typer.Option("--n", "-n", help=ABOUT["n"])] = SAMPLE.n,
-    steps: Annotated[Optional[int], typer.Option(help=ABOUT["steps"], show_default=False)] = SAMPLE.steps,
-    temperature: Annotated[Optional[float], typer.Option(help=ABOUT["temperature"], show_default=False)] = SAMPLE.temperature,
-    top_k: Annotated[Optional[int], typer.Option(help=ABOUT["top_k"], show_default=False)] = SAMPLE.top_k,
-    top_p: Annotated[Optional[float], typer.Option(help=ABOUT["top_p"], show_default=False)] = SAMPLE.top_p,
-    length: Annotated[Optional[int], typer.Option(help=ABOUT["length"])] = SAMPLE.length,
-    min_length: Annotated[Optional[int], typer.Option(help=ABOUT["min_length"])] = SAMPLE.min_length,
-    end_at_sentence: Annotated[bool, typer.Option("--end-at-sentence/--end-anywhere", help=ABOUT["end_at_sentence"])] = SAMPLE.end_at_sentence,
-    natural_length: Annotated[bool, typer.Option("--natural-length/--shaped-length", help="--natural-length: a story model's end keeps the model's own chance (temperature 1, no top-k or top-p), so a cooler temperature changes the words, not the story's length (longer stories, read as worse: docs/stories.md); --shaped-length (default): the end is shaped like any token, and cool stories end sooner.")] = SAMPLE.natural_length,
-    start_as_trained: Annotated[bool, typer.Option("--start-as-trained/--start-anyhow", help=ABOUT["start_as_trained"])] = SAMPLE.start_as_trained,
-    batch_size: Annotated[int, typer.Option(help=ABOUT["batch_size"])] = SAMPLE.batch_size,
-    workers: Annotated[Optional[int], typer.Option(help=ABOUT["workers"], show_default=False)] = SAMPLE.workers,
-    seed: Annotated[Optional[int], typer.Option(help=ABOUT["seed"])] = SAMPLE.seed,
     prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Template with [MASK] slots ([MASK*N]: N of them; [MASK*A-B]: A to B tokens, see --candidates); masks are appended up to --length.")] = SAMPLE.prompt,
     prompt_file: Annotated[Optional[Path], typer.Option("--prompt-file", help="Prompts from a file, one per line (- : stdin); --n samples each.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the samples to this JSON Lines file: text, prompt, seed and settings per sample.")] = None,
-    sampler: Annotated[Optional[str], typer.Option(**SAMPLER, help="Decoding strategy. " + strategies.help_text() + ". Default: first-hitting where the model allows it, else ancestral.")] = None,
-    param: Annotated[Optional[list[str]], typer.Option("--param", metavar="NAME=VALUE", help="A parameter of the --sampler strategy (repeatable), e.g. --param tau=0.8.")] = None,
-    block_repeats: Annotated[bool, typer.Option("--block-repeats/--allow-repeats", help=ABOUT["block_repeats"])] = SAMPLE.block_repeats,
-    pair_quotes: Annotated[bool, typer.Option("--pair-quotes/--unpaired-quotes", help="Refill the quote marks that pair with none (quotes excluded) after sampling; --unpaired-quotes prints the model's own quotes.")] = SAMPLE.pair_quotes,
-    fix_contractions: Annotated[bool, typer.Option("--fix-contractions/--raw-contractions", help="Refill the contractions English does not write (\"you't\", \"friends's\"; apostrophes excluded) after sampling; --raw-contractions prints the model's own.")] = SAMPLE.fix_contractions,
-    known_words: Annotated[bool, typer.Option("--known-words/--made-up-words", help="Refill the words the checkpoint's training text never writes (\"littlewirled\": word pieces no text joins) after sampling; --made-up-words prints the model's own.")] = SAMPLE.known_words,
     lowercase: Annotated[bool, typer.Option("--lowercase", help="Print the model's raw lower-case words (no truecasing; a prompt's words stay as typed).")] = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print {nfe, rows, gflop, seconds, samples, batches, workers, at_once, steps, sampler, exact, params} as JSON on stderr (nfe: every batch's network calls; at_once: the batches that ran side by side).")] = False,
     trajectory: Annotated[Optional[Path], typer.Option(help="Also write every frame of the run to this JSON file (one batch: --n <= --batch-size; format in dbert_core/sampling/trajectory.py).")] = None,
-    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
-    dtype: Annotated[Dtype, typer.Option(help="The network's precision: auto (bf16 where native: CUDA, CPUs with AVX512-BF16/AMX; draws stay float64), fp32 or bf16.")] = Dtype(SAMPLE.dtype),
-    prefix_cache: Annotated[bool, typer.Option("--prefix-cache", help="Approximate, faster long stories: a story's continuation windows keep their given context's keys and values from each window's first call and compute only the new block (Fast-dLLM's prefix cache; the context no longer sees the block being written). Off: the model's exact p. With the decided-position cache on (--cache-refresh) it takes that cache's place in continuation windows and is slower: use it with --cache-refresh 0.")] = SAMPLE.prefix_cache,
-    cache_refresh: Annotated[Optional[int], typer.Option("--cache-refresh", metavar="K", help=ABOUT["cache_refresh"])] = None,
-    cache_masked: Annotated[Optional[bool], typer.Option("--cache-masked/--fresh-masked", help=ABOUT["cache_masked"])] = None,
     candidates: Annotated[int, typer.Option(help="Infill ([MASK*A-B] in the prompt): texts drawn for each length; all are ranked by the model's ELBO per token and the best --n printed, their scores on stderr.")] = 4,
     help_all: Annotated[bool, typer.Option("--help-all", is_eager=True, callback=show_all, help="Every option (precision, caches, touch-ups, story rules, workers), each name whole, and exit.")] = False,
+    **declared,  # the settings (settings.SAMPLE), each an option of its own (options.with_settings)
 ):
     """Generate N samples, one per line on stdout; a story start inside a sample reads " ¶ ".
 
     Example: dbert sample "Once upon a time [MASK*20]" -n 3 --seed 1 -o stories.jsonl
     """
     prompts = _prompts(prompt_arg, prompt, prompt_file)
-    cfg = config.SampleConfig(n=n, steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
-                              min_length=min_length, end_at_sentence=end_at_sentence, natural_length=natural_length,
-                              start_as_trained=start_as_trained, sampler=sampler, batch_size=batch_size, seed=seed,
-                              workers=1 if trajectory is not None and workers is None else workers,
-                              params=strategies.parse_params(sampler, param) if sampler else no_params(param),
-                              device=device.value, prompt=None, block_repeats=block_repeats,
-                              pair_quotes=pair_quotes, fix_contractions=fix_contractions, known_words=known_words,
-                              dtype=dtype.value, prefix_cache=prefix_cache, cache_refresh=cache_refresh,
-                              cache_masked=cache_masked).validate()
+    given = plain(declared)
+    sampler, param = given["sampler"], given.pop("params")
+    if trajectory is not None and given["workers"] is None:
+        given["workers"] = 1  # a recorded run's one batch, in turn
+    cfg = config.SampleConfig(**given, params=strategies.parse_params(sampler, param) if sampler else no_params(param),
+                              prompt=None).validate()
     _check_files(cfg, prompts, trajectory, output)
     if cfg.seed is None:  # drawn once here, so --output can say which seed made each sample
         import random

@@ -8,13 +8,22 @@ from typing import Annotated, Optional
 
 import typer
 
+from ... import config
 from ...errors import DbertError
 from .. import options
 from ..ending import restore_signals
-from ..options import SAMPLE, Device, Dtype
+from ..options import plain, with_settings
 from ..streams import say
 
 
+# --help's order: the server's own options, then `dbert sample`'s --device and --dtype (settings.SAMPLE)
+LAYOUT: dict[str | None, tuple[str, ...]] = {None: (
+    "checkpoint", "host", "port", "api_key", "max_n", "max_tokens", "max_queue", "timeout", "max_body",
+    "max_connections", "batch", "batch_rows", "grace", "device", "dtype")}
+
+
+@with_settings(config.SAMPLE_SETTINGS, LAYOUT, {"dtype": {"help": "The network's precision, as in `dbert sample`."}},
+               rest=False)
 def serve(
     checkpoint: Annotated[Optional[str], typer.Option(help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback is reachable from other machines (set --api-key).")] = "127.0.0.1",
@@ -29,8 +38,7 @@ def serve(
     batch: Annotated[bool, typer.Option("--batch/--no-batch", help="Let unseeded requests with the same settings share a sampler call.")] = True,
     batch_rows: Annotated[int, typer.Option(help="Samples per shared sampler call at most.")] = 32,
     grace: Annotated[float, typer.Option(help="On SIGINT/SIGTERM/SIGHUP, seconds running requests may finish before they are cancelled (a second Ctrl-C: at once).")] = 10.0,
-    device: Annotated[Device, typer.Option(help="auto, cpu, cuda or mps.")] = Device(SAMPLE.device),
-    dtype: Annotated[Dtype, typer.Option(help="The network's precision, as in `dbert sample`.")] = Dtype(SAMPLE.dtype),
+    **declared,  # --device and --dtype: `dbert sample`'s settings (settings.SAMPLE: options.with_settings)
 ):
     """Serve the checkpoint over HTTP: OpenAI-compatible /v1/completions with infill (suffix).
 
@@ -46,11 +54,13 @@ def serve(
         say(f"dbert serve: warning: listening on {host} without --api-key: anyone who can reach this port can use it")
     name = checkpoint if checkpoint is None or "/" not in checkpoint else Path(checkpoint).name
     name = name or "default"
-    db = options.load(checkpoint, device.value)
+    given = plain(declared)
+    device, dtype = given["device"], given["dtype"]
+    db = options.load(checkpoint, device)
     limits = Limits(max_n=max_n, max_tokens=max_tokens, max_queue=max_queue, timeout=timeout, max_body=max_body,
                     max_connections=max_connections)
     application = create_app(db, name, api_key=api_key, limits=limits, batching=batch, max_rows=batch_rows,
-                             device=device.value, dtype=dtype.value)
+                             device=device, dtype=dtype)
     say(f"dbert serve: {name} ({db.path}) on http://{host}:{port}/v1 ; stop with Ctrl+C")
     restore_signals()  # serving.server handles SIGINT, SIGTERM and SIGHUP itself: each drains, then run() returns
     try:

@@ -3,58 +3,33 @@ with only the options given changed; progress on stderr, stdout stays empty."""
 
 from __future__ import annotations
 
-import dataclasses
-from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from ... import settings
+from ... import config
 from ...errors import DbertError
-from ..options import TRAIN, Decay, Device, DocSep, Dtype, Loss, Preset, Schedule, Time, Unit, device_of, is_given
+from ..options import is_given, plain, with_settings
 from ..streams import say
 
-ABOUT = {s.name: s.help for s in settings.TRAIN}  # the options' help, declared with the settings
+LAYOUT = {None: ("out",),  # --help's panels, each in its order; a setting not named here comes last
+          "Data": ("data", "val_data", "unit", "doc_sep", "story_context", "hide_end_padding", "pack", "seq_len",
+                   "short_windows"),
+          "Model": ("preset", "init", "from_scratch", "trim_vocab", "vocab_size", "dropout"),
+          "Diffusion": ("schedule", "lam", "T", "time", "loss"),
+          "Optimization": ("max_steps", "batch_size", "grad_accum", "lr", "warmup", "decay", "seed"),
+          "Evaluation and checkpoints": ("eval_every", "eval_steps", "save_every", "log_every", "resume"),
+          "Hardware": ("gpu", "device", "dtype")}
 
 
+CHANGED = {"data": {"default": None}}  # none with --resume: the checkpoint's
+
+
+@with_settings(config.TRAIN_SETTINGS, LAYOUT, CHANGED)
 def train(
     ctx: typer.Context,
-    out: Annotated[str, typer.Option(help=ABOUT["out"])],
-    data: Annotated[Optional[list[str]], typer.Option("--data", help=ABOUT["data"], rich_help_panel="Data")] = None,
-    val_data: Annotated[Optional[list[str]], typer.Option(help=ABOUT["val_data"], rich_help_panel="Data")] = TRAIN.val_data,
-    unit: Annotated[Unit, typer.Option(help=ABOUT["unit"], rich_help_panel="Data")] = Unit(TRAIN.unit),
-    doc_sep: Annotated[DocSep, typer.Option(help="What separates documents: auto (each file's own: <|endoftext|> lines, JSONL, else blank lines), blank, eot, line (one per line) or jsonl ({\"text\": ...} per line).", rich_help_panel="Data")] = DocSep(TRAIN.doc_sep),
-    story_context: Annotated[Optional[int], typer.Option(help="With --unit story: tokens of earlier text a continuation window carries (default: half of --seq-len).", rich_help_panel="Data")] = TRAIN.story_context,
-    hide_end_padding: Annotated[bool, typer.Option("--hide-end-padding", help="With --unit story: attention never reads a visible padding [SEP] after a story's end, so samplers leave a decided end out of the forward, exactly (faster stories; recorded in the checkpoint).", rich_help_panel="Data")] = TRAIN.hide_end_padding,
-    pack: Annotated[bool, typer.Option(help=ABOUT["pack"], rich_help_panel="Data")] = TRAIN.pack,
-    seq_len: Annotated[int, typer.Option(help=ABOUT["seq_len"], rich_help_panel="Data")] = TRAIN.seq_len,
-    short_windows: Annotated[float, typer.Option(help=ABOUT["short_windows"], rich_help_panel="Data")] = TRAIN.short_windows,
-    preset: Annotated[Preset, typer.Option(help=ABOUT["preset"], rich_help_panel="Model")] = Preset(TRAIN.preset),
-    init: Annotated[Optional[str], typer.Option(help=ABOUT["init"], rich_help_panel="Model")] = TRAIN.init,
-    from_scratch: Annotated[bool, typer.Option("--from-scratch", help=ABOUT["from_scratch"], rich_help_panel="Model")] = TRAIN.from_scratch,
-    trim_vocab: Annotated[bool, typer.Option("--trim-vocab", help=ABOUT["trim_vocab"], rich_help_panel="Model")] = TRAIN.trim_vocab,
-    vocab_size: Annotated[Optional[int], typer.Option(help=ABOUT["vocab_size"], rich_help_panel="Model")] = TRAIN.vocab_size,
-    dropout: Annotated[Optional[float], typer.Option(help=ABOUT["dropout"], rich_help_panel="Model")] = TRAIN.dropout,
-    schedule: Annotated[Schedule, typer.Option(help=ABOUT["schedule"], rich_help_panel="Diffusion")] = Schedule(TRAIN.schedule),
-    lam: Annotated[float, typer.Option("--lambda", help=ABOUT["lam"], rich_help_panel="Diffusion")] = TRAIN.lam,
-    T: Annotated[int, typer.Option("--T", help=ABOUT["T"], rich_help_panel="Diffusion")] = TRAIN.T,
-    time: Annotated[Time, typer.Option(help=ABOUT["time"], rich_help_panel="Diffusion")] = Time(TRAIN.time),
-    loss: Annotated[Loss, typer.Option(help=ABOUT["loss"], rich_help_panel="Diffusion")] = Loss(TRAIN.loss),
-    max_steps: Annotated[int, typer.Option(help=ABOUT["max_steps"], rich_help_panel="Optimization")] = TRAIN.max_steps,
-    batch_size: Annotated[int, typer.Option(help=ABOUT["batch_size"], rich_help_panel="Optimization")] = TRAIN.batch_size,
-    grad_accum: Annotated[int, typer.Option(help=ABOUT["grad_accum"], rich_help_panel="Optimization")] = TRAIN.grad_accum,
-    lr: Annotated[float, typer.Option(help=ABOUT["lr"], rich_help_panel="Optimization")] = TRAIN.lr,
-    warmup: Annotated[int, typer.Option(help=ABOUT["warmup"], rich_help_panel="Optimization")] = TRAIN.warmup,
-    decay: Annotated[Decay, typer.Option(help="LR after warm-up.", rich_help_panel="Optimization")] = Decay(TRAIN.decay),
-    seed: Annotated[int, typer.Option(help=ABOUT["seed"], rich_help_panel="Optimization")] = TRAIN.seed,
-    eval_every: Annotated[int, typer.Option(help=ABOUT["eval_every"], rich_help_panel="Evaluation and checkpoints")] = TRAIN.eval_every,
-    eval_steps: Annotated[Optional[int], typer.Option(help="Step budget of the validation ELBO (default: min(128, T)).", rich_help_panel="Evaluation and checkpoints")] = TRAIN.eval_steps,
-    save_every: Annotated[int, typer.Option(help=ABOUT["save_every"], rich_help_panel="Evaluation and checkpoints")] = TRAIN.save_every,
-    log_every: Annotated[int, typer.Option(help=ABOUT["log_every"], rich_help_panel="Evaluation and checkpoints")] = TRAIN.log_every,
-    resume: Annotated[bool, typer.Option("--resume", help=ABOUT["resume"], rich_help_panel="Evaluation and checkpoints")] = False,
-    gpu: Annotated[bool, typer.Option("--gpu", help="Train on CUDA; an error if there is none.", rich_help_panel="Hardware")] = False,
-    device: Annotated[Device, typer.Option(help=ABOUT["device"], rich_help_panel="Hardware")] = Device(TRAIN.device),
-    dtype: Annotated[Dtype, typer.Option(help=ABOUT["dtype"], rich_help_panel="Hardware")] = Dtype(TRAIN.dtype),
+    gpu: Annotated[bool, typer.Option("--gpu", help="Train on CUDA; an error if there is none.")] = False,
+    **declared,  # the settings (settings.TRAIN), each an option named after its TrainConfig field
 ):
     """Train a DiffusionBERT on your text files (stdout stays empty).
 
@@ -67,21 +42,20 @@ def train(
     from ...storage.store import out_path
     from ...training.train import Trainer
 
-    # The options are named after TrainConfig's fields, so the config is built from them as they are.
-    fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"out", "resume"}
-    values = {k: v.value if isinstance(v, Enum) else v for k, v in ctx.params.items() if k in fields}
-    values.update(data=absolute_patterns(data), val_data=absolute_patterns(val_data),  # a run resumes from anywhere
-                  preset=None if init else preset.value, device=device_of(gpu, device))
+    values = plain(declared)  # TrainConfig's fields, as the options are named
+    out, resume, init = values.pop("out"), values.pop("resume"), values["init"]
+    values.update(data=absolute_patterns(values["data"]), val_data=absolute_patterns(values["val_data"]),  # a run
+                  preset=None if init else values["preset"], device="cuda" if gpu else values["device"])  # resumes anywhere
     if init is not None and is_given(ctx, "preset"):
         raise DbertError("--preset and --init both choose the model; give one of them")
     target = str(out_path(out))
     if resume:  # the checkpoint's own config, changed only where the command line says so
-        given = {k for k in fields if is_given(ctx, k)} | ({"device"} if is_given(ctx, "gpu") else set())
+        given = {k for k in values if is_given(ctx, k)} | ({"device"} if is_given(ctx, "gpu") else set())
         if "init" in given:
             given.add("preset")
         cfg = resume_config(target, **{k: values[k] for k in given})
     else:
-        if not data:
+        if not values["data"]:
             raise DbertError("--data is required (a text file, or several)")
         cfg = TrainConfig(out=target, **values)
     trainer = Trainer(cfg, [TrainProgress(cfg.log_every)])
