@@ -201,7 +201,7 @@ class Session:
     def play_again(self, runs: list[Run]) -> list[Playback]:
         """Finished runs' recorded frames as new runs that play them again through the gate, each
         side (nothing is sampled; the final text is known)."""
-        self.playbacks = [Playback(Run(next(self._ids), run.settings, playing=True, template=run.template,
+        self.playbacks = [Playback(Run(next(self._ids), run.settings, playing=True, template=run.template, words=run.words,
                                        source=[rec.frame for rec in run.frames], source_order=run.frames[-1].order,
                                        source_prompt=run.source_prompt)) for run in runs]
         return self.playbacks
@@ -220,14 +220,15 @@ class Session:
         self.partner, self.side = None, 0
         self.playbacks = []
 
-    def edit_run(self, template, n: int, seed: int) -> Playback:
+    def edit_run(self, template, n: int, seed: int, words: dict[int, str] | None = None) -> Playback:
         """A refill: the [MASK]s of `template` (L,) token ids filled given every other token, n times (a branch: n > 1),
-        with side A's settings, the shown run's sampler and `seed` (each refill its own: a second one draws anew)."""
+        with side A's settings, the shown run's sampler and `seed` (each refill its own: a second one draws anew);
+        words: the prompt's words the template keeps, by its positions (drawn as typed)."""
         from dbert_core.config import MAX_SEED
 
         s = replace(self.settings, n=n, length=int(template.shape[-1]), prompt="", seed=seed % (MAX_SEED + 1),
                     sampler=self.settings.sampler or self.shown_settings().sampler)  # the bar names it, not `auto`
-        run = Run(next(self._ids), s, playing=True, template=template)
+        run = Run(next(self._ids), s, playing=True, template=template, words=words)
         self.partner, self.side = None, 0
         self.playbacks = [Playback(run)]
         self.selected = 0

@@ -2,8 +2,8 @@
 
 - `Draft`: one sample being edited: its token ids (the shown frame's, then remasked, with slots
   inserted or deleted), the positions locked against remasking, where each position came
-  from (so the shown frame's confidence, reveal step and candidates stay with their token),
-  the cursor and the selection. `recorded()` is the draft as a one-row frame to draw and to
+  from (so the shown frame's confidence, reveal step and candidates stay with their token, and
+  a prompt's words stay as typed: `verbatim()`), the cursor and the selection. `recorded()` is the draft as a one-row frame to draw and to
   inspect; `template()` the ids the refill fills in: every [MASK] of the draft, conditioned
   on everything else (the sampler with a template, as `--prompt`).
 - `Versions`: every text a refill made, in order, with undo and redo: a version is a run and
@@ -31,11 +31,14 @@ class Draft:
     cursor: int = 0
     anchor: int | None = None      # where a shift-selection started
     edited: bool = False           # something was remasked, inserted or deleted
+    words: dict[int, str] = field(default_factory=dict)  # the prompt's words as typed, by base position
 
     @classmethod
-    def of(cls, rec: Recorded, row: int, mask_id: int, locked: set[int] | None = None) -> "Draft":
+    def of(cls, rec: Recorded, row: int, mask_id: int, locked: set[int] | None = None,
+           words: dict[int, str] | None = None) -> "Draft":
+        """The draft of row `row` of rec; words: the prompt's own words by rec's positions (drawn as typed)."""
         ids = [int(i) for i in rec.frame.ids[row]]
-        return cls(rec, row, mask_id, ids, list(range(len(ids))), set(locked or ()))
+        return cls(rec, row, mask_id, ids, list(range(len(ids))), set(locked or ()), words=dict(words or {}))
 
     # ------------------------------------------------------------------ cursor and selection
     def move(self, delta: int, positions: list[int], extend: bool = False) -> None:
@@ -118,6 +121,13 @@ class Draft:
     @property
     def masked(self) -> int:
         return sum(i == self.mask_id for i in self.ids)
+
+    def verbatim(self) -> dict[int, str] | None:
+        """The prompt's words by the draft's positions, as typed: each one its token still holds
+        (a remasked one is gone, a slot inserted before it moves it on); None when there are none."""
+        kept = {i: self.words[o] for i, o in enumerate(self.origin)
+                if o in self.words and self.ids[i] != self.mask_id}
+        return kept or None
 
     # ------------------------------------------------------------------ as a frame
     def template(self):

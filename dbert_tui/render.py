@@ -181,7 +181,7 @@ def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True,
 def prompt_words_of(db, run, prompt: str | None, given: bool = False) -> dict[int, str] | None:
     """The prompt's own words by the frame's positions (drawn as typed, dbert_core.sampling.sample.prompt_words):
     of `prompt` when `given`, else of the run's (an infill's winning template, whose positions are
-    the template's; none for a refill, whose positions are the draft's), else of `prompt` (the
+    the template's; a refill's, the words its draft kept: Run.words), else of `prompt` (the
     session's). A story checkpoint's run is a story canvas that opens with its [SEP]: the words
     sit one column on (dbert_core.sampling.blocks.canvas_words)."""
     from dbert_core.sampling.blocks import canvas_words
@@ -190,7 +190,7 @@ def prompt_words_of(db, run, prompt: str | None, given: bool = False) -> dict[in
     if not given and run is not None and run.source_prompt is not None:
         return prompt_words(db, run.source_prompt) if db is not None else None  # an infill: the winner's length
     if not given and run is not None and run.template is not None:
-        return None  # a refill: the positions are the draft's, not the prompt's
+        return run.words  # a refill: the positions are the draft's, its words the ones the draft kept
     if not prompt or db is None:
         return None
     words = prompt_words(db, prompt)

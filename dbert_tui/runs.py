@@ -61,6 +61,7 @@ class Run:
     source: list | None = None          # a replay: the frames to play back (compact Frames) instead of sampling
     source_order: torch.Tensor | None = None       # the replay's reveal order (B, L)
     source_prompt: str | None = None   # the template its positions follow, when not settings.prompt (an infill)
+    words: dict[int, str] | None = None  # a refill: the prompt's words its template kept, by position (drawn as typed)
     failed: str = ""                   # why its worker failed (one line), if it did: the run is over
 
     def hold(self, is_cancelled: Callable[[], bool], started: float, done: float) -> None:

@@ -180,3 +180,17 @@ def test_training_counts_its_parameters_as_the_checkpoints_list_does(tmp_path, c
     code, out, _ = run(["checkpoints", "list"], capsys, monkeypatch)
     assert code == 0 and f" {meta['parameters'] / 1e6:.2f}M " in out
 
+
+
+def test_eval_samples_show_a_long_storys_window_and_step(story_model, capsys, monkeypatch):
+    """`dbert eval --samples` on a story longer than a window: its progress counted the steps on
+    across the windows (step 7/20) where `dbert sample` says `window 2/5 · step 3/4`."""
+    stories = story_model.path.parent / "stories.txt"
+    code, out, err = run(["eval", "-c", str(story_model.path), "--data", str(stories), "--limit", "2", "--steps", "2",
+                          "--samples", "1", "--sample-length", "60", "--sample-steps", "4", "--seed", "1", "--json"],
+                         capsys, monkeypatch)
+    assert code == 0, err
+    assert "sampling 0/2 · window 1/5 · step 1/4 · " in err, err
+    assert "sampling 0/2 · window 2/5 · step 1/4 · " in err
+    assert "/20 · " not in err  # never the steps of all the windows counted together
+    assert "sampling" not in out and json.loads(out)["samples"] == 1

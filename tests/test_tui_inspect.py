@@ -10,6 +10,7 @@ import pytest
 
 from dbert_tui.app import create_app
 from dbert_tui.controller import BRANCHES, Settings
+from dbert_tui.render import MASK_GLYPH
 from helpers import SIZE, all_finished, fill_dialog, finished, make_app, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -147,6 +148,31 @@ async def test_branch_draws_several_refills_and_enter_picks_one(tiny_db):
         assert g.editor.versions.current().row == 2 and "version 2/2" in status(g)
         await pilot.press("u", "y")
         assert g.session.selected == 2 and [int(i) for i in g.run.frames[-1].frame.ids[g.session.selected]] == chosen
+
+
+async def test_a_prompts_words_stay_as_typed_in_the_inspector_and_through_a_refill(tiny_db):
+    """The prompt's words are drawn as typed ("the cat", not the truecased "The cat"); inspecting
+    the text, and refilling or branching another span of it, dropped them, so the prompt's first
+    word jumped to "The". A word remasked is refilled as the model writes it; a slot inserted before
+    the prompt's words moves them on."""
+    app = make_app(tiny_db, prompt="the cat [MASK] on the mat")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        g = app.generate_screen
+        assert g.shown_text().split()[:2] == ["the", "cat"]
+        await pilot.press("i")
+        assert g.shown_text().split()[:2] == ["the", "cat"]  # the draft as typed too
+        await pilot.press(*["right"] * 6, "shift+right", "backspace", "f")
+        await wait_for(pilot, finished(app), what="the refill")
+        assert "version 2/2" in status(g) and g.shown_text().split()[:2] == ["the", "cat"]
+        await pilot.press("i", "a")  # a slot before "the": the prompt's words one place on
+        assert g.shown_text().split()[:3] == [MASK_GLYPH, "the", "cat"]
+        await pilot.press("b")
+        await wait_for(pilot, all_finished(app), what="the branch")
+        texts = [card.text.plain for card in g.grid.cards()]
+        assert len(texts) == BRANCHES and all("the cat" in t and "The cat" not in t for t in texts), texts
+        await pilot.press("enter", "u", "y")
+        assert "version 3/3" in status(g) and "the cat" in g.shown_text()
 
 
 @pytest.fixture

@@ -78,9 +78,12 @@ def evaluate(
     if samples:
         from ...evaluation.metrics import quality
         from ...sampling.sample import default_length
+        from ...sampling.settings import default_decoding
         from ..progress import SampleProgress
 
-        sampling = SampleProgress(2 * samples, batch_size)
+        # a long story's frames count steps on across its windows: the line says the window and the step in it
+        per_window = sample_steps if sample_steps is not None else default_decoding(db)["steps"]
+        sampling = SampleProgress(2 * samples, batch_size, per_window=per_window)
         length = sample_length if sample_length is not None else default_length(db)
         result.update(quality(db, data, samples, steps=sample_steps, length=length, batch_size=batch_size, seed=seed,
                               unit=unit.value, params=params, judge=judge, on_frame=sampling, doc_sep=doc_sep.value,

@@ -302,7 +302,7 @@ class KeyActions:
 
     def enter_inspect(self, cursor: int | None = None) -> bool:
         """Inspect mode on (a grid shows its selected sample large); False when there is nothing to inspect."""
-        if not self.editor.enter(self.db, cursor):
+        if not self.editor.enter(self.db, cursor, self.prompt_words()):
             return False
         self.session.zoom()
         self.redraw(layout=True)
@@ -344,8 +344,8 @@ class KeyActions:
     def _refill(self, n: int) -> None:
         edit = self.editor.refill(self.db, self.playbacks[0].run if self.playbacks else None, n, self.session.settings.seed)
         if edit is not None:
-            template, seed = edit
-            pb = self.session.edit_run(template, n, seed)
+            template, seed, words = edit
+            pb = self.session.edit_run(template, n, seed, words)
             self.editor.refill_started(pb.run, n)
             self.start_runs([pb])
 

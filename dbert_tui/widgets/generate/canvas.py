@@ -99,10 +99,10 @@ class Canvas(TokenScroll):
     def draw_draft(self, db, draft, colour: str, edges):
         """The draft being inspected, with its cursor, selection and locks; returns it as a frame.
         The cursor's line is kept in view."""
-        rec = draft.recorded()
+        rec, verbatim = draft.recorded(), draft.verbatim()
         marks = {"cursor": draft.cursor, "selected": draft.selected, "locked": draft.locked}
-        self.text = render_row(db, rec, 0, colour, edges=edges, marks=marks)
-        spans = row_spans(db, rec, 0)
+        self.text = render_row(db, rec, 0, colour, verbatim=verbatim, edges=edges, marks=marks)
+        spans = row_spans(db, rec, 0, verbatim=verbatim)
         self.positions = [sp.index for sp in spans]
         shown = self._spaced(self.text)
         self.say(shown)

@@ -35,9 +35,10 @@ class Editor(Widget):
             self.locked = set()
 
     # ------------------------------------------------------------------ inspect mode
-    def enter(self, db, cursor: int | None = None) -> bool:
+    def enter(self, db, cursor: int | None = None, words: dict[int, str] | None = None) -> bool:
         """Inspect mode on: the shown sample of side A becomes the draft (the run pauses; a grid
-        shows the sample large: the screen's part), the cursor at `cursor` or its first token; False if there is none."""
+        shows the sample large: the screen's part), the cursor at `cursor` or its first token; False if there is none.
+        words: the prompt's own words by the shown frame's positions (the draft keeps them as typed)."""
         session = self.app.session
         if session.view_mode() == "compare" and session.playbacks:
             self.app.notify("inspect works on one run: end the comparison first (c)", severity="warning")
@@ -54,7 +55,7 @@ class Editor(Widget):
         if cursor is None:
             positions = [sp.index for sp in row_spans(db, rec, row)]
             cursor = positions[0] if positions else 0
-        self.draft = Draft.of(rec, row, db.model.mask_id, self.locked)
+        self.draft = Draft.of(rec, row, db.model.mask_id, self.locked, words)
         self.draft.cursor = cursor
         return True
 
@@ -105,10 +106,11 @@ class Editor(Widget):
             return False
         return True
 
-    def refill(self, db, run: Run, n: int, seed: int) -> tuple[object, int] | None:
+    def refill(self, db, run: Run, n: int, seed: int) -> tuple[object, int, dict | None] | None:
         """The draft ends for n refills of its masked positions (n > 1: a branch, picked later): the
-        template and seed of the refill's run (the screen asks the session for it, Session.edit_run),
-        each refill its own seed from the session's `seed`; None when there is nothing to refill (it says why)."""
+        template, seed and kept prompt words (Draft.verbatim) of the refill's run (the screen asks the
+        session for it, Session.edit_run), each refill its own seed from the session's `seed`; None
+        when there is nothing to refill (it says why)."""
         if not self.can_refill(db):
             return None
         d = self.draft
@@ -116,7 +118,7 @@ class Editor(Widget):
             self.versions.add(Version(run, d.row))
         self.locked = set(d.locked)
         self.draft = None
-        return d.template(), seed * 7919 + 104729 * len(self.versions.items) + n
+        return d.template(), seed * 7919 + 104729 * len(self.versions.items) + n, d.verbatim()
 
     def refill_started(self, run: Run, n: int) -> None:
         """The refill's run (controller.Session.edit_run): a branch (n > 1) waits for its pick."""
