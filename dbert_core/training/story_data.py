@@ -148,18 +148,12 @@ def stories(c: TrainConfig, tokenizer, report=None) -> StoryData:
     """The run's windows and held-out windows, the documents' statistics and the sampling defaults."""
     entry = _entry(c.data, c, tokenizer, report)
     windows = StoryWindows(entry, c.seq_len, tokenizer.sep_token_id, c.story_context)
-    g = torch.Generator().manual_seed(c.seed + 99)  # prepare._hold_out's draws, on window numbers
-    val_stats = None
+    held = None
     if c.val_data:
         val_entry = _entry(c.val_data, c, tokenizer, report)
         held = StoryWindows(val_entry, c.seq_len, tokenizer.sep_token_id, c.story_context)
-        keep = torch.randperm(len(held), generator=g)[:c.val_examples].sort().values.tolist()
-        train, val, val_stats = windows, [held[i] for i in keep], val_entry.stats()
-    else:
-        out = _held_out(c, len(windows), g).tolist()
-        mask = np.ones(len(windows), dtype=bool)
-        mask[out] = False
-        train, val = windows.select(np.flatnonzero(mask)), [windows[i] for i in out]
+    train, val = _split(c, windows, held)
+    val_stats = val_entry.stats() if held is not None else None
     lengths = entry.lengths
     some = lengths > 0
     sampling = story_defaults.from_counts(lengths[some], entry.firsts())
@@ -193,16 +187,23 @@ def sentence_windows(c: TrainConfig, tokenizer, report=None):
     prepare._hold_out's split of the windows, as before the cache."""
     entry = _entry(c.data, c, tokenizer, report, SENTENCE_PACK)
     windows = SentenceWindows(entry, c.seq_len, tokenizer.sep_token_id, short=c.short_windows, seed=c.seed)
-    g = torch.Generator().manual_seed(c.seed + 99)  # prepare._hold_out's draws, on window numbers
-    val_stats = None
+    held = None
     if c.val_data:
         held = SentenceWindows(_entry(c.val_data, c, tokenizer, report, SENTENCE_PACK), c.seq_len,
                                tokenizer.sep_token_id)
+    train, val = _split(c, windows, held)
+    return train, val, windows.stats(), held.stats() if held is not None else None
+
+
+def _split(c: TrainConfig, windows, held):
+    """(train, val): with --val-data, every training window and `c.val_examples` of the held-out file's
+    windows `held` drawn at random; else prepare._hold_out's split of the training windows (the draws
+    on window numbers, as before the cache)."""
+    g = torch.Generator().manual_seed(c.seed + 99)
+    if held is not None:
         keep = torch.randperm(len(held), generator=g)[:c.val_examples].sort().values.tolist()
-        train, val, val_stats = windows, [held[i] for i in keep], held.stats()
-    else:
-        out = _held_out(c, len(windows), g).tolist()
-        mask = np.ones(len(windows), dtype=bool)
-        mask[out] = False
-        train, val = windows.select(np.flatnonzero(mask)), [windows[i] for i in out]
-    return train, val, windows.stats(), val_stats
+        return windows, [held[i] for i in keep]
+    out = _held_out(c, len(windows), g).tolist()
+    mask = np.ones(len(windows), dtype=bool)
+    mask[out] = False
+    return windows.select(np.flatnonzero(mask)), [windows[i] for i in out]
