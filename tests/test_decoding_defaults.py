@@ -157,13 +157,7 @@ def test_a_checkpoints_temperature_is_the_default_everywhere_unless_told(recomme
 
 def test_set_decoding_changes_the_recommendation_and_nothing_else(tiny_checkpoint, tmp_path, capsys):
     """scripts/recipes/set_decoding.py: how the shipped model's decoding is set (blind readers chose it)."""
-    import importlib.util
-
-    from helpers import ROOT
-
-    spec = importlib.util.spec_from_file_location("set_decoding", ROOT / "scripts" / "recipes" / "set_decoding.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = _set_decoding()
     ck = tmp_path / "ck"
     shutil.copytree(tiny_checkpoint, ck)
     before = {p.name: p.read_bytes() for p in ck.iterdir() if p.is_file()}
@@ -235,13 +229,7 @@ def test_a_checkpoint_may_recommend_its_sampler_and_its_parameters(recommending,
 
 
 def test_set_decoding_records_a_sampler_and_its_parameters(tiny_checkpoint, tmp_path, capsys):
-    import importlib.util
-
-    from helpers import ROOT
-
-    spec = importlib.util.spec_from_file_location("set_decoding", ROOT / "scripts" / "recipes" / "set_decoding.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = _set_decoding()
     ck = tmp_path / "ck"
     shutil.copytree(tiny_checkpoint, ck)
     assert tool.main([str(ck), "--sampler", "blockwise", "--param", "block=16", "--steps", "40"]) == 0
@@ -253,3 +241,15 @@ def test_set_decoding_records_a_sampler_and_its_parameters(tiny_checkpoint, tmp_
         assert tool.main([str(ck), *bad]) == 2
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1, err
+
+
+def _set_decoding():
+    """scripts/recipes/set_decoding.py as a module."""
+    import importlib.util
+
+    from helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("set_decoding", ROOT / "scripts" / "recipes" / "set_decoding.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool

@@ -142,6 +142,14 @@ def lines(app) -> str:
     return "\n".join(strip.text.rstrip() for strip in app.screen._compositor.render_strips())
 
 
+
+async def quiet_lines(pilot, app) -> str:
+    """The screen's text once it has settled and its toasts are cleared."""
+    await pilot.pause(0.3)
+    app.clear_notifications()
+    await pilot.pause(0.2)
+    return lines(app)
+
 def put(doc: Path, pictures: dict[str, str]) -> list[str]:
     """Each marked block of doc replaced by its picture; the names of the markers with none."""
     missing: list[str] = []
@@ -170,10 +178,8 @@ async def generate_pictures(pilot, pictures: dict[str, str]) -> None:
 
     await wait(pilot, half_revealed, "the sample to be half revealed")
     await pilot.press("space")
-    await pilot.pause(0.5)
-    app.clear_notifications()
-    await pilot.pause(0.2)
-    pictures["generate-paused"] = lines(app)
+    await pilot.pause(0.3)
+    pictures["generate-paused"] = await quiet_lines(pilot, app)
     await pilot.press("space")
     await wait(pilot, done, "the run to finish")
     await pilot.pause(0.3)
@@ -184,10 +190,7 @@ async def generate_pictures(pilot, pictures: dict[str, str]) -> None:
     await pilot.press("v", "c")
     await wait(pilot, lambda: len(g.playbacks) == 2 and all(pb.run.finished for pb in g.playbacks)
                and not g._draw_pending, "both sides of the comparison")
-    await pilot.pause(0.3)
-    app.clear_notifications()
-    await pilot.pause(0.2)
-    pictures["compare"] = lines(app)
+    pictures["compare"] = await quiet_lines(pilot, app)
     await pilot.press("c")
     await wait(pilot, done, "side A alone")
     await pilot.press("i")
