@@ -26,7 +26,7 @@ DOC_SEPS = ("auto", "blank", "eot", "line", "jsonl")  # what separates documents
 LOSSES = ("hybrid", "elbo", "ce")
 DECAYS = ("cosine", "constant")
 DTYPES = ("auto", "fp32", "bf16")
-DECODING = ("steps", "temperature", "top_k", "top_p", "cache_refresh", "cache_masked")  # SampleConfig's fields a checkpoint may recommend (settings.default_decoding)
+DECODING = ("steps", "temperature", "top_k", "top_p", "cache_refresh", "cache_masked", "no_repeat_ngram")  # SampleConfig's fields a checkpoint may recommend (settings.default_decoding)
 PRESETS = ("tiny", "mini", "small", "base")       # their sizes: model.PRESETS
 CHOICES = {"preset": PRESETS, "unit": UNITS, "doc_sep": DOC_SEPS, "decay": DECAYS, "schedule": SCHEDULES,
            "time": TIME_MODES, "loss": LOSSES, "device": DEVICES, "dtype": DTYPES}  # each choice setting's values
@@ -229,6 +229,8 @@ class SampleConfig:
     device: str = "auto"
     prompt: str | None = None          # a template with [MASK] slots
     block_repeats: bool = True         # never draw a token equal to a revealed neighbour ("there there")
+    no_repeat_ngram: int | None = None  # > 0: never draw a token that writes an N-gram the sample already shows
+    #                                    (draw.no_repeat_ngram_ids); 0: off; None: the checkpoint's recommendation, else 0
     pair_quotes: bool = True           # refill quotes that pair with none, quotes excluded (quotes.py)
     fix_contractions: bool = True      # refill contractions English lacks ("you't"), apostrophes excluded
     known_words: bool = True           # refill words the training text never writes (lexicon.py)

@@ -124,6 +124,11 @@ SAMPLE = (
     Setting("block_repeats", bool, "Never draw a token equal to an already revealed neighbour (no \"there "
             "there\"); --allow-repeats samples the model's own distribution.", off="--allow-repeats",
             field="dbert.block_repeats"),
+    Setting("no_repeat_ngram", int, "Never draw a token that, with its N-1 revealed neighbours on one side, "
+            "writes an N-gram (N tokens in a row) the sample already shows: no sentence written twice (\"She "
+            "couldn't find it. But she couldn't find it.\"). 0: off. Default: what the checkpoint recommends, "
+            "else 0.", 0, 64, metavar="N", field="dbert.no_repeat_ngram", label="no-repeat n-gram",
+            note="0: off", blank=CHECKPOINTS),
     Setting("end_at_sentence", bool, "A story model ends a story only after a sentence end (. ! ? or a closing "
             "quote; never after \"And\"): p given that rule; --end-anywhere lets the model end where it likes.",
             off="--end-anywhere", field="dbert.end_at_sentence"),

@@ -104,6 +104,7 @@ DECODING = {
     "top_p": lambda T: ((lambda v: _number(0.0, 1.0)[0](v) and v > 0), "a number in (0, 1]"),
     "cache_refresh": lambda T: _whole(0, T),
     "cache_masked": lambda T: _kind(bool),
+    "no_repeat_ngram": lambda T: _whole(0, 64),
     "sampler": lambda T: _kind(str),    # a strategy's name (sampling.settings.recommended_sampler checks it at use)
     "params": lambda T: _kind(dict),    # that strategy's parameters
 }

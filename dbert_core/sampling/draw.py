@@ -6,13 +6,17 @@ is revealed is decided from the model's raw p, and which token from the reshaped
 ids of the position's revealed left and right neighbours and of the word beyond a comma next to
 it: a model that predicts each position's marginal fills "once upon a time, there [MASK] was"
 with "there" far too often, and a reader sees "there there" or "once, once". Neighbours revealed
-in the same event are drawn in three passes so they see each other. Categorical draws use
-float64.
+in the same event are drawn in three passes so they see each other. The n-gram block
+(`no_repeat_ngram` N, off unless set or recommended: the `no_repeat_ngram_size` of autoregressive
+decoding, on both sides) removes the ids that would write, with the position's N-1 revealed
+neighbours on its left (or on its right), an N-gram the row already shows: a model decoding left
+to right at a cool temperature otherwise loops ("She couldn't find it. But she couldn't find it.").
+Categorical draws use float64.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -138,20 +142,79 @@ class RepeatBlock:
     comma: int = -1
     joiners: tuple[int, ...] = ()
     names: torch.Tensor | None = None  # (V,) bool
+    neighbours: bool = True            # the neighbour rules above (block_repeats); False: only the n-gram block
+    ngram: int = 0                     # N of the n-gram block (no_repeat_ngram_ids); 0: off
+    specials: torch.Tensor | None = None  # ids no n-gram holds ([SEP], [CLS], [PAD]: a story's end padding)
+
+
+def no_repeat_ngram_ids(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor, n: int,
+                        specials: torch.Tensor | None = None) -> torch.Tensor:
+    """(K, J) ids the `where` positions of rows x (R, L) may not take under the n-gram block (-1: none):
+    each id v that, with the position's revealed neighbours, writes an n-gram (at any of its n places
+    in it) the row already shows revealed elsewhere. n-grams holding a masked position or one of
+    `specials` do not count. n = 1 blocks every id the row shows. A position drawn after the others
+    of its n-grams never repeats one; positions revealed in one event see each other only across
+    draw_tokens' passes."""
+    shown = torch.where(masked, torch.full_like(x, -1), x)
+    if specials is not None and len(specials):
+        shown = torch.where(torch.isin(shown, specials), torch.full_like(x, -1), shown)
+    rows, cols = where.nonzero(as_tuple=True)  # row-major, as the reveals are
+    if n == 1:
+        return shown[rows]
+    R, L = x.shape
+    padded = torch.cat([shown, torch.full((R, n - 1), -1, dtype=x.dtype)], 1)
+    grams = torch.stack([padded[:, t: t + L] for t in range(n)], -1)  # (R, L, n): the n-gram starting at each column
+    whole = (grams >= 0).all(-1)  # (R, L): the n-grams the row shows
+    front = torch.cat([torch.full((R, n - 1, n), -1, dtype=x.dtype), grams], 1)  # front[:, s + n - 1] = grams[:, s]
+    out = []
+    for k in range(n):  # the position at place k of an n-gram starting k columns before it
+        others = [t for t in range(n) if t != k]
+        mine = front[rows, cols + n - 1 - k][:, others]  # (K, n - 1): the rest of that n-gram
+        same = (grams[rows][:, :, others] == mine[:, None, :]).all(-1) & whole[rows] & (mine >= 0).all(-1, keepdim=True)
+        taken = grams[rows][:, :, k]  # (K, L): the id at place k of each n-gram the row shows
+        out.append(torch.where(same, taken, torch.full_like(taken, -1)))
+    return torch.cat(out + [_written_twice(shown, rows, cols, n)], 1)
+
+
+def _written_twice(shown: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, n: int) -> torch.Tensor:
+    """(K, J) ids that would write one n-gram twice at once, in two overlapping n-grams holding the position
+    (no_repeat_ngram_ids): "a a _ a" at n = 3 takes no "a". The n-gram with the position at place k and
+    the one d columns before it (the position at place k + d) are equal when v is the id d columns
+    before it and d columns after it, and their other places agree."""
+    R, L = shown.shape
+    padded = torch.cat([torch.full((R, n), -1, dtype=shown.dtype), shown, torch.full((R, n), -1, dtype=shown.dtype)], 1)
+    at = cols + n  # the position's column in padded
+    out = []
+    for d in range(1, n):
+        before, after = padded[rows, at - d], padded[rows, at + d]
+        for k in range(n - d):  # the first n-gram starts k columns before the position, the second k + d
+            ok = (before >= 0) & (before == after)
+            for t in range(n):
+                if t in (k, k + d):
+                    continue
+                a, b = padded[rows, at - k + t], padded[rows, at - k - d + t]
+                ok &= (a >= 0) & (a == b)
+            out.append(torch.where(ok, before, torch.full_like(before, -1)))
+    return torch.stack(out, 1) if out else torch.full((len(rows), 0), -1, dtype=shown.dtype)
 
 
 JOINERS = ("and", "or", "with")
 
 
-def repeat_block(db) -> RepeatBlock:
+def repeat_block(db, neighbours: bool = True, ngram: int = 0) -> RepeatBlock | None:
     """The checkpoint's repeat block: its comma, its joiners and its names (from the truecasing
-    table: the words written capitalised inside a sentence). Built once per loaded checkpoint (every
-    window and touch-up round of a run asks for it)."""
+    table: the words written capitalised inside a sentence), built once per loaded checkpoint (every
+    window and touch-up round of a run asks for it); with `neighbours` False only the n-gram block,
+    with ngram 0 none; None when neither is on."""
+    if not neighbours and not ngram:
+        return None
     cached = getattr(db, "_repeat_block", None)
     if cached is None:
         cached = _repeat_block(db)
         setattr(db, "_repeat_block", cached)
-    return cached
+    if neighbours and not ngram:
+        return cached
+    return replace(cached, neighbours=neighbours, ngram=ngram)
 
 
 def _repeat_block(db) -> RepeatBlock:
@@ -164,7 +227,10 @@ def _repeat_block(db) -> RepeatBlock:
     if ids and joiners:
         names = torch.zeros(db.model.config.vocab_size, dtype=torch.bool)
         names[torch.tensor(ids)] = True
-    return RepeatBlock(comma=comma_id(db), joiners=joiners, names=names)
+    tok = db.tokenizer
+    specials = torch.tensor(sorted({i for i in (tok.sep_token_id, tok.cls_token_id, tok.pad_token_id,
+                                                tok.mask_token_id, tok.unk_token_id) if i is not None}))
+    return RepeatBlock(comma=comma_id(db), joiners=joiners, names=names, specials=specials)
 
 
 def draw_tokens(x, masked, revealed, logits, r_v, no_draw, shaping, u, block: RepeatBlock | None, top=None):
@@ -186,7 +252,10 @@ def draw_tokens(x, masked, revealed, logits, r_v, no_draw, shaping, u, block: Re
             continue
         idx = sel.nonzero().squeeze(1)
         rv = None if r_v is None else (r_v[idx.to(r_v.device)] if r_v.shape[0] == K and K > 1 else r_v)
-        blocked = neighbours(x, masked, where, block.comma, block.joiners, block.names)
+        blocked = neighbours(x, masked, where, block.comma, block.joiners, block.names) if block.neighbours \
+            else torch.full((int(where.sum()), 0), -1, dtype=x.dtype)
+        if block.ngram:
+            blocked = torch.cat([blocked, no_repeat_ngram_ids(x, masked, where, block.ngram, block.specials)], 1)
         c, pc = draw(logits[idx.to(logits.device)], rv, no_draw, shaping, u[idx], blocked, None if top is None else top.at(idx))
         chosen[idx], conf[idx] = c, pc
         x[where] = c

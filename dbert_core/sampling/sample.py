@@ -125,7 +125,7 @@ def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbi
         net=Net(db, cfg.dtype, rules, prefix, cfg.cache_refresh or 0, bool(cfg.cache_masked)), gen=gen,
         shaping=shaping(db, cfg),
         no_draw=sorted(set(db.model.forbidden) | {db.tokenizer.unk_token_id} | set(forbid)),  # never sampled
-        block_repeats=repeat_block(db) if cfg.block_repeats else None,
+        block_repeats=repeat_block(db, cfg.block_repeats, cfg.no_repeat_ngram or 0),
         db=db, steps=cfg.steps, params=strategy.resolve(cfg.params), top=top)
     stream = family(strategy)(state, **strategy.options)
     if is_story_model(db):  # after a story's end, the rest of its row is end padding, decided at once

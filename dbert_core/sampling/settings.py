@@ -101,7 +101,7 @@ def default_min_length(db) -> int:
 # the paper's top-k 30, no nucleus, the exact forward (no decided-position cache, so no [MASK] states kept)
 STEPS, TEMPERATURE, TOP_K, TOP_P = 96, 1.0, 30, 1.0
 GENERAL_DECODING = {"steps": STEPS, "temperature": TEMPERATURE, "top_k": TOP_K, "top_p": TOP_P,
-                    "cache_refresh": 0, "cache_masked": False}
+                    "cache_refresh": 0, "cache_masked": False, "no_repeat_ngram": 0}
 
 
 def recommended_decoding(db) -> dict:
@@ -113,7 +113,7 @@ def recommended_decoding(db) -> dict:
     T, whole, real = db.schedule.T, (int,), (int, float)
     ok = {"steps": (whole, lambda v: 1 <= v <= T), "temperature": (real, lambda v: 0.0 <= v <= 1e6),
           "top_k": (whole, lambda v: v >= 0), "top_p": (real, lambda v: 0.0 < v <= 1.0),
-          "cache_refresh": (whole, lambda v: 0 <= v <= T)}
+          "cache_refresh": (whole, lambda v: 0 <= v <= T), "no_repeat_ngram": (whole, lambda v: 0 <= v <= 64)}
     found = {name: given[name] for name, (kinds, within) in ok.items()
              if isinstance(given.get(name), kinds) and not isinstance(given[name], bool) and within(given[name])}
     for name in ("temperature", "top_p"):
@@ -125,9 +125,10 @@ def recommended_decoding(db) -> dict:
 
 
 def default_decoding(db) -> dict:
-    """{steps, temperature, top_k, top_p, cache_refresh, cache_masked} a sample uses unless told: what
-    the checkpoint recommends (recommended_decoding), each value it does not replaced by the general
-    default (GENERAL_DECODING: 96 steps, temperature 1, top-k 30, top-p off, no decided-position cache)."""
+    """{steps, temperature, top_k, top_p, cache_refresh, cache_masked, no_repeat_ngram} a sample uses unless
+    told: what the checkpoint recommends (recommended_decoding), each value it does not replaced by the general
+    default (GENERAL_DECODING: 96 steps, temperature 1, top-k 30, top-p off, no decided-position cache, no
+    n-gram block)."""
     return {**GENERAL_DECODING, **recommended_decoding(db)}
 
 

@@ -146,6 +146,7 @@ def _dbert_fields(body: dict, stream: bool) -> dict:
     sampler, params = _strategy(extra)
     got = {"steps": steps, "top_k": top_k, "sampler": sampler, "params": params,
            "block_repeats": _optional(extra, "block_repeats", bool, "true or false", base.block_repeats),
+           "no_repeat_ngram": _optional(extra, "no_repeat_ngram", int, "a whole number", base.no_repeat_ngram),
            "end_at_sentence": _optional(extra, "end_at_sentence", bool, "true or false", base.end_at_sentence),
            "start_as_trained": _optional(extra, "start_as_trained", bool, "true or false", base.start_as_trained),
            "template": _optional(extra, "template", str, "a string"),
@@ -195,7 +196,7 @@ def _prepared(db, p: str, suffix: str, templated: bool, asked: dict, extra: dict
         least = max(least or 0, length - s)
     cfg = SampleConfig(n=asked["n"], temperature=asked["temperature"], top_p=asked["top_p"], seed=asked["seed"],
                        length=length, min_length=least, device=device, prompt=text, dtype=dtype,
-                       **{k: extra[k] for k in ("steps", "top_k", "sampler", "params", "block_repeats",
+                       **{k: extra[k] for k in ("steps", "top_k", "sampler", "params", "block_repeats", "no_repeat_ngram",
                                                 "end_at_sentence", "start_as_trained")})
     try:
         cfg = resolve(cfg, db)

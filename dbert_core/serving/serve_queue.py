@@ -86,7 +86,7 @@ class Job:
         if c.seed is not None:
             return None
         params = tuple(sorted((c.params or {}).items()))  # resolved: the same values, whether given or defaults
-        return (c.length, c.steps, c.temperature, c.top_k, c.top_p, c.sampler, params, c.block_repeats, c.dtype)
+        return (c.length, c.steps, c.temperature, c.top_k, c.top_p, c.sampler, params, c.block_repeats, c.no_repeat_ngram, c.dtype)
 
     def check(self) -> None:
         """Between steps: stop if the client went away or the time limit passed."""

@@ -24,7 +24,8 @@ from dbert_core.settings import flag
 
 def decoding(args) -> dict:
     given = {"steps": args.steps, "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
-             "cache_refresh": args.cache_refresh, "cache_masked": args.cache_masked}
+             "cache_refresh": args.cache_refresh, "cache_masked": args.cache_masked,
+             "no_repeat_ngram": args.no_repeat_ngram}
     given = {k: v for k, v in given.items() if v is not None}
     if args.sampler is not None:
         given["sampler"] = args.sampler
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top-p", type=float)
     ap.add_argument("--cache-refresh", type=int)
     ap.add_argument("--cache-masked", action=argparse.BooleanOptionalAction, default=None)
+    ap.add_argument("--no-repeat-ngram", type=int)
     ap.add_argument("--sampler", help="the strategy the checkpoint recommends (dbert sample --sampler's names)")
     ap.add_argument("--param", action="append", help="NAME=VALUE, one of that sampler's parameters (repeatable)")
     args = ap.parse_args(argv)
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         new = decoding(args)
         if not new:
             raise DbertError("give at least one of --steps, --temperature, --top-k, --top-p, --cache-refresh, --cache-masked, "
-                             "--sampler")
+                             "--no-repeat-ngram, --sampler")
         old = (meta.get("sampling") or {}).get("decoding")
         meta.setdefault("sampling", {})["decoding"] = new
         atomic_write_text(path, json.dumps(meta, indent=2) + "\n")

@@ -24,7 +24,7 @@ COMMON = ("prompt_arg", "checkpoint", "n", "steps", "temperature", "top_k", "top
 # --help-all's order, the command's own options and its settings together; a setting named nowhere comes last
 LAYOUT: dict[str | None, tuple[str, ...]] = {None: ("prompt_arg", "checkpoint", "n", "steps", "temperature", "top_k", "top_p", "length", "min_length",
                  "end_at_sentence", "natural_length", "start_as_trained", "batch_size", "workers", "seed", "prompt",
-                 "prompt_file", "output", "sampler", "params", "block_repeats", "pair_quotes", "fix_contractions",
+                 "prompt_file", "output", "sampler", "params", "block_repeats", "no_repeat_ngram", "pair_quotes", "fix_contractions",
                  "known_words", "lowercase", "stats", "trajectory", "device", "dtype", "prefix_cache",
                  "cache_refresh", "cache_masked", "candidates", "help_all")}
 # what `dbert sample` says of a setting beyond its declaration: --sampler's names are the registry's, as it is then
@@ -128,7 +128,7 @@ def _say_notes(db, prompts: list[str | None]) -> None:
 
 
 SETTINGS = ("steps", "temperature", "top_k", "top_p", "length", "min_length", "end_at_sentence", "natural_length",
-            "start_as_trained", "sampler", "params", "block_repeats", "dtype", "prefix_cache", "cache_refresh",
+            "start_as_trained", "sampler", "params", "block_repeats", "no_repeat_ngram", "dtype", "prefix_cache", "cache_refresh",
             "cache_masked", "batch_size", "workers")  # an --output line's settings, as resolved
 SUMMED = ("nfe", "rows", "gflop", "seconds", "samples", "batches")  # --stats figures added up over the prompts
 
