@@ -150,52 +150,31 @@ class RepeatBlock:
 def no_repeat_ngram_ids(x: torch.Tensor, masked: torch.Tensor, where: torch.Tensor, n: int,
                         specials: torch.Tensor | None = None) -> torch.Tensor:
     """(K, J) ids the `where` positions of rows x (R, L) may not take under the n-gram block (-1: none):
-    each id v that, with the position's revealed neighbours, writes an n-gram (at any of its n places
-    in it) the row already shows revealed elsewhere. n-grams holding a masked position or one of
-    `specials` do not count. n = 1 blocks every id the row shows. A position drawn after the others
-    of its n-grams never repeats one; positions revealed in one event see each other only across
-    draw_tokens' passes."""
+    each id v such that v, after the position's n-1 revealed left neighbours (or before its n-1
+    revealed right neighbours), writes an n-gram the row already shows revealed: the position ends
+    (or starts) the n-gram, as a left-to-right decoder's next token ends one. A position between
+    revealed neighbours on both sides is not held to the n-grams it would sit inside: the word that
+    fits there is seldom free (blocking "s" in "Lily ' _ mom" writes "Lily 'her mom"). n-grams holding
+    a masked position or one of `specials` do not count; n = 1 blocks every id the row shows."""
     shown = torch.where(masked, torch.full_like(x, -1), x)
     if specials is not None and len(specials):
         shown = torch.where(torch.isin(shown, specials), torch.full_like(x, -1), shown)
     rows, cols = where.nonzero(as_tuple=True)  # row-major, as the reveals are
-    if n == 1:
-        return shown[rows]
     R, L = x.shape
-    padded = torch.cat([shown, torch.full((R, n - 1), -1, dtype=x.dtype)], 1)
-    grams = torch.stack([padded[:, t: t + L] for t in range(n)], -1)  # (R, L, n): the n-gram starting at each column
-    whole = (grams >= 0).all(-1)  # (R, L): the n-grams the row shows
-    front = torch.cat([torch.full((R, n - 1, n), -1, dtype=x.dtype), grams], 1)  # front[:, s + n - 1] = grams[:, s]
+    m = n - 1
+    if m == 0:
+        return shown[rows]
+    pad = torch.full((R, m), -1, dtype=x.dtype)
+    padded = torch.cat([pad, shown, pad], 1)  # column j + m is shown's column j
+    sides = (torch.stack([padded[:, k: k + L] for k in range(m)], -1),               # shown[j - m + k]
+             torch.stack([padded[:, m + 1 + k: m + 1 + k + L] for k in range(m)], -1))  # shown[j + 1 + k]
     out = []
-    for k in range(n):  # the position at place k of an n-gram starting k columns before it
-        others = [t for t in range(n) if t != k]
-        mine = front[rows, cols + n - 1 - k][:, others]  # (K, n - 1): the rest of that n-gram
-        same = (grams[rows][:, :, others] == mine[:, None, :]).all(-1) & whole[rows] & (mine >= 0).all(-1, keepdim=True)
-        taken = grams[rows][:, :, k]  # (K, L): the id at place k of each n-gram the row shows
-        out.append(torch.where(same, taken, torch.full_like(taken, -1)))
-    return torch.cat(out + [_written_twice(shown, rows, cols, n)], 1)
-
-
-def _written_twice(shown: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, n: int) -> torch.Tensor:
-    """(K, J) ids that would write one n-gram twice at once, in two overlapping n-grams holding the position
-    (no_repeat_ngram_ids): "a a _ a" at n = 3 takes no "a". The n-gram with the position at place k and
-    the one d columns before it (the position at place k + d) are equal when v is the id d columns
-    before it and d columns after it, and their other places agree."""
-    R, L = shown.shape
-    padded = torch.cat([torch.full((R, n), -1, dtype=shown.dtype), shown, torch.full((R, n), -1, dtype=shown.dtype)], 1)
-    at = cols + n  # the position's column in padded
-    out = []
-    for d in range(1, n):
-        before, after = padded[rows, at - d], padded[rows, at + d]
-        for k in range(n - d):  # the first n-gram starts k columns before the position, the second k + d
-            ok = (before >= 0) & (before == after)
-            for t in range(n):
-                if t in (k, k + d):
-                    continue
-                a, b = padded[rows, at - k + t], padded[rows, at - k - d + t]
-                ok &= (a >= 0) & (a == b)
-            out.append(torch.where(ok, before, torch.full_like(before, -1)))
-    return torch.stack(out, 1) if out else torch.full((len(rows), 0), -1, dtype=shown.dtype)
+    for ctx in sides:  # (R, L, m): each column's n-1 neighbours on this side
+        whole = (ctx >= 0).all(-1) & (shown >= 0)  # the n-grams the row shows, ending (or starting) at a column
+        mine = ctx[rows, cols]  # (K, m)
+        same = (ctx[rows] == mine[:, None, :]).all(-1) & whole[rows] & (mine >= 0).all(-1, keepdim=True)
+        out.append(torch.where(same, shown[rows], torch.full_like(shown[rows], -1)))
+    return torch.cat(out, 1)
 
 
 JOINERS = ("and", "or", "with")
