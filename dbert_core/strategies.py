@@ -224,7 +224,10 @@ _BUILT_IN = (
              params=(Param("block", 32, "tokens per block: a step reveals in the first block with a masked "
                            "position before any later one", lo=1, type=int),
                      Param("by", "confidence", "how positions are ranked within a block",
-                           choices=("confidence", "margin", "entropy"), type=str)),
+                           choices=("confidence", "margin", "entropy"), type=str),
+                     Param("opening", -1.0, "the temperature of the canvas's first block (a story's opening: its "
+                           "names and places), -1: the --temperature; a cool temperature otherwise opens nearly "
+                           "every story alike", lo=-1.0, hi=1e6)),
              reference="Nie et al. 2025 (LLaDA, semi-autoregressive remasking, block_length)",
              family=_SAMPLING + "ordered:blockwise", cache_masked=True),
     Strategy("threshold", False, "Fast-dLLM parallel decoding: every call reveals each masked position whose "

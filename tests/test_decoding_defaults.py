@@ -199,7 +199,7 @@ def test_a_checkpoint_may_recommend_its_sampler_and_its_parameters(recommending,
     (recommending / "dbert.json").write_text(json.dumps(meta))
     db = checkpoint.load(recommending)
     got = resolve(SampleConfig(), db)
-    assert (got.sampler, got.params, got.steps) == ("blockwise", {"block": 4, "by": "confidence"}, 12)
+    assert (got.sampler, got.params, got.steps) == ("blockwise", {"block": 4, "by": "confidence", "opening": -1.0}, 12)
     assert resolve(SampleConfig(sampler="blockwise", params={"block": 8}), db).params["block"] == 8
     assert resolve(SampleConfig(sampler="blockwise"), db).params["block"] == 4  # the same sampler: its parameters
     assert resolve(SampleConfig(sampler="threshold"), db).params == {"tau": 0.9}  # another: its own defaults

@@ -47,8 +47,8 @@ def test_one_registry_names_every_strategy_its_label_and_parameters():
     assert all(strategies.get(n).label == "exact" for n in strategies.EXACT)
     assert all(strategies.get(n).label == "heuristic" for n in HEURISTIC)
     assert strategies.get("threshold").resolve(None) == {"tau": 0.9}
-    assert strategies.get("blockwise").resolve({"block": 8}) == {"block": 8, "by": "confidence"}
-    for bad in ({"block": 0}, {"block": 2.5}, {"by": "chance"}):
+    assert strategies.get("blockwise").resolve({"block": 8}) == {"block": 8, "by": "confidence", "opening": -1.0}
+    for bad in ({"block": 0}, {"block": 2.5}, {"by": "chance"}, {"opening": -2}):
         with pytest.raises(DbertError, match="blockwise's"):
             strategies.get("blockwise").resolve(bad)
     assert strategies.get("entropy-bounded").resolve({"gamma": 1}) == {"gamma": 1.0}

@@ -55,19 +55,28 @@ def position_scores(logits: torch.Tensor, no_draw: list[int], by: str) -> torch.
     return out.cpu().double()
 
 
-def _reveal_tokens(state: State, rows, mk, rev, logits, u_token, read=None):
+def _reveal_tokens(state: State, rows, mk, rev, logits, u_token, read=None, shaping=None):
     """Draw tokens from p' at the rev (R, L) positions of batch rows `rows` (their masked
     positions mk; the logits those of `read`, default mk, in row-major order) and write them in;
-    returns the (B, L) revealed mask."""
+    returns the (B, L) revealed mask. shaping: the token choice's (default the run's)."""
     revealed = torch.zeros_like(state.masked)
     if not rev.any():
         return revealed
     read = mk if read is None else read
     chosen, conf = draw_tokens(state.x[rows], mk, rev, logits[rev[read].to(logits.device)], None, state.no_draw,
-                               state.shaping, u_token[rows][rev], state.block_repeats, state.top)
+                               shaping or state.shaping, u_token[rows][rev], state.block_repeats, state.top)
     revealed[rows] = rev
     state.reveal(revealed, chosen, conf)
     return revealed
+
+
+def _reveal_opening(state: State, rows, mk, rev, logits, u_token, read, front) -> torch.Tensor:
+    """_reveal_tokens with the rows still in the canvas's first block (front: each row's first block
+    with a [MASK]) drawn at blockwise's `opening` temperature, the others at the run's."""
+    first = (front[rows] == 0).unsqueeze(1)
+    warm = state.shaping._replace(temperature=float(state.params["opening"]))
+    return _reveal_tokens(state, rows, mk, rev & first, logits, u_token, read, warm) | \
+        _reveal_tokens(state, rows, mk, rev & ~first, logits, u_token, read)
 
 
 def blockwise(state: State) -> Iterator[Frame]:
@@ -120,6 +129,7 @@ def ordered(state: State, by: str, block: int = 0) -> Iterator[Frame]:
     target = torch.round(n0.double().unsqueeze(0) * (1.0 - curve[1:]).unsqueeze(1)).long()  # (S, B)
     target[-1] = n0
     front = None  # blockwise: each row's first block with a [MASK] at the last call
+    opening = state.params.get("opening", -1.0) if block else -1.0
     for k in range(S):
         u_token = torch.rand(x.shape, generator=gen, dtype=torch.float64)
         need = torch.minimum(target[k] - (n0 - masked.sum(1)), masked.sum(1))
@@ -143,7 +153,8 @@ def ordered(state: State, by: str, block: int = 0) -> Iterator[Frame]:
             full = torch.full(mk.shape, float("-inf"), dtype=torch.float64)
             full[read] = score
             rev = read & (_rank(full, block) < need[rows].unsqueeze(1))
-            revealed = _reveal_tokens(state, rows, mk, rev, logits, u_token, read)
+            revealed = _reveal_opening(state, rows, mk, rev, logits, u_token, read, now) if opening >= 0 \
+                else _reveal_tokens(state, rows, mk, rev, logits, u_token, read)
         yield state.frame(revealed, k + 1)
 
 
