@@ -76,6 +76,13 @@ def test_trains_resumes_and_scores(tiny_checkpoint, tmp_path, capsys):
     texts = lines.read_text().splitlines()
     assert len(texts) == 4 and all("[SEP]" not in t and "[CLS]" not in t for t in texts)
     assert all(len(db.tokenizer.encode(t, add_special_tokens=False)) <= 30 + 5 for t in texts)
+    # --no-repeat-ngram: dbert's rule, so no row repeats a bigram; the model alone does here (the test can fail)
+    def repeats(rows):
+        return sum(len(r) - 1 - len({tuple(r[i:i + 2]) for i in range(len(r) - 1)}) for r in rows)
+
+    sep = db.tokenizer.sep_token_id
+    assert repeats(mod.draw(model, sep, 4, 30, 1.0, 3, 0)) > 0
+    assert repeats(mod.draw(model, sep, 4, 30, 1.0, 3, 0, no_repeat_ngram=2)) == 0
     # the same seed draws the same windows
     assert mod.main(["sample", str(out), "--n", "3", "--length", "12", "--heldout", str(TINYSTORIES_VALID),
                      "--batch-size", "2"]) == 0

@@ -439,16 +439,18 @@ def _keep(path: Path, result: dict) -> None:
 @torch.inference_mode()
 def draw(model, sep: int, n: int, length: int, temperature: float, top_k: int, seed: int,
          batch_size: int = 32, forbidden: tuple[int, ...] = (), top_p: float = 1.0,
-         stop: bool = False) -> list[list[int]]:
+         stop: bool = False, no_repeat_ngram: int = 0) -> list[list[int]]:
     """n windows of length tokens after a [SEP], drawn left to right with the KV cache (top-k, then
     the nucleus top-p, as dbert's draw shapes p); once a row's window is full it goes on from its
     last half window, read afresh, and fills the window again from the cache (until 2026-12-06 it
     re-read the last half window at every token past the first window: less context, and each of
     those calls cost a 128-token forward). stop: each row ends at the first [SEP] it draws (a
-    story's end; not kept), and a batch stops once every row has ended."""
+    story's end; not kept), and a batch stops once every row has ended. no_repeat_ngram N: no token
+    that ends an N-gram the row already holds (dbert's own rule, draw.no_repeat_ngram_ids, so the two
+    models are read under the same block)."""
     import inspect
 
-    from dbert_core.sampling.draw import nucleus
+    from dbert_core.sampling.draw import no_repeat_ngram_ids, nucleus
 
     gen = torch.Generator().manual_seed(seed)
     # transformers 5.x renamed past_key_values to cache (argument and output): whichever this one has
@@ -467,6 +469,13 @@ def draw(model, sep: int, n: int, length: int, temperature: float, top_k: int, s
             logits = res.logits[:, -1].float() / temperature
             if forbidden:
                 logits[:, list(forbidden)] = float("-inf")
+            if no_repeat_ngram:
+                canvas = torch.cat([seqs, torch.zeros((b, 1), dtype=torch.long)], 1)
+                nxt = torch.zeros_like(canvas, dtype=torch.bool)
+                nxt[:, -1] = True  # the token being drawn; everything before it is written
+                blocked = no_repeat_ngram_ids(canvas, nxt, nxt, no_repeat_ngram, torch.tensor([sep]))
+                r, c = (blocked >= 0).nonzero(as_tuple=True)
+                logits[r, blocked[r, c]] = float("-inf")
             if top_k:
                 kth = logits.topk(min(top_k, logits.shape[-1]), -1).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -501,7 +510,7 @@ def stories(a) -> int:
     length = a.length or default_length(db)
     start = time.perf_counter()
     rows = draw(model, tok.sep_token_id, a.n, length, a.temperature, a.top_k, a.seed, a.batch_size, forbidden,
-                a.top_p, stop=True)
+                a.top_p, stop=True, no_repeat_ngram=a.no_repeat_ngram)
     seconds = time.perf_counter() - start
     texts = [" ".join(db.decode(r).split()) for r in rows]
     lines = Path(a.lines)
@@ -651,6 +660,8 @@ def main(argv=None) -> int:
                                                "scripts/studies/stories.py); --length then caps a story [the diffusion "
                                                "sampler's default length]")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--no-repeat-ngram", type=int, default=0, help="no token that ends an N-gram the story already "
+                                                                  "holds (dbert sample --no-repeat-ngram's rule; 0: off)")
     s.add_argument("--batch-size", type=int, default=32)
     s.add_argument("--threads", type=int, default=0)
     s.add_argument("--heldout", default="runs/data/stories-heldout.txt", help="BLEU-4's references")
