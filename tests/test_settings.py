@@ -71,6 +71,37 @@ def test_the_server_names_the_json_field(tiny_db, body, param, said):
     assert "--" not in e.value.message
 
 
+def test_a_setting_given_a_dbert_field_is_a_request_field(tiny_db, monkeypatch):
+    """A setting whose entry in settings.SAMPLE has a dbert.* field is a field of the server's
+    requests with nothing written in serving/request.py: read, checked against its kind and range
+    (a 400 naming the field) and handed to the SampleConfig. cache_refresh and cache_masked, the
+    command line's only today, are given fields here."""
+    from dataclasses import replace
+
+    from dbert_core.serving.api_error import ApiError
+    from dbert_core.serving.options import Limits
+    from dbert_core.serving.request import parse
+
+    body = {"prompt": "once upon a time", "max_tokens": 8, "dbert": {"cache_refresh": 2, "cache_masked": True}}
+    with pytest.raises(ApiError, match="unknown dbert field 'cache_masked'"):  # not a field yet: the test can fail
+        parse(body, tiny_db, "tiny", Limits())
+    fields = {"cache_refresh": "dbert.cache_refresh", "cache_masked": "dbert.cache_masked"}
+    monkeypatch.setattr(settings, "SAMPLE", tuple(replace(s, field=fields.get(s.name, s.field)) for s in settings.SAMPLE))
+    cfg = parse(body, tiny_db, "tiny", Limits()).prompts[0].cfg
+    assert (cfg.cache_refresh, cfg.cache_masked) == (2, True)
+    cfg = parse({**body, "dbert": {"cache_refresh": None}}, tiny_db, "tiny", Limits()).prompts[0].cfg
+    assert (cfg.cache_refresh, cfg.cache_masked) == (0, False)  # left out (or null): what `dbert sample` resolves
+    for given, said in (({"cache_refresh": -1}, "dbert.cache_refresh must be a whole number in [0, 1000000] (got -1)"),
+                        ({"cache_refresh": "2"}, 'dbert.cache_refresh must be a whole number in [0, 1000000] (got "2")'),
+                        ({"cache_masked": 1}, "dbert.cache_masked must be true or false (got 1)"),
+                        ({"cache_masks": 1}, "unknown dbert field 'cache_masks'; known: steps, top_k, sampler, "
+                                             "params, cache_refresh, cache_masked, block_repeats, ")):
+        with pytest.raises(ApiError) as e:
+            parse({**body, "dbert": given}, tiny_db, "tiny", Limits())
+        field = "dbert" if "cache_masks" in given else "dbert." + next(iter(given))
+        assert e.value.status == 400 and e.value.param == field and e.value.message.startswith(said), e.value.message
+
+
 @pytest.mark.anyio
 async def test_the_settings_dialog_names_its_field(tiny_db):
     from dbert_tui.screens.dialogs import FormDialog
@@ -195,8 +226,8 @@ def test_the_servers_dbert_fields_are_the_schemas():
     from dbert_core.serving import request
 
     served = [s.field.split(".", 1)[1] for s in settings.SAMPLE if (s.field or "").startswith("dbert.")]
-    assert list(request.DBERT_FIELDS[:len(served)]) == served
-    assert set(request.DBERT_FIELDS) - set(served) == {"template", "stream_steps", "lowercase"}
+    assert list(request.dbert_fields()[:len(served)]) == served
+    assert set(request.dbert_fields()) - set(served) == {"template", "stream_steps", "lowercase"}
 
 
 def test_dbert_tui_names_its_own_flags(capsys):
