@@ -51,6 +51,27 @@ def test_the_cli_names_the_flag(tiny_checkpoint, capsys, monkeypatch, args, said
     assert err.startswith("dbert: error: ") and said in err, err
 
 
+# a bad value of a samples' setting that `dbert eval` shares with `dbert sample`: eval's words, sample's
+EVAL_BAD = [(["--seed", "-1"], ["--seed", "-1"]), (["--batch-size", "0"], ["--batch-size", "0"]),
+            (["--top-k", "-1"], ["--top-k", "-1"]), (["--top-p", "1.5"], ["--top-p", "1.5"]),
+            (["--sample-steps", "0"], ["--steps", "0"]), (["--sample-length", "0"], ["--length", "0"])]
+
+
+@pytest.mark.parametrize("given,in_sample", EVAL_BAD, ids=[g[0] for g, _ in EVAL_BAD])
+def test_eval_says_a_bad_sample_setting_as_sample_does(tiny_checkpoint, tmp_path, capsys, monkeypatch, given,
+                                                       in_sample):
+    """`dbert eval`'s options for its samples are `dbert sample`'s settings (settings.SAMPLE: their
+    type, range and check), --sample-steps and --sample-length under eval's own names."""
+    data = tmp_path / "held-out.txt"
+    data.write_text("once upon a time there was a cat\n")
+    code, out, said = run(["sample", "-c", str(tiny_checkpoint), "-n", "1", *in_sample], capsys, monkeypatch)
+    assert code == 2 and out == "" and said.startswith(f"dbert: error: {in_sample[0]} must be "), said
+    if given[0] != in_sample[0]:  # eval's own name for it, then the one `dbert sample` knows it by
+        said = said.replace(in_sample[0], f"{given[0]} (the samples' {in_sample[0]})", 1)
+    code, out, err = run(["eval", "-c", str(tiny_checkpoint), "--data", str(data), *given], capsys, monkeypatch)
+    assert (code, out, err) == (2, "", said)
+
+
 SERVER_BAD = [
     ({"top_p": 1.5}, "top_p", "top_p must be a finite number in (0, 1] (got 1.5)"),
     ({"dbert": {"steps": 100000}}, "dbert.steps", "dbert.steps must be between 1 and T="),
@@ -238,3 +259,4 @@ def test_dbert_tui_names_its_own_flags(capsys):
         main(["--top-p", "5"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err == "dbert-tui: error: --top-p must be a finite number in (0, 1] (got 5.0)\n"
+
