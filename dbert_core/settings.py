@@ -5,8 +5,8 @@ means. Defaults are the dataclasses' own and a choice's values config's tuples (
 them: config.SAMPLE_SETTINGS, config.TRAIN_SETTINGS). Torch-free, importing only errors.
 
 From this table: config's range checks (Setting.check), the options of `dbert sample` and
-`dbert train` (each setting with a flag, built by cli/options.with_settings; `dbert eval`, `serve`
-and `bench` take the few they share), the server's request fields (serving/request.py), the
+`dbert train` (each setting with a flag, built by cli/options.with_settings; `dbert eval`, `serve`,
+`bench` and `dbert-tui` take the few they share), the server's request fields (serving/request.py), the
 Generate screen's settings form (dbert_tui/forms.py) and the Train screen's form's labels
 (dbert_tui/screens/train.py); each front end names a DbertError's setting through it
 (errors.DbertError.said).

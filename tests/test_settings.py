@@ -260,3 +260,26 @@ def test_dbert_tui_names_its_own_flags(capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and err == "dbert-tui: error: --top-p must be a finite number in (0, 1] (got 5.0)\n"
 
+
+def test_dbert_tuis_first_run_options_are_the_settings(capsys, monkeypatch):
+    """dbert-tui's --steps, --top-k, --device, ... are `dbert sample`'s settings (settings.SAMPLE,
+    bound in config.SAMPLE_SETTINGS) with the app's defaults: a declaration's metavar and a
+    choice's values show in its --help, and the values reach the first run's Settings."""
+    from dataclasses import replace
+
+    from dbert_core import config
+    from dbert_tui import app as tui_app
+    from dbert_tui.controller import Settings
+
+    monkeypatch.setitem(config.SAMPLE_SETTINGS, "top_k", replace(config.SAMPLE_SETTINGS["top_k"], metavar="KEPT"))
+    monkeypatch.setenv("COLUMNS", "120")
+    with pytest.raises(SystemExit) as e:
+        tui_app.main(["--help"])
+    shown = {line.split()[1]: line.split()[2] for line in capsys.readouterr().out.splitlines()
+             if line.startswith("│ --") and len(line.split()) > 2}
+    assert e.value.code == 0 and shown["--top-k"] == "KEPT" and shown["--device"] == "<auto|cpu|cuda|mps>", shown
+    seen = {}
+    monkeypatch.setattr(tui_app, "run", lambda checkpoint, settings: seen.setdefault("s", settings) and 0)
+    with pytest.raises(SystemExit):
+        tui_app.main(["--top-k", "7", "--device", "cpu", "--length", "20"])
+    assert seen["s"] == Settings(top_k=7, device="cpu", length=20)
