@@ -5,8 +5,8 @@ means. Defaults are the dataclasses' own and a choice's values config's tuples (
 them: config.SAMPLE_SETTINGS, config.TRAIN_SETTINGS). Torch-free, importing only errors.
 
 From this table: config's range checks (Setting.check), the options of `dbert sample` and
-`dbert train` (each setting with a flag, built by cli/options.with_settings; `dbert eval`, `serve`
-and `bench` take the few they share), the server's request fields (serving/request.py), the
+`dbert train` (each setting with a flag, built by cli/options.with_settings; `dbert eval`, `serve`,
+`bench` and `dbert-tui` take the few they share), the server's request fields (serving/request.py), the
 Generate screen's settings form (dbert_tui/forms.py) and the Train screen's form's labels
 (dbert_tui/screens/train.py); each front end names a DbertError's setting through it
 (errors.DbertError.said).
@@ -232,17 +232,17 @@ def flag(name: str) -> str:
     return _ALL[name].cli if name in _ALL else "--" + name.replace("_", "-")
 
 
-_SAMPLE = by_name(SAMPLE)
-
-
 def field(name: str) -> str:
-    """The server's JSON field for setting `name` (length: max_tokens, steps: dbert.steps)."""
-    return _SAMPLE[name].field or name if name in _SAMPLE else name
+    """The server's JSON field for setting `name` (length: max_tokens, steps: dbert.steps), read
+    from SAMPLE as it is now (a setting added at run time is named by its field too)."""
+    found = next((s for s in SAMPLE if s.name == name), None)
+    return found.field or name if found is not None else name
 
 
-# the fields of a request's "dbert" object: the dbert.* settings, then the server's own
-DBERT_FIELDS = tuple(s.field.split(".", 1)[1] for s in SAMPLE if (s.field or "").startswith("dbert.")) + \
-    ("template", "stream_steps", "lowercase")
+def dbert_settings() -> dict[str, Setting]:
+    """The settings a request's "dbert" object sets, by their name there (steps: the field
+    dbert.steps): SAMPLE's entries, as it is now, whose field starts with "dbert."."""
+    return {s.field.removeprefix("dbert."): s for s in SAMPLE if s.field and s.field.startswith("dbert.")}
 
 
 def label(name: str, table: tuple = SAMPLE) -> str:

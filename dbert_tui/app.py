@@ -8,6 +8,7 @@ and stop cursor blinking for snapshots.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Callable, Iterable, Optional
 
@@ -19,7 +20,7 @@ from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
 from textual.worker import Worker, WorkerState
 
-from dbert_core.config import DEVICES
+from dbert_core import config
 from dbert_core.errors import DbertError
 
 from .messages import CheckpointLoaded, PromptChosen, SettingsChosen, StoreChanged
@@ -306,10 +307,33 @@ def _isatty(stream) -> bool:
         return False
 
 
+# the command line's order: the first run's settings, `dbert sample`'s (settings.SAMPLE), among the app's own options
+LAYOUT: dict[str | None, tuple[str, ...]] = {None: (
+    "checkpoint", "steps", "temperature", "top_k", "top_p", "length", "seed", "device", "pace_ms", "prompt", "replay")}
+OFF = {"show_default": False}  # a default of None: the checkpoint's, which the help says
+CHANGED: dict[str, dict] = {  # those settings' help in the app's words: they set the first run
+    "steps": {"help": "Reverse steps of the first run (default: the checkpoint's recommendation, else 96).", **OFF},
+    "temperature": {"help": "Softmax temperature (0: greedy). Default: what the checkpoint recommends, else 1.", **OFF},
+    "top_k": {"help": "Keep the k most likely tokens (0: off). Default: the checkpoint's recommendation, else 30.",
+              **OFF},
+    "top_p": {"help": "Nucleus mass in (0, 1] (1: off). Default: the checkpoint's recommendation, else 1.", **OFF},
+    "length": {"help": "Tokens per sample (default: the checkpoint's training length; a story model's: a window and a "
+                       "continuation window, 383 tokens for the shipped model)."},
+    "seed": {"help": "Seed of the first run."}, "device": {"help": "Where to sample."}}
+
+
+def _first_run() -> dict:
+    """The first run's settings of the command line: `dbert sample`'s declarations (type, range,
+    a choice's values) with the app's defaults (controller.Settings)."""
+    d = Settings()
+    return {s.name: replace(s, default=getattr(d, s.name)) for s in config.SAMPLE_SETTINGS.values()}
+
+
 def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
     """`dbert-tui [OPTIONS]` (and `dbert tui [OPTIONS]`, which forwards here): the command line
     in the style of `dbert`'s own help (Typer), then the app."""
     from dbert_core.cli import flags_without_type
+    from dbert_core.cli.options import plain, with_settings
     from dbert_core.cli.ending import is_the_process
     from dbert_core.heap import keep_freed_memory
 
@@ -321,18 +345,13 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
 
     @command.command(help="Watch DiffusionBERT generate; fetch or train checkpoints.\n\n"
                           "Example: dbert-tui --checkpoint dbert-minilm-wiki --steps 64 --seed 7")
+    @with_settings(_first_run(), LAYOUT, CHANGED, rest=False)
     def tui(
         checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="Store name or checkpoint directory to start with (default: the last one used, else the shipped model).")] = None,
-        steps: Annotated[Optional[int], typer.Option(help="Reverse steps of the first run (default: the checkpoint's recommendation, else 96).", show_default=False)] = d.steps,
-        temperature: Annotated[Optional[float], typer.Option(help="Softmax temperature (0: greedy). Default: what the checkpoint recommends, else 1.", show_default=False)] = d.temperature,
-        top_k: Annotated[Optional[int], typer.Option(help="Keep the k most likely tokens (0: off). Default: the checkpoint's recommendation, else 30.", show_default=False)] = d.top_k,
-        top_p: Annotated[Optional[float], typer.Option(help="Nucleus mass in (0, 1] (1: off). Default: the checkpoint's recommendation, else 1.", show_default=False)] = d.top_p,
-        length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length).")] = d.length,
-        seed: Annotated[int, typer.Option(help="Seed of the first run.")] = d.seed,
-        device: Annotated[str, typer.Option(help=f"Where to sample: {', '.join(DEVICES)}.")] = d.device,
         pace_ms: Annotated[int, typer.Option(help="Milliseconds per shown step while playing (0: full speed).")] = d.pace_ms,
         prompt: Annotated[str, typer.Option(help="The first run's prompt: its opening, or a template with [MASK] slots ([MASK*N], [MASK*A-B]); p changes it.")] = d.prompt,
         replay: Annotated[Optional[Path], typer.Option("--replay", help="Play, scrub and inspect a trajectory file (dbert sample --trajectory, or the TUI's export) without a model.")] = None,
+        **first,  # the first run's settings: --steps, --temperature, ... (settings.SAMPLE: with_settings)
     ):
         def fail(message: str):
             from dbert_core.display import safe_text
@@ -342,8 +361,6 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
 
         from dbert_core.settings import flag  # dbert-tui's own flags name its settings, as dbert does
 
-        if device not in DEVICES:
-            fail(f"--device must be one of {', '.join(DEVICES)} (got {device!r})")
         if checkpoint:
             from dbert_core.storage.store import resolve
 
@@ -361,8 +378,7 @@ def main(argv: list[str] | None = None, prog_name: str = "dbert-tui") -> None:
                 loaded = load_replay(replay)
             except DbertError as e:
                 fail(e.said(flag))
-        settings = Settings(steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, length=length,
-                            seed=seed, device=device, pace_ms=max(0, pace_ms), prompt=prompt)
+        settings = Settings(**plain(first), pace_ms=max(0, pace_ms), prompt=prompt)
         try:
             settings.validate()
         except DbertError as e:

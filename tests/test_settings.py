@@ -51,6 +51,27 @@ def test_the_cli_names_the_flag(tiny_checkpoint, capsys, monkeypatch, args, said
     assert err.startswith("dbert: error: ") and said in err, err
 
 
+# a bad value of a samples' setting that `dbert eval` shares with `dbert sample`: eval's words, sample's
+EVAL_BAD = [(["--seed", "-1"], ["--seed", "-1"]), (["--batch-size", "0"], ["--batch-size", "0"]),
+            (["--top-k", "-1"], ["--top-k", "-1"]), (["--top-p", "1.5"], ["--top-p", "1.5"]),
+            (["--sample-steps", "0"], ["--steps", "0"]), (["--sample-length", "0"], ["--length", "0"])]
+
+
+@pytest.mark.parametrize("given,in_sample", EVAL_BAD, ids=[g[0] for g, _ in EVAL_BAD])
+def test_eval_says_a_bad_sample_setting_as_sample_does(tiny_checkpoint, tmp_path, capsys, monkeypatch, given,
+                                                       in_sample):
+    """`dbert eval`'s options for its samples are `dbert sample`'s settings (settings.SAMPLE: their
+    type, range and check), --sample-steps and --sample-length under eval's own names."""
+    data = tmp_path / "held-out.txt"
+    data.write_text("once upon a time there was a cat\n")
+    code, out, said = run(["sample", "-c", str(tiny_checkpoint), "-n", "1", *in_sample], capsys, monkeypatch)
+    assert code == 2 and out == "" and said.startswith(f"dbert: error: {in_sample[0]} must be "), said
+    if given[0] != in_sample[0]:  # eval's own name for it, then the one `dbert sample` knows it by
+        said = said.replace(in_sample[0], f"{given[0]} (the samples' {in_sample[0]})", 1)
+    code, out, err = run(["eval", "-c", str(tiny_checkpoint), "--data", str(data), *given], capsys, monkeypatch)
+    assert (code, out, err) == (2, "", said)
+
+
 SERVER_BAD = [
     ({"top_p": 1.5}, "top_p", "top_p must be a finite number in (0, 1] (got 1.5)"),
     ({"dbert": {"steps": 100000}}, "dbert.steps", "dbert.steps must be between 1 and T="),
@@ -69,6 +90,37 @@ def test_the_server_names_the_json_field(tiny_db, body, param, said):
         parse({"prompt": "once upon a time", "max_tokens": 8, **body}, tiny_db, "tiny", Limits())
     assert e.value.status == 400 and e.value.param == param and e.value.message.startswith(said), e.value.message
     assert "--" not in e.value.message
+
+
+def test_a_setting_given_a_dbert_field_is_a_request_field(tiny_db, monkeypatch):
+    """A setting whose entry in settings.SAMPLE has a dbert.* field is a field of the server's
+    requests with nothing written in serving/request.py: read, checked against its kind and range
+    (a 400 naming the field) and handed to the SampleConfig. cache_refresh and cache_masked, the
+    command line's only today, are given fields here."""
+    from dataclasses import replace
+
+    from dbert_core.serving.api_error import ApiError
+    from dbert_core.serving.options import Limits
+    from dbert_core.serving.request import parse
+
+    body = {"prompt": "once upon a time", "max_tokens": 8, "dbert": {"cache_refresh": 2, "cache_masked": True}}
+    with pytest.raises(ApiError, match="unknown dbert field 'cache_masked'"):  # not a field yet: the test can fail
+        parse(body, tiny_db, "tiny", Limits())
+    fields = {"cache_refresh": "dbert.cache_refresh", "cache_masked": "dbert.cache_masked"}
+    monkeypatch.setattr(settings, "SAMPLE", tuple(replace(s, field=fields.get(s.name, s.field)) for s in settings.SAMPLE))
+    cfg = parse(body, tiny_db, "tiny", Limits()).prompts[0].cfg
+    assert (cfg.cache_refresh, cfg.cache_masked) == (2, True)
+    cfg = parse({**body, "dbert": {"cache_refresh": None}}, tiny_db, "tiny", Limits()).prompts[0].cfg
+    assert (cfg.cache_refresh, cfg.cache_masked) == (0, False)  # left out (or null): what `dbert sample` resolves
+    for given, said in (({"cache_refresh": -1}, "dbert.cache_refresh must be a whole number in [0, 1000000] (got -1)"),
+                        ({"cache_refresh": "2"}, 'dbert.cache_refresh must be a whole number in [0, 1000000] (got "2")'),
+                        ({"cache_masked": 1}, "dbert.cache_masked must be true or false (got 1)"),
+                        ({"cache_masks": 1}, "unknown dbert field 'cache_masks'; known: steps, top_k, sampler, "
+                                             "params, cache_refresh, cache_masked, block_repeats, ")):
+        with pytest.raises(ApiError) as e:
+            parse({**body, "dbert": given}, tiny_db, "tiny", Limits())
+        field = "dbert" if "cache_masks" in given else "dbert." + next(iter(given))
+        assert e.value.status == 400 and e.value.param == field and e.value.message.startswith(said), e.value.message
 
 
 @pytest.mark.anyio
@@ -195,8 +247,8 @@ def test_the_servers_dbert_fields_are_the_schemas():
     from dbert_core.serving import request
 
     served = [s.field.split(".", 1)[1] for s in settings.SAMPLE if (s.field or "").startswith("dbert.")]
-    assert list(request.DBERT_FIELDS[:len(served)]) == served
-    assert set(request.DBERT_FIELDS) - set(served) == {"template", "stream_steps", "lowercase"}
+    assert list(request.dbert_fields()[:len(served)]) == served
+    assert set(request.dbert_fields()) - set(served) == {"template", "stream_steps", "lowercase"}
 
 
 def test_dbert_tui_names_its_own_flags(capsys):
@@ -207,3 +259,27 @@ def test_dbert_tui_names_its_own_flags(capsys):
         main(["--top-p", "5"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err == "dbert-tui: error: --top-p must be a finite number in (0, 1] (got 5.0)\n"
+
+
+def test_dbert_tuis_first_run_options_are_the_settings(capsys, monkeypatch):
+    """dbert-tui's --steps, --top-k, --device, ... are `dbert sample`'s settings (settings.SAMPLE,
+    bound in config.SAMPLE_SETTINGS) with the app's defaults: a declaration's metavar and a
+    choice's values show in its --help, and the values reach the first run's Settings."""
+    from dataclasses import replace
+
+    from dbert_core import config
+    from dbert_tui import app as tui_app
+    from dbert_tui.controller import Settings
+
+    monkeypatch.setitem(config.SAMPLE_SETTINGS, "top_k", replace(config.SAMPLE_SETTINGS["top_k"], metavar="KEPT"))
+    monkeypatch.setenv("COLUMNS", "120")
+    with pytest.raises(SystemExit) as e:
+        tui_app.main(["--help"])
+    shown = {line.split()[1]: line.split()[2] for line in capsys.readouterr().out.splitlines()
+             if line.startswith("│ --") and len(line.split()) > 2}
+    assert e.value.code == 0 and shown["--top-k"] == "KEPT" and shown["--device"] == "<auto|cpu|cuda|mps>", shown
+    seen = {}
+    monkeypatch.setattr(tui_app, "run", lambda checkpoint, settings: seen.setdefault("s", settings) and 0)
+    with pytest.raises(SystemExit):
+        tui_app.main(["--top-k", "7", "--device", "cpu", "--length", "20"])
+    assert seen["s"] == Settings(top_k=7, device="cpu", length=20)

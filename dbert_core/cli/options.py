@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from copy import copy
-from dataclasses import MISSING
+from dataclasses import MISSING, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
@@ -127,6 +127,14 @@ def option_of(s: Setting, **changed) -> tuple[Any, Any]:
     flags = [s.cli + (f"/{s.off}" if s.off else ""), *([s.short] if s.short else [])]
     about = {"help": s.help, "metavar": s.metavar or None, **changed}
     return Annotated[kind, typer.Option(*flags, **about)], inspect.Parameter.empty if default is MISSING else default
+
+
+def renamed(table: dict[str, Setting], **names: str) -> dict[str, Setting]:
+    """Settings of `table` under a command's own names, each an option --new-name (`dbert eval`'s
+    sample_steps="steps": --sample-steps, with the type, range, metavar and default of `dbert
+    sample --steps`), to add to the table its with_settings reads."""
+    return {new: replace(table[old], name=new, flag="", off="", short="", field=None, label=None)
+            for new, old in names.items()}
 
 
 def with_settings(table: dict[str, Setting], layout: dict[str | None, tuple[str, ...]],

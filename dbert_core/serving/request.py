@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from starlette.requests import ClientDisconnect, Request
 
-from .. import strategies
+from .. import settings, strategies
 from ..config import MAX_SEED, SampleConfig
 from ..errors import DbertError
-from ..settings import DBERT_FIELDS, field
+from ..settings import Setting, field
 from ..sampling.blocks import is_story_model, window
 from ..sampling.infill import has_range
 from ..sampling.prompt import _MASK_RUN, expand_template, slots as _slots
@@ -26,6 +26,10 @@ from .api_error import ApiError
 from .options import Limits
 
 MASK = "[MASK]"
+OWN_FIELDS = ("template", "stream_steps", "lowercase")  # the dbert object's fields that are the server's, no setting's
+BY_STRATEGY = ("sampler", "params")  # dbert.* settings read together by _strategy: parameters belong to their sampler
+_JSON = {int: (int, "a whole number"), float: ((int, float), "a number"), bool: (bool, "true or false"),
+         str: (str, "a string")}  # a setting's kind: the JSON values it takes, in words
 
 
 @dataclass
@@ -134,27 +138,44 @@ def _openai_fields(body: dict, db, limits: Limits, prompts: int) -> dict:
             "seed": seed, "stream": stream, "echo": echo, "include_usage": include_usage}
 
 
+def dbert_fields() -> tuple[str, ...]:
+    """The fields a request's dbert object may hold: every dbert.* setting (settings.dbert_settings),
+    then the server's own."""
+    return (*settings.dbert_settings(), *OWN_FIELDS)
+
+
 def _dbert_fields(body: dict, stream: bool) -> dict:
-    """The request's dbert object (DBERT_FIELDS), each field checked; the defaults SampleConfig's."""
+    """The request's dbert object, each field checked: "settings", the SampleConfig fields it gives
+    (each dbert.* setting of settings.SAMPLE, of its type and range; sampler and params as _strategy
+    reads them; one left out: SampleConfig's default), and the server's own fields (OWN_FIELDS)."""
     extra = _optional(body, "dbert", dict, "an object", {})
-    unknown = sorted(set(extra) - set(DBERT_FIELDS))
+    served, known = settings.dbert_settings(), dbert_fields()
+    unknown = sorted(set(extra) - set(known))
     if unknown:
-        raise ApiError(400, f"unknown dbert field {unknown[0]!r}; known: {', '.join(DBERT_FIELDS)}", param="dbert")
-    base = SampleConfig()
-    steps = _optional(extra, "steps", int, "a whole number", base.steps)
-    top_k = _optional(extra, "top_k", int, "a whole number", base.top_k)
+        raise ApiError(400, f"unknown dbert field {unknown[0]!r}; known: {', '.join(known)}", param="dbert")
     sampler, params = _strategy(extra)
-    got = {"steps": steps, "top_k": top_k, "sampler": sampler, "params": params,
-           "block_repeats": _optional(extra, "block_repeats", bool, "true or false", base.block_repeats),
-           "no_repeat_ngram": _optional(extra, "no_repeat_ngram", int, "a whole number", base.no_repeat_ngram),
-           "end_at_sentence": _optional(extra, "end_at_sentence", bool, "true or false", base.end_at_sentence),
-           "start_as_trained": _optional(extra, "start_as_trained", bool, "true or false", base.start_as_trained),
-           "template": _optional(extra, "template", str, "a string"),
+    given = {"sampler": sampler, "params": params}
+    given.update({s.name: _setting(f"dbert.{name}", s, extra[name]) for name, s in served.items()
+                  if name not in BY_STRATEGY and extra.get(name) is not None})
+    got = {"settings": given, "template": _optional(extra, "template", str, "a string"),
            "stream_steps": _optional(extra, "stream_steps", bool, "true or false", False),
            "lowercase": _optional(extra, "lowercase", bool, "true or false", False)}
     if got["stream_steps"] and not stream:
         raise ApiError(400, "dbert.stream_steps needs stream: true", param="dbert.stream_steps")
     return got
+
+
+def _setting(name: str, s: Setting, value):
+    """The value of setting `s` that the request's field `name` gives: of the setting's kind (a
+    number's range in words) and in its range (Setting.check), or a 400 naming the field. A
+    repeatable setting (params) is read by hand."""
+    kinds, what = _JSON[s.kind]
+    _type(name, value, kinds, s.what() if s.kind in (int, float) else what)
+    try:
+        s.check(value)
+    except DbertError as e:
+        raise ApiError(400, e.said(lambda _: name), param=name) from None
+    return value
 
 
 def _tokens(tok, text: str) -> list[int]:
@@ -194,10 +215,9 @@ def _prepared(db, p: str, suffix: str, templated: bool, asked: dict, extra: dict
             raise ApiError(400, f"prompt + max_tokens + suffix is {length} tokens; a story with a suffix fits in "
                                 f"one window of this model ({window(db) - 1} tokens)", param="max_tokens")
         least = max(least or 0, length - s)
-    cfg = SampleConfig(n=asked["n"], temperature=asked["temperature"], top_p=asked["top_p"], seed=asked["seed"],
-                       length=length, min_length=least, device=device, prompt=text, dtype=dtype,
-                       **{k: extra[k] for k in ("steps", "top_k", "sampler", "params", "block_repeats", "no_repeat_ngram",
-                                                "end_at_sentence", "start_as_trained")})
+    own = dict(n=asked["n"], temperature=asked["temperature"], top_p=asked["top_p"], seed=asked["seed"],
+               length=length, min_length=least, device=device, prompt=text, dtype=dtype)
+    cfg = SampleConfig(**{**extra["settings"], **own})  # the dbert.* settings given, then the server's own
     try:
         cfg = resolve(cfg, db)
     except DbertError as e:  # its setting named as the request names it (settings.py: length is max_tokens)

@@ -10,30 +10,39 @@ import typer
 
 from ... import config, strategies
 from ...errors import DbertError
+from ...settings import flag
 from .. import options
-from ..options import SAMPLE, SAMPLER, DocSep, EvalUnit, no_params, plain, with_settings
+from ..options import SAMPLER, DocSep, EvalUnit, no_params, plain, renamed, with_settings
 from ..streams import say
 
-
-# --help's order: eval's own options and the samples' settings of `dbert sample` (settings.SAMPLE) it takes
+# the samples' settings of `dbert sample` (settings.SAMPLE), --steps and --length under eval's own names
+# (its --steps is the ELBO's), each named in an error by eval's flag for it (SAID)
+SETTINGS = {**config.SAMPLE_SETTINGS, **renamed(config.SAMPLE_SETTINGS, sample_steps="steps", sample_length="length")}
+SAID = {"steps": "--sample-steps (the samples' --steps)", "length": "--sample-length (the samples' --length)"}
+# --help's order: eval's own options and the samples' settings it takes
 LAYOUT: dict[str | None, tuple[str, ...]] = {None: (
     "data", "checkpoint", "steps", "limit", "exact", "mc_samples", "unit", "doc_sep", "samples", "sample_steps",
     "sample_length", "top_k", "top_p", "block_repeats", "pair_quotes", "fix_contractions", "known_words", "sampler",
     "params", "temperature", "judge", "batch_size", "seed", "as_json", "device")}
 AS_IN_SAMPLE = {"help": "As in `dbert sample`."}
-CHANGED: dict[str, dict] = {  # those settings' help in eval's words: they shape the samples
+CHANGED: dict[str, dict] = {  # those settings' help (and a default) in eval's words: they shape the samples
+    "sample_steps": {"help": "Reverse steps for those samples (default: as `dbert sample`, the checkpoint's "
+                             "recommendation, else 96).", "show_default": False},
+    "sample_length": {"help": "Tokens per sample (default: as `dbert sample`, the checkpoint's training length; a "
+                              "story model's: a window and a continuation window, 383 tokens for the shipped model; the paper: 64)."},
     "top_k": {"help": "top-k of the samples (0: off; default: as `dbert sample`, the checkpoint's recommendation, "
                       "else the paper's 30)."},
     "top_p": {"help": "Nucleus mass of the samples in (0, 1] (1: off; default: as `dbert sample`)."},
     "temperature": {"help": "Softmax temperature of the samples' token choice (default: as `dbert sample`)."},
-    "sampler": {**SAMPLER, "help": "Decoding strategy of the samples, as in `dbert sample`. Default: the model's "
-                                   "fastest exact sampler."},
+    "sampler": {**SAMPLER, "help": "Decoding strategy of the samples, as in `dbert sample`. Default: the one the "
+                                   "checkpoint recommends, else the model's fastest exact sampler."},
     "params": {"help": "A parameter of the --sampler strategy (repeatable)."},
     "block_repeats": AS_IN_SAMPLE, "pair_quotes": AS_IN_SAMPLE, "fix_contractions": AS_IN_SAMPLE,
-    "known_words": AS_IN_SAMPLE}
+    "known_words": AS_IN_SAMPLE,
+    "batch_size": {"help": "Examples per batch."}, "seed": {"help": "Random seed.", "default": 0}}
 
 
-@with_settings(config.SAMPLE_SETTINGS, LAYOUT, CHANGED, rest=False)
+@with_settings(SETTINGS, LAYOUT, CHANGED, rest=False)
 def evaluate(
     data: Annotated[list[str], typer.Option("--data", help="Text file(s) to score: one example per line.")],
     checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", "-c", help="A store name (see `dbert checkpoints list`) or, with a path separator (./x, runs/x), a directory (default: the shipped model).")] = None,
@@ -44,13 +53,9 @@ def evaluate(
     unit: Annotated[Optional[EvalUnit], typer.Option(help="An example is a line, a sentence, a story (a whole document, in the windows `dbert train --unit story` builds: the bound per token of text and end mark) or a window: the sentence-start windows of the checkpoint's length that `dbert train --unit sentence --pack` builds from the documents, its validation bound. Documents: <|endoftext|> lines, JSONL or blank lines, read from each file. Default: the unit the checkpoint trained on (dbert.json's unit; line where it records none), said on stderr.", show_default=False)] = None,
     doc_sep: Annotated[DocSep, typer.Option(help="What separates documents, as in `dbert train`: auto (each file's own: <|endoftext|> lines, JSONL, else blank lines), blank, eot, line (one per line) or jsonl ({\"text\": ...} per line; a line's text whatever the --unit).")] = DocSep("auto"),
     samples: Annotated[int, typer.Option(help="Also draw N samples for BLEU-4 / Self-BLEU-4 / distinct-n.")] = 0,
-    sample_steps: Annotated[Optional[int], typer.Option(help="Reverse steps for those samples (default: as `dbert sample`, the checkpoint's recommendation, else 96).", show_default=False)] = SAMPLE.steps,
-    sample_length: Annotated[Optional[int], typer.Option(help="Tokens per sample (default: the checkpoint's training length, as `dbert sample`; the paper: 64).")] = None,
     judge: Annotated[Optional[str], typer.Option(metavar="MODEL", help="Also score the samples and as much held-out --data text under this Hugging Face causal LM (a local folder or a hub id such as gpt2-large; safetensors only, no remote code): gen-PPL and unigram entropy.")] = None,
-    batch_size: Annotated[int, typer.Option(help="Examples per batch.")] = 32,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
-    **declared,  # the samples' settings and --device (settings.SAMPLE: options.with_settings)
+    **declared,  # the samples' settings, --batch-size, --seed and --device (SETTINGS: options.with_settings)
 ):
     """ELBO perplexity (per token and per word) and, with --samples, BLEU-4 / Self-BLEU-4 (and gen-PPL with --judge).
 
@@ -59,7 +64,8 @@ def evaluate(
     from ...evaluation.metrics import trained_unit
 
     decoding = plain(declared)  # the samples' settings, as quality() names them
-    device, param = decoding.pop("device"), decoding.pop("params")
+    device, param, batch_size, seed = (decoding.pop(k) for k in ("device", "params", "batch_size", "seed"))
+    sample_steps, sample_length = decoding.pop("sample_steps"), decoding.pop("sample_length")
     params = _checked(limit=limit, samples=samples, batch_size=batch_size, steps=steps, mc_samples=mc_samples,
                       sample_steps=sample_steps, sample_length=sample_length, top_k=decoding["top_k"],
                       top_p=decoding["top_p"], seed=seed, judge=judge, sampler=decoding["sampler"], param=param,
@@ -99,21 +105,16 @@ def evaluate(
 def _checked(*, limit, samples, batch_size, steps, mc_samples, sample_steps, sample_length, top_k, top_p, seed,
              judge, sampler, param, temperature) -> dict:
     """The options of `dbert eval` checked before the checkpoint loads (one line for the first bad
-    one, the judge's folder included); the --sampler's parameters returned, parsed."""
+    one, the judge's folder included); the --sampler's parameters returned, parsed. The samples'
+    settings are checked as `dbert sample` checks them (SampleConfig.validate: their declared
+    ranges), whether or not --samples asks for them: never silently unused."""
     if limit is not None and limit < 1:
         raise DbertError("--limit must be >= 1")
     if samples < 0:
         raise DbertError("--samples must be >= 0")
-    if batch_size < 1:
-        raise DbertError("--batch-size must be >= 1")
-    for option, value, lo, what in (("--steps", steps, 1, ""), ("--mc-samples", mc_samples, 1, ""),
-                                    ("--sample-steps", sample_steps, 1, " (the samples' --steps)"),
-                                    ("--sample-length", sample_length, 1, " (the samples' --length)"),
-                                    ("--top-k", top_k, 0, "")):
-        if value is not None and value < lo:  # checked whether or not --samples asks for them: never silently unused
-            raise DbertError(f"{option} must be >= {lo}{what}, got {value}")
-    if not 0 <= seed <= config.MAX_SEED:
-        raise DbertError(f"--seed must be in [0, {config.MAX_SEED}], got {seed}")
+    for option, value in (("--steps", steps), ("--mc-samples", mc_samples)):
+        if value < 1:
+            raise DbertError(f"{option} must be >= 1, got {value}")
     if judge is not None and not samples:
         raise DbertError("--judge scores samples: give --samples N")
     if judge is not None:
@@ -121,8 +122,11 @@ def _checked(*, limit, samples, batch_size, steps, mc_samples, sample_steps, sam
 
         check_judge(judge)  # missing, empty or not a causal LM: before the scoring and sampling
     params = strategies.parse_params(sampler, param) if sampler else no_params(param)
-    config.SampleConfig(sampler=sampler, params=params, temperature=temperature,
-                        top_k=top_k, top_p=top_p).validate()
+    try:
+        config.SampleConfig(steps=sample_steps, length=sample_length, batch_size=batch_size, seed=seed,
+                            sampler=sampler, params=params, temperature=temperature, top_k=top_k, top_p=top_p).validate()
+    except DbertError as e:  # a setting named by eval's flag for it: the samples' steps are --sample-steps
+        raise DbertError(e.said(lambda name: SAID.get(name, flag(name)))) from None
     return params
 
 

@@ -28,8 +28,9 @@ LAYOUT: dict[str | None, tuple[str, ...]] = {None: ("prompt_arg", "checkpoint", 
                  "known_words", "lowercase", "stats", "trajectory", "device", "dtype", "prefix_cache",
                  "cache_refresh", "cache_masked", "candidates", "help_all")}
 # what `dbert sample` says of a setting beyond its declaration: --sampler's names are the registry's, as it is then
-CHANGED = {"sampler": {**SAMPLER, "help": "Decoding strategy. " + strategies.help_text() + ". Default: "
-                                         "first-hitting where the model allows it, else ancestral."}}
+CHANGED = {"sampler": {**SAMPLER, "help": "Decoding strategy. " + strategies.help_text() + ". Default: what the "
+                                         "checkpoint recommends (dbert.json's sampling.decoding; the shipped model: "
+                                         "blockwise), else first-hitting where the model allows it, else ancestral."}}
 
 
 @with_settings(config.SAMPLE_SETTINGS, LAYOUT, CHANGED)
