@@ -79,7 +79,7 @@ CHECKPOINTS = "the checkpoint's"
 # the settings of `dbert sample`, the server's requests and the Generate screen's settings form
 SAMPLE = (
     Setting("steps", int, "Reverse steps S (1..T). Default: what the checkpoint recommends (dbert.json's "
-            "sampling.decoding; the shipped model: 64), else 96.", 1, MAX_T, field="dbert.steps",
+            "sampling.decoding; the shipped model: 255), else 96.", 1, MAX_T, field="dbert.steps",
             label="steps", note="1..T", blank=CHECKPOINTS),
     Setting("temperature", float, "Softmax temperature of the token choice (0: greedy, the most likely token). "
             "Default: what the checkpoint recommends (dbert.json's sampling.decoding), else 1.", 0.0, 1e6,
