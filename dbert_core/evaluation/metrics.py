@@ -217,7 +217,6 @@ def readability(samples: list[str], min_words: int = 8) -> dict:
     }
 
 
-@torch.no_grad()
 def trained_unit(meta: dict) -> tuple[str, str]:
     """The --unit that scores text the way a checkpoint trained on it, and why: its dbert.json's
     `unit` (a story model: whole stories; `--unit sentence --pack`: its windows), "line" where
@@ -294,6 +293,7 @@ def _line_examples(db, data: list[str], unit: str, doc_sep: str, limit: int | No
     return kept, kept_words, skipped
 
 
+@torch.no_grad()  # no graph kept: each batch's activations are freed once its bound is summed
 def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, exact: bool = False,
                mc: int = 1, batch_size: int = 32, seed: int = 0, unit: str = "line", examples: bool = False,
                progress=None, doc_sep: str = "auto", report=None) -> dict:
