@@ -61,6 +61,14 @@ class CacheProgress:
         self._open_line = False  # a live tokenizing line waits for its end
 
     def __call__(self, info: dict) -> None:
+        if self.stream is None:
+            return
+        try:
+            self._report(info)
+        except (OSError, ValueError):  # a closed or broken progress stream never stops the work
+            self.stream = None
+
+    def _report(self, info: dict) -> None:
         if info.get("stage") == "tokenize":
             now = time.perf_counter()
             if self._shown is not None and now - self._shown < (0.25 if self.live else 5.0):
