@@ -82,3 +82,19 @@ def step_label(step: int, steps: int, per_window: int) -> str:
     if windows == 1:
         return f"step {step}/{steps}"
     return f"window {window}/{windows} · step {within}/{per_window}"
+
+
+def tokenizing_line(info: dict) -> str:
+    """A token cache being built (token_cache.cached's report of stage "tokenize"): MB read, MB/s,
+    tokens, ETA; what `dbert train`, `dbert eval` and the TUI's Train screen show."""
+    done, total, secs = info["bytes"], info.get("total") or 0, max(1e-9, info["seconds"])
+    left = eta(secs, done, total - done) if total >= done else None
+    return (f"tokenizing {done / 1e6:,.1f}" + (f"/{total / 1e6:,.1f}" if total >= done else "") +
+            f" MB, {done / 1e6 / secs:,.1f} MB/s, {info['tokens']:,} tokens" +
+            (f", eta {duration(left)}" if left is not None else ""))
+
+
+def cache_line(info: dict) -> str:
+    """Where the token cache entry is (a report of stage "built" or "cached")."""
+    how = "tokenized now" if info.get("stage") == "built" else "reused, nothing tokenized"
+    return f"token cache: {info['tokens']:,} tokens of {info['documents']:,} documents ({how}): {info['folder']}"

@@ -116,6 +116,20 @@ class TrainProgress(Message):
 
 
 @dataclass
+class TrainPrepare(Message):
+    """The run's corpus being tokenized into the token cache, or where its entry is: a report of
+    token_cache.cached (stage "tokenize": bytes, total, tokens, seconds) or of story_data.entry
+    (stage "built" or "cached": tokens, documents, folder). A tokenizing report replaces the one
+    before it that the screen has not drawn yet."""
+
+    info: dict
+
+    def can_replace(self, message: Message) -> bool:
+        return (isinstance(message, TrainPrepare) and self.info.get("stage") == "tokenize"
+                and message.info.get("stage") == "tokenize")
+
+
+@dataclass
 class TrainEval(Message):
     metrics: dict
 

@@ -346,3 +346,62 @@ def test_eval_of_a_line_model_reads_the_runs_cache_and_scores_the_same(tmp_path,
     monkeypatch.setattr(metrics, "iter_encode", real)
     shutil.rmtree(Path(os.environ["DBERT_HOME"]) / "cache" / "tokens")
     assert cached == metrics.perplexity(db, [str(data)], steps=8, limit=7, unit="line")  # read and encoded as before
+
+
+@pytest.mark.parametrize("unit", ["window", "line", "sentence"])
+def test_eval_draws_its_examples_from_the_token_cache_and_reads_no_file_whole(tmp_path, monkeypatch, tok, unit,
+                                                                               capsys):
+    """`dbert eval` builds the files' entry as `dbert train` would (its tokenizing heard), scores the
+    examples the lists of before gave, and a second eval reads the first's entry."""
+    import json
+
+    from helpers import run
+
+    from dbert_core.evaluation import metrics
+    from dbert_core.sampling.settings import window_length
+    from dbert_core.storage import checkpoint
+    from dbert_core.text import data as data_module
+    from dbert_core.text.data import count_words, document_sentences, document_windows, iter_encode
+    from dbert_core.training import prepare as prepare_module
+    from dbert_core.training.train import Trainer
+
+    monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: tok)
+    Trainer(_cfg(tmp_path, "a", _lines(tmp_path / "s.txt", 20), max_steps=1, eval_every=0)).run()
+    db = checkpoint.load(tmp_path / "a")
+    data = [str(_lines(tmp_path / "e.txt", 30))]  # files no run has tokenized
+    if unit == "window":  # the lists of before: the documents read whole, their sentences windowed
+        ref, ref_words = document_windows(document_sentences(read_documents(data)), tok, window_length(db), words=True)
+    else:  # every example encoded, those of no ids or longer than the model skipped
+        texts = read_examples(data, unit)
+        ids = list(iter_encode(texts, tok))
+        ref = [e for e in ids if 0 < len(e) <= db.model.max_length]
+        ref_words = [count_words(t) for t, e in zip(texts, ids) if 0 < len(e) <= db.model.max_length]
+
+    def whole(*a, **k):
+        raise AssertionError("a data file read whole")
+
+    for module, name in ((data_module, "read_documents"), (data_module, "_file_lines"), (metrics, "read_documents"),
+                         (metrics, "read_examples")):
+        monkeypatch.setattr(module, name, whole)
+    reports: list = []
+    first = metrics.perplexity(db, data, steps=8, unit=unit, report=reports.append, examples=True)
+    assert first["examples"] == len(ref) and first["tokens"] == sum(map(len, ref)) and first["words"] == sum(ref_words)
+    assert first["example_tokens"] == [len(e) for e in ref]
+    assert first["skipped_too_long"] == (0 if unit == "window" else len(ids) - len(ref))
+    assert reports[-1]["stage"] == "built" and any(r["stage"] == "tokenize" for r in reports)
+    limited = metrics.perplexity(db, data, steps=8, unit=unit, limit=5)
+    assert limited["examples"] == 5 and limited["tokens"] == sum(map(len, ref[:5]))
+    calls = []
+    real = token_cache._encoder
+    monkeypatch.setattr(token_cache, "_encoder", lambda t: calls.append(1) or real(t))
+    again: list = []
+    assert metrics.perplexity(db, data, steps=8, unit=unit, report=again.append, examples=True) == first
+    assert calls == [] and [r["stage"] for r in again] == ["cached"]  # the first eval's entry, nothing tokenized
+    monkeypatch.setattr(token_cache, "_encoder", real)
+    monkeypatch.setenv("DBERT_HOME", str(tmp_path / "another_home"))  # the CLI, on a home with no entry
+    capsys.readouterr()
+    code, out, err = run(["eval", "--checkpoint", str(tmp_path / "a"), "--data", data[0], "--unit", unit,
+                          "--steps", "8", "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    assert "tokenizing " in err and " MB/s, " in err and "(tokenized now)" in err
+    assert json.loads(out)["nats_per_token"] == first["nats_per_token"]

@@ -194,3 +194,26 @@ def test_eval_samples_show_a_long_storys_window_and_step(story_model, capsys, mo
     assert "sampling 0/2 · window 2/5 · step 1/4 · " in err
     assert "/20 · " not in err  # never the steps of all the windows counted together
     assert "sampling" not in out and json.loads(out)["samples"] == 1
+
+
+def test_the_token_cache_lines_go_quiet_on_a_broken_stream_and_never_stop_the_work():
+    """dbert eval's tokenizing lines (CacheProgress): a stream that fails (EIO, a closed stderr) ends
+    them, not the eval; a working one hears a line every 5 s and the entry's line."""
+    from dbert_core.cli.progress import CacheProgress
+
+    class Broken(io.StringIO):
+        def write(self, text):
+            raise OSError(5, "Input/output error")
+
+    report = {"stage": "tokenize", "bytes": 2e6, "total": 4e6, "tokens": 500, "seconds": 1.0}
+    broken = CacheProgress(Broken())
+    broken(report)
+    broken({"stage": "built", "tokens": 500, "documents": 3, "folder": "/x"})
+    assert broken.stream is None
+    out = io.StringIO()
+    working = CacheProgress(out)
+    working(report)
+    working(report)  # within 5 s of the last: not written
+    working({"stage": "cached", "tokens": 500, "documents": 3, "folder": "/x"})
+    assert out.getvalue().splitlines() == ["tokenizing 2.0/4.0 MB, 2.0 MB/s, 500 tokens, eta 0:01",
+                                           "token cache: 500 tokens of 3 documents (reused, nothing tokenized): /x"]

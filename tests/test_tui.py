@@ -844,6 +844,50 @@ async def test_train_stop_and_resume_from_the_train_screen(tiny_db):
     assert 3 <= read_meta(store.store_dir() / "quitter")["step"] < 100000
 
 
+async def test_the_train_screen_shows_the_corpus_tokenizing_into_the_token_cache(tiny_db, tmp_path, monkeypatch):
+    """A run on a corpus not cached yet: the panel shows what `dbert train` says on stderr (MB read,
+    MB/s, tokens, ETA; then where the entry is) before its first step; a second run says it is reused."""
+    from dbert_core.text import token_cache
+    from dbert_tui.messages import TrainPrepare
+
+    monkeypatch.setattr(token_cache, "BATCH_CHARS", 40_000)  # many reports, each batch a little slow to see
+    real = token_cache._encoder
+
+    def slow(tokenizer):
+        encode = real(tokenizer)
+        return lambda texts: time.sleep(0.1) or encode(texts)
+
+    monkeypatch.setattr(token_cache, "_encoder", slow)
+    app = create_app(checkpoint=tiny_db.path, loader=lambda p: tiny_db, train_data=[str(TINYSTORIES)],
+                     settings=Settings(pace_ms=0, steps=8, length=12, sampler="ancestral", top_k=0), deterministic=True)
+    heard: list = []
+    hook = lambda m: heard.append(m.info["stage"]) if isinstance(m, TrainPrepare) else None  # noqa: E731
+    async with app.run_test(size=(100, 40), message_hook=hook) as pilot:
+        await wait_for(pilot, finished(app))
+        await pilot.press("3")
+        await wait_for(pilot, lambda: app.current_mode == "train")
+        tr = app.train_screen
+        seen: list[str] = []
+
+        def done(word: str):  # every line the panel shows until the run ends
+            seen.append(str(tr.query_one("#tr-stats").render()))
+            return f"{word} at step" in seen[-1]
+
+        for name in ("first", "again"):
+            for wid, value in {"tr-out": name, "tr-steps": "2", "tr-batch": "8", "tr-seq": "16", "tr-T": "64",
+                               "tr-eval": "0", "tr-sample": "0"}.items():
+                tr.query_one(f"#{wid}").value = value
+            await pilot.press("f5")
+            await wait_for(pilot, lambda: done("finished"), what="the run")
+            if name == "first":
+                tokenizing = [t for t in seen if t.startswith("preparing · tokenizing ")]
+                assert len(set(tokenizing)) >= 2, seen  # it moves on while it tokenizes
+                assert re.search(r"tokenizing [\d.]+/0\.9 MB, [\d.]+ MB/s, [\d,]+ tokens, eta ", tokenizing[-1])
+                assert any("(tokenized now)" in t for t in seen) and heard[-1] == "built"
+                heard.clear()
+        assert heard and set(heard) == {"cached"}  # the second run reads the first's entry: nothing tokenized
+
+
 async def test_train_form_takes_the_readme_recipe_and_a_failed_start_resets_the_panel(tiny_db, tmp_path):
     from textual.widgets import Checkbox, Input, Label, Select
 

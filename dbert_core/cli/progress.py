@@ -10,7 +10,7 @@ import functools
 import sys
 import time
 
-from ..display import duration, eta, step_label, window_step
+from ..display import cache_line, duration, eta, step_label, tokenizing_line, window_step
 from ..training.train import Callback
 
 
@@ -44,6 +44,49 @@ def _can_encode(stream, text: str) -> bool:
         return False
 
 
+class CacheProgress:
+    """The token cache's reports (token_cache.cached's `report`, story_data.entry's) on stderr: the
+    tokenizing as a live line on a terminal, else a line every 5 s; then one line saying where the
+    entry is. `dbert train` hears them through its callbacks (TrainProgress.on_prepare), `dbert eval`
+    directly."""
+
+    def __init__(self, stream=None, line=None):
+        self.stream = stream or sys.stderr
+        try:
+            self.live = self.stream.isatty()
+        except (OSError, ValueError):
+            self.live = False
+        self._print = line or (lambda text: print(text, file=self.stream, flush=True))
+        self._shown = None  # when the last tokenizing line was written (None: none yet)
+        self._open_line = False  # a live tokenizing line waits for its end
+
+    def __call__(self, info: dict) -> None:
+        if self.stream is None:
+            return
+        try:
+            self._report(info)
+        except (OSError, ValueError):  # a closed or broken progress stream never stops the work
+            self.stream = None
+
+    def _report(self, info: dict) -> None:
+        if info.get("stage") == "tokenize":
+            now = time.perf_counter()
+            if self._shown is not None and now - self._shown < (0.25 if self.live else 5.0):
+                return
+            self._shown = now
+            if self.live:
+                self.stream.write("\r" + tokenizing_line(info) + "\x1b[K")
+                self.stream.flush()
+                self._open_line = True
+            else:
+                self._print(tokenizing_line(info))
+            return
+        if self._open_line:
+            self.stream.write("\n")
+            self._open_line = False
+        self._print(cache_line(info))
+
+
 class TrainProgress(Callback):
     def __init__(self, every: int = 10, stream=None):
         self.every = max(1, every)
@@ -54,8 +97,7 @@ class TrainProgress(Callback):
             self.live = False
         self.progress = None
         self.failed = False
-        self._shown = None  # when the last tokenizing line was written (None: none yet)
-        self._open_line = False  # a live tokenizing line waits for its end
+        self.cache = CacheProgress(self.stream, self._line)
 
     def _line(self, text: str) -> None:
         if self.progress is not None:
@@ -65,33 +107,9 @@ class TrainProgress(Callback):
 
     @_quiet
     def on_prepare(self, trainer, info):
-        """The corpus being tokenized into the token cache: MB read, MB/s, tokens, ETA (a live line on a
-        terminal, else a line every 5 s); then one line saying where the cache is."""
-        if not trainer.is_main:
-            return
-        if info.get("stage") == "tokenize":
-            now = time.perf_counter()
-            if self._shown is not None and now - self._shown < (0.25 if self.live else 5.0):
-                return
-            self._shown = now
-            done, total, secs = info["bytes"], info.get("total") or 0, max(1e-9, info["seconds"])
-            left = eta(secs, done, total - done) if total >= done else None
-            text = (f"tokenizing {done / 1e6:,.1f}" + (f"/{total / 1e6:,.1f}" if total >= done else "") +
-                    f" MB, {done / 1e6 / secs:,.1f} MB/s, {info['tokens']:,} tokens" +
-                    (f", eta {duration(left)}" if left is not None else ""))
-            if self.live:
-                self.stream.write("\r" + text + "\x1b[K")
-                self.stream.flush()
-                self._open_line = True
-            else:
-                self._line(text)
-            return
-        if self._open_line:
-            self.stream.write("\n")
-            self._open_line = False
-        how = "tokenized now" if info.get("stage") == "built" else "reused, nothing tokenized"
-        self._line(f"token cache: {info['tokens']:,} tokens of {info['documents']:,} documents ({how}): "
-                   f"{info['folder']}")
+        """The corpus being tokenized into the token cache (CacheProgress)."""
+        if trainer.is_main:
+            self.cache(info)
 
     @_quiet
     def on_start(self, trainer):

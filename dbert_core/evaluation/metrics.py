@@ -12,18 +12,19 @@ exactly but fast: the clipping counts "max over references" are built once, and 
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from bisect import bisect_left
 from collections import Counter
-from typing import Any
-
+import numpy as np
 import torch
 
 from ..text.contractions import broken_in_text
 from ..sampling.blocks import is_story_model
-from ..text.data import (DocumentStats, Special, collate, count_words, document_sentences, document_windows,
-                         iter_encode, read_documents, read_examples, scored_tokens, story_texts)
+from ..text.data import (Special, collate, count_words, iter_encode, read_documents, read_examples, scored_tokens,
+                         story_texts)
+from ..text.sources import SENTENCE_PACK
 from ..maths.diffusion import RowDraws, elbo
 from .story_metrics import story_report
 from ..errors import DbertError
@@ -216,7 +217,6 @@ def readability(samples: list[str], min_words: int = 8) -> dict:
     }
 
 
-@torch.no_grad()
 def trained_unit(meta: dict) -> tuple[str, str]:
     """The --unit that scores text the way a checkpoint trained on it, and why: its dbert.json's
     `unit` (a story model: whole stories; `--unit sentence --pack`: its windows), "line" where
@@ -229,17 +229,14 @@ def trained_unit(meta: dict) -> tuple[str, str]:
     return "line", "the checkpoint records no training unit"
 
 
-def _story_windows(db, data: list[str], doc_sep: str, limit: int | None):
+def _story_windows(db, data: list[str], doc_sep: str, limit: int | None, report=None):
     """(the whole-story windows, each one's words, the documents' statistics) of the files, from their
     token cache entry (a training run's, reused where it read the files with the same --doc-sep)."""
-    import numpy as np
-
     from ..sampling.settings import window_length
     from ..text.cached_windows import StoryWindows
-    from ..text.token_cache import cached
-    from ..training.story_data import cache_root, file_prints
+    from ..training.story_data import entry as cache_entry
 
-    entry = cached(data, doc_sep, db.tokenizer, cache_root(), files=file_prints(data))
+    entry = cache_entry(data, doc_sep, db.tokenizer, "story", report)
     context = (db.meta.get("train_config") or {}).get("story_context")
     kept = StoryWindows(entry, window_length(db), db.tokenizer.sep_token_id, context)
     if limit:  # --limit counts stories, each in as many windows as it takes
@@ -247,54 +244,78 @@ def _story_windows(db, data: list[str], doc_sep: str, limit: int | None):
     return kept, np.where(kept.at == 0, entry.words[kept.doc], 0).tolist(), entry.stats()  # a story's words count once
 
 
-def _line_examples(data: list[str], unit: str, doc_sep: str, tokenizer):
-    """(ids, words) of each line or sentence example: from the training run's token cache entry when
-    there is one for these files and this tokenizer (nothing tokenized), else read and encoded only
-    as far as they are consumed (a --limit over a large file tokenizes no more than it needs)."""
+def _sentence_windows(db, data: list[str], doc_sep: str, limit: int | None, report=None):
+    """(the sentence-start windows of the checkpoint's length, each one's words, the documents'
+    statistics): `dbert train --unit sentence --pack`'s windows (data.document_windows), drawn from
+    the files' "sentence-pack" entry (a training run's, reused)."""
+    from ..sampling.settings import window_length
+    from ..text.cached_examples import SentenceWindows
+    from ..training.story_data import entry as cache_entry
+
+    kept = SentenceWindows(cache_entry(data, doc_sep, db.tokenizer, SENTENCE_PACK, report), window_length(db),
+                           db.tokenizer.sep_token_id)
+    if limit:
+        kept = kept.select(np.arange(min(limit, len(kept))))
+    return kept, kept.words().tolist(), kept.stats()
+
+
+def _line_examples(db, data: list[str], unit: str, doc_sep: str, limit: int | None, report=None):
+    """(the examples, their words, how many were skipped: no ids, or longer than the model) of
+    `--unit line` or `sentence`, in the files' order up to --limit. From the files' entry of the unit (a
+    training run's, reused; built now without --limit), the examples drawn from it when a batch takes
+    them; with --limit and no entry, read and encoded only as far as they are consumed (a --limit over
+    a large file tokenizes no more than it needs)."""
+    from ..text.cached_examples import CachedExamples
+    from ..text.sources import iter_examples
     from ..text.token_cache import cache_key, open_entry
-    from ..training.story_data import cache_root, file_prints
+    from ..training.story_data import cache_root, entry as cache_entry, file_prints
 
-    entry = open_entry(cache_root() / cache_key(file_prints(data), tokenizer, unit, doc_sep)[0])
-    if entry is not None:
-        return ((entry.doc(i).tolist(), int(entry.words[i])) for i in range(len(entry)))
-    texts = read_examples(data, unit, doc_sep)
-    return ((ids, count_words(text)) for text, ids in zip(texts, iter_encode(texts, tokenizer)))
+    max_len = db.model.max_length
+    entry = open_entry(cache_root() / cache_key(file_prints(data), db.tokenizer, unit, doc_sep)[0])
+    if entry is not None or not limit:
+        entry = cache_entry(data, doc_sep, db.tokenizer, unit, report)
+        n = entry.lengths
+        keep = np.flatnonzero((n > 0) & (n <= max_len))[:limit or None]
+        seen = int(keep[-1]) + 1 if limit and len(keep) == limit else len(entry)  # where the old loop stopped
+        return CachedExamples(entry, keep, max_len), entry.words[keep].tolist(), seen - len(keep)
+    kept: list[list[int]] = []
+    kept_words, skipped = [], 0
+    texts = iter_examples(data, unit, doc_sep)
+    while len(kept) < limit and (part := list(itertools.islice(texts, 4096))):
+        for text, ids in zip(part, iter_encode(part, db.tokenizer)):
+            if not ids or len(ids) > max_len:
+                skipped += 1
+                continue
+            kept.append(ids)
+            kept_words.append(count_words(text))
+            if len(kept) >= limit:
+                break
+    return kept, kept_words, skipped
 
 
+@torch.no_grad()  # no graph kept: each batch's activations are freed once its bound is summed
 def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, exact: bool = False,
                mc: int = 1, batch_size: int = 32, seed: int = 0, unit: str = "line", examples: bool = False,
-               progress=None, doc_sep: str = "auto") -> dict:
+               progress=None, doc_sep: str = "auto", report=None) -> dict:
     """ELBO perplexity of a data file's examples under db with an S-step budget; the documents
     (and a line's text: a JSONL line's "text") read as --doc-sep `doc_sep` says (data.read_documents).
 
     examples=True also returns each example's bound in nats and its token count
     ("example_nats", "example_tokens"), for paired comparisons of models on the same data.
-    progress: called with (examples scored, examples) before the first batch (0 scored) and after each."""
+    progress: called with (examples scored, examples) before the first batch (0 scored) and after each.
+    The examples are drawn from the files' token cache entry, `dbert train`'s (story_data.entry); report hears
+    its tokenizing where it is built now, as a training run's callbacks do (on_prepare)."""
     if not 1 <= steps <= db.schedule.T:
         raise DbertError(f"must be between 1 and T={db.schedule.T}, got {steps}", "steps", steps)
     if mc < 1:
         raise DbertError("must be >= 1", "mc_samples")
-    max_len = db.model.max_length
-    kept: Any = []  # the examples scored: lists of ids, or StoryWindows (--unit story)
-    kept_words, skipped, documents = [], 0, None
+    skipped, documents = 0, None
     if unit == "story":  # whole documents, in the whole-story windows the checkpoint trained on
-        kept, kept_words, documents = _story_windows(db, data, doc_sep, limit)
+        kept, kept_words, documents = _story_windows(db, data, doc_sep, limit, report)
     elif unit == "window":  # the checkpoint's own training windows of the documents: the trainer's validation bound
-        from ..sampling.settings import window_length
-
-        docs = read_documents(data, doc_sep)
-        documents = DocumentStats.of(docs)
-        kept, kept_words = document_windows(document_sentences(docs), db.tokenizer, window_length(db), words=True)
-        kept, kept_words = kept[:limit or None], kept_words[:limit or None]
+        kept, kept_words, documents = _sentence_windows(db, data, doc_sep, limit, report)
     else:
-        for ids, words in _line_examples(data, unit, doc_sep, db.tokenizer):
-            if not ids or len(ids) > max_len:
-                skipped += 1
-                continue
-            kept.append(ids)
-            kept_words.append(words)
-            if limit and len(kept) >= limit:
-                break
+        kept, kept_words, skipped = _line_examples(db, data, unit, doc_sep, limit, report)
     if not kept:
         raise DbertError("no example of the data file fits the model's length")
     special = Special.of(db.tokenizer)

@@ -258,6 +258,18 @@ class SentenceWindows:
     def total_tokens(self) -> int:
         return int(self.lengths.sum())
 
+    def words(self) -> np.ndarray:
+        """Each window's words, as data.document_windows(words=True) counts them: a unit's words in the
+        window where its first id lies (a cut unit's in its first piece), a unit of no ids in none."""
+        c = self.cache
+        units = np.flatnonzero((c.paragraphs == 0) & (c.lengths > 0))
+        first = c.offsets[units]
+        pos = first + np.searchsorted(self.flat, first, side="right")  # the [SEP]s of its story and those before
+        order = np.argsort(self.lo, kind="stable")
+        k = np.searchsorted(self.lo[order], pos, side="right") - 1
+        inside = (k >= 0) & (pos < self.hi[order][np.maximum(k, 0)])
+        return np.bincount(order[k[inside]], weights=c.words[units][inside], minlength=len(self)).astype(np.int64)
+
     def stats(self):
         """DocumentStats of the stories (their heads' counts), as data.DocumentStats.of them."""
         from .data import DocumentStats

@@ -132,16 +132,22 @@ def rank_0_first(make):
             dist.barrier()  # made (or failed: the others then try, and fail with the same line)
 
 
-def _entry(patterns, c: TrainConfig, tokenizer, report, unit: str | None = None):
-    """The files' entry, built by rank 0 in a run of several processes (rank_0_first): the corpus
-    is tokenized once, not once a rank."""
-    entry = rank_0_first(lambda: token_cache.cached(patterns, c.doc_sep, tokenizer, cache_root(), unit=unit or c.unit,
+def entry(patterns, doc_sep: str, tokenizer, unit: str, report=None) -> token_cache.TokenCache:
+    """The files' entry of `unit` (token_cache.cached, keyed as every run keys it), built by rank 0 in
+    a run of several processes (rank_0_first): the corpus is tokenized once, not once a rank; then
+    one report of where it is ("built" or "cached"). `dbert eval` reads its examples from it too."""
+    found = rank_0_first(lambda: token_cache.cached(patterns, doc_sep, tokenizer, cache_root(), unit=unit,
                                                     report=report, files=file_prints(patterns)))
     if report is not None:  # a sentence-pack entry's documents are its stories (its heads), not its units
-        n = int(np.count_nonzero(entry.paragraphs > 0)) if unit == SENTENCE_PACK else len(entry)
-        report({"stage": "built" if entry.built else "cached", "folder": str(entry.folder),
-                "tokens": int(entry.offsets[-1]), "documents": n})
-    return entry
+        n = int(np.count_nonzero(found.paragraphs > 0)) if unit == SENTENCE_PACK else len(found)
+        report({"stage": "built" if found.built else "cached", "folder": str(found.folder),
+                "tokens": int(found.offsets[-1]), "documents": n})
+    return found
+
+
+def _entry(patterns, c: TrainConfig, tokenizer, report, unit: str | None = None):
+    """A run's entry of the files (entry): its unit, or `unit` (SENTENCE_PACK)."""
+    return entry(patterns, c.doc_sep, tokenizer, unit or c.unit, report)
 
 
 def stories(c: TrainConfig, tokenizer, report=None) -> StoryData:

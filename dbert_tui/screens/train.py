@@ -17,11 +17,11 @@ from textual.widgets import Button, Checkbox, Header, Input, Label, Select, Stat
 from textual.worker import get_current_worker
 
 from dbert_core.config import DEVICES, DTYPES, LOSSES, PRESETS, SCHEDULES, TIME_MODES, TRAIN_SETTINGS, UNITS, TrainConfig
-from dbert_core.display import duration, eta
+from dbert_core.display import cache_line, duration, eta, tokenizing_line
 from dbert_core.settings import TRAIN, label
 
 from ..keymap import KeySpec, bindings
-from ..messages import StoreChanged, TrainEval, TrainFailed, TrainFinished, TrainPreview, TrainProgress
+from ..messages import StoreChanged, TrainEval, TrainFailed, TrainFinished, TrainPrepare, TrainPreview, TrainProgress
 from ..widgets.chart import Chart
 from ..widgets.keybar import KeyBar, bar_keys
 from ..workers import ReportWorkerErrors, one_line
@@ -66,6 +66,11 @@ class TuiCallback:
         self.sample_length = sample_length
         self.keep_history = keep_history
         self.last_eval = None
+
+    def on_prepare(self, trainer, info):
+        """The corpus tokenized into the token cache before the run starts (`dbert train`'s stderr line)."""
+        if trainer.is_main:
+            self.screen.post_message(TrainPrepare(dict(info)))
 
     def on_start(self, trainer):
         self.start = time.perf_counter()
@@ -417,6 +422,14 @@ class TrainScreen(ReportWorkerErrors, Screen):
             text.append(" · starting", style="dim")
         self.query_one("#tr-stats", Static).update(text)
         self.query_one("#tr-loss", Chart).points = thinned(self.losses)
+
+    @on(TrainPrepare)
+    def _prepare(self, message: TrainPrepare) -> None:
+        """The tokenizing of a corpus not cached yet (MB read, MB/s, tokens, ETA), then where its entry
+        is, as `dbert train` says them on stderr; the run's first step line replaces them."""
+        info = message.info
+        text = tokenizing_line(info) if info.get("stage") == "tokenize" else cache_line(info)
+        self.query_one("#tr-stats", Static).update(Text.assemble(("preparing", "bold"), " · ", text))
 
     @on(TrainEval)
     def _eval(self, message: TrainEval) -> None:

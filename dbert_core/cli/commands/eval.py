@@ -131,12 +131,13 @@ def _checked(*, limit, samples, batch_size, steps, mc_samples, sample_steps, sam
 
 
 def _scored(db, data: list[str], *, batch_size: int, **how) -> dict:
-    """The ELBO of the --data examples (metrics.perplexity, its progress on stderr; `how` its
-    keywords), its document counts said on stderr; a bound that is not finite is refused."""
+    """The ELBO of the --data examples (metrics.perplexity, its progress on stderr, and the token
+    cache's where it tokenizes the files; `how` its keywords), its document counts said on stderr; a
+    bound that is not finite is refused."""
     import math
 
     from ...evaluation.metrics import perplexity
-    from ..progress import CountProgress
+    from ..progress import CacheProgress, CountProgress
 
     scoring = CountProgress(1, batch_size, label="scoring")
 
@@ -145,7 +146,7 @@ def _scored(db, data: list[str], *, batch_size: int, **how) -> dict:
         scoring.update(done)
 
     try:
-        scored = perplexity(db, data, batch_size=batch_size, progress=counted, **how)
+        scored = perplexity(db, data, batch_size=batch_size, progress=counted, report=CacheProgress(), **how)
     except OverflowError:  # math.exp of a bound past ~709 nats per token
         scored = {"nats_per_token": math.inf}
     finally:
