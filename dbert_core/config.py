@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from . import settings, strategies
 from .errors import DbertError
-from .settings import MAX_LAMBDA, MAX_SEED, MAX_T  # noqa: F401  (the ranges, declared with the settings)
+from .settings import MAX_LAMBDA, MAX_NGRAM, MAX_SEED, MAX_T  # noqa: F401  (the ranges, declared with the settings)
 
 # ---------------------------------------------------------------------------------- choices
 SCHEDULES = ("linear", "spindle")

@@ -74,6 +74,7 @@ class Setting:
 MAX_SEED = 2**32 - 1
 MAX_T = 1_000_000
 MAX_LAMBDA = 1 / math.pi                           # spindle strength that keeps a_t monotone
+MAX_NGRAM = 64                                     # the longest n-gram the n-gram block (no_repeat_ngram) holds
 CHECKPOINTS = "the checkpoint's"
 
 # the settings of `dbert sample`, the server's requests and the Generate screen's settings form
@@ -127,7 +128,7 @@ SAMPLE = (
     Setting("no_repeat_ngram", int, "Never draw a token that, with its N-1 revealed neighbours on one side, "
             "writes an N-gram (N tokens in a row) the sample already shows: no sentence written twice (\"She "
             "couldn't find it. But she couldn't find it.\"). 0: off. Default: what the checkpoint recommends, "
-            "else 0.", 0, 64, metavar="N", field="dbert.no_repeat_ngram", label="no-repeat n-gram",
+            "else 0.", 0, MAX_NGRAM, metavar="N", field="dbert.no_repeat_ngram", label="no-repeat n-gram",
             note="0: off", blank=CHECKPOINTS),
     Setting("end_at_sentence", bool, "A story model ends a story only after a sentence end (. ! ? or a closing "
             "quote; never after \"And\"): p given that rule; --end-anywhere lets the model end where it likes.",

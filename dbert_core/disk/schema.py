@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ..config import DOC_SEPS, MAX_LAMBDA, MAX_T, SCHEDULES, TIME_MODES, UNITS  # the choices and ranges, defined once
+from ..config import DOC_SEPS, MAX_LAMBDA, MAX_NGRAM, MAX_T, SCHEDULES, TIME_MODES, UNITS  # the choices and ranges, defined once
 from ..errors import DbertError
 
 FORMAT = 1                                    # the checkpoint format this dbert writes (checkpoint.save)
@@ -104,7 +104,7 @@ DECODING = {
     "top_p": lambda T: ((lambda v: _number(0.0, 1.0)[0](v) and v > 0), "a number in (0, 1]"),
     "cache_refresh": lambda T: _whole(0, T),
     "cache_masked": lambda T: _kind(bool),
-    "no_repeat_ngram": lambda T: _whole(0, 64),
+    "no_repeat_ngram": lambda T: _whole(0, MAX_NGRAM),
     "sampler": lambda T: _kind(str),    # a strategy's name (sampling.settings.recommended_sampler checks it at use)
     "params": lambda T: _kind(dict),    # that strategy's parameters
 }

@@ -11,7 +11,7 @@ import weakref
 from dataclasses import fields, replace
 
 from .. import strategies
-from ..config import DECODING, SampleConfig
+from ..config import DECODING, MAX_NGRAM, SampleConfig
 from ..errors import DbertError
 from ..hardware import compute_dtype
 from .blocks import context, is_story_model, window
@@ -113,7 +113,7 @@ def recommended_decoding(db) -> dict:
     T, whole, real = db.schedule.T, (int,), (int, float)
     ok = {"steps": (whole, lambda v: 1 <= v <= T), "temperature": (real, lambda v: 0.0 <= v <= 1e6),
           "top_k": (whole, lambda v: v >= 0), "top_p": (real, lambda v: 0.0 < v <= 1.0),
-          "cache_refresh": (whole, lambda v: 0 <= v <= T), "no_repeat_ngram": (whole, lambda v: 0 <= v <= 64)}
+          "cache_refresh": (whole, lambda v: 0 <= v <= T), "no_repeat_ngram": (whole, lambda v: 0 <= v <= MAX_NGRAM)}
     found = {name: given[name] for name, (kinds, within) in ok.items()
              if isinstance(given.get(name), kinds) and not isinstance(given[name], bool) and within(given[name])}
     for name in ("temperature", "top_p"):

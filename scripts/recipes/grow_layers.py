@@ -11,7 +11,6 @@ it. Written into a folder beside OUT and renamed at the end, so a killed run lea
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -20,6 +19,8 @@ import sys
 from pathlib import Path
 
 from safetensors.torch import load_file, save_file
+
+from dbert_core.storage.checkpoint import DIGESTS, digest
 
 LAYER = re.compile(r"^(bert\.encoder\.layer\.)(\d+)(\..*)$")
 
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     config["num_hidden_layers"] = layers
     (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     meta = json.loads((tmp / "dbert.json").read_text())  # dbert refuses weights whose sha256 is not the recorded one
-    meta.setdefault("sha256", {})["model.safetensors"] = hashlib.sha256((tmp / "model.safetensors").read_bytes()).hexdigest()
+    meta.setdefault(DIGESTS, {})["model.safetensors"] = digest(tmp / "model.safetensors")
     meta["parent"] = str(a.checkpoint)
     meta["grown"] = {"from_layers": layers // a.times, "times": a.times, "order": "adjacent (j -> j // times)"}
     meta.pop("parameters", None)
