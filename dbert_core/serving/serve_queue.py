@@ -27,7 +27,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable
 
 import torch
@@ -35,6 +35,8 @@ import torch
 from ..config import SampleConfig
 from ..sampling.blocks import is_story_model
 from ..sampling.sample import frames, generate, parse_prompt, prompt_words
+
+PER_JOB = ("n", "prompt", "batch_size")  # the SampleConfig fields jobs sharing a sampler call may differ in
 
 
 class QueueFull(Exception):
@@ -85,8 +87,9 @@ class Job:
         c = self.cfg
         if c.seed is not None:
             return None
-        params = tuple(sorted((c.params or {}).items()))  # resolved: the same values, whether given or defaults
-        return (c.length, c.steps, c.temperature, c.top_k, c.top_p, c.sampler, params, c.block_repeats, c.no_repeat_ngram, c.dtype)
+        # every other field of the resolved config, so a setting the request may give never mixes two jobs' runs
+        return tuple((f.name, tuple(sorted(v.items())) if isinstance(v := getattr(c, f.name), dict) else v)
+                     for f in fields(c) if f.name not in PER_JOB)
 
     def check(self) -> None:
         """Between steps: stop if the client went away or the time limit passed."""
