@@ -271,9 +271,8 @@ def _line_examples(db, data: list[str], unit: str, doc_sep: str, limit: int | No
     from ..training.story_data import cache_root, entry as cache_entry, file_prints
 
     max_len = db.model.max_length
-    entry = open_entry(cache_root() / cache_key(file_prints(data), db.tokenizer, unit, doc_sep)[0])
-    if entry is not None or not limit:
-        entry = cache_entry(data, doc_sep, db.tokenizer, unit, report)
+    if not limit or open_entry(cache_root() / cache_key(file_prints(data), db.tokenizer, unit, doc_sep)[0]) is not None:
+        entry = cache_entry(data, doc_sep, db.tokenizer, unit, report)  # built now without --limit
         n = entry.lengths
         keep = np.flatnonzero((n > 0) & (n <= max_len))[:limit or None]
         seen = int(keep[-1]) + 1 if limit and len(keep) == limit else len(entry)  # where the old loop stopped
