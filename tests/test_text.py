@@ -108,6 +108,56 @@ def test_truecasing_table_learnt_from_cased_text_only():
         from_json({"format": 1, "forms": {"lily": "Rose"}})
 
 
+def _learn_word_by_word(lines, min_count=2):
+    """truecase.learn as it was written before it counted with the regex engine: a loop over each
+    sentence's words (the rule the faster one must keep, count for count)."""
+    from collections import Counter, defaultdict
+
+    from dbert_core.text import truecase as tc
+
+    forms, compounds = defaultdict(Counter), defaultdict(Counter)
+    for line in lines:
+        for m in tc._COMPOUND.finditer(line):
+            compounds[tc.key(f"{m.group(1)}-{m.group(3)}")][not m.group(2)] += 1
+        if not any(ch.isupper() for ch in line):
+            continue
+        for sentence in tc._SENTENCE_END.split(line):
+            for j, m in enumerate(tc._WORD.finditer(sentence)):
+                if j == 0 or len(m.group()) > tc._MAX_WORD:
+                    continue
+                p = m.start() - 1
+                while p >= 0 and sentence[p].isspace():
+                    p -= 1
+                if p < 0 or sentence[p] in tc._OPENERS:
+                    continue
+                forms[tc.key(m.group())][m.group()] += 1
+    table = {k: k for k, seen in compounds.items() if seen[True] >= min_count and seen[True] > seen[False]}
+    for k, seen in forms.items():
+        form, n = seen.most_common(1)[0]
+        if form != k and n >= min_count and 2 * n > sum(seen.values()) and len(form) == len(k):
+            table[k] = form
+    for k, v in tc.FALLBACK.items():
+        table.setdefault(k, v)
+    return dict(sorted(table.items()))
+
+
+def test_truecasing_counts_as_a_loop_over_each_sentences_words_would():
+    """learn counts every word with the regex engine and takes the sentence and quotation starts
+    away: the same table as the word-by-word rule, on the stories and on text made to hit its
+    corners (quotes before and after a full stop, apostrophes, digits, tabs, long runs, accents)."""
+    import random
+
+    lines = read_lines([str(p) for p in STORY_FILES[:1]])
+    assert learn(lines) == _learn_word_by_word(lines) and len(learn(lines)) > 50
+    rng = random.Random(7)
+    atoms = ["Lily", "lily", "LILY", "Tom", "tom", "Paris", "café", "Café", "I", "i", "don't", "O'Neil", "3", "42x",
+             ".", "!", "?", ". ", '." ', "!' ", '"', "'", "\u201c", "\u2018", "(", "[", ")", "]", "\u201d", " ", "  ",
+             "\t", "-", " - ", "well-known", "Well-Known", "x" * 70, "X" * 70, "_", "Ünïcode", "ünïcode", "\u00a0"]
+    fuzz = ["".join(rng.choice(atoms) + rng.choice(["", " "]) for _ in range(rng.randint(1, 30))) for _ in range(3000)]
+    for lo in (1, 2):
+        assert learn(fuzz, min_count=lo) == _learn_word_by_word(fuzz, min_count=lo)
+
+
 @pytest.fixture(scope="module")
 def story_table():
     return learn(read_lines([str(p) for p in STORY_FILES[:1] + STORY_FILES[2:]]))
