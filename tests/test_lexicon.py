@@ -27,6 +27,27 @@ def test_learn_keeps_the_training_words_as_the_tokenizer_spells_them():
     assert words == {"the", "little", "bird", "twirled", "twirls", "stars", "cafe"}  # uncased, accents stripped
 
 
+def test_word_runs_of_arrays_added_in_pieces_are_the_words_lexicon_learns():
+    """learnt_tables.WordRuns (the word list from a token cache entry's ids, arrays one after
+    another, each distinct run spelt once at the end) = lexicon.learn of the same lines: runs with
+    an [UNK] left out, single pieces counted apart from longer runs, runs too long to pack (12 pieces
+    of 18 ids: 60 bits, the last that packs; 13 do not) and longer than lexicon._MAX_WORD."""
+    from dbert_core.text.learnt_tables import WordRuns, _encoded
+
+    tok = tokenizer()
+    lines = ["The little bird twirled.", "Stars! The CAFÉ twirls", "the twirlstwirled bird", "x little",
+             "the " + "tw" + "wis" * 11, "the " + "tw" + "wis" * 12, "tw" + "wis" * 70, "starors the"]
+    runs = WordRuns(tok)
+    for i in range(0, len(lines), 3):
+        runs.add(_encoded(lines[i:i + 3], tok))
+    assert runs.words() == lexicon.learn(lines, tok)
+    assert "tw" + "wis" * 12 in runs.words() and "tw" + "wis" * 70 not in runs.words()
+    assert not any("x" in w for w in runs.words())  # "x" is no piece: an [UNK] run spells no word
+    empty = WordRuns(tok)
+    empty.add([])
+    assert empty.words() == frozenset()
+
+
 def test_made_up_spans():
     words = frozenset({"twirled", "the", "little", "star", "bird", "go", "she"})
     row = ["[SEP]", "the", "tw", "##ir", "##l", "##ed", "little", "##wi", ".", "##s", "star", "##or", "[SEP]", "tw"]

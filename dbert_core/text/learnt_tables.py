@@ -111,8 +111,10 @@ class Learning:
         if self.error is not None:
             raise self.error
         if self.from_entry:
+            runs = WordRuns(self.tokenizer)
             for ids in _pieces(entry):
-                self.words.update(words_of_ids(ids, self.tokenizer))
+                runs.add(ids)
+            self.words.update(runs.words())
         return self.table, frozenset(self.words)
 
 
@@ -181,35 +183,67 @@ class Tables:
 
 def words_of_ids(ids, tokenizer) -> frozenset[str]:
     """lexicon.learn of lines from their ids, one flat array of the lines' encodings one after
-    another (a line opens with a head piece, so no word runs across two): each run of a word piece
-    and its continuations, spelt, found with numpy and spelt once per distinct run."""
-    import numpy as np
+    another (a line opens with a head piece, so no word runs across two): WordRuns of one array."""
+    runs = WordRuns(tokenizer)
+    runs.add(ids)
+    return runs.words()
 
-    backend = tokenizer.backend_tokenizer
-    size = backend.get_vocab_size(with_added_tokens=True)
-    pieces = [backend.id_to_token(i) or "" for i in range(size)]
-    unk = getattr(tokenizer, "unk_token", "[UNK]")
-    cont = np.array([p.startswith(lexicon.CONTINUATION) for p in pieces])
-    head_ok = np.array([lexicon.word_piece(p) and p != unk for p in pieces])
-    bad = np.array([p == unk for p in pieces])
-    ids = np.asarray(ids, dtype=np.int64)
-    if not len(ids):
-        return frozenset()
-    heads = np.flatnonzero(~cont[ids])
-    lengths = np.diff(np.append(heads, len(ids)))
-    unk_before = np.concatenate([[0], np.cumsum(bad[ids])])
-    clean = unk_before[heads + lengths] - unk_before[heads] == 0
-    keep = head_ok[ids[heads]] & clean & (lengths <= lexicon._MAX_WORD)
-    out: set[str] = set()
-    bits = max(1, int(size - 1).bit_length())
-    for n in np.unique(lengths[keep]):
-        starts = heads[keep & (lengths == n)]
-        runs = ids[starts[:, None] + np.arange(n)]
-        if n * bits <= 63:  # a run packed into one integer: a 1-D unique, far faster than rows'
-            packed = np.unique((runs << (np.arange(n, dtype=np.int64) * bits)).sum(axis=1))
-            mask = (1 << bits) - 1
-            rows = [[(int(v) >> (bits * i)) & mask for i in range(n)] for v in packed]
-        else:
-            rows = np.unique(runs, axis=0).tolist()
-        out.update(lexicon.spell([pieces[i] for i in row]) for row in rows)
-    return frozenset(out)
+
+class WordRuns:
+    """The words of flat id arrays added one after another (each cut where a line starts): each
+    run of a word piece and its continuations found with numpy, kept as one integer per distinct
+    run (its ids packed) while arrays come, and spelt once at the end (`words`), however many
+    arrays wrote it."""
+
+    def __init__(self, tokenizer):
+        import numpy as np
+
+        backend = tokenizer.backend_tokenizer
+        self.size = backend.get_vocab_size(with_added_tokens=True)
+        self.pieces = [backend.id_to_token(i) or "" for i in range(self.size)]
+        unk = getattr(tokenizer, "unk_token", "[UNK]")
+        self.cont = np.array([p.startswith(lexicon.CONTINUATION) for p in self.pieces])
+        self.head_ok = np.array([lexicon.word_piece(p) and p != unk for p in self.pieces])
+        self.bad = np.array([p == unk for p in self.pieces])
+        self.bits = max(1, int(self.size - 1).bit_length())
+        self.packed: dict[int, list] = {}  # run length -> arrays of distinct packed runs
+        self.long: set[tuple[int, ...]] = set()  # runs too long to pack into 63 bits
+
+    def add(self, ids) -> None:
+        import numpy as np
+
+        ids = np.asarray(ids, dtype=np.int64)
+        if not len(ids):
+            return
+        heads = np.flatnonzero(~self.cont[ids])
+        lengths = np.diff(np.append(heads, len(ids)))
+        keep = self.head_ok[ids[heads]] & (lengths <= lexicon._MAX_WORD)
+        unknown = self.bad[ids]
+        if unknown.any():  # a run with an [UNK] in it spells no word
+            unk_before = np.concatenate([[0], np.cumsum(unknown)])
+            keep &= unk_before[heads + lengths] - unk_before[heads] == 0
+        for n in np.flatnonzero(np.bincount(lengths[keep])).tolist():  # the run lengths there are
+            starts = heads[keep & (lengths == n)]
+            got = self.packed.setdefault(n, [])
+            if n == 1:  # one piece: the distinct ids by counting, no sort
+                got.append(np.flatnonzero(np.bincount(ids[starts], minlength=self.size)))
+            elif n * self.bits <= 63:  # a run packed into one integer: a 1-D unique, far faster than rows'
+                runs = ids[starts[:, None] + np.arange(n)]
+                got.append(np.unique((runs << (np.arange(n, dtype=np.int64) * self.bits)).sum(axis=1)))
+            else:
+                self.long.update(map(tuple, np.unique(ids[starts[:, None] + np.arange(n)], axis=0).tolist()))
+            if len(got) > 8:  # joined now and then: memory of the distinct runs, not of every array's
+                self.packed[n] = [np.unique(np.concatenate(got))]
+
+    def words(self) -> frozenset[str]:
+        import numpy as np
+
+        out: set[str] = set()
+        mask = (1 << self.bits) - 1
+        for n, got in self.packed.items():
+            if not got:  # runs of n pieces too long to pack (self.long)
+                continue
+            for v in np.unique(np.concatenate(got)).tolist():
+                out.add(lexicon.spell([self.pieces[(v >> (self.bits * i)) & mask] for i in range(n)]))
+        out.update(lexicon.spell([self.pieces[i] for i in row]) for row in self.long)
+        return frozenset(out)
