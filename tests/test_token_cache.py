@@ -93,6 +93,27 @@ def test_cached_windows_are_the_story_windows(tmp_path, tok, seq_len, context, m
     assert torch.equal(got.token_counts(len(tok)), token_counts(ref, len(tok)))
     some = [5, 0, len(ref) - 1]
     assert [list(w) for w in got.select(some)] == [list(ref[i]) for i in some]
+    mask = np.zeros(len(got), dtype=bool)
+    mask[some] = True  # a bool mask keeps the windows where it is True, in their order
+    assert [list(w) for w in got.select(mask)] == [list(ref[i]) for i in sorted(some)]
+    assert got.doc.dtype == got.at.dtype == np.int32  # two int32 a window where every number fits
+
+
+def test_story_windows_of_a_corpus_past_int32_are_int64():
+    """Over 2**31 tokens a window's numbers are int64, and the same as int32 would give below."""
+
+    class Lengths:  # the part of an entry StoryWindows reads to place the windows
+        def __init__(self, n):
+            self.lengths = np.asarray(n, dtype=np.int64)
+
+    big = StoryWindows(Lengths([3, 2**31, 0, 5000]), 2**20, 3, 1)  # windows of 2**20 tokens: about 2,050
+    small = StoryWindows(Lengths([3, 2**20 * 7, 0, 5000]), 2**20, 3, 1)
+    assert big.doc.dtype == big.at.dtype == np.int64 and small.doc.dtype == np.int32
+    step = 2**20 - 1
+    for w, n in ((big, 2**31), (small, 2**20 * 7)):
+        k = 1 + -(-(n + 2 - 2**20) // step)  # the long story's windows
+        assert w.doc.tolist() == [0] + [1] * k + [3] and w.at[1:k + 1].tolist() == [0] + [
+            2**20 - 1 + j * step for j in range(k - 1)]
 
 
 def test_the_second_call_reads_the_cache_and_tokenizes_nothing(tmp_path, tok, monkeypatch):

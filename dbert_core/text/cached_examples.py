@@ -50,8 +50,9 @@ def kept_counts(cache, shape: list[int], arrays: list[np.ndarray], count) -> tor
     examples' shape and which they are (`arrays`): a second run of the same split reads it."""
     vocab_size = shape[-1]
     h = hashlib.sha256(np.array(shape, dtype=np.int64).tobytes())
-    for a in arrays:
-        h.update(np.ascontiguousarray(a).tobytes())
+    for a in arrays:  # as int64, a stretch at a time: the key of before for an int32 array too
+        for i in range(0, len(a), 1 << 20):
+            h.update(np.ascontiguousarray(a[i:i + (1 << 20)], dtype=np.int64).tobytes())
     path = Path(cache.folder) / layout.CACHE_COUNTS.format(key=h.hexdigest()[:32])
     try:
         counts = np.load(path)
@@ -223,8 +224,10 @@ class SentenceWindows:
         return len(self.lo)
 
     def select(self, index) -> "SentenceWindows":
-        """The windows at these positions, in that order."""
-        index = np.asarray(index, dtype=np.int64)
+        """The windows at these positions, in that order, or where a bool mask is True."""
+        index = np.asarray(index)
+        if index.dtype != np.bool_:
+            index = index.astype(np.int64, copy=False)
         return SentenceWindows(self.cache, self.seq_len, self.sep, self.short, self.seed, self.lo[index],
                                self.hi[index])
 

@@ -27,20 +27,40 @@ class StoryWindows:
         self.step = seq_len - ctx
         self.uniform_length = seq_len
         if doc is None:
-            n = cache.lengths  # a story's stream is its n tokens and one [SEP]
-            extra = np.maximum(0, n + 1 - (seq_len - 1))
-            k = np.where(n > 0, 1 + -(-extra // self.step), 0)
-            doc = np.repeat(np.arange(len(n), dtype=np.int64), k)
-            j = np.arange(len(doc), dtype=np.int64) - np.repeat(np.cumsum(k) - k, k)
-            at = np.where(j == 0, 0, (seq_len - 1) + (j - 1) * self.step)
+            doc, at = self._windows(cache.lengths)
         self.doc, self.at = doc, at
+
+    def _windows(self, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(doc, at) of every window of stories of n tokens: int32 where every number fits (a corpus
+        of gigabytes: half the memory), computed in place where numpy can."""
+        seq_len, step = self.seq_len, self.step
+        it = np.int32 if int(n.sum()) + len(n) + seq_len < 2**31 else np.int64  # windows, stories, positions
+        n = n.astype(it)
+        k = n + (1 - (seq_len - 1))  # a story's stream is its n tokens and one [SEP]: what the first window leaves
+        np.maximum(k, 0, out=k)
+        k = -(-k // step)
+        k += 1
+        k[n == 0] = 0
+        del n
+        doc = np.repeat(np.arange(len(k), dtype=it), k)
+        at: np.ndarray = np.arange(len(doc), dtype=it)
+        at -= np.repeat(np.cumsum(k, dtype=it) - k, k)  # each window's number within its story
+        del k
+        first = at == 0
+        at -= 1
+        at *= step
+        at += seq_len - 1
+        at[first] = 0
+        return doc, at
 
     def __len__(self) -> int:
         return len(self.doc)
 
     def select(self, index) -> "StoryWindows":
-        """The windows at these positions, in that order."""
-        index = np.asarray(index, dtype=np.int64)
+        """The windows at these positions, in that order, or where a bool mask is True."""
+        index = np.asarray(index)
+        if index.dtype != np.bool_:
+            index = index.astype(np.int64, copy=False)
         return StoryWindows(self.cache, self.seq_len, self.sep, self.ctx, self.doc[index], self.at[index])
 
     def _stream(self, d: int, a: int, b: int) -> list[int]:

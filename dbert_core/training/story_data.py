@@ -212,4 +212,4 @@ def _split(c: TrainConfig, windows, held):
     out = _held_out(c, len(windows), g).tolist()
     mask = np.ones(len(windows), dtype=bool)
     mask[out] = False
-    return windows.select(np.flatnonzero(mask)), [windows[i] for i in out]
+    return windows.select(mask), [windows[i] for i in out]
