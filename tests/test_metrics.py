@@ -120,3 +120,47 @@ def test_perplexity_keeps_no_autograd_graph_of_the_batches_it_scored(tiny_db, mo
     monkeypatch.setattr(metrics, "elbo", watched)
     perplexity(tiny_db, [str(TINYSTORIES_VALID)], steps=8, limit=6, unit="sentence", batch_size=2)
     assert len(grads) == 6 and not any(grads)
+
+
+def test_bleu_reads_its_references_once_as_a_stream():
+    """The references may be a generator (a corpus streamed from disk): read once, the same BLEU as
+    the list's (and NLTK's, above), whatever n-grams of theirs no sample holds."""
+    many = REFS + [f"word{i} filler{i} more{i} text{i} ." for i in range(500)]
+    reads = []
+
+    def stream():
+        for r in many:
+            reads.append(r)
+            yield r
+
+    assert bleu(HYPS, stream()) == pytest.approx(bleu(HYPS, list(many)), abs=1e-12) and len(reads) == len(many)
+    assert bleu(["word7 filler7 more7 text7 ."], stream()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("unit", ["story", "sentence"])
+def test_quality_streams_its_references_and_scores_as_the_lists_did(tiny_db, tmp_path, monkeypatch, unit):
+    """dbert eval --samples: BLEU-4 and the human_ story measures from references streamed from the
+    file, none read whole (a corpus of gigabytes), the same figures as the lists of before."""
+    from dbert_core.evaluation import metrics, story_metrics
+    from dbert_core.text import data as data_module
+    from dbert_core.text.data import read_documents, read_examples, story_texts
+
+    data = tmp_path / "stories.txt"
+    data.write_text("\n\n".join(TINYSTORIES_VALID.read_text(encoding="utf-8").split("\n")[:60]), encoding="utf-8")
+    texts: dict = {}
+    kw = dict(n=3, steps=4, length=24, batch_size=3, seed=5, unit=unit, texts=texts)
+    refs = story_texts(read_documents([str(data)])) if unit == "story" else read_examples([str(data)], unit)
+    stories = story_texts(read_documents([str(data)]))
+
+    def whole(*a, **k):
+        raise AssertionError("a data file read whole")
+
+    monkeypatch.setattr(data_module, "read_documents", whole)
+    monkeypatch.setattr(data_module, "_file_lines", whole)
+    got = metrics.quality(tiny_db, [str(data)], **kw)
+    assert got["bleu4"] == bleu(texts["first"], refs)
+    if unit != "story":  # a line model's samples: no story measures
+        return
+    human = {k: v for k, v in story_metrics.story_report(texts["first"], stories).items() if k.startswith("human_")}
+    assert human and all(got[k] == v for k, v in human.items())
+    assert human["human_words_median"] == story_metrics.quartiles([len(s.split()) for s in stories])[1]

@@ -17,14 +17,14 @@ import math
 import re
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Iterable
 import numpy as np
 import torch
 
 from ..text.contractions import broken_in_text
 from ..sampling.blocks import is_story_model
-from ..text.data import (Special, collate, count_words, iter_encode, read_documents, read_examples, scored_tokens,
-                         story_texts)
-from ..text.sources import SENTENCE_PACK
+from ..text.data import Special, collate, count_words, iter_encode, scored_tokens
+from ..text.sources import SENTENCE_PACK, iter_documents, iter_examples
 from ..maths.diffusion import RowDraws, elbo
 from .story_metrics import story_report
 from ..errors import DbertError
@@ -67,18 +67,25 @@ def _bleu(hyp: list[str], max_counts: list[dict], ref_len: int, max_n: int = 4) 
     return bp * math.exp(sum(logs) / max_n)
 
 
-def bleu(samples: list[str], references: list[str], max_n: int = 4) -> float:
-    """Mean over samples of BLEU-4 against all references (the paper's quality metric)."""
-    refs = [words(r) for r in references]
+def bleu(samples: list[str], references: Iterable[str], max_n: int = 4) -> float:
+    """Mean over samples of BLEU-4 against all references (the paper's quality metric). The
+    references are read once, as they come (a stream of a corpus of gigabytes): of each one's
+    n-grams only the samples' own are kept (the clipping counts need no other), and of its length
+    only whether a reference has it (the closest length needs no more)."""
+    hyps = [words(h) for h in samples]
+    wanted = [set().union(*(ngrams(h, n) for h in hyps)) for n in range(1, max_n + 1)]
     max_counts: list[dict] = [{} for _ in range(max_n)]
-    for ref in refs:
+    lengths: set[int] = set()
+    for r in references:
+        ref = words(r)
+        lengths.add(len(ref))
         for n in range(1, max_n + 1):
-            mc = max_counts[n - 1]
+            mc, want = max_counts[n - 1], wanted[n - 1]
             for g, c in ngrams(ref, n).items():
-                if c > mc.get(g, 0):
+                if c > mc.get(g, 0) and g in want:
                     mc[g] = c
-    lengths = sorted(len(r) for r in refs)
-    scores = [_bleu(h, max_counts, _closest_length(lengths, len(h)), max_n) for h in map(words, samples)]
+    ordered = sorted(lengths)
+    scores = [_bleu(h, max_counts, _closest_length(ordered, len(h)), max_n) for h in hyps]
     return sum(scores) / len(scores)
 
 
@@ -375,17 +382,19 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
                                temperature=temperature, pair_quotes=pair_quotes,
                                fix_contractions=fix_contractions, known_words=known_words), db)
     sampler = cfg.sampler
-    if unit == "story":  # whole documents: the samples are stories too
-        refs = story_texts(read_documents(data, doc_sep))
-    else:
-        refs = read_examples(data, "sentence" if unit == "window" else unit, doc_sep)  # windows: their sentences
+    def refs():  # the references, streamed from the files each time they are read (never a list of the corpus)
+        if unit == "story":  # whole documents: the samples are stories too
+            return (" ".join(d) for d in iter_documents(data, doc_sep))
+        return iter_examples(data, "sentence" if unit == "window" else unit, doc_sep)  # windows: their sentences
+
+    next(iter(refs()), None)  # a missing or unreadable file: its line before the sampling, not after
     first, st1 = generate(db, cfg, on_frame, paragraph=" ", every_frame=False)  # on_frame: a progress line
     second, st2 = generate(db, cfg, on_frame, seed=seed + 1, paragraph=" ", every_frame=False)
     out = {
         "samples": n, "sample_steps": cfg.steps, "sample_length": length, "top_k": cfg.top_k, "top_p": cfg.top_p, "sampler": sampler,
         "sampler_exact": get(sampler).exact, "params": cfg.params, "temperature": cfg.temperature,
         "block_repeats": block_repeats, "pair_quotes": pair_quotes, "fix_contractions": fix_contractions,
-        "known_words": known_words, "bleu4": bleu(first, refs), "self_bleu4": self_bleu(second),
+        "known_words": known_words, "bleu4": bleu(first, refs()), "self_bleu4": self_bleu(second),
         "distinct1": distinct_n(first, 1), "distinct2": distinct_n(first, 2), "distinct3": distinct_n(first, 3),
         "unigram_entropy": unigram_entropy(first), **readability(first),
         "nfe_per_sample": (st1["nfe"] + st2["nfe"]) / (st1["batches"] + st2["batches"]),  # calls each batch made
@@ -393,12 +402,12 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
         "seconds_per_sample": (st1["seconds"] + st2["seconds"]) / (2 * n),
     }
     if is_story_model(db) or unit == "story":  # one story a sample? its length, its names, as the held-out stories'
-        stories = refs if unit == "story" else story_texts(read_documents(data, doc_sep))
+        stories = refs() if unit == "story" else (" ".join(d) for d in iter_documents(data, doc_sep))
         out.update(story_report(first, stories))
     if texts is not None:
         texts.update(first=first, second=second)
     if judge is not None:
-        out.update(judged(judge, first, refs, out["words_per_sample"], db.device, texts))
+        out.update(judged(judge, first, refs(), out["words_per_sample"], db.device, texts))
     return out
 
 

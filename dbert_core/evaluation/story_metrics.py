@@ -20,6 +20,9 @@ same way on held-out stories, so the two rates are compared, not read alone.
 from __future__ import annotations
 
 import re
+from array import array
+from collections.abc import Iterable
+from typing import Any
 
 BACK_REFERENCES = frozenset(
     "she he they it them her his their its him then but so and or after afterwards later also too still "
@@ -86,36 +89,48 @@ def changed_name(text: str) -> bool:
     return any(n not in first and second.count(n) >= 2 for n in set(second))
 
 
-def quartiles(values: list[int]) -> tuple[float, float, float]:
-    """(q1, median, q3) by linear interpolation; zeros for no values."""
-    if not values:
+def quartiles(values) -> tuple[float, float, float]:
+    """(q1, median, q3) by linear interpolation; zeros for no values (a list or an array of ints)."""
+    if not len(values):
         return 0.0, 0.0, 0.0
-    v = sorted(values)
+    v: Any
+    if isinstance(values, list):
+        v = sorted(values)
+    else:  # an array of a corpus's lengths: sorted by numpy, not as a list of Python ints
+        import numpy as np
+
+        v = np.sort(np.asarray(values, dtype=np.int64))
 
     def q(p: float) -> float:
         x = p * (len(v) - 1)
         lo = int(x)
         hi = min(lo + 1, len(v) - 1)
-        return v[lo] + (v[hi] - v[lo]) * (x - lo)
+        a, b = int(v[lo]), int(v[hi])
+        return a + (b - a) * (x - lo)
 
     return q(0.25), q(0.5), q(0.75)
 
 
-def story_report(texts: list[str], references: list[str] | None = None) -> dict:
-    """The story-level measures of texts (and of references, the same way, under "human_")."""
-    def measure(items: list[str]) -> dict:
-        n = max(len(items), 1)
-        checks = [one_story(t) for t in items]
-        q1, med, q3 = quartiles([len(t.split()) for t in items])
-        return {"frac_one_story": sum(c["ok"] for c in checks) / n,
-                "frac_story_start": sum(c["start"] for c in checks) / n,
-                "frac_story_end": sum(c["end"] for c in checks) / n,
-                "frac_single_story": sum(c["single"] for c in checks) / n,
-                "words_q1": q1, "words_median": med, "words_q3": q3,
-                "frac_doubled_name": sum(map(doubled_name, items)) / n,
-                "frac_changed_name": sum(map(changed_name, items)) / n}
-
-    out = measure(texts)
+def story_report(texts: list[str], references: Iterable[str] | None = None) -> dict:
+    """The story-level measures of texts (and of references, the same way, under "human_"; read
+    once, as they come: a stream of a corpus's stories keeps only counts and a length each)."""
+    out = _measure(texts)
     if references is not None:
-        out.update({"human_" + k: v for k, v in measure(references).items()})
+        out.update({"human_" + k: v for k, v in _measure(references).items()})
     return out
+
+
+def _measure(items: Iterable[str]) -> dict:
+    n = ok = start = end = single = doubled = changed = 0
+    lengths = array("l")
+    for t in items:
+        c = one_story(t)
+        n += 1
+        ok, start, end, single = ok + c["ok"], start + c["start"], end + c["end"], single + c["single"]
+        doubled, changed = doubled + doubled_name(t), changed + changed_name(t)
+        lengths.append(len(t.split()))
+    q1, med, q3 = quartiles(lengths)
+    n = max(n, 1)
+    return {"frac_one_story": ok / n, "frac_story_start": start / n, "frac_story_end": end / n,
+            "frac_single_story": single / n, "words_q1": q1, "words_median": med, "words_q3": q3,
+            "frac_doubled_name": doubled / n, "frac_changed_name": changed / n}
