@@ -22,9 +22,8 @@ import torch
 
 from ..text.contractions import broken_in_text
 from ..sampling.blocks import is_story_model
-from ..text.data import (Special, collate, count_words, iter_encode, read_documents, read_examples, scored_tokens,
-                         story_texts)
-from ..text.sources import SENTENCE_PACK
+from ..text.data import Special, collate, count_words, iter_encode, scored_tokens, story_texts
+from ..text.sources import SENTENCE_PACK, iter_documents, iter_examples
 from ..maths.diffusion import RowDraws, elbo
 from .story_metrics import story_report
 from ..errors import DbertError
@@ -266,7 +265,6 @@ def _line_examples(db, data: list[str], unit: str, doc_sep: str, limit: int | No
     them; with --limit and no entry, read and encoded only as far as they are consumed (a --limit over
     a large file tokenizes no more than it needs)."""
     from ..text.cached_examples import CachedExamples
-    from ..text.sources import iter_examples
     from ..text.token_cache import cache_key, open_entry
     from ..training.story_data import cache_root, entry as cache_entry, file_prints
 
@@ -297,7 +295,7 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
                mc: int = 1, batch_size: int = 32, seed: int = 0, unit: str = "line", examples: bool = False,
                progress=None, doc_sep: str = "auto", report=None) -> dict:
     """ELBO perplexity of a data file's examples under db with an S-step budget; the documents
-    (and a line's text: a JSONL line's "text") read as --doc-sep `doc_sep` says (data.read_documents).
+    (and a line's text: a JSONL line's or a table's "text") read as --doc-sep `doc_sep` says (text.sources).
 
     examples=True also returns each example's bound in nats and its token count
     ("example_nats", "example_tokens"), for paired comparisons of models on the same data.
@@ -376,9 +374,9 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
                                fix_contractions=fix_contractions, known_words=known_words), db)
     sampler = cfg.sampler
     if unit == "story":  # whole documents: the samples are stories too
-        refs = story_texts(read_documents(data, doc_sep))
+        refs = story_texts(iter_documents(data, doc_sep))
     else:
-        refs = read_examples(data, "sentence" if unit == "window" else unit, doc_sep)  # windows: their sentences
+        refs = list(iter_examples(data, "sentence" if unit == "window" else unit, doc_sep))  # windows: their sentences
     first, st1 = generate(db, cfg, on_frame, paragraph=" ", every_frame=False)  # on_frame: a progress line
     second, st2 = generate(db, cfg, on_frame, seed=seed + 1, paragraph=" ", every_frame=False)
     out = {
@@ -393,7 +391,7 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
         "seconds_per_sample": (st1["seconds"] + st2["seconds"]) / (2 * n),
     }
     if is_story_model(db) or unit == "story":  # one story a sample? its length, its names, as the held-out stories'
-        stories = refs if unit == "story" else story_texts(read_documents(data, doc_sep))
+        stories = refs if unit == "story" else story_texts(iter_documents(data, doc_sep))
         out.update(story_report(first, stories))
     if texts is not None:
         texts.update(first=first, second=second)
