@@ -61,6 +61,30 @@ def test_a_run_trains_on_a_hub_dataset(tmp_path, monkeypatch, capsys):
     assert [f["path"] for f in meta["data_files"]] == [str(kept / "data" / "more.jsonl"), str(kept / "data" / "train.txt")]
 
 
+def test_a_hub_dataset_of_csv_files_is_downloaded_and_read_as_its_text_column(tmp_path, monkeypatch):
+    import csv
+    import gzip
+    import io
+
+    from dbert_core.text.sources import iter_documents
+
+    repo = tmp_path / "repo"
+    (repo / "data").mkdir(parents=True)
+    stories = [["A story.", "Its end, \"quoted\"."], ["Another, with a comma."], ["A third."]]
+    table = io.StringIO()
+    csv.writer(table).writerows([["id", "text"], *([i, "\n".join(d)] for i, d in enumerate(stories))])
+    (repo / "data" / "train.csv").write_text(table.getvalue())
+    (repo / "data" / "valid.tsv.gz").write_bytes(gzip.compress(b"text\tid\nA held-out story.\t9\n"))
+    (repo / "README.md").write_text("# a dataset card\n")
+    with HubServer() as hub:
+        hub.datasets["owner/tables"] = repo
+        online(monkeypatch, hub)
+        got = Path(datasets.local(["hf:owner/tables"])[0])
+        assert sorted(str(p.relative_to(got)) for p in got.rglob("*") if p.is_file()) == \
+            ["data/train.csv", "data/valid.tsv.gz"]  # no card
+        assert list(iter_documents([str(got)])) == [*stories, ["A held-out story."]]
+
+
 @pytest.mark.parametrize("source, message", [
     ("hf:owner", "a hub dataset is hf:owner/name"),
     ("hf:owner/../x", "a hub dataset is hf:owner/name"),

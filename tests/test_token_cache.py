@@ -391,3 +391,82 @@ def test_a_bad_file_stops_the_command_with_one_line_and_no_cache(tmp_path, capsy
     assert len([ln for ln in err.splitlines() if "NUL bytes" in ln and str(bad) in ln]) == 1, err
     root = Path(os.environ["DBERT_HOME"]) / "cache" / "tokens"
     assert not root.exists() or list(root.iterdir()) == []
+
+
+def _csv_of(path: Path, docs: list[list[str]], delimiter: str = ",") -> Path:
+    """The documents as a table a pandas or Kaggle export would be: a header, an id and a text column."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    rows = csv.writer(out, delimiter=delimiter)
+    rows.writerow(["id", "text", "source"])
+    rows.writerows([i, "\n".join(d), "head"] for i, d in enumerate(docs))
+    data = out.getvalue().encode()
+    path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
+    return path
+
+
+@pytest.mark.parametrize("name, unit", [("s.csv", "story"), ("s.tsv", "line"), ("s.csv.gz", "sentence"),
+                                        ("s.csv", "sentence --pack")])
+def test_a_run_on_a_csv_file_caches_the_ids_of_the_same_text_as_txt(tmp_path, capsys, monkeypatch, tok, name, unit):
+    from dbert_core.text.sources import SENTENCE_PACK
+    from dbert_core.training import prepare as prepare_module
+    from dbert_core.training.story_data import cache_root, file_prints
+
+    monkeypatch.setattr(prepare_module, "train_tokenizer", lambda texts, size: tok)
+    txt = _stories(tmp_path / "s.txt", 40)
+    table = _csv_of(tmp_path / name, read_documents([str(txt)]), "\t" if name.endswith(".tsv") else ",")
+    entries = []
+    for data in (table, txt):
+        args = ["train", "--data", str(data), "--unit", *unit.split(), "--preset", "tiny", "--seq-len", "24",
+                "--batch-size", "8", "--max-steps", "2", "--eval-every", "0", "--out", str(tmp_path / data.name[2:])]
+        code, out, err = run(args, capsys, monkeypatch)
+        assert code == 0 and out == "", err
+        kind = SENTENCE_PACK if unit == "sentence --pack" else unit
+        key = token_cache.cache_key(file_prints([str(data)]), tok, kind, "auto")[0]
+        entries.append(token_cache.open_entry(cache_root() / key))
+    got, want = entries
+    assert len(got) == len(want) > 0 and got.folder != want.folder
+    assert [got.doc(i).tolist() for i in range(len(got))] == [want.doc(i).tolist() for i in range(len(want))]
+    calls = []
+    real = token_cache._encoder
+    monkeypatch.setattr(token_cache, "_encoder", lambda t: calls.append(1) or real(t))
+    line = unit if unit != "sentence --pack" else "sentence"
+    code, out, err = run(["eval", "-c", str(tmp_path / name[2:]), "--data", str(table), "--unit", line, "--steps", "4",
+                          "--json"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["examples"] > 0, err
+    assert calls == [] or unit == "sentence --pack"  # the run's own entry (a pack run's is not eval's unit)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("id,body\n1,A story.\n", 'bad.csv: a CSV file needs a "text" column (it has: id, body)'),
+    ("id,text,n\n1,A story.,2\n2,Another.\n", "bad.csv:3: this row has 2 fields, the header 3 (id, text, n)"),
+    ("", "data file is empty: "), ("id,text\n\n", "data file is empty: "),
+    ('id,text\n1,"A quote never closed.\n', "bad.csv:2: not CSV: unexpected end of data"),
+    ("id,text\n1,A \x00 binary\n", "data file is not text (it holds NUL bytes)"),
+    (b"id,text\n1,\xff\xfe\n", "data file is not UTF-8 text"),
+])
+def test_a_bad_csv_file_is_one_line_through_the_command(tmp_path, capsys, monkeypatch, content, message):
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(content if isinstance(content, bytes) else content.encode())
+    for args in (["train", "--data", str(bad), "--preset", "tiny", "--max-steps", "1", "--out", str(tmp_path / "a")],
+                 ["eval", "-c", str(Path(__file__).parent / "fixtures" / "tiny"), "--data", str(bad)]):
+        code, out, err = run(args, capsys, monkeypatch)
+        assert code == 2 and out == "" and "Traceback" not in err, err
+        assert len([ln for ln in err.splitlines() if message in ln]) == 1, err
+
+
+@pytest.mark.parametrize("unit", ["line", "story"])
+def test_the_samples_bleu_reads_a_csv_files_text(tmp_path, monkeypatch, unit):
+    from dbert_core.evaluation import metrics
+    from dbert_core.storage import checkpoint
+
+    db = checkpoint.load(Path(__file__).parent / "fixtures" / "tiny")
+    txt = _stories(tmp_path / "s.txt", 6)
+    table = _csv_of(tmp_path / "s.csv", read_documents([str(txt)]))
+    refs = []
+    monkeypatch.setattr(metrics, "bleu", lambda samples, against: refs.append(against) or 0.0)
+    for data in (table, txt):
+        metrics.quality(db, [str(data)], 1, steps=2, length=8, unit=unit)
+    assert refs[0] == refs[1] and len(refs[0]) >= 6 and not any("id,text" in r for r in refs[0])

@@ -65,3 +65,38 @@ async def test_a_new_run_does_not_show_the_last_runs_sample(tiny_db):
             if name == "first":
                 assert "[step " in preview()
         assert "[step " not in preview(), preview()  # the second run drew no sample: none is shown
+
+
+async def test_a_run_from_a_csv_file_reads_its_text_column(tmp_path):
+    """A Kaggle or pandas export (a header, the text in its "text" column) typed as the data path:
+    the run tokenizes each row's text, not the file's lines of CSV."""
+    import csv
+    from pathlib import Path
+
+    from dbert_core.storage import checkpoint
+    from dbert_core.text.data import encode
+    from dbert_core.text.token_cache import cache_key, open_entry
+    from dbert_core.training.story_data import cache_root, file_prints
+
+    fixture = checkpoint.load(Path(__file__).parent / "fixtures" / "tiny")
+    lines = [f"the {who} saw a {what}, and ran." for who in ("dog", "cat", "bird") for what in ("ball", "box", "tree")]
+    data = tmp_path / "rows.csv"
+    with open(data, "w", newline="") as f:
+        csv.writer(f).writerows([["id", "text"], *([i, t] for i, t in enumerate(lines * 4))])
+    app = create_app(checkpoint=fixture.path, loader=lambda p: fixture,
+                     settings=Settings(pace_ms=0, steps=4, length=12, sampler="ancestral", top_k=0), deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app))
+        await pilot.press("3")
+        await wait_for(pilot, lambda: app.current_mode == "train")
+        tr = app.train_screen
+        for wid, value in {"tr-data": str(data), "tr-out": "from-csv", "tr-steps": "2", "tr-batch": "4", "tr-seq": "16",
+                           "tr-T": "32", "tr-eval": "0", "tr-sample": "0", "tr-warmup": "1", "tr-save": "0"}.items():
+            tr.query_one(f"#{wid}").value = value
+        tr.query_one("#tr-unit").value = "line"
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: "finished" in stats(tr) or "failed" in stats(tr), timeout=120, what="the run")
+        assert "finished at step 2" in stats(tr), stats(tr)
+    tok = checkpoint.load(store.store_dir() / "from-csv").tokenizer
+    entry = open_entry(cache_root() / cache_key(file_prints([str(data)]), tok, "line", "auto")[0])
+    assert [entry.doc(i).tolist() for i in range(len(entry))] == encode(lines * 4, tok)

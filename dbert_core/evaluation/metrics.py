@@ -273,7 +273,6 @@ def _line_examples(db, data: list[str], unit: str, doc_sep: str, limit: int | No
     them; with --limit and no entry, read and encoded only as far as they are consumed (a --limit over
     a large file tokenizes no more than it needs)."""
     from ..text.cached_examples import CachedExamples
-    from ..text.sources import iter_examples
     from ..text.token_cache import cache_key, open_entry
     from ..training.story_data import cache_root, entry as cache_entry, file_prints
 
@@ -304,7 +303,7 @@ def perplexity(db, data: list[str], steps: int = 128, limit: int | None = None, 
                mc: int = 1, batch_size: int = 32, seed: int = 0, unit: str = "line", examples: bool = False,
                progress=None, doc_sep: str = "auto", report=None) -> dict:
     """ELBO perplexity of a data file's examples under db with an S-step budget; the documents
-    (and a line's text: a JSONL line's "text") read as --doc-sep `doc_sep` says (data.read_documents).
+    (and a line's text: a JSONL line's or a table's "text") read as --doc-sep `doc_sep` says (text.sources).
 
     examples=True also returns each example's bound in nats and its token count
     ("example_nats", "example_tokens"), for paired comparisons of models on the same data.

@@ -1,6 +1,6 @@
 """Training data from the Hugging Face Hub: `--data hf:owner/name` (or `hf:owner/name@revision`).
 
-A dataset repo's data files (text, JSONL, Parquet, compressed text: DATA_PATTERNS; nothing
+A dataset repo's data files (text, JSONL, CSV, TSV, Parquet, compressed too: DATA_PATTERNS; nothing
 else, never code) are downloaded once with huggingface_hub's snapshot_download into
 $DBERT_HOME/cache/datasets/owner--name[@revision]/, built in a marked temp folder beside it
 (disk/temp_folders.py) and renamed into place when complete: a failed, offline or killed
@@ -23,7 +23,8 @@ from ..errors import DbertError
 from .store import home
 
 PREFIX = "hf:"
-DATA_PATTERNS = ["*.txt", "*.jsonl", "*.parquet", "*.txt.gz", "*.jsonl.gz", "*.txt.zst", "*.jsonl.zst"]
+DATA_PATTERNS = ["*.txt", "*.jsonl", "*.parquet", "*.csv", "*.tsv",  # text.sources reads each of them
+                 *(f"*.{kind}.{z}" for z in ("gz", "zst") for kind in ("txt", "jsonl", "csv", "tsv"))]
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
 

@@ -4,14 +4,18 @@ The same documents as data.read_documents and the same lines as data.read_lines 
 and the learnt tables are built from these), from files of any size: a file is read line by
 line, and its format (jsonl, eot or blank; data.document_format) is found by a look ahead that
 stops at the first <|endoftext|> line. Compressed files (`.gz`; `.zst` with the zstandard
-package) are read through their decompressor; `.jsonl.gz` is JSONL. A `.parquet` file (with
-pyarrow) is one document a row, from its "text" column, read a batch of rows at a time. Every bad
-input is one DbertError line naming the file: unreadable, not UTF-8, binary (NUL bytes), empty,
-a JSONL line or Parquet column without a "text" string.
+package) are read through their decompressor; `.jsonl.gz` is JSONL. A table is one document a
+row, from its "text" column (the field a JSONL line's text is read from), whatever --doc-sep
+says: a `.parquet` file (with pyarrow), a batch of rows at a time, or a `.csv` or `.tsv` file
+(compressed too: `.csv.gz`), a row at a time by Python's csv module, under a header row naming
+its columns. Every bad input is one DbertError line naming the file: unreadable, not UTF-8,
+binary (NUL bytes), empty, a JSONL line or a table without a "text" string, a CSV row whose
+fields are not the header's.
 """
 
 from __future__ import annotations
 
+import csv
 import io
 import os
 from collections.abc import Iterator
@@ -71,22 +75,16 @@ def parquet_texts(path: str) -> Iterator[str]:
         raise DbertError(f"cannot read data file {path} as Parquet: {str(e).splitlines()[0][:160]}") from None
 
 
-def raw_lines(path: str) -> Iterator[str]:
-    """A UTF-8 file's lines, stripped, blank ones included, read as a stream (a BOM is dropped); a
-    Parquet file's texts' lines."""
-    if path.endswith(".parquet"):
-        for text in parquet_texts(path):
-            if "\x00" in text:
-                raise DbertError(f"data file is not text (it holds NUL bytes): {path}")
-            yield from (ln.strip() for ln in text.splitlines())
-        return
+def _decoded_lines(path: str, newline: str | None) -> Iterator[str]:
+    """A UTF-8 file's lines as they are (a BOM dropped), through its decompressor; every failure
+    to read it one DbertError line."""
     try:
         with _open_bytes(path) as raw:
-            lines = io.TextIOWrapper(raw, encoding="utf-8-sig", newline=None)  # not `text`: a str above
+            lines = io.TextIOWrapper(raw, encoding="utf-8-sig", newline=newline)
             for ln in lines:
                 if "\x00" in ln:  # valid UTF-8, but a binary file, not text
                     raise DbertError(f"data file is not text (it holds NUL bytes): {path}")
-                yield ln.strip()
+                yield ln
     except UnicodeDecodeError:
         raise DbertError(f"data file is not UTF-8 text: {path}") from None
     except (OSError, EOFError) as e:  # gzip's BadGzipFile is an OSError; a cut .gz an EOFError
@@ -95,6 +93,56 @@ def raw_lines(path: str) -> Iterator[str]:
         if type(e).__module__.startswith("zstandard"):
             raise DbertError(f"cannot read data file {path}: {e}") from None
         raise
+
+
+CSV_FIELD_CHARS = 1 << 26  # the csv module's longest field (its own default, 131,072, is a short book chapter)
+
+
+def csv_texts(path: str, delimiter: str = ",") -> Iterator[str]:
+    """The "text" column of a CSV (or, delimiter a tab, TSV) file under its header row, a row at a
+    time; blank lines skipped, an empty value no document."""
+    csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_CHARS))
+    rows = csv.reader(_decoded_lines(path, newline=""), delimiter=delimiter, strict=True)  # newline="": quoted newlines
+    what = "TSV" if delimiter == "\t" else "CSV"
+    try:
+        header = next((r for r in rows if r), None)
+        if header is None:
+            raise DbertError(f"data file is empty: {path}")
+        if "text" not in header:
+            raise DbertError(f"{path}: a {what} file needs a \"text\" column (it has: {', '.join(header[:8])})")
+        at = header.index("text")
+        for row in rows:
+            if row and len(row) != len(header):
+                raise DbertError(f"{path}:{rows.line_num}: this row has {len(row)} fields, the header {len(header)} "
+                                 f"({', '.join(header[:8])})")
+            if row and row[at]:
+                yield row[at]
+    except csv.Error as e:  # a quote left open at the end, a field over CSV_FIELD_CHARS
+        raise DbertError(f"{path}:{rows.line_num}: not {what}: {e}") from None
+
+
+def table_texts(path: str) -> Iterator[str] | None:
+    """The texts of a file that is a table, a document a row: a Parquet, CSV or TSV file's "text"
+    column; None for any other file."""
+    if path.endswith(".parquet"):
+        return parquet_texts(path)
+    name = plain_name(path)
+    if name.endswith((".csv", ".tsv")):
+        return csv_texts(path, "\t" if name.endswith(".tsv") else ",")
+    return None
+
+
+def raw_lines(path: str) -> Iterator[str]:
+    """A UTF-8 file's lines, stripped, blank ones included, read as a stream (a BOM is dropped); a
+    table's texts' lines."""
+    texts = table_texts(path)
+    if texts is None:
+        yield from (ln.strip() for ln in _decoded_lines(path, newline=None))
+        return
+    for text in texts:
+        if "\x00" in text:
+            raise DbertError(f"data file is not text (it holds NUL bytes): {path}")
+        yield from (ln.strip() for ln in text.splitlines())
 
 
 def file_lines(path: str) -> Iterator[str]:
@@ -115,9 +163,10 @@ def iter_lines(patterns: list[str]) -> Iterator[str]:
 
 def file_format(path: str) -> str:
     """data.document_format without reading the file whole: jsonl by name or first line, eot when
-    some line is <|endoftext|> (the look ahead stops there), else blank."""
-    if path.endswith(".parquet"):
-        return "parquet"
+    some line is <|endoftext|> (the look ahead stops there), else blank; "table" for a file of
+    rows (table_texts)."""
+    if path.endswith(".parquet") or plain_name(path).endswith((".csv", ".tsv")):
+        return "table"
     first = None
     for ln in file_lines(path):
         if first is None and ln:
@@ -142,10 +191,10 @@ def iter_documents(patterns: list[str], sep: str = "auto") -> Iterator[list[str]
     if sep not in DOC_SEPS:
         raise DbertError(f"must be one of: {', '.join(DOC_SEPS)} (got {sep!r})", "doc_sep", sep)
     for path in expand_paths(patterns):
-        fmt = file_format(path) if sep == "auto" or path.endswith(".parquet") else sep
-        if fmt == "parquet":  # a document a row, whatever --doc-sep says: rows are its documents
+        texts = table_texts(path)
+        if texts is not None:  # a document a row, whatever --doc-sep says: rows are its documents
             seen = False
-            for text in parquet_texts(path):
+            for text in texts:
                 paras = [p.strip() for p in text.splitlines() if p.strip()]
                 if paras:
                     seen = True
@@ -153,6 +202,7 @@ def iter_documents(patterns: list[str], sep: str = "auto") -> Iterator[list[str]
             if not seen:
                 raise DbertError(f"data file is empty: {path}")
             continue
+        fmt = file_format(path) if sep == "auto" else sep
         if fmt == "jsonl":
             yield from _jsonl(path)
             continue

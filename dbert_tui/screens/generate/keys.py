@@ -12,7 +12,7 @@ from typing import Protocol
 from dbert_core.errors import DbertError
 
 from ...controller import BRANCHES, Session
-from ...runs import Playback
+from ...runs import TOPK, Playback
 from ...files import EXPORT_TITLE, default_name, export_run, save_texts, save_title, texts_of
 from ...forms import PROMPT_TITLE, said
 from ...keymap import KeySpec, bindings
@@ -21,6 +21,7 @@ from ...widgets.keybar import bar_keys
 from ...widgets.generate.canvas import Canvas
 from ...widgets.generate.controls import Controls
 from ...widgets.generate.editor import Editor
+from ...widgets.generate.entropy import EntropyPanel
 from ...widgets.generate.grid import SampleGrid
 from ...widgets.generate.player import Player
 from ..dialogs import FormDialog
@@ -69,6 +70,8 @@ CATALOGUE = (  # every key, in the order of the key help (`?`); the key bar show
     KeySpec("u", "undo", "Undo: the previous version", "", "", 5, 0, "Undo edit", "The previous version"),
     KeySpec("y", "redo", "Redo: the next version", "", "", 5, 0, "Redo edit", "The next version"),
     KeySpec("w", "toggle_stable", "Stable layout (words keep their lines) / free", "", "", 5, 0, "Stable layout", "Words keep the final text's lines while they fill in"),
+    KeySpec("h", "toggle_entropy", f"Entropy panel: top-{TOPK} entropy of p' at each step's reveals", "", "", 5, 0,
+            "Entropy panel", f"The mean entropy of p' at each step's reveals, its top-{TOPK} terms: a lower bound"),
 )
 BINDINGS = bindings(CATALOGUE)  # the screen's (the key help lists them)
 KEYS = bar_keys(CATALOGUE, "screen")  # the key bar's; the control bar shows the setting keys beside their values
@@ -90,6 +93,7 @@ class KeyHost(Protocol):
     grid: SampleGrid
     editor: Editor
     controls: Controls
+    entropy: EntropyPanel
 
     def view_mode(self) -> str: ...
 
@@ -222,6 +226,11 @@ class KeyActions:
 
     def action_toggle_stable(self) -> None:
         self.controls.toggle_stable()
+        self.redraw()
+
+    def action_toggle_entropy(self) -> None:
+        """The entropy panel shown (drawn at once from the frame on screen) or hidden."""
+        self.entropy.toggle()
         self.redraw()
 
     def action_edit(self) -> None:

@@ -35,13 +35,14 @@ from dbert_core.errors import DbertError
 
 from ...controller import Session
 from ...forms import said
-from ...runs import Playback, Recorded, Run
+from ...runs import TOPK, Playback, Recorded, Run
 from ...messages import InfillChosen, RunAdvanced, RunFailed, SampleChosen, TokenPointed
 from ...render import prompt_words_of, window_step
 from ...widgets.generate.canvas import Canvas, final_of
 from ...widgets.generate.compare import CompareView
 from ...widgets.generate.controls import Controls
 from ...widgets.generate.editor import Editor
+from ...widgets.generate.entropy import EntropyPanel
 from ...widgets.generate.grid import SampleGrid
 from ...widgets.generate.inspector import InspectorLine, TokenInspector
 from ...widgets.generate.player import Player
@@ -60,7 +61,12 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
             "sampling setting beside its key; a change restarts the run at once with the same seed (a new "
             "draw all the same: once one token differs, the rest of the story can differ). "
             "A text taller than the screen follows the writing as later windows fill in; PgUp and PgDn "
-            "(or the mouse wheel) scroll it, End follows the writing again.")
+            "(or the mouse wheel) scroll it, End follows the writing again. "
+            f"h shows the entropy panel: for the frame drawn, the mean entropy in nats of p' (the law each token "
+            f"was drawn from) over the positions its step revealed, plotted over the steps so far. It sums the "
+            f"top-{TOPK} candidates' terms -p log p, not renormalised: a lower bound of the entropy of p' (each id "
+            f"left out adds a term >= 0), exact where the {TOPK} hold all of p'; renormalised, it would be the "
+            f"entropy of another law, never above log {TOPK}.")
 
     CATALOGUE, BINDINGS, KEYS = CATALOGUE, BINDINGS, KEYS  # screens/generate/keys.py: every key, written once
 
@@ -79,6 +85,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         self.inspector = TokenInspector(id="gen-inspect")  # the token under the cursor
         self.editor = Editor()                         # the draft, versions, refill and branch
         self.controls = Controls(id="gen-bar")         # the legend and the control bar
+        self.entropy = EntropyPanel(id="gen-entropy")  # side A's reveal entropy over the steps (`h`)
 
     # ------------------------------------------------------------------ the App's state
     @property
@@ -144,6 +151,7 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
             yield self.compare
             yield SchedulePanel(id="gen-schedule")
             yield self.inspector
+        yield self.entropy
         yield ScheduleStrip(id="gen-strip")
         yield InspectorLine(id="gen-inspect-line")
         yield self.controls
@@ -338,6 +346,8 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         if rec is not None and rec is not self.drawn:
             self.drawn = rec
             self.frames_drawn += 1
+        if self.entropy.display:
+            self.entropy.show(pb.frames, None if rec is None else len(pb.frames) - 1 if pb.view is None else pb.view)
         active_pb = self.session.active_playback()
         active = active_pb.shown()
         if active is not None:  # the schedule is one window's: its step within the window
