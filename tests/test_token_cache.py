@@ -466,7 +466,7 @@ def test_the_samples_bleu_reads_a_csv_files_text(tmp_path, monkeypatch, unit):
     txt = _stories(tmp_path / "s.txt", 6)
     table = _csv_of(tmp_path / "s.csv", read_documents([str(txt)]))
     refs = []
-    monkeypatch.setattr(metrics, "bleu", lambda samples, against: refs.append(against) or 0.0)
+    monkeypatch.setattr(metrics, "bleu", lambda samples, against: refs.append(list(against)) or 0.0)  # a stream
     for data in (table, txt):
         metrics.quality(db, [str(data)], 1, steps=2, length=8, unit=unit)
     assert refs[0] == refs[1] and len(refs[0]) >= 6 and not any("id,text" in r for r in refs[0])
