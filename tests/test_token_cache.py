@@ -98,6 +98,15 @@ def test_cached_windows_are_the_story_windows(tmp_path, tok, seq_len, context, m
     assert [list(w) for w in got.select(mask)] == [list(ref[i]) for i in sorted(some)]
     assert got.doc.dtype == got.at.dtype == np.int32  # two int32 a window where every number fits
 
+    class Unmapped:  # the map is there for its size and type only: windows are read with pread, so a
+        dtype = entry.tokens.dtype  # window drawn anywhere in a corpus of gigabytes maps in no pages
+
+        def __getitem__(self, _):
+            raise AssertionError("a window read through the memory map")
+
+    entry.tokens = Unmapped()
+    assert [(list(w), w.context, w.scored) for w in got] == [(list(w), w.context, w.scored) for w in ref]
+
 
 def test_story_windows_of_a_corpus_past_int32_are_int64():
     """Over 2**31 tokens a window's numbers are int64, and the same as int32 would give below."""

@@ -93,7 +93,7 @@ class CachedExamples:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         s = int(self.starts[i])
-        return self.cache.tokens[s:s + int(self.lengths[i])].tolist()
+        return self.cache.read(s, s + int(self.lengths[i])).tolist()
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
@@ -135,7 +135,7 @@ class PackedExamples:
             n, s = int(src.lengths[k]), int(src.starts[k])
             begin = int(self.ends[k]) - n - 1
             a, b = pos - begin, min(n + 1, hi - begin)  # its stream (n ids, then [SEP]) from a to b
-            out.extend(src.cache.tokens[s + min(a, n):s + min(b, n)].tolist())
+            out.extend(src.cache.read(s + min(a, n), s + min(b, n)).tolist())
             if b == n + 1:
                 out.append(self.sep)
             pos, k = begin + b, k + 1
@@ -240,7 +240,7 @@ class SentenceWindows:
             return [self[j] for j in range(*i.indices(len(self)))]
         lo, hi = int(self.lo[i]), int(self.hi[i])
         a, b = int(self._flat(lo)), int(self._flat(hi))
-        out = self.cache.tokens[a:b].tolist()
+        out = self.cache.read(a, b).tolist()
         j, k = np.searchsorted(self.seps, [lo, hi], side="left")
         for at in self.seps[j:k].tolist():  # in stream order: each lands at its place in the window
             out.insert(at - lo, self.sep)

@@ -66,7 +66,7 @@ class StoryWindows:
     def _stream(self, d: int, a: int, b: int) -> list[int]:
         """The story's stream (its tokens, then [SEP]) from a to b."""
         off, n = int(self.cache.offsets[d]), int(self.cache.offsets[d + 1] - self.cache.offsets[d])
-        out = self.cache.tokens[off + a:off + min(b, n)].tolist()
+        out = self.cache.read(off + a, off + min(b, n)).tolist()
         return out + [self.sep] if b > n >= a else out
 
     def __getitem__(self, i) -> Window:

@@ -28,7 +28,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +69,7 @@ class TokenCache:
     words: np.ndarray       # int64 per document
     paragraphs: np.ndarray  # int32 per document
     built: bool = False     # made by this call (False: found on disk)
+    _fd: tuple[int, int] | None = field(default=None, repr=False, compare=False)  # (process id, open tokens.bin)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -79,13 +80,20 @@ class TokenCache:
 
     def read(self, lo: int, hi: int) -> np.ndarray:
         """tokens[lo:hi] read from the file into memory of its own (not through the map): a scan of
-        the whole corpus leaves no mapped pages resident behind it."""
+        the whole corpus, or windows drawn from all over it, leave no mapped pages resident behind
+        them (a fault on the map brings in its neighbours too: 256 windows of a 1 GB corpus read
+        through it held 140 MB). The file stays open for the process (opened again in another one)."""
         dtype = self.tokens.dtype
         if hi <= lo:
             return np.zeros(0, dtype)
-        with open(self.folder / layout.CACHE_TOKENS, "rb") as f:
-            data = os.pread(f.fileno(), (hi - lo) * dtype.itemsize, lo * dtype.itemsize)
+        if self._fd is None or self._fd[0] != os.getpid():
+            self._fd = (os.getpid(), os.open(self.folder / layout.CACHE_TOKENS, os.O_RDONLY))
+        data = os.pread(self._fd[1], (hi - lo) * dtype.itemsize, lo * dtype.itemsize)
         return np.frombuffer(data, dtype=dtype)
+
+    def __del__(self) -> None:
+        if self._fd is not None and self._fd[0] == os.getpid():
+            os.close(self._fd[1])
 
     def firsts(self, docs: int = 1 << 16) -> np.ndarray:
         """The first token of each non-empty document, read `docs` documents at a time."""
@@ -98,7 +106,7 @@ class TokenCache:
         return np.concatenate(out)
 
     def doc(self, i: int) -> np.ndarray:
-        return self.tokens[self.offsets[i]:self.offsets[i + 1]]
+        return self.read(int(self.offsets[i]), int(self.offsets[i + 1]))
 
     def stats(self) -> DocumentStats:
         """DocumentStats.of the documents, from their counts."""
