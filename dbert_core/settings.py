@@ -246,6 +246,12 @@ def dbert_settings() -> dict[str, Setting]:
     return {s.field.removeprefix("dbert."): s for s in SAMPLE if s.field and s.field.startswith("dbert.")}
 
 
+def openai_settings() -> dict[str, Setting]:
+    """The settings a request's OpenAI-level fields set, by field (length: max_tokens, seed: seed):
+    SAMPLE's entries, as it is now, whose field is no "dbert." one."""
+    return {s.field: s for s in SAMPLE if s.field and not s.field.startswith("dbert.")}
+
+
 def label(name: str, table: tuple = SAMPLE) -> str:
     """The TUI form's label for setting `name` in the form of `table` (SAMPLE: the settings
     dialog, TRAIN: the Train screen); a setting on no form by its name."""

@@ -123,6 +123,32 @@ def test_a_setting_given_a_dbert_field_is_a_request_field(tiny_db, monkeypatch):
         assert e.value.status == 400 and e.value.param == field and e.value.message.startswith(said), e.value.message
 
 
+def test_the_openai_fields_are_checked_by_their_settings(tiny_db, monkeypatch):
+    """max_tokens, min_tokens, temperature, top_p, n and seed are read as the settings whose field they
+    are (length, min_length, ...): their type and range from settings.SAMPLE, so a range changed
+    there is the server's; only the server's own bounds (--max-tokens, --max-n) are its code's."""
+    from dataclasses import replace
+
+    from dbert_core.serving.api_error import ApiError
+    from dbert_core.serving.options import Limits
+    from dbert_core.serving.request import parse
+
+    body = {"prompt": "once upon a time", "max_tokens": 8}
+    assert parse({**body, "seed": 7}, tiny_db, "tiny", Limits()).prompts[0].cfg.seed == 7
+    monkeypatch.setattr(settings, "SAMPLE", tuple(replace(s, hi=5) if s.name == "seed" else s for s in settings.SAMPLE))
+    for given, field, said in (({"seed": 7}, "seed", "seed must be a whole number in [0, 5] (got 7)"),
+                               ({"seed": 1.5}, "seed", "seed must be a whole number in [0, 5] (got 1.5)"),
+                               ({"n": 0}, "n", "n must be a whole number >= 1 (got 0)"),
+                               ({"n": 9}, "n", "this request asks for 9 completions"),
+                               ({"max_tokens": 0}, "max_tokens", "max_tokens must be a whole number >= 1 (got 0)"),
+                               ({"max_tokens": 10**6}, "max_tokens", "max_tokens must be in [1, 64] here"),
+                               ({"min_tokens": -1}, "min_tokens", "min_tokens must be a whole number >= 0 (got -1)"),
+                               ({"top_p": 0}, "top_p", "top_p must be a finite number in (0, 1] (got 0)")):
+        with pytest.raises(ApiError) as e:
+            parse({**body, **given}, tiny_db, "tiny", Limits(max_tokens=64, max_n=8))
+        assert e.value.status == 400 and e.value.param == field and e.value.message.startswith(said), e.value.message
+
+
 @pytest.mark.anyio
 async def test_the_settings_dialog_names_its_field(tiny_db):
     from dbert_tui.screens.dialogs import FormDialog

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from starlette.requests import ClientDisconnect, Request
 
 from .. import settings, strategies
-from ..config import MAX_SEED, SampleConfig
+from ..config import SampleConfig
 from ..errors import DbertError
 from ..settings import Setting, field
 from ..sampling.blocks import is_story_model, window
@@ -111,25 +111,28 @@ def _prompt_list(body: dict) -> list[str]:
 
 
 def _openai_fields(body: dict, db, limits: Limits, prompts: int) -> dict:
-    """The OpenAI fields dbert reads, checked in order against the server's --max-tokens and --max-n."""
-    max_tokens = _optional(body, "max_tokens", int, "a whole number")
+    """The OpenAI fields dbert reads: each one a setting declares (settings.openai_settings: max_tokens
+    is length, min_tokens min_length, ...) of that setting's type and range (_setting), then the
+    server's own bounds, checked in order: --max-tokens (or the model's story length) and --max-n."""
+    declared = settings.openai_settings()
+
+    def given(name: str):
+        value = body.get(name)
+        return None if value is None else _setting(name, declared[name], value)
+
     most = limits.max_tokens if limits.max_tokens is not None else max_span(db)
-    if max_tokens is not None and not 1 <= max_tokens <= most:
-        raise ApiError(400, f"max_tokens must be in [1, {most}] (got {max_tokens})", param="max_tokens")
-    min_tokens = _optional(body, "min_tokens", int, "a whole number")  # vLLM's name: no end before this many
-    if min_tokens is not None and not 0 <= min_tokens <= most:
-        raise ApiError(400, f"min_tokens must be in [0, {most}] (got {min_tokens})", param="min_tokens")
-    temperature = _optional(body, "temperature", (int, float), "a number")  # None: the checkpoint's recommendation
-    top_p = _optional(body, "top_p", (int, float), "a number")  # None: the checkpoint's recommendation
-    n = _optional(body, "n", int, "a whole number", 1)
-    if n < 1:
-        raise ApiError(400, f"n must be >= 1 (got {n})", param="n")
+    max_tokens = given("max_tokens")
+    if max_tokens is not None and max_tokens > most:
+        raise ApiError(400, f"max_tokens must be in [1, {most}] here (got {max_tokens})", param="max_tokens")
+    min_tokens = given("min_tokens")  # vLLM's name: no end before this many
+    if min_tokens is not None and min_tokens > most:
+        raise ApiError(400, f"min_tokens must be in [0, {most}] here (got {min_tokens})", param="min_tokens")
+    temperature, top_p = given("temperature"), given("top_p")  # None: the checkpoint's recommendation
+    n = 1 if body.get("n") is None else given("n")
     if prompts * n > limits.max_n:
         raise ApiError(400, f"this request asks for {prompts * n} completions (prompts x n); "
                             f"the server allows {limits.max_n} (--max-n)", param="n")
-    seed = _optional(body, "seed", int, "a whole number")
-    if seed is not None and not 0 <= seed <= MAX_SEED:
-        raise ApiError(400, f"seed must be in [0, {MAX_SEED}] (got {seed})", param="seed")
+    seed = given("seed")
     stream = _optional(body, "stream", bool, "true or false", False)
     echo = _optional(body, "echo", bool, "true or false", False)
     options = _optional(body, "stream_options", dict, "an object", {})
