@@ -48,7 +48,7 @@ if clock.prof is not None:
     clock.prof.stop()
     table = clock.prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=40)
     open(os.environ["PROFILE"], "w").write(table)
-print(json.dumps({"tokens_per_s": 32 * 64 * len(rest) / (rest[-1][0] - t0)}))
+print(json.dumps({"tokens_per_s": cfg["batch_size"] * cfg["seq_len"] * len(rest) / (rest[-1][0] - t0)}))
 """
 
 
