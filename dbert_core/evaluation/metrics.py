@@ -374,6 +374,7 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
                                seed=seed, sampler=sampler, block_repeats=block_repeats, params=params,
                                temperature=temperature, pair_quotes=pair_quotes,
                                fix_contractions=fix_contractions, known_words=known_words), db)
+    assert cfg.sampler is not None  # resolve fills it in
     sampler = cfg.sampler
     if unit == "story":  # whole documents: the samples are stories too
         refs = story_texts(read_documents(data, doc_sep))
