@@ -163,7 +163,7 @@ def progress_line(pb, rec: Recorded, row: int | None = None, timed: bool = True,
     else:
         step = int(f.row_steps[row]) if f.row_steps is not None else f.step
         n_masked, total = int(f.masked[row].sum()), width
-    label, state = step_label(step, f.steps, pb.run.per_window), pb.state()
+    label, state = step_label(step, f.steps, pb.run.settings.steps), pb.state()
     text = Text()
     for masked, seconds, hint in ((True, timed, True), (False, timed, True), (False, False, True), (False, False, False)):
         shown = state if hint else state.split(" (")[0]
