@@ -17,6 +17,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 import warnings
+from types import FrameType
 
 MOVED = {  # old module name -> its package now
     **dict.fromkeys(("jsonfile", "layout", "schema", "trust"), "disk"),
@@ -37,7 +38,8 @@ def _new_module(old: str):
     new = OLD[old]
     # the warning names the line that imported the old name: count the frames up to it that warn()
     # counts (it skips the import system's own)
-    level, frame = 2, sys._getframe(1)
+    level = 2
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         frozen = frame.f_code.co_filename.startswith("<frozen importlib")
         if not frozen and frame.f_globals.get("__name__") not in {__name__, "importlib", "dbert_core"}:

@@ -114,7 +114,7 @@ def check_memory(needed: float, device, what: str, lower: str, setting: str | No
     free = free_memory(device)
     if free is not None and needed > free:
         raise DbertError(f"{what} needs about {_gib(needed)} of memory, but only {_gib(free)} is free "
-                         f"on {torch.device(device).type}; lower {lower}", setting, refs=tuple(refs) + (setting,) * bool(setting))
+                         f"on {torch.device(device).type}; lower {lower}", setting, refs=tuple(refs) + ((setting,) if setting else ()))
 
 
 def _gib(n: float) -> str:

@@ -237,7 +237,7 @@ class DbertApp(App):
         from .screens.help import HelpScreen
 
         if isinstance(self.screen, HelpScreen):
-            self.screen.dismiss(None)  # type: ignore[attr-defined]  # mypy narrows Screen[object] to ModalScreen[None] as None
+            self.screen.dismiss(None)
         elif not isinstance(self.screen, ModalScreen):
             self.push_screen(HelpScreen(self.screen))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass, replace
+from typing import Any
 
 from dbert_core.config import DECODING, SampleConfig
 
@@ -65,7 +66,8 @@ def next_in(values, current):
 
 def compare_partner(s: Settings, T: int) -> Settings:
     """The second side of a comparison: the same settings and seed with an eighth of the steps
-    (128 -> 16), or eight times as many when there are fewer than 16."""
+    (128 -> 16), or eight times as many when there are fewer than 16 (s is fitted: Session.fit)."""
+    assert s.steps is not None
     steps = s.steps // 8 if s.steps >= 16 else min(T, s.steps * 8)
     return replace(s, steps=max(1, steps))
 
@@ -122,7 +124,7 @@ class Session:
         from dbert_core.sampling.settings import decoding_origins, default_decoding
 
         shown, followed = self.shown_settings(), default_decoding(db)
-        unset = {f: None for f in self.auto_decoding if getattr(shown, f) == followed[f]}
+        unset: dict[str, Any] = {f: None for f in self.auto_decoding if getattr(shown, f) == followed[f]}
         return decoding_origins(replace(shown, **unset), db)
 
     def sides(self) -> list[Settings]:
@@ -186,12 +188,15 @@ class Session:
 
     def replay_runs(self, replay) -> list[Playback]:
         """A run that plays a replay's recorded frames (dbert_core.sampling.replay.Replay) at this
-        session's pace; its settings are the file's, as far as they are Settings'."""
+        session's pace; its settings are the file's, as far as they are Settings' (its frames' step
+        budget where the file gives no steps)."""
         import dataclasses
 
         names = {f.name for f in dataclasses.fields(Settings)}
         known = {k: v for k, v in replay.settings.items() if k in names and k != "pace_ms"}
         s = replace(Settings(), **known, pace_ms=self.settings.pace_ms)
+        if s.steps is None:  # a file that does not say its settings: its frames' own step budget
+            s.steps = replay.frames[-1].steps
         self.settings = s
         run = Run(next(self._ids), s, playing=True, source=replay.frames, source_order=replay.order)
         self.playbacks = [Playback(run)]
@@ -266,9 +271,11 @@ class Session:
             self.partner = replace(self.partner, **fields)
 
     def steps(self, db, factor: float) -> None:
+        assert self.active.steps is not None  # fitted to db (fit)
         self.change(db, steps=steps_by(self.active.steps, factor, db.schedule.T))
 
     def temperature(self, db, direction: int) -> None:
+        assert self.active.temperature is not None  # fitted to db (fit)
         self.change(db, temperature=temperature_by(self.active.temperature, direction))
 
     def top_k(self, db) -> None:

@@ -153,7 +153,7 @@ class Draft:
         conf[masked] = float("nan")
         order[masked] = 0
         top_ids = top_probs = None
-        if f.top_ids is not None:
+        if f.top_ids is not None and f.top_probs is not None:  # a frame has both or neither
             k = f.top_ids.shape[-1]
             top_ids = torch.full((1, L, k), -1, dtype=f.top_ids.dtype)
             top_probs = torch.full((1, L, k), float("nan"), dtype=f.top_probs.dtype)

@@ -397,11 +397,11 @@ def line_chart(points: list[tuple[int, float]], width: int, height: int, smooth:
         label = labels[0] if r == 0 else labels[1] if r == height - 1 else ""
         out.append(label.rjust(gutter - 1) + " ", style="dim")
         out.append("┤" if label else "│", style="dim")
-        for v in column:
-            if v is None:
+        for mean in column:
+            if mean is None:
                 out.append(" ")
                 continue
-            filled = 1 + round((v - lo) / (hi - lo) * (levels - 1)) if hi > lo else levels // 2
+            filled = 1 + round((mean - lo) / (hi - lo) * (levels - 1)) if hi > lo else levels // 2
             here = max(0, min(8, filled - (height - 1 - r) * 8))
             out.append(" " if here == 0 else SPARK[here - 1], style=style)
         out.append("\n")

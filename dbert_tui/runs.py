@@ -64,6 +64,13 @@ class Run:
     words: dict[int, str] | None = None  # a refill: the prompt's words its template kept, by position (drawn as typed)
     failed: str = ""                   # why its worker failed (one line), if it did: the run is over
 
+    @property
+    def per_window(self) -> int:
+        """The run's step budget (a story's or a long refill's: per window): its settings are resolved
+        (Session.new_runs) or a replay's, whose steps Session.replay_runs fills in."""
+        assert self.settings.steps is not None
+        return self.settings.steps
+
     def hold(self, is_cancelled: Callable[[], bool], started: float, done: float) -> None:
         """While playing a run with min_seconds, keep a frame that reveals a fraction `done` of the tokens until
         `done * min_seconds` after `started` (time.monotonic()): the reveal spreads evenly over the run however
@@ -130,9 +137,9 @@ def produce(run: Run, db, is_cancelled: Callable[[], bool], emit: Callable[[Reco
         spent += time.perf_counter() - t0
         if frame is None:
             return True
+        if order is None:  # the canvas's shape: (n, length), a story's (n, 1 + length); a replay has its own
+            order = torch.zeros(frame.ids.shape, dtype=torch.int32)
         if run.source is None:
-            if order is None:  # the canvas's shape: (n, length), a story's (n, 1 + length)
-                order = torch.zeros(frame.ids.shape, dtype=torch.int32)
             order[frame.revealed] = frame.step
         run.hold(is_cancelled, started, 1.0 - float(frame.masked.double().mean()))
         if is_cancelled():
@@ -196,7 +203,7 @@ class Playback:
 
     def state(self) -> str:
         """'scrub i/n (End: live)', 'done (Space: replay)', 'playing' or 'paused (Space: play)'."""
-        if self.scrubbing:
+        if self.scrubbing and self.view is not None:  # (scrubbing: a frame before the newest is in view)
             return f"scrub {self.view + 1}/{len(self.frames)} (End: live)"
         if self.run.failed:
             return "failed (Space or r: again)"

@@ -215,6 +215,23 @@ async def test_replay_plays_scrubs_and_inspects_without_a_model(traj_file, tmp_p
         await wait_for(pilot, finished(app), what="the replay again")
 
 
+async def test_replay_of_a_file_without_its_settings_plays(traj_file):
+    """A trajectory file need not say its settings (replay.load reads it without them): the replay
+    plays and draws with the frames' own step budget (a None steps once reached the step count's
+    arithmetic and failed the screen's drawing)."""
+    data = json.loads(traj_file.read_text())
+    del data["settings"]
+    traj_file.write_text(json.dumps(data))
+    app = create_app(replay=traj_file, settings=Settings(pace_ms=0), deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, finished(app), what="the replay")
+        g = app.generate_screen
+        assert g.shown_text().replace("\n", " ") == data["texts"][0]
+        assert g.run.settings.steps == data["frames"][-1]["steps"] == 16
+        await pilot.press("i")  # the inspector draws with the steps too
+        assert g.inspected()["piece"]
+
+
 async def test_export_as_cast_and_html(tiny_db, tmp_path):
     import shutil
     import subprocess

@@ -273,6 +273,7 @@ class Bench:
         from ..sampling.sample import generate, resolve
 
         cfg = resolve(SampleConfig(seed=0), self.db)
+        assert cfg.length is not None and cfg.workers is not None  # resolve fills them in
         B = min(cfg.n, cfg.batch_size)
         self.rates("cli", B, cfg.length + 2, B * cfg.length, [getattr(torch, self._dtype())], [torch.get_num_threads()],
                    workers=cfg.workers)

@@ -380,6 +380,7 @@ def quality(db, data: list[str], n: int, steps: int | None = 128, length: int = 
                                seed=seed, sampler=sampler, block_repeats=block_repeats, params=params,
                                temperature=temperature, pair_quotes=pair_quotes,
                                fix_contractions=fix_contractions, known_words=known_words), db)
+    assert cfg.sampler is not None  # resolve fills it in
     sampler = cfg.sampler
     def refs():  # the references, streamed from the files each time they are read (never a list of the corpus)
         if unit == "story":  # whole documents: the samples are stories too

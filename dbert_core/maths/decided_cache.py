@@ -45,10 +45,11 @@ class DecidedCache:
         self.every = every
         self.masked = masked  # also keep [MASK] positions' states: a call computes only what changed or is read
         self.calls = 0
-        self.ids: torch.Tensor | None = None  # (B, N) the tokens the kept states were computed from
-        self.held: torch.Tensor | None = None  # (B,) bool: rows computed whole at least once
+        # no rows (B = 0) until the first whole call makes the arrays (_put)
+        self.ids = torch.zeros(0, 0, dtype=torch.long)  # (B, N) the tokens the kept states were computed from
+        self.held = torch.zeros(0, dtype=torch.bool)  # (B,) bool: rows computed whole at least once
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer (B, h, N, d) keys and values
-        self.slot: torch.Tensor | None = None  # (B,) where each batch row's keys and values lie in kv
+        self.slot = torch.zeros(0, dtype=torch.long)  # (B,) where each batch row's keys and values lie in kv
         self.reused = 0  # positions the last call took from the cache (0: it ran the whole forward)
 
     def restart(self) -> None:
@@ -62,7 +63,7 @@ class DecidedCache:
         return self.calls % self.every == 0 or not self._fits(rows.cpu(), n)
 
     def _fits(self, rows: torch.Tensor, n: int) -> bool:
-        return (self.ids is not None and self.ids.shape[1] == n and int(rows.max()) < len(self.held)
+        return (self.ids.shape[1] == n and int(rows.max()) < len(self.held)
                 and bool(self.held[rows].all()))
 
     def hidden(self, bert: Bert, ids: torch.Tensor, attention: torch.Tensor, select: torch.Tensor,
@@ -162,7 +163,7 @@ class DecidedCache:
         own strided k, v and keeping them costs a copy for the products and a scatter for the cache."""
         if i == 0:
             B = int(rows.max()) + 1
-            same = self.ids is not None and self.ids.shape[1] == ids.shape[1] and self.kv[0][0].dtype == k.dtype
+            same = self.ids.shape[1] == ids.shape[1] and self.kv[0][0].dtype == k.dtype
             if not same or B > len(self.held):
                 B = max(B, len(self.held)) if same else B
                 self.ids = torch.zeros(B, ids.shape[1], dtype=ids.dtype, device=ids.device)

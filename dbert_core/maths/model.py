@@ -436,7 +436,7 @@ class DiffusionBert(nn.Module):
         """Final hidden states (B, N, H) of the encoder for ids (B, N)."""
         if self.hide_end_padding:
             attention = attention & ~hidden_keys(ids, self.sep_id).to(attention.device)
-        if self.time == "none":
+        if self.time_embed is None:  # time "none" (__init__ makes no embedding for it)
             return self.bert(ids, attention)
         if t is None:
             raise ValueError(f"a model with time conditioning {self.time!r} needs t")

@@ -68,6 +68,8 @@ class Schedule:
         alpha = self.alpha_vocab(t).to(torch.float64)  # (K, V) or (K, 1)
         if alpha.shape[-1] == 1:
             return 1.0 - alpha[:, 0]
+        if counts is None:
+            raise ValueError("a token-wise schedule's expected masked fraction needs the token counts")
         counts = counts.to(torch.float64)
         return 1.0 - (alpha * counts).sum(-1) / counts.sum().clamp_min(1e-300)
 

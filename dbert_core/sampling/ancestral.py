@@ -49,6 +49,11 @@ def ancestral(state: State, cached: bool = False) -> Iterator[Frame]:
             mass[where] = kern.class_mass(logits)
         stale[idx] = False
 
+    def kept(array: torch.Tensor | None) -> torch.Tensor:
+        """cached: buf or mass, which the first step's refresh makes (every row is stale then)."""
+        assert array is not None
+        return array
+
     for k in range(S):
         t = kern.grid[k]
         u_reveal = torch.rand(x.shape, generator=gen, dtype=torch.float64)
@@ -61,12 +66,12 @@ def ancestral(state: State, cached: bool = False) -> Iterator[Frame]:
             elif not token_free and (stale & masked.any(1)).any():
                 refresh(stale & masked.any(1), t)
             revealed = kern.reveals(k, masked, u_reveal,
-                                    lambda: kern.class_mass(logits) if logits is not None else mass[masked])
+                                    lambda: kern.class_mass(logits) if logits is not None else kept(mass)[masked])
             if revealed.any():
-                if cached:
+                if logits is None:  # cached
                     if (stale & revealed.any(1)).any():
                         refresh(stale & revealed.any(1), t)
-                    chosen_logits = buf[revealed.to(buf.device)]
+                    chosen_logits = kept(buf)[revealed.to(kept(buf).device)]
                 else:
                     chosen_logits = logits[revealed[masked].to(logits.device)]
                 r_v = kern.r_vocab(torch.tensor([k]))

@@ -94,6 +94,14 @@ class Frame:
         return self.step == self.steps and not self.touch_up
 
 
+def last_frame(last: Frame | None) -> Frame:
+    """`last` after a loop over a run's frames: a run yields one frame at least (a canvas with no
+    [MASK] its one frame, State.nothing_to_fill), so None means the loop never ran."""
+    if last is None:
+        raise RuntimeError("a reverse run yielded no frame")
+    return last
+
+
 class Shaping(NamedTuple):
     """How a revealed position's token is drawn from p (draw.shape_probs reads it in this order)."""
 

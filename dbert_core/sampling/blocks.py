@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import DbertError
+from .base import last_frame
 
 
 def is_story_model(db) -> bool:
@@ -212,7 +213,7 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
     template = template[:, :window(db)]
     most = 1 + max(0, -(-(cfg.length - (template.shape[1] - 1)) // (window(db) - ctx)))  # windows at most
     confidence = torch.full((n, width), float("nan"), dtype=torch.float64)
-    top_ids = top_probs = None
+    top: tuple[torch.Tensor, torch.Tensor] | None = None  # the canvas's candidates (ids, probs), once a frame has them
     rows, col, start = list(range(n)), 0, 1  # col: the canvas column of the window's column 0
     settled = torch.zeros(n, dtype=torch.long)  # columns no later window changes: finished windows' text
     nfe = calls = 0
@@ -223,22 +224,23 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
         for f in frames_fn(db, replace(cfg, n=len(rows)), generator=generator, template=template, topk=topk,
                            offset=col, prefix=start if block else 0):
             last = f
-            if f.top_ids is not None and top_ids is None:
-                top_ids = torch.full((n, width, f.top_ids.shape[-1]), -1, dtype=f.top_ids.dtype)
-                top_probs = torch.zeros((n, width, f.top_ids.shape[-1]), dtype=f.top_probs.dtype)
+            if f.top_ids is not None and top is None:
+                top = (torch.full((n, width, f.top_ids.shape[-1]), -1, dtype=f.top_ids.dtype),
+                       torch.zeros((n, width, f.top_ids.shape[-1]), dtype=f.top_probs.dtype))
             row_steps = torch.full((n,), block * S, dtype=torch.long)
             if f.row_steps is not None:
                 row_steps[rows] = block * S + f.row_steps
-            yield replace(f, **_laid(f, canvas, mask, confidence, top_ids, top_probs, rows, col, start),
+            yield replace(f, **_laid(f, canvas, mask, confidence, top, rows, col, start),
                           row_steps=row_steps, steps=S * most,
                           step=block * S + f.step, nfe=nfe + f.nfe, rows=calls + f.rows, flops=flops + f.flops,
                           touch_up=True, settled=settled.clone())  # more follows: the last frame, below, is done
+        last = last_frame(last)
         W = last.ids.shape[1]
         canvas[rows, col:col + W] = last.ids
         confidence[rows, col + start:col + W] = last.confidence[:, start:]
-        if last.top_ids is not None:
-            top_ids[rows, col + start:col + W] = last.top_ids[:, start:]
-            top_probs[rows, col + start:col + W] = last.top_probs[:, start:]
+        if last.top_ids is not None and last.top_probs is not None and top is not None:
+            top[0][rows, col + start:col + W] = last.top_ids[:, start:]
+            top[1][rows, col + start:col + W] = last.top_probs[:, start:]
         nfe, calls, flops = nfe + last.nfe, calls + last.rows, flops + last.flops
         ended = _ended(canvas, last, rows, start, end)
         rows = [r for r in rows if r not in ended]
@@ -250,17 +252,17 @@ def story_frames(db, cfg, frames_fn: Callable, generator: torch.Generator, first
         room = min(window(db) - ctx, width - written)
         template = canvas[rows, written - ctx:written + room].clone()  # the context, then the prompt's tokens or masks
         col, start = written - ctx, ctx
-    yield replace(last, ids=canvas.clone(), masked=canvas == mask, revealed=torch.zeros(n, width, dtype=torch.bool),
-                   confidence=confidence.clone(), top_ids=None if top_ids is None else top_ids.clone(),
-                   top_probs=None if top_probs is None else top_probs.clone(), remasked=None,
+    yield replace(last_frame(last), ids=canvas.clone(), masked=canvas == mask, revealed=torch.zeros(n, width, dtype=torch.bool),
+                   confidence=confidence.clone(), top_ids=None if top is None else top[0].clone(),
+                   top_probs=None if top is None else top[1].clone(), remasked=None,
                    row_steps=torch.full((n,), S * most, dtype=torch.long), steps=S * most, step=S * most,
                    nfe=nfe, rows=calls, flops=flops, touch_up=False, settled=torch.full((n,), width, dtype=torch.long))
 
 
-def _laid(f, canvas: torch.Tensor, mask: int, confidence: torch.Tensor, top_ids: torch.Tensor | None,
-          top_probs: torch.Tensor | None, rows: list[int], col: int, start: int) -> dict:
+def _laid(f, canvas: torch.Tensor, mask: int, confidence: torch.Tensor, top: tuple[torch.Tensor, torch.Tensor] | None,
+          rows: list[int], col: int, start: int) -> dict:
     """A window's frame `f` laid on copies of the canvas so far at the window's columns (col on;
-    before `start`, its given context, the canvas's confidences and candidates stay): the frame's
+    before `start`, its given context, the canvas's confidences and candidates `top` (ids, probs) stay): the frame's
     ids, masked, revealed, confidence, top_ids, top_probs and remasked, canvas-wide."""
     W = f.ids.shape[1]
     ids = canvas.clone()
@@ -270,12 +272,11 @@ def _laid(f, canvas: torch.Tensor, mask: int, confidence: torch.Tensor, top_ids:
     revealed[rows, col:col + W] = f.revealed
     conf = confidence.clone()
     conf[rows, col + start:col + W] = f.confidence[:, start:]
-    if f.top_ids is not None:
-        t_ids, t_probs = top_ids.clone(), top_probs.clone()
+    t_ids = t_probs = None
+    if f.top_ids is not None and top is not None:  # top: made at the first frame with candidates
+        t_ids, t_probs = top[0].clone(), top[1].clone()
         t_ids[rows, col + start:col + W] = f.top_ids[:, start:]
         t_probs[rows, col + start:col + W] = f.top_probs[:, start:]
-    else:
-        t_ids = t_probs = None
     remasked = None
     if f.remasked is not None:
         remasked = torch.zeros_like(masked)

@@ -23,6 +23,7 @@ from ..config import SampleConfig
 
 def sequence_counts(db, cfg: SampleConfig, draws: int, seed: int, batch_size: int = 4096) -> Counter:
     """How often each whole sequence (a tuple of ids) came out of `draws` samples under cfg."""
+    from .base import last_frame
     from .sample import frames
 
     gen = torch.Generator().manual_seed(seed)
@@ -33,7 +34,7 @@ def sequence_counts(db, cfg: SampleConfig, draws: int, seed: int, batch_size: in
         last = None
         for last in frames(db, replace(cfg, n=n), generator=gen):
             pass
-        counts.update(map(tuple, last.ids.tolist()))
+        counts.update(map(tuple, last_frame(last).ids.tolist()))
         done += n
     return counts
 

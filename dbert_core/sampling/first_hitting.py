@@ -90,16 +90,17 @@ def first_hitting(state: State) -> Iterator[Frame]:
     grid = torch.tensor(kern.grid)
     k = torch.zeros(B, dtype=torch.long)  # the next step each row simulates
     pos = torch.arange(L)
-    # (A, L, C) class mass read at each active row's last whole call, when the network keeps [MASK] states, and
-    # (A, L) where it is not 0; their rows are the active rows' (a finished row never has a mask again: dropped)
-    kept = held = kept_rows = None
+    # (mass, held, rows): (A, L, C) class mass read at each active row's last whole call, when the network keeps
+    # [MASK] states, (A, L) where it is not 0, and their rows, the active rows' (a finished row never has a mask
+    # again: dropped)
+    kept: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     while masked.any():
         active = masked.any(1).nonzero().squeeze(1)
         A = len(active)
         mk = masked[active]  # (A, L)
-        if kept is not None and len(kept_rows) > A:  # rows finished since: one copy now, none per call
-            stay = torch.isin(kept_rows, active)
-            kept, held, kept_rows = kept[stay], held[stay], kept_rows[stay]
+        if kept is not None and len(kept[2]) > A:  # rows finished since: one copy now, none per call
+            stay = torch.isin(kept[2], active)
+            kept = (kept[0][stay], kept[1][stay], kept[2][stay])
         u_time = 1.0 - torch.rand(A, generator=gen, dtype=torch.float64)  # (0, 1]
         u_first = torch.rand(A, generator=gen, dtype=torch.float64)
         u_more = torch.rand(A, L, generator=gen, dtype=torch.float64)
@@ -107,22 +108,21 @@ def first_hitting(state: State) -> Iterator[Frame]:
         if token_free:  # r is the same for every token: the event needs no prediction
             m, R = next_event(mk.double().unsqueeze(-1), mk, k[active], kern.r, u_time)
         elif net.stale_masks(active, L):  # --cache-masked: the class mass of the last whole call (approximate)
+            assert kept is not None  # masks are stale only after a whole call, which kept their mass (below)
             logits = None
+            mass, held, _ = kept
             gone = held & ~mk  # revealed since (here, or filled by the caller's end rule)
             if bool(gone.any()):
-                kept[gone] = 0.0  # type: ignore[index]  # a tensor: held is not None only with it
+                mass[gone] = 0.0
                 held &= mk
-            m, R = next_event(kept, mk, k[active], kern.r, u_time)
+            m, R = next_event(mass, mk, k[active], kern.r, u_time)
         else:  # time-agnostic model: p is fixed until this row's x changes
             logits = net(x[active], mk, grid[k[active]], rows=active, fold=True)  # rows of one input: once
             keeps = net.keeps_masks
-            if keeps and kept is None:
-                kept = torch.zeros(A, L, kern.classes, dtype=torch.float64)
-                kept_rows = active
-            P = kept.zero_() if keeps else torch.zeros(A, L, kern.classes, dtype=torch.float64)
+            P = kept[0].zero_() if keeps and kept is not None else torch.zeros(A, L, kern.classes, dtype=torch.float64)
             P[mk] = kern.class_mass(logits).repeat(net.repeats, 1)
             if keeps:
-                held = mk.clone()
+                kept = (P, mk.clone(), active if kept is None else kept[2])
             m, R = next_event(P, mk, k[active], kern.r, u_time)
         # which positions: independent Bernoulli(R_i) given at least one; first the lowest one
         log_stay = torch.log1p(-R.clamp(0.0, 1.0))

@@ -56,7 +56,7 @@ class Candidate:
 
 
 def has_range(template: str | None) -> bool:
-    return bool(template) and RANGE.search(template) is not None
+    return bool(template and RANGE.search(template))
 
 
 def ranges(template: str) -> list[tuple[int, int]]:
@@ -210,6 +210,7 @@ def infill(db, cfg, per_length: int = PER_LENGTH, score_steps: int = SCORE_STEPS
     stats: a dict that receives the run's cost, the sampling's and the ranking's (`dbert sample --stats`)."""
     import time
 
+    from .base import last_frame
     from .prompt import parse_prompt, prompt_words
     from .sample import frames
 
@@ -235,6 +236,7 @@ def infill(db, cfg, per_length: int = PER_LENGTH, score_steps: int = SCORE_STEPS
                 on_frame(last)
             if kept is not None:
                 kept.append(last)
+        last = last_frame(last)
         nfe, rows_sampled, flops = nfe + int(last.nfe), rows_sampled + int(last.rows), flops + last.flops
         drawn.append((lengths, template, [[int(i) for i in row] for row in last.ids]))
     sampled = time.perf_counter()

@@ -36,6 +36,7 @@ def check_sample(db, cfg, prompts: list, candidates: int) -> None:
     """Everything about a `dbert sample` run that can be checked before it starts (the module's
     docstring lists it); cfg is the run's SampleConfig (prompt None), prompts its prompts."""
     run = resolve(replace(cfg, prompt=None), db)
+    assert run.length is not None  # resolve fills it in
     infill_rows = 0
     for i, p in enumerate(prompts):
         if p is None:

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import torch
 
-from .base import Frame
+from .base import Frame, last_frame
 from .blocks import end_fill, is_story_model, window
 from .sample import frames
 
@@ -59,7 +59,7 @@ def refill_frames(db, cfg, generator: torch.Generator, template: torch.Tensor, w
     n, L = canvas.shape
     free = canvas == mask
     confidence = torch.full((n, L), float("nan"), dtype=torch.float64)
-    top_ids = top_probs = None
+    top: tuple[torch.Tensor, torch.Tensor] | None = None  # the canvas's candidates (ids, probs), once a frame has them
     starts = windows(free.any(0).nonzero().flatten().tolist(), L, width)
     S, most = cfg.steps, max(1, len(starts))
     nfe = calls = 0
@@ -81,11 +81,11 @@ def refill_frames(db, cfg, generator: torch.Generator, template: torch.Tensor, w
             conf = confidence.clone()
             conf[rows, a:b] = torch.where(mine, f.confidence, conf[rows, a:b])
             t_ids = t_probs = None
-            if f.top_ids is not None:
-                if top_ids is None:
-                    top_ids = torch.full((n, L, f.top_ids.shape[-1]), -1, dtype=f.top_ids.dtype)
-                    top_probs = torch.full((n, L, f.top_ids.shape[-1]), float("nan"), dtype=f.top_probs.dtype)
-                t_ids, t_probs = top_ids.clone(), top_probs.clone()
+            if f.top_ids is not None and f.top_probs is not None:  # frames(topk > 0): every frame has both
+                if top is None:
+                    top = (torch.full((n, L, f.top_ids.shape[-1]), -1, dtype=f.top_ids.dtype),
+                           torch.full((n, L, f.top_ids.shape[-1]), float("nan"), dtype=f.top_probs.dtype))
+                t_ids, t_probs = top[0].clone(), top[1].clone()
                 t_ids[rows, a:b] = f.top_ids
                 t_probs[rows, a:b] = f.top_probs
             remasked = None
@@ -99,16 +99,16 @@ def refill_frames(db, cfg, generator: torch.Generator, template: torch.Tensor, w
                           top_probs=t_probs, remasked=remasked, row_steps=row_steps, steps=S * most,
                           step=block * S + f.step, nfe=nfe + f.nfe, rows=calls + f.rows, flops=flops + f.flops,
                           touch_up=True)  # more follows: the canvas's last frame, below, is the one done
+        last = last_frame(last)
         canvas[rows, a:b] = last.ids
         confidence[rows, a:b] = torch.where(mine, last.confidence, confidence[rows, a:b])
-        if last.top_ids is not None:
-            top_ids[rows, a:b] = last.top_ids
-            top_probs[rows, a:b] = last.top_probs
+        if last.top_ids is not None and last.top_probs is not None and top is not None:
+            top[0][rows, a:b] = last.top_ids
+            top[1][rows, a:b] = last.top_probs
         nfe, calls, flops = nfe + last.nfe, calls + last.rows, flops + last.flops
         if is_story_model(db):  # a story that ended in this window: its masks after the end are end padding
             end_fill(canvas, canvas == mask, free, end)
     yield Frame(ids=canvas.clone(), masked=canvas == mask, revealed=torch.zeros(n, L, dtype=torch.bool),
                 confidence=confidence.clone(), step=S * most, steps=S * most, t=0, nfe=nfe, rows=calls,
                 row_steps=torch.full((n,), S * most, dtype=torch.long), flops=flops,
-                top_ids=None if top_ids is None else top_ids.clone(),
-                top_probs=None if top_probs is None else top_probs.clone())
+                top_ids=None if top is None else top[0].clone(), top_probs=None if top is None else top[1].clone())

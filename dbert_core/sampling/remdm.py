@@ -79,7 +79,6 @@ def remdm(state: State) -> Iterator[Frame]:
     x, masked, confidence, kern, net, gen = state.x, state.masked, state.confidence, state.kern, state.net, state.gen
     mask_id, time_agnostic = state.db.model.mask_id, state.db.model.time == "none"
     S = kern.r.shape[0]
-    token_free = kern.inverse is None
     given = ~masked.clone()
     logits, dirty = None, True  # a time-agnostic model's logits stay valid while no row changes
     for k in range(S):
@@ -102,7 +101,7 @@ def remdm(state: State) -> Iterator[Frame]:
                 state.reveal(revealed, chosen, conf)  # at positions masked before: shown's tokens stay as they were
         remasked = torch.zeros_like(masked)
         if shown.any() and float(sigma[k].max()) > 0:
-            sig = sigma[k, 0] if token_free else sigma[k][kern.inverse[x[shown]]]
+            sig = sigma[k, 0] if kern.inverse is None else sigma[k][kern.inverse[x[shown]]]  # None: token-free
             remasked[shown] = u_remask[shown] < sig
         if remasked.any():
             x[remasked] = mask_id

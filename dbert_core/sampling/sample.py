@@ -36,7 +36,7 @@ from ..errors import DbertError
 from . import parallel, settings
 from .blocks import (is_story_model, prompt_end, story_canvas, story_frames, story_of, story_rules, story_template,
                      with_end_rule)
-from .base import Frame, Kernel, Net, Sampler, Shaping, State, kernel, masked_curve
+from .base import Frame, Kernel, Net, Sampler, Shaping, State, kernel, last_frame, masked_curve
 from .draw import RepeatBlock, categorical, neighbours, repeat_block, shape_probs
 from .ordered import position_scores
 from .prompt import expand_template, parse_prompt, prompt_ids, prompt_notes, prompt_words
@@ -72,13 +72,15 @@ def frames(db, cfg: SampleConfig | None = None, generator: torch.Generator | Non
     from .inspector import TopK
 
     cfg = settings.config(db, cfg, overrides)
+    length = cfg.length
+    assert length is not None  # resolved (settings.config)
     gen = generator or torch.Generator().manual_seed(cfg.seed if cfg.seed is not None else torch.seed() % 2**63)
     mask_id = db.model.mask_id
     if template is None and is_story_model(db):  # [SEP] opens the story, then the prompt's tokens and masks
-        template = story_template(db, prompt_ids(db, cfg.prompt) if cfg.prompt else None, cfg.length)
+        template = story_template(db, prompt_ids(db, cfg.prompt) if cfg.prompt else None, length)
     elif template is None:
-        template = parse_prompt(db, cfg.prompt, cfg.length) if cfg.prompt else \
-            torch.full((cfg.length,), mask_id, dtype=torch.long)
+        template = parse_prompt(db, cfg.prompt, length) if cfg.prompt else \
+            torch.full((length,), mask_id, dtype=torch.long)
     x = template.unsqueeze(0).repeat(cfg.n, 1) if template.dim() == 1 else template.clone()  # (B, L)
     if x.shape[1] > db.model.max_length:  # the network has no position for the rest (refill.py goes in windows)
         raise DbertError(f"a template of {x.shape[1]} tokens is longer than the model's {db.model.max_length} positions")
@@ -108,6 +110,7 @@ def shaping(db, cfg: SampleConfig) -> Shaping:
     """The token shaping every family hands to draw.shape_probs: temperature, top-k, top-p, and the id
     whose unshaped chance is kept (a story model's end mark with cfg.natural_length; -1: none)."""
     end = db.tokenizer.sep_token_id if is_story_model(db) and cfg.natural_length else -1
+    assert cfg.temperature is not None and cfg.top_k is not None and cfg.top_p is not None  # cfg is resolved
     return Shaping(cfg.temperature, cfg.top_k, cfg.top_p, end)
 
 
@@ -118,6 +121,7 @@ def _reverse(db, cfg: SampleConfig, gen: torch.Generator, x: torch.Tensor, forbi
     story canvas column of x's column 0 (blocks.story_rules); prefix: x's first columns kept in the
     network's PrefixCache (0: none, the exact forward)."""
     rules = story_rules(db, x.shape[1], offset, cfg) if is_story_model(db) else None
+    assert cfg.sampler is not None and cfg.steps is not None  # cfg is resolved
     strategy = strategies.get(cfg.sampler)
     state = State(
         x=x, masked=x == db.model.mask_id, confidence=torch.full(x.shape, float("nan"), dtype=torch.float64),
@@ -156,6 +160,7 @@ def story_stream(db, cfg: SampleConfig, generator: torch.Generator, topk: int = 
     what generate() and the TUI run for a story checkpoint. A prompt is given text in every window
     it reaches (one longer than --length is a DbertError), and the story may not end before its
     last given word (a [MASK] slot inside the prompt is never its end)."""
+    assert cfg.length is not None  # cfg is resolved
     canvas = story_canvas(db, prompt_ids(db, cfg.prompt) if cfg.prompt else None, cfg.length)
     least = prompt_end(canvas, db.model.mask_id)  # the story goes on past its prompt's last word
     if least > (cfg.min_length or 0):
@@ -181,6 +186,7 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
     DBert.decode writes them (cased, paragraph: its options); a prompt's words are printed as
     typed. topk: the frames handed to on_frame carry the candidates at each reveal (frames' topk)."""
     cfg = settings.config(db, cfg, overrides)
+    assert cfg.workers is not None and cfg.sampler is not None  # resolved (settings.config)
     verbatim = prompt_words(db, cfg.prompt) if cfg.prompt else None
     seed = cfg.seed if cfg.seed is not None else torch.seed() % 2**63
     sizes = parallel.plan(cfg.n, cfg.batch_size, cfg.workers)
@@ -194,7 +200,7 @@ def generate(db, cfg: SampleConfig | None = None, on_frame=None, *, cased: bool 
             last = None
             for last in stream:
                 emit(last)
-            return last
+            return last_frame(last)
         return run
 
     start = _time.perf_counter()

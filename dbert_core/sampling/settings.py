@@ -152,10 +152,10 @@ def resolve(cfg: SampleConfig, db) -> SampleConfig:
     recommended = default_decoding(db)
     decoding = {f: recommended[f] if getattr(cfg, f) is None else getattr(cfg, f) for f in DECODING}
     workers = cfg.workers if cfg.workers is not None else auto_workers(db.device)
-    params = cfg.params if cfg.params is not None else default_params(db, sampler)
+    params = strategies.get(sampler).resolve(cfg.params if cfg.params is not None else default_params(db, sampler))
     out = replace(cfg, length=length, min_length=least, sampler=sampler, **decoding, workers=workers,
-                  dtype=compute_dtype(cfg.dtype, db.device), params=strategies.get(sampler).resolve(params))
-    validate(db, out.steps, out.length, out.sampler, out.params, out.min_length)
+                  dtype=compute_dtype(cfg.dtype, db.device), params=params)
+    validate(db, decoding["steps"], length, sampler, params, least)
     return mark(out, db)
 
 

@@ -85,7 +85,7 @@ def touch_up(reverse, db, cfg, gen: torch.Generator, final, free: torch.Tensor, 
         sub = None
         sub_top = TopK((len(rows), ids.shape[1]), top.k) if top is not None else None
         for sub in reverse(db, replace(cfg, n=len(rows), prompt=None), gen, ids[rows].clone(), exclude, sub_top):
-            if top is not None:  # the refilled positions' candidates replace those of their first reveal
+            if sub_top is not None:  # (top is) the refilled positions' candidates replace those of their first reveal
                 fresh = (sub_top.ids[..., 0] >= 0).unsqueeze(-1)
                 top.ids[rows] = torch.where(fresh, sub_top.ids, top.ids[rows])
                 top.probs[rows] = torch.where(fresh, sub_top.probs, top.probs[rows])

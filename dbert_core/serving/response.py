@@ -82,7 +82,10 @@ def _finish(db, row, prep: Prepared) -> str:
 
 def _usage(plan: Plan) -> dict:
     prompt = sum(p.head + p.tail for p in plan.prompts)
-    completion = sum((p.cfg.length - p.head - p.tail) * p.cfg.n for p in plan.prompts)
+    completion = 0
+    for p in plan.prompts:
+        assert p.cfg.length is not None  # a prepared prompt's cfg is resolved
+        completion += (p.cfg.length - p.head - p.tail) * p.cfg.n
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
@@ -170,7 +173,8 @@ async def event_stream(db, plan: Plan, jobs: list[Job], inbox: asyncio.Queue, de
                 for j, t in enumerate(texts):
                     index = i * plan.n + j
                     chunk = chunks.piece(index, chunks.sent.get(index, ""), extra={"step": step, "steps": steps, "text": t})
-                    yield _sse(chunk)
+                    if chunk is not None:
+                        yield _sse(chunk)
             elif ev[0] == "settled":
                 for j, ids in enumerate(ev[1]):
                     if ids is not None:
@@ -179,7 +183,9 @@ async def event_stream(db, plan: Plan, jobs: list[Job], inbox: asyncio.Queue, de
                             yield _sse(chunk)
             elif ev[0] == "done":
                 for choice in _choices(db, plan, jobs, i, ev):
-                    yield _sse(chunks.piece(choice["index"], choice["text"], finish=choice["finish_reason"]))
+                    chunk = chunks.piece(choice["index"], choice["text"], finish=choice["finish_reason"])
+                    if chunk is not None:
+                        yield _sse(chunk)
         if plan.include_usage:
             yield _sse({**meta, "choices": [], "usage": _usage(plan)})
         yield _sse("[DONE]")

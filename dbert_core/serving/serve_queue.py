@@ -33,6 +33,7 @@ from typing import Callable
 import torch
 
 from ..config import SampleConfig
+from ..sampling.base import last_frame
 from ..sampling.blocks import is_story_model
 from ..sampling.sample import frames, generate, parse_prompt, prompt_words
 
@@ -229,7 +230,8 @@ class Scheduler:
 
     def _alone(self, job: Job) -> None:
         """One job through generate(), exactly as `dbert sample` runs it."""
-        db, n = self.db, job.cfg.n
+        db, n, length, steps = self.db, job.cfg.n, job.cfg.length, job.cfg.steps
+        assert length is not None and steps is not None  # a job's cfg is resolved
         finals: list[torch.Tensor] = []  # the last frame's ids of each batch generate() runs
         start = 1 if is_story_model(db) else 0  # a story's canvas opens with the [SEP] no text shows
         partial = None
@@ -259,10 +261,10 @@ class Scheduler:
         try:
             job.check()
             if job.want_steps:
-                partial = [job.line(db, parse_prompt(db, job.cfg.prompt or "", job.cfg.length))] * n
+                partial = [job.line(db, parse_prompt(db, job.cfg.prompt or "", length))] * n
             texts, stats = generate(db, job.cfg, on_frame=on_frame, cased=job.cased)
         except _Stop as e:
-            self.stopped.append((e.args[0], reached[0], job.cfg.steps))
+            self.stopped.append((e.args[0], reached[0], steps))
             job.send(("error", *e.args))
             return
         self.calls += 1
@@ -271,8 +273,11 @@ class Scheduler:
     def _together(self, group: list[Job]) -> None:
         """Compatible unseeded jobs in one frames() call, one template per row."""
         db = self.db
-        template = torch.cat([parse_prompt(db, j.cfg.prompt or "", j.cfg.length).unsqueeze(0).repeat(j.cfg.n, 1)
-                              for j in group])
+        templates = []
+        for j in group:
+            assert j.cfg.length is not None  # a job's cfg is resolved
+            templates.append(parse_prompt(db, j.cfg.prompt or "", j.cfg.length).unsqueeze(0).repeat(j.cfg.n, 1))
+        template = torch.cat(templates)
         bounds, lo = [], 0
         for j in group:
             bounds.append((lo, lo + j.cfg.n))
@@ -303,6 +308,7 @@ class Scheduler:
             return
         self.calls += 1
         self.shared += 1
+        last = last_frame(last)
         seconds = round(time.perf_counter() - start, 3)
         for i in live:
             a, b = bounds[i]

@@ -42,7 +42,7 @@ def server(app: Starlette, host: str = "127.0.0.1", port: int = 8000, grace: flo
 
         async def shutdown(self, sockets=None):
             app.state.begin_shutdown(grace)
-            self._loop.call_later(grace + 1.0, self._close_connections)
+            asyncio.get_running_loop().call_later(grace + 1.0, self._close_connections)
             await super().shutdown(sockets)
 
         def _close_connections(self) -> None:
@@ -52,8 +52,9 @@ def server(app: Starlette, host: str = "127.0.0.1", port: int = 8000, grace: flo
         def _stop_now(self) -> None:
             """The second Ctrl-C: cancel every request now, close what is left a second later."""
             app.state.scheduler.stop_all("the server was stopped (a second Ctrl-C); the request was cancelled")
-            self._loop.call_later(1.0, self._close_connections)
-            self._loop.call_later(3.0, setattr, self, "force_exit", True)
+            loop = asyncio.get_running_loop()  # a callback on the server's loop (handle_exit)
+            loop.call_later(1.0, self._close_connections)
+            loop.call_later(3.0, setattr, self, "force_exit", True)
 
         def handle_exit(self, sig, frame) -> None:
             if self.should_exit and sig == signal.SIGINT and self._loop is not None:

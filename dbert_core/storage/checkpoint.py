@@ -383,6 +383,7 @@ def _check_state(s, where: str) -> dict:
             raise DbertError(f"{where}: field {name!r} is {shown[:40]}; it must be {what}")
 
     need("step", _whole(step, 0, MAX_STEP), f"a whole number in [0, {MAX_STEP}]")
+    assert isinstance(step, int)  # need refused anything else
     for name in ("epoch", "batch_in_epoch"):
         need(name, _whole(s.get(name), 0, step), f"a whole number in [0, step {step}]")
     need("tokens_seen", _whole(s.get("tokens_seen", 0), 0, 2**62), "a whole number >= 0")

@@ -48,10 +48,8 @@ def folder(repo: str, revision: str | None) -> Path:
     return home() / layout.CACHE / layout.DATASETS_CACHE / name
 
 
-def local(patterns: list[str] | None) -> list[str] | None:
+def local(patterns: list[str]) -> list[str]:
     """The patterns with each hf: one replaced by its downloaded folder (downloaded now when absent)."""
-    if patterns is None:
-        return None
     return [str(download(*parse(p))) if is_hub(p) else p for p in patterns]
 
 

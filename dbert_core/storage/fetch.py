@@ -233,7 +233,7 @@ def _hub_error(e: Exception, repo_id: str, where: str) -> DbertError:
         return DbertError(f"cannot fetch {where}: offline (HF_HUB_OFFLINE=1 is set)")
     if isinstance(e, LocalEntryNotFoundError) and status is None:
         cause = _root_cause(e)  # what the hub client met: a refused connection, a name that did not resolve, ...
-        why = f" ({type(cause).__name__})" if cause is not None and cause is not e else ""
+        why = f" ({type(cause).__name__})" if cause is not e else ""
         return DbertError(f"cannot fetch {where}: the Hugging Face Hub is not reachable{why} (offline, or "
                           "HF_HUB_OFFLINE=1 is set)")
     if isinstance(e, LocalEntryNotFoundError):
@@ -250,21 +250,22 @@ def _hub_error(e: Exception, repo_id: str, where: str) -> DbertError:
     return DbertError(f"cannot fetch {where}: {type(e).__name__}" + (f": {text}" if text else ""))
 
 
-def _root_cause(e: BaseException) -> BaseException | None:
+def _root_cause(e: BaseException) -> BaseException:
     """The last exception of e's chain (what the hub client caught before wrapping it)."""
     seen = 0
-    while seen < 16 and (e.__cause__ or e.__context__) is not None:
-        e, seen = e.__cause__ or e.__context__, seen + 1
+    while seen < 16 and (behind := e.__cause__ or e.__context__) is not None:
+        e, seen = behind, seen + 1
     return e
 
 
 def _http_status(e: BaseException) -> int | None:
     """The HTTP status a server answered with, from the error or the errors behind it."""
     seen = 0
-    while e is not None and seen < 16:
-        response = getattr(e, "response", None)
+    current: BaseException | None = e
+    while current is not None and seen < 16:
+        response = getattr(current, "response", None)
         status = getattr(response, "status_code", None)
         if isinstance(status, int):
             return status
-        e, seen = e.__cause__ or e.__context__, seen + 1
+        current, seen = current.__cause__ or current.__context__, seen + 1
     return None

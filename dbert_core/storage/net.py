@@ -226,12 +226,13 @@ def open_url(url: str, cancel=None):
 def timed_out(error: BaseException) -> bool:
     """Whether an exception (or one it was raised from) is a timeout."""
     seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, TimeoutError) or "Timeout" in type(error).__name__ or \
-                "timed out" in str(getattr(error, "reason", "")):
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, TimeoutError) or "Timeout" in type(current).__name__ or \
+                "timed out" in str(getattr(current, "reason", "")):
             return True
-        error = error.__cause__ or error.__context__
+        current = current.__cause__ or current.__context__
     return False
 
 
@@ -322,7 +323,7 @@ def _pace_connections(client, seconds: float) -> None:
     its network backend; private names, so a client built otherwise keeps only the body's pace)."""
     pool = getattr(getattr(client, "_transport", None), "_pool", None)
     backend = getattr(pool, "_network_backend", None)
-    if backend is not None and not isinstance(backend, _PacedBackend):
+    if pool is not None and backend is not None and not isinstance(backend, _PacedBackend):
         pool._network_backend = _PacedBackend(backend, seconds)
 
 

@@ -18,6 +18,7 @@ import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 from ..disk import layout, temp_folders, tree
 from ..display import is_safe, safe_text
@@ -119,6 +120,14 @@ def resolve(name_or_path: str | None) -> Path:
     if temp_folders.exists(p):  # a checkpoint between a save's two renames is still there to read
         return p
     raise DbertError(f"checkpoint directory not found: {name_or_path}")
+
+
+@overload
+def named(init: None) -> None: ...
+
+
+@overload
+def named(init: str) -> str: ...
 
 
 def named(init: str | None) -> str | None:

@@ -139,6 +139,7 @@ def _quote_roles(pieces: Sequence[str], hidden: Sequence[bool], sep: str, drop: 
         elif _ends_word(before) and after.startswith("##"):
             role = False
         clear[i] = fixed[i] if fixed is not None and i in fixed else role
+    known = {i: role for i, role in clear.items() if role is not None}
     roles: dict[int, bool] = {}
     paragraph_start = {i: neighbour(i, -1) is None for i in quotes}
     state: bool | None = None  # is a quotation open?
@@ -153,9 +154,9 @@ def _quote_roles(pieces: Sequence[str], hidden: Sequence[bool], sep: str, drop: 
                     if paragraph_start[j]:
                         break
                     rest.append(j)
-                at = next((m for m, j in enumerate(rest) if clear[j] is not None and not paragraph_start[j]), None)
+                at = next((m for m, j in enumerate(rest) if j in known and not paragraph_start[j]), None)
                 # quotes alternate: with m unclear ones between, this one is the clear one's role if m is odd
-                role = True if at is None else (not clear[rest[at]] if at % 2 == 0 else clear[rest[at]])
+                role = True if at is None else (not known[rest[at]] if at % 2 == 0 else known[rest[at]])
             else:
                 role = not state
         roles[i] = role
@@ -254,7 +255,7 @@ def _spacing(pieces: Sequence[str], i: int, text: str, cont: bool, prev_text: st
     elif text in _JOIN and prev_text is not None and _ends_word(prev_text) and _ends_word(after or "") and (
             text != "-" or compound(_word(pieces, i - 1, -1), _word(pieces, i + 1, 1), truecase)):
         gap, glue = "", True                               # well-known, a word—or two
-    elif prev_text is not None and prev_text[-1:].isdigit() and (after or "")[:1].isdigit() and (
+    elif prev_text is not None and prev_text[-1:].isdigit() and after is not None and after[:1].isdigit() and (
             text in _NUMBER_JOINERS or (text == "," and len(after) == 3 and after.isdigit())):
         gap, glue = "", True                               # 3.5, 10:30, 1,000
     return gap, glue, single_open

@@ -110,6 +110,8 @@ class Learning:
             self.thread.join()
         if self.error is not None:
             raise self.error
+        if self.table is None:
+            raise RuntimeError("the tables were cancelled before they were learnt")
         if self.from_entry:
             runs = WordRuns(self.tokenizer)
             for ids in _pieces(entry):
@@ -171,6 +173,7 @@ class Tables:
         """(table, words, learnt now)."""
         if self.found is not None:
             return (*self.found, False)
+        assert self.learning is not None  # started in __init__ when nothing was found
         table, words = self.learning.finish(entry)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
@@ -308,7 +308,8 @@ def _prepare(c: TrainConfig, out: Path, lock, rank: int, world: int, local_rank:
 
     device = _device(c.device, rank, world, local_rank, notice)  # --device is resumable: the given one is the run's
     if any(datasets.is_hub(p) for p in [*c.data, *(c.val_data or [])]):  # hf:owner/name: its folder, downloaded by rank 0
-        c = story_data.rank_0_first(lambda: replace(c, data=datasets.local(c.data), val_data=datasets.local(c.val_data)))
+        c = story_data.rank_0_first(lambda: replace(c, data=datasets.local(c.data),
+                                                    val_data=None if c.val_data is None else datasets.local(c.val_data)))
     if c.resume:
         c = resumed(c)
     torch.manual_seed(c.seed + rank)
@@ -424,7 +425,7 @@ def _build(c: TrainConfig, init, trimmed, tokenizer, special: Special, train) ->
     counts = counts[: bert.config.vocab_size] if len(counts) >= bert.config.vocab_size else \
         torch.nn.functional.pad(counts, (0, bert.config.vocab_size - len(counts)))
     check_positions(c, bert.config.max_position_embeddings)
-    meta = {"preset": None if c.init else c.preset, "init": c.init, "from_scratch": c.from_scratch,
+    meta: dict[str, Any] = {"preset": None if c.init else c.preset, "init": c.init, "from_scratch": c.from_scratch,
             "seq_len": c.seq_len, "pack": c.pack,
             "unit": c.unit, "data": [str(p) for p in c.data], "end_padding": "hidden" if c.hide_end_padding else "seen"}
     if trimmed is not None:
@@ -444,6 +445,7 @@ def _trim(c: TrainConfig, train_texts):
     from ..storage.pretrained import local_dir
     from .vocab import trim
 
+    assert c.init is not None  # TrainConfig.validate: --trim-vocab needs --init
     folder = tempfile.TemporaryDirectory(prefix="dbert-trim-")
     dst = Path(folder.name) / "bert"
     return folder, str(dst), trim(local_dir(named(c.init)), train_texts, dst)
@@ -462,6 +464,7 @@ def _tokenizer(c: TrainConfig, texts, init):
             raise e.under(f"{c.init}: cannot load a tokenizer: ", "init", c.init) from None
     from ..maths.model import PRESETS
 
+    assert c.preset is not None  # TrainConfig.validate: without --init a preset is named
     size = c.vocab_size or PRESETS[c.preset]["vocab_size"]
     return train_tokenizer(texts[:200_000], size)
 

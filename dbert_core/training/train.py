@@ -108,7 +108,7 @@ class Trainer:
         self.elapsed = 0.0
         self.history: list[dict] = []
         self.heap = HeapCeiling()  # a batch's arrays change size from step to step: freed heap pages go back
-        self.db: ckpt.DBert | None = None
+        self._db: ckpt.DBert | None = None  # the prepared run's (db)
         self.prepared: Prepared | None = None
         if prepared is not None:
             self._adopt(prepared)
@@ -118,6 +118,13 @@ class Trainer:
         """Ask the loop to save a checkpoint and return after the current step (thread-safe: the
         loop reads the flag between steps)."""
         self._stop = True
+
+    @property
+    def db(self) -> ckpt.DBert:
+        """The run's checkpoint in memory, once the run is prepared (prepare(), or a Prepared given)."""
+        if self._db is None:
+            raise RuntimeError("the run is not prepared yet (Trainer.prepare)")
+        return self._db
 
     @property
     def is_main(self) -> bool:
@@ -142,7 +149,7 @@ class Trainer:
         """Take on a prepared run: its config, model, examples and device; the model goes to the
         device with its optimizer, and a resumed run's state is restored."""
         self.prepared = prepared
-        self.cfg, self.db, self.device = prepared.cfg, prepared.db, prepared.device
+        self.cfg, self._db, self.device = prepared.cfg, prepared.db, prepared.device
         self.special = prepared.special
         self.train_examples, self.val_examples = prepared.train, prepared.val
         # examples of one length (cached story windows) are never sorted by it: epoch_batches' stable
@@ -408,7 +415,7 @@ class Trainer:
                 old_handlers[sig] = signal.signal(sig, on_signal)
         metrics: dict = {}
         try:
-            if self.db is None:
+            if self.prepared is None:
                 self.prepare()
             c = self.cfg
             training = True

@@ -62,7 +62,7 @@ class KeyBar(Widget):
 
     def __init__(self, keys: list[Key] | tuple = (), **kwargs) -> None:
         super().__init__(**kwargs)
-        self.set_reactive(KeyBar.keys, tuple(keys))  # type: ignore[arg-type]  # the descriptor, as Textual documents
+        self.set_reactive(KeyBar.keys, tuple(keys))  # the descriptor, as Textual documents
 
     def shown(self) -> list[Key]:
         width = self.content_size.width or (self.app.size.width - 2)

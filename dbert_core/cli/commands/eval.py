@@ -103,9 +103,9 @@ def evaluate(
 
 
 def _checked(*, limit, samples, batch_size, steps, mc_samples, sample_steps, sample_length, top_k, top_p, seed,
-             judge, sampler, param, temperature) -> dict:
+             judge, sampler, param, temperature) -> dict | None:
     """The options of `dbert eval` checked before the checkpoint loads (one line for the first bad
-    one, the judge's folder included); the --sampler's parameters returned, parsed. The samples'
+    one, the judge's folder included); the --sampler's parameters returned, parsed (None without it). The samples'
     settings are checked as `dbert sample` checks them (SampleConfig.validate: their declared
     ranges), whether or not --samples asks for them: never silently unused."""
     if limit is not None and limit < 1:

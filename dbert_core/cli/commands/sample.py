@@ -160,6 +160,7 @@ class _Run:
             self.infill_stats.append(st)
             return
         resolved = resolve(run, db)
+        assert resolved.steps is not None  # resolve fills it in
         self.progress.per_window = resolved.steps  # a long story's frames count steps on across its windows
         got, st = generate(db, resolved, on_frame=self.on_frame, cased=cased, paragraph=paragraph,
                            topk=TOPK if self.keep_frames else 0,
@@ -236,12 +237,12 @@ def _prompts(arg: str | None, option: str | None, file: Path | None) -> list[str
     if file is not None or arg == "-":
         from ...sampling.prompt import prompt_lines
 
-        if arg == "-" or str(file) == "-":
+        if file is None or str(file) == "-":  # PROMPT - or --prompt-file -
             raw = getattr(sys.stdin, "buffer", None)  # the bytes; a text stream without one (a test's StringIO) as text
-            return prompt_lines(raw.read() if raw is not None else
-                                sys.stdin.read().encode("utf-8", "surrogateescape"), "stdin")
+            return [*prompt_lines(raw.read() if raw is not None else
+                                  sys.stdin.read().encode("utf-8", "surrogateescape"), "stdin")]
         try:
-            return prompt_lines(Path(file).read_bytes(), f"--prompt-file {file}")
+            return [*prompt_lines(Path(file).read_bytes(), f"--prompt-file {file}")]
         except OSError as e:
             raise DbertError(f"cannot read --prompt-file {file}: {e.strerror}") from None
     return [arg if arg is not None else option]

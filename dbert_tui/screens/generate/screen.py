@@ -334,10 +334,10 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
                               self.prompt_words, not self.app.deterministic)
         elif rec is not None and mode == "grid":
             self.grid.draw(self.db, rec, colour, edges, self.prompt_words(), final_of(pb.run, controls.stable),
-                           pb.run.settings.steps)
+                           pb.run.per_window)
         elif rec is not None and self.draft is not None:
             shown = self.canvas.draw_draft(self.db, self.draft, colour, edges)
-            per_window = pb.run.settings.steps  # a story's reveal step within its window
+            per_window = pb.run.per_window  # a story's reveal step within its window
             info = self.inspector.show(self.db, self.draft, shown.frame.steps, per_window)
             self.query_one(InspectorLine).show(info, shown.frame.steps, self.db.schedule.T, per_window)
         elif rec is not None:
@@ -349,10 +349,10 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         if self.entropy.display:
             self.entropy.show(pb.frames, None if rec is None else len(pb.frames) - 1 if pb.view is None else pb.view)
         active_pb = self.session.active_playback()
-        active = active_pb.shown()
-        if active is not None:  # the schedule is one window's: its step within the window
+        active = active_pb.shown() if active_pb is not None else None
+        if active_pb is not None and active is not None:  # the schedule is one window's: its step within the window
             f = active.frame
-            within = window_step(f.step, f.steps, active_pb.run.settings.steps)[2]
+            within = window_step(f.step, f.steps, active_pb.run.per_window)[2]
             for widget in (self.query_one(SchedulePanel), self.query_one(ScheduleStrip)):
                 widget.set_position(within, float(f.masked.double().mean()))
         self._status()
@@ -383,7 +383,9 @@ class GenerateScreen(KeyActions, ReportWorkerErrors, Screen):
         if not curve:
             from dbert_core.sampling.sample import masked_curve
 
-            curve = [float(v) for v in masked_curve(self.db, self.session.shown_settings().steps)]
+            steps = self.session.shown_settings().steps
+            assert steps is not None  # a run's settings, or the session's fitted to the checkpoint
+            curve = [float(v) for v in masked_curve(self.db, steps)]
         title = f"{self.db.schedule.name} T={self.db.schedule.T}"
         for widget in (self.query_one(SchedulePanel), self.query_one(ScheduleStrip)):
             widget.set_curve(curve, title)

@@ -85,6 +85,8 @@ class Editor(Widget):
         """The mouse in inspect mode: a press puts the cursor there (and starts a selection), a
         drag selects from the press to here, a hover moves the cursor."""
         d = self.draft
+        if d is None:  # not inspecting
+            return
         if press:
             d.cursor, d.anchor, d.selected = pos, pos, set()
         elif drag and d.anchor is not None:
@@ -114,6 +116,7 @@ class Editor(Widget):
         if not self.can_refill(db):
             return None
         d = self.draft
+        assert d is not None  # can_refill: there is one
         if not self.versions:  # the text edited is the first version
             self.versions.add(Version(run, d.row))
         self.locked = set(d.locked)

@@ -39,6 +39,7 @@ class Player(ReportWorkerErrors, Static):
         if event.state in (WorkerState.SUCCESS, WorkerState.CANCELLED, WorkerState.ERROR):
             run_id = self._runs.pop(event.worker, None)
             if event.state == WorkerState.ERROR and run_id is not None:
+                assert event.worker.error is not None  # Textual records a worker's error before its ERROR state
                 self.post_message(RunFailed(run_id, one_line(event.worker.error)))
 
     @property
