@@ -123,10 +123,10 @@ def _openai_fields(body: dict, db, limits: Limits, prompts: int) -> dict:
     most = limits.max_tokens if limits.max_tokens is not None else max_span(db)
     max_tokens = given("max_tokens")
     if max_tokens is not None and max_tokens > most:
-        raise ApiError(400, f"max_tokens must be in [1, {most}] here (got {max_tokens})", param="max_tokens")
+        raise ApiError(400, f"max_tokens must be in [1, {most}] (got {max_tokens})", param="max_tokens")
     min_tokens = given("min_tokens")  # vLLM's name: no end before this many
     if min_tokens is not None and min_tokens > most:
-        raise ApiError(400, f"min_tokens must be in [0, {most}] here (got {min_tokens})", param="min_tokens")
+        raise ApiError(400, f"min_tokens must be in [0, {most}] (got {min_tokens})", param="min_tokens")
     temperature, top_p = given("temperature"), given("top_p")  # None: the checkpoint's recommendation
     n = 1 if body.get("n") is None else given("n")
     if prompts * n > limits.max_n:
