@@ -48,6 +48,7 @@ def test_cached_examples_are_the_tokenized_examples(tmp_path, tok, unit, monkeyp
         assert len(ref) < len(some) and list(got) == ref and got.lengths.tolist() == [len(e) for e in ref]
         assert torch.equal(got.token_counts(len(tok)), token_counts(ref, len(tok)))
         assert got.total_tokens() == sum(map(len, ref))
+        assert got.starts.dtype == got.lengths.dtype == np.int32  # two int32 an example where the corpus fits
         packed = got.packed(tok.sep_token_id)
         assert list(packed) == pack(ref, seq_len, tok.sep_token_id) and packed.uniform_length == seq_len
         assert packed[-1] == pack(ref, seq_len, tok.sep_token_id)[-1]

@@ -80,11 +80,13 @@ class CachedExamples:
 
     def __init__(self, cache, docs, seq_len: int):
         docs = np.asarray(docs, dtype=np.int64)
-        n = cache.lengths[docs]
-        kept = docs[n > 0]  # tokenize drops a text that gives no tokens
+        offsets = cache.offsets
+        n = offsets[docs + 1] - offsets[docs]
+        some = n > 0  # tokenize drops a text that gives no tokens
         self.cache, self.seq_len = cache, seq_len
-        self.starts = cache.offsets[kept]
-        self.lengths = np.minimum(n[n > 0], seq_len)  # what the trainer sorts batches by
+        at = np.int32 if int(offsets[-1]) < 2**31 else np.int64  # a corpus of gigabytes: half the memory
+        self.starts = offsets[docs[some]].astype(at)
+        self.lengths = np.minimum(n[some], seq_len).astype(np.int32)  # what the trainer sorts batches by
 
     def __len__(self) -> int:
         return len(self.starts)

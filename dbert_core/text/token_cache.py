@@ -127,8 +127,8 @@ def open_entry(folder: Path) -> TokenCache | None:
             return None
         tokens = np.memmap(folder / layout.CACHE_TOKENS, dtype=dtype, mode="r") if size else np.zeros(0, dtype)
         offsets = np.load(folder / layout.CACHE_OFFSETS)
-        words = np.load(folder / layout.CACHE_WORDS)
-        paragraphs = np.load(folder / layout.CACHE_PARAGRAPHS)
+        words = np.load(folder / layout.CACHE_WORDS, mmap_mode="r")  # read by stats() only: mapped, not loaded
+        paragraphs = np.load(folder / layout.CACHE_PARAGRAPHS, mmap_mode="r")
     except (OSError, ValueError, KeyError, TypeError):
         return None
     n = info["documents"]
