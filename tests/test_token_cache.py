@@ -479,3 +479,17 @@ def test_the_samples_bleu_reads_a_csv_files_text(tmp_path, monkeypatch, unit):
     for data in (table, txt):
         metrics.quality(db, [str(data)], 1, steps=2, length=8, unit=unit)
     assert refs[0] == refs[1] and len(refs[0]) >= 6 and not any("id,text" in r for r in refs[0])
+
+
+def test_an_entrys_columns_are_written_as_they_come_and_read_as_numpy_saves_them(tmp_path):
+    """offsets, words and paragraphs go to disk batch by batch (no join of the corpus's arrays in
+    memory) and end as the very bytes np.save writes, with no part file left."""
+    from dbert_core.text.token_cache import _Column
+
+    col = _Column(tmp_path / "x.npy", np.int32)
+    for part in (np.arange(7), np.zeros(0), np.arange(3) * 5):
+        col.append(part)
+    col.save()
+    np.save(tmp_path / "ref.npy", np.concatenate([np.arange(7), np.arange(3) * 5]).astype(np.int32))
+    assert (tmp_path / "x.npy").read_bytes() == (tmp_path / "ref.npy").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ref.npy", "x.npy"]

@@ -193,13 +193,49 @@ def _batches(docs: Iterable):
         yield texts, words, paras, chars
 
 
+class _Column:
+    """One number a document, written to disk as the batches come (never a list of the corpus's
+    arrays joined at the end: at 1 GB of lines that join held about 165 MB at once), then made
+    the .npy file `path` by its header and a copy of the bytes."""
+
+    def __init__(self, path: Path, dtype):
+        self.path, self.dtype, self.n = path, np.dtype(dtype), 0
+        self.raw = open(path.with_suffix(".part"), "wb")
+
+    def append(self, values) -> None:
+        values = np.asarray(values, dtype=self.dtype)
+        self.raw.write(values.tobytes())
+        self.n += len(values)
+
+    def save(self) -> None:
+        import shutil
+
+        self.raw.close()
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (self.n,)}
+        with open(self.path, "wb") as f, open(self.raw.name, "rb") as raw:
+            np.lib.format.write_array_header_1_0(f, header)
+            shutil.copyfileobj(raw, f, 1 << 20)
+        os.unlink(self.raw.name)
+
+
 def _write(docs: Iterable[list[str]], tokenizer, folder: Path, parts: dict, total: int | None, report) -> None:
     encode = _encoder(tokenizer)
     dtype = np.dtype(np.uint16 if len(tokenizer) <= 1 << 16 else np.uint32)
     bad = np.array(sorted({tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
                            tokenizer.mask_token_id} - {None}), dtype=np.int64)
     unk = tokenizer.unk_token_id
-    offsets, words, paras = [np.zeros(1, dtype=np.int64)], [], []
+    offsets, words, paras = (_Column(folder / name, kind) for name, kind in (
+        (layout.CACHE_OFFSETS, np.int64), (layout.CACHE_WORDS, np.int64), (layout.CACHE_PARAGRAPHS, np.int32)))
+    try:
+        _fill(docs, encode, dtype, bad, unk, folder, offsets, words, paras, total, report, parts)
+    finally:
+        for column in (offsets, words, paras):
+            column.raw.close()
+
+
+def _fill(docs, encode, dtype, bad, unk, folder: Path, offsets: _Column, words: _Column, paras: _Column,
+          total: int | None, report, parts: dict) -> None:
+    offsets.append(np.zeros(1, dtype=np.int64))
     n_tokens = n_docs = done = 0
     start = time.perf_counter()
     with open(folder / layout.CACHE_TOKENS, "wb") as f:
@@ -221,9 +257,8 @@ def _write(docs: Iterable[list[str]], tokenizer, folder: Path, parts: dict, tota
                         "documents": n_docs, "seconds": time.perf_counter() - start})
         f.flush()
         os.fsync(f.fileno())
-    np.save(folder / layout.CACHE_OFFSETS, np.concatenate(offsets))
-    np.save(folder / layout.CACHE_WORDS, np.concatenate(words) if words else np.zeros(0, np.int64))
-    np.save(folder / layout.CACHE_PARAGRAPHS, np.concatenate(paras) if paras else np.zeros(0, np.int32))
+    for column in (offsets, words, paras):
+        column.save()
     info = {**parts, "dtype": dtype.name, "tokens": n_tokens, "documents": n_docs,
             "seconds": round(time.perf_counter() - start, 3)}
     (folder / layout.CACHE_INFO).write_text(json.dumps(info, indent=1), encoding="utf-8")  # last: complete
