@@ -403,8 +403,9 @@ class Trainer:
         stop_reset()  # a run started after a stopped one can be stopped again
 
         def on_signal(signum, frame):
-            if not training:
-                stop(signum, frame)  # Interrupted (after an import under way)
+            if not training:  # Interrupted now, or (an import under way) this handler again in 50 ms
+                stop(signum, frame)
+                return  # a signal put off is no stop after a step: it ends the start-up when it comes again
             self._stop = True  # stop after this step and save; a second signal cannot break into the save
             stop_under_way()
 
