@@ -227,14 +227,15 @@ class WordRuns:
             keep &= unk_before[heads + lengths] - unk_before[heads] == 0
         for n in np.flatnonzero(np.bincount(lengths[keep])).tolist():  # the run lengths there are
             starts = heads[keep & (lengths == n)]
+            if n * self.bits > 63:  # too long to pack into one integer: rows, rare
+                self.long.update(map(tuple, np.unique(ids[starts[:, None] + np.arange(n)], axis=0).tolist()))
+                continue
             got = self.packed.setdefault(n, [])
             if n == 1:  # one piece: the distinct ids by counting, no sort
                 got.append(np.flatnonzero(np.bincount(ids[starts], minlength=self.size)))
-            elif n * self.bits <= 63:  # a run packed into one integer: a 1-D unique, far faster than rows'
+            else:  # a run packed into one integer: a 1-D unique, far faster than rows'
                 runs = ids[starts[:, None] + np.arange(n)]
                 got.append(np.unique((runs << (np.arange(n, dtype=np.int64) * self.bits)).sum(axis=1)))
-            else:
-                self.long.update(map(tuple, np.unique(ids[starts[:, None] + np.arange(n)], axis=0).tolist()))
             if len(got) > 8:  # joined now and then: memory of the distinct runs, not of every array's
                 self.packed[n] = [np.unique(np.concatenate(got))]
 
@@ -244,8 +245,6 @@ class WordRuns:
         out: set[str] = set()
         mask = (1 << self.bits) - 1
         for n, got in self.packed.items():
-            if not got:  # runs of n pieces too long to pack (self.long)
-                continue
             for v in np.unique(np.concatenate(got)).tolist():
                 out.add(lexicon.spell([self.pieces[(v >> (self.bits * i)) & mask] for i in range(n)]))
         out.update(lexicon.spell([self.pieces[i] for i in row]) for row in self.long)

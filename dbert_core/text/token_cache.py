@@ -202,6 +202,12 @@ class _Column:
         self.path, self.dtype, self.n = path, np.dtype(dtype), 0
         self.raw = open(path.with_suffix(".part"), "wb")
 
+    def __enter__(self) -> "_Column":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.raw.close()  # closed on any way out; a failed build's folder is discarded whole
+
     def append(self, values) -> None:
         values = np.asarray(values, dtype=self.dtype)
         self.raw.write(values.tobytes())
@@ -224,21 +230,12 @@ def _write(docs: Iterable[list[str]], tokenizer, folder: Path, parts: dict, tota
     bad = np.array(sorted({tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
                            tokenizer.mask_token_id} - {None}), dtype=np.int64)
     unk = tokenizer.unk_token_id
-    offsets, words, paras = (_Column(folder / name, kind) for name, kind in (
-        (layout.CACHE_OFFSETS, np.int64), (layout.CACHE_WORDS, np.int64), (layout.CACHE_PARAGRAPHS, np.int32)))
-    try:
-        _fill(docs, encode, dtype, bad, unk, folder, offsets, words, paras, total, report, parts)
-    finally:
-        for column in (offsets, words, paras):
-            column.raw.close()
-
-
-def _fill(docs, encode, dtype, bad, unk, folder: Path, offsets: _Column, words: _Column, paras: _Column,
-          total: int | None, report, parts: dict) -> None:
-    offsets.append(np.zeros(1, dtype=np.int64))
     n_tokens = n_docs = done = 0
     start = time.perf_counter()
-    with open(folder / layout.CACHE_TOKENS, "wb") as f:
+    with open(folder / layout.CACHE_TOKENS, "wb") as f, _Column(folder / layout.CACHE_OFFSETS, np.int64) as offsets, \
+            _Column(folder / layout.CACHE_WORDS, np.int64) as words, \
+            _Column(folder / layout.CACHE_PARAGRAPHS, np.int32) as paras:
+        offsets.append(np.zeros(1, dtype=np.int64))
         for texts, w, p, chars in _batches(docs):
             ids = encode(texts)
             lens = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
@@ -257,8 +254,8 @@ def _fill(docs, encode, dtype, bad, unk, folder: Path, offsets: _Column, words: 
                         "documents": n_docs, "seconds": time.perf_counter() - start})
         f.flush()
         os.fsync(f.fileno())
-    for column in (offsets, words, paras):
-        column.save()
+        for column in (offsets, words, paras):
+            column.save()
     info = {**parts, "dtype": dtype.name, "tokens": n_tokens, "documents": n_docs,
             "seconds": round(time.perf_counter() - start, 3)}
     (folder / layout.CACHE_INFO).write_text(json.dumps(info, indent=1), encoding="utf-8")  # last: complete
